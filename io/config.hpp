@@ -1,0 +1,40 @@
+#pragma once
+/// The experiment configuration: YAML (documented key by key in docs/config.md), with presets,
+/// Hugging Face config.json models and command-line `--set key.path=value` overrides.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cost/cluster_spec.hpp"
+#include "workload/model_spec.hpp"
+#include "workload/parallel_plan.hpp"
+
+namespace scalescope::io {
+
+struct RunSpec {
+  std::string engine = "sequential";          ///< sequential | optimistic (later issue)
+  std::vector<std::uint32_t> trace_ranks{0};  ///< ranks whose timeline and memory are recorded
+  std::string output = "out";                 ///< output directory
+  bool coalesce_local_ops = true;  ///< advance local compute chains inside one event
+};
+
+struct ExperimentConfig {
+  std::string path;  ///< the YAML file it was read from
+  workload::ModelSpec model;
+  workload::ParallelPlan parallel;  ///< data_parallel_size resolved (never 0 after loading)
+  workload::TrainingSpec training;
+  cost::ClusterSpec cluster;        ///< num_gpus resolved, presets merged
+  RunSpec run;
+  std::string resolved_yaml;        ///< the fully merged configuration, emitted as YAML
+};
+
+/// Reads an experiment file, merges presets (`model.preset`, `model.hf_config`,
+/// `cluster.preset`), applies overrides ("key.path=value", value parsed as YAML), checks every
+/// key and the plan. Throws InputError whose one-line message names the file and the key.
+ExperimentConfig load_experiment(const std::string& path,
+                                 const std::vector<std::string>& overrides = {});
+
+/// Reads a Hugging Face config.json (Llama / Mistral / Qwen2 keys) into a ModelSpec.
+workload::ModelSpec load_hf_config(const std::string& path);
+
+}  // namespace scalescope::io

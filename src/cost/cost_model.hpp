@@ -1,0 +1,44 @@
+#pragma once
+/// Durations of ops: compute by roofline with size-dependent efficiency, collectives by NCCL's
+/// ring/tree model over the NVLink / NIC hierarchy, P2P by latency + bytes / bandwidth.
+/// Knows the graph's Op, never the workload or the engine.
+#include <cstdint>
+
+#include "core/sim_time.hpp"
+#include "cost/cluster_spec.hpp"
+#include "cost/gpu.hpp"
+#include "graph/op.hpp"
+
+namespace scalescope::cost {
+
+/// How a communicator sits on the machine, as the network model needs it.
+struct CommShape {
+  std::uint32_t ranks = 1;
+  std::uint32_t nodes = 1;
+  std::uint32_t ranks_per_node = 1;  ///< the largest number of members on one node
+};
+
+class CostModel {
+ public:
+  /// Throws InputError if the cluster's GPU is unknown or a bandwidth is not positive.
+  explicit CostModel(const ClusterSpec& cluster);
+
+  const GpuSpec& gpu() const { return *gpu_; }
+  const ClusterSpec& cluster() const { return cluster_; }
+
+  /// Duration of a compute op (kind not a communication) on one GPU.
+  SimTime compute_ns(const graph::Op& op) const;
+  /// Duration of a collective of `bytes` (nccl-tests size S) over a communicator of `shape`:
+  /// NCCL picks the fastest (algorithm, protocol); all-reduce considers ring and tree.
+  SimTime collective_ns(graph::OpKind kind, double bytes, const CommShape& shape) const;
+  /// One point-to-point transfer between two GPUs.
+  SimTime p2p_ns(double bytes, bool same_node) const;
+  /// Shape of a communicator given its sorted member ranks.
+  CommShape shape_of(const std::uint32_t* members_begin, const std::uint32_t* members_end) const;
+
+ private:
+  ClusterSpec cluster_;
+  const GpuSpec* gpu_;
+};
+
+}  // namespace scalescope::cost

@@ -1,0 +1,27 @@
+#pragma once
+/// Datasheet and measured facts of the GPUs scalescope knows. Every number cites its source in
+/// gpu.cpp.
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace scalescope::cost {
+
+struct GpuSpec {
+  std::string name;               ///< canonical name, e.g. "A100-SXM4-80GB"
+  double peak_tflops_bf16 = 0;    ///< dense BF16/FP16 tensor-core peak, datasheet
+  double hbm_bytes = 0;           ///< HBM capacity
+  double hbm_bandwidth_TBps = 0;  ///< datasheet HBM bandwidth
+  double nvlink_bandwidth_GBps = 0;  ///< per direction (datasheet bidirectional / 2)
+  int sms = 0;
+  double gemm_ceiling_tflops = 0;  ///< best measured bf16 GEMM (MAMF), the large-GEMM ceiling
+  /// FlashAttention-2 fwd+bwd measured TFLOP/s (hd128, causal) at s = 512, 1k, 2k, 4k, 8k, 16k.
+  std::vector<double> attention_tflops;
+};
+
+/// Looks a GPU up by canonical name or alias ("A100", "H100", "h100-sxm", …); case-insensitive.
+/// Throws InputError listing the known names when it is unknown.
+const GpuSpec& find_gpu(std::string_view name);
+std::vector<std::string> gpu_names();
+
+}  // namespace scalescope::cost

@@ -1,0 +1,86 @@
+#pragma once
+/// What an emulation run produces, in plain data handed to the writers in io/.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/sim_time.hpp"
+
+namespace scalescope::emu {
+
+/// Where one rank's iteration time went. finish = compute + exposed_tp + exposed_pp + exposed_dp
+/// + other_wait, where each exposed term is compute-stream idle time blamed on the stream of the
+/// dependency that the next compute op waited for (pipeline bubbles count as exposed_pp).
+struct RankResult {
+  SimTime finish = 0;
+  SimTime compute = 0;
+  SimTime exposed_tp = 0;
+  SimTime exposed_pp = 0;
+  SimTime exposed_dp = 0;
+  SimTime other_wait = 0;
+  std::int64_t peak_memory = 0;      ///< peak allocated bytes (issue order, as PyTorch counts)
+  std::int64_t static_memory = 0;    ///< weights + grads + optimizer state
+  std::uint32_t pp_stage = 0;
+  std::uint32_t rank_class = 0;
+};
+
+/// One op of a traced rank, as executed.
+struct TimelineRecord {
+  SimTime start = 0;
+  SimTime end = 0;
+  std::uint32_t op = 0;    ///< index in the rank's template
+  std::uint8_t stream = 0;
+  std::uint8_t kind = 0;
+  std::uint8_t phase = 0;
+  std::uint8_t name = 0;
+  std::uint16_t layer = 0;
+  std::uint16_t microbatch = 0;
+};
+
+struct MemoryRecord {
+  SimTime time = 0;
+  std::int64_t live = 0;
+};
+
+struct EngineStats {
+  std::string kind = "sequential";
+  std::uint32_t processes = 1;
+  std::uint64_t events_processed = 0;
+  std::uint64_t events_committed = 0;
+  std::uint64_t events_rolled_back = 0;
+  std::uint64_t remote_messages = 0;
+  std::uint64_t gvt_rounds = 0;
+  double wall_s = 0;
+};
+
+struct Summary {
+  std::uint32_t world_size = 0;
+  SimTime iteration_time = 0;
+  double tokens_per_iteration = 0;
+  double model_flops_per_iteration = 0;  ///< Megatron's num_floating_point_operations
+  double peak_flops_per_gpu = 0;         ///< datasheet dense bf16/fp16
+  std::int64_t peak_memory_bytes = 0;    ///< max over ranks
+  std::vector<std::int64_t> peak_memory_bytes_by_pp_stage;
+  std::string model_name;
+  std::string gpu;
+
+  double iteration_time_s() const { return ns_to_seconds(iteration_time); }
+  double tokens_per_s() const { return tokens_per_iteration / iteration_time_s(); }
+  double model_tflops_per_gpu() const {
+    return model_flops_per_iteration / iteration_time_s() / world_size / 1e12;
+  }
+  double mfu() const { return model_flops_per_iteration / iteration_time_s() / world_size /
+                              peak_flops_per_gpu; }
+};
+
+struct RunResults {
+  Summary summary;
+  std::vector<RankResult> ranks;                              ///< world_size entries
+  std::map<std::uint32_t, std::vector<TimelineRecord>> timelines;  ///< traced ranks
+  std::map<std::uint32_t, std::vector<MemoryRecord>> memory;       ///< traced ranks
+  EngineStats engine;
+  std::string config_text;
+};
+
+}  // namespace scalescope::emu

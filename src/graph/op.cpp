@@ -1,0 +1,41 @@
+#include "graph/op.hpp"
+
+#include <array>
+
+namespace scalescope::graph {
+
+std::string_view op_name(OpName n) {
+  static constexpr std::array<std::string_view, static_cast<int>(OpName::Count)> kNames = {
+      "embedding",      "input_norm",    "qkv_gemm",     "rope",         "attention",
+      "out_proj_gemm",  "bias_dropout_add", "pre_mlp_norm", "fc1_gemm",  "activation",
+      "fc2_gemm",       "final_norm",    "logits_gemm",  "cross_entropy", "tp_all_reduce",
+      "tp_all_gather",  "tp_reduce_scatter", "ce_all_reduce", "pp_send",  "pp_recv",
+      "pp_send_recv",   "dp_all_reduce", "dp_reduce_scatter", "dp_all_gather",
+      "emb_all_reduce", "norm_all_reduce", "optimizer_step"};
+  auto i = static_cast<std::size_t>(n);
+  return i < kNames.size() ? kNames[i] : "?";
+}
+
+std::string_view op_kind_name(OpKind k) {
+  static constexpr std::array<std::string_view, kNumOpKinds> kNames = {
+      "gemm",      "attention",  "elementwise", "norm",           "embedding", "loss",
+      "optimizer", "all_reduce", "all_gather",  "reduce_scatter", "send_recv"};
+  auto i = static_cast<std::size_t>(k);
+  return i < kNames.size() ? kNames[i] : "?";
+}
+
+std::string_view stream_name(Stream s) {
+  static constexpr std::array<std::string_view, kNumStreams> kNames = {"compute", "tp_comm",
+                                                                       "pp_comm", "dp_comm"};
+  auto i = static_cast<std::size_t>(s);
+  return i < kNames.size() ? kNames[i] : "?";
+}
+
+std::string_view phase_name(Phase p) {
+  static constexpr std::array<std::string_view, 5> kNames = {"fwd", "bwd", "recompute", "optim",
+                                                             "other"};
+  auto i = static_cast<std::size_t>(p);
+  return i < kNames.size() ? kNames[i] : "?";
+}
+
+}  // namespace scalescope::graph

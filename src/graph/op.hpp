@@ -1,0 +1,86 @@
+#pragma once
+/// One operation of a rank's program: compute kernel, collective or point-to-point transfer.
+#include <array>
+#include <cstdint>
+#include <string_view>
+
+namespace scalescope::graph {
+
+enum class OpKind : std::uint8_t {
+  Gemm,           ///< dense matrix multiply; shape m×n×k
+  Attention,      ///< fused core attention; shape (batch·heads, seq, head_dim)
+  Elementwise,    ///< memory-bound kernel (activation, residual, dropout, RoPE, cast)
+  Norm,           ///< LayerNorm / RMSNorm
+  Embedding,      ///< token lookup (forward) or scatter-add (backward)
+  Loss,           ///< vocab-parallel cross-entropy
+  Optimizer,      ///< Adam step over this rank's parameter shard
+  AllReduce,
+  AllGather,
+  ReduceScatter,
+  SendRecv,       ///< batched P2P: an optional send and an optional receive that complete together
+};
+inline constexpr int kNumOpKinds = 11;
+
+constexpr bool is_collective(OpKind k) {
+  return k == OpKind::AllReduce || k == OpKind::AllGather || k == OpKind::ReduceScatter;
+}
+constexpr bool is_communication(OpKind k) { return is_collective(k) || k == OpKind::SendRecv; }
+
+/// CUDA-stream-like queues: ops on one stream run in program order, streams overlap.
+enum class Stream : std::uint8_t { Compute = 0, TpComm = 1, PpComm = 2, DpComm = 3 };
+inline constexpr int kNumStreams = 4;
+
+/// Which communicator of the rank an op talks on. Resolved per rank through the rank → role map,
+/// so one template serves every rank of a class.
+enum class CommRole : std::uint8_t {
+  None = 0,
+  Tp = 1,         ///< tensor-parallel group
+  Dp = 2,         ///< data-parallel group (gradient reduction, parameter gather)
+  PpPrev = 3,     ///< pair (previous stage, me)
+  PpNext = 4,     ///< pair (me, next stage)
+  Embedding = 5,  ///< first + last pipeline stage, for tied-embedding gradients
+};
+inline constexpr int kNumRoles = 6;
+
+enum class Phase : std::uint8_t { Forward, Backward, Recompute, Optimizer, Other };
+
+/// Names shown in traces; an op's `name` indexes this table.
+enum class OpName : std::uint8_t {
+  Embedding, InputNorm, QkvGemm, Rope, Attention, OutProjGemm, BiasDropoutAdd, PreMlpNorm,
+  Fc1Gemm, Activation, Fc2Gemm, FinalNorm, LogitsGemm, CrossEntropy,
+  TpAllReduce, TpAllGather, TpReduceScatter, CeAllReduce,
+  PpSend, PpRecv, PpSendRecv,
+  DpAllReduce, DpReduceScatter, DpAllGather, EmbAllReduce, NormAllReduce,
+  OptimizerStep, Count
+};
+std::string_view op_name(OpName n);
+std::string_view op_kind_name(OpKind k);
+std::string_view stream_name(Stream s);
+std::string_view phase_name(Phase p);
+
+/// An op as stored in a template. Plain data, 88 bytes; the cost model turns it into a duration.
+struct Op {
+  OpKind kind = OpKind::Elementwise;
+  Stream stream = Stream::Compute;
+  CommRole role = CommRole::None;   ///< collectives: the group; SendRecv: where the send goes
+  CommRole role2 = CommRole::None;  ///< SendRecv only: where the receive comes from
+  Phase phase = Phase::Other;
+  OpName name = OpName::Embedding;
+  std::uint16_t layer = 0xFFFF;        ///< transformer layer (global index), 0xFFFF if none
+  std::uint16_t microbatch = 0xFFFF;   ///< micro-batch index, 0xFFFF if none
+  std::array<std::uint32_t, 3> shape{};  ///< GEMM m,n,k; attention (b·heads, seq, head_dim)
+  double flops = 0;        ///< floating-point operations executed on this rank
+  double mem_bytes = 0;    ///< bytes moved through HBM (roofline memory term)
+  double comm_bytes = 0;   ///< collectives: nccl-tests size S; SendRecv: bytes of each transfer
+  std::int64_t mem_alloc = 0;      ///< bytes allocated when issued and kept after the op
+  std::int64_t mem_free = 0;       ///< bytes released when the op ends
+  std::int64_t mem_transient = 0;  ///< workspace alive only while the op runs
+  /// Instance index of this op on its role (k-th op on that role in program order), filled by
+  /// RankProgram::finalize(); for SendRecv, `instance` counts sends and `instance2` receives.
+  std::uint32_t instance = 0;
+  std::uint32_t instance2 = 0;
+};
+
+constexpr std::uint16_t kNoIndex = 0xFFFF;
+
+}  // namespace scalescope::graph

@@ -1,0 +1,53 @@
+#pragma once
+/// The sliced execution graph: one template per class of ranks, the rank → class map, and the
+/// communicator table. Nothing here grows with the world size except the map and the table.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "graph/rank_program.hpp"
+
+namespace scalescope::graph {
+
+enum class CommKind : std::uint8_t { TpGroup, DpGroup, PpPair, EmbeddingGroup };
+std::string_view comm_kind_name(CommKind k);
+
+/// Every communicator of the job; members as CSR, ordered by rank.
+struct CommTable {
+  std::vector<CommKind> kind;
+  std::vector<std::uint32_t> offsets{0};
+  std::vector<std::uint32_t> members;
+
+  std::uint32_t size() const { return static_cast<std::uint32_t>(kind.size()); }
+  std::uint32_t num_members(std::uint32_t c) const { return offsets[c + 1] - offsets[c]; }
+  const std::uint32_t* members_begin(std::uint32_t c) const { return members.data() + offsets[c]; }
+  const std::uint32_t* members_end(std::uint32_t c) const { return members.data() + offsets[c + 1]; }
+  std::uint32_t add(CommKind k, const std::vector<std::uint32_t>& ranks);
+};
+
+inline constexpr std::int32_t kNoComm = -1;
+
+struct SlicedGraph {
+  std::uint32_t world_size = 0;
+  std::string config_text;                ///< the resolved configuration, for provenance
+  std::vector<RankProgram> templates;
+  std::vector<std::uint32_t> rank_class;  ///< world_size entries: template of each rank
+  CommTable comms;
+  /// world_size × kNumRoles, row-major: communicator of each role of each rank, or kNoComm.
+  std::vector<std::int32_t> rank_roles;
+
+  const RankProgram& program_of(std::uint32_t rank) const { return templates[rank_class[rank]]; }
+  std::int32_t comm_of(std::uint32_t rank, CommRole role) const {
+    return rank_roles[static_cast<std::size_t>(rank) * kNumRoles + static_cast<std::size_t>(role)];
+  }
+  /// Index of `rank` among the members of communicator `c`.
+  std::uint32_t member_index(std::uint32_t c, std::uint32_t rank) const;
+};
+
+/// Checks the graph for structural errors: dependency order (no cycles), role/stream
+/// consistency, communicator membership, collectives whose members disagree on the sequence of
+/// (kind, bytes), and point-to-point sends without a matching receive. Throws InputError naming
+/// the template, op or communicator.
+void validate(const SlicedGraph& g);
+
+}  // namespace scalescope::graph
