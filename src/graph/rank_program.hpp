@@ -17,6 +17,9 @@ struct RankProgram {
   /// index is smaller than i (ops are stored in a topological order, so there are no cycles).
   std::vector<std::uint32_t> dep_offsets{0};
   std::vector<std::uint32_t> deps;
+  /// Bytes allocated before the first op and kept all iteration: weights, gradient buffers and
+  /// optimizer state of this rank's shard.
+  std::int64_t static_memory = 0;
 
   // Derived by finalize(), not stored in graph.h5.
   std::array<std::vector<std::uint32_t>, kNumStreams> stream_ops;  ///< op indices per stream

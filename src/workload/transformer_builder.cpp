@@ -1,0 +1,658 @@
+#include "workload/transformer_builder.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "core/error.hpp"
+#include "workload/accounting.hpp"
+
+namespace scalescope::workload {
+
+using graph::CommKind;
+using graph::CommRole;
+using graph::Op;
+using graph::OpKind;
+using graph::OpName;
+using graph::Phase;
+using graph::Stream;
+
+namespace {
+
+constexpr std::uint32_t kNone = 0xFFFFFFFFu;
+
+Stream stream_of(CommRole r) {
+  switch (r) {
+    case CommRole::Tp: return Stream::TpComm;
+    case CommRole::PpPrev:
+    case CommRole::PpNext: return Stream::PpComm;
+    default: return Stream::DpComm;
+  }
+}
+
+/// A group of parameters whose gradients become ready together, in backward order.
+struct ParamGroup {
+  double params = 0;
+  std::int64_t layer = -1;  ///< local layer index, or -1 for embedding / -2 for output layer
+};
+
+/// Builds the program of one pipeline stage (every rank of the stage runs the same program).
+class StageBuilder {
+ public:
+  StageBuilder(const ModelSpec& m, const ParallelPlan& p, const TrainingSpec& t, std::int64_t stage)
+      : m_(m), p_(p), t_(t), stage_(stage) {
+    prog_.name = "pp_stage_" + std::to_string(stage);
+    first_ = stage == 0;
+    last_ = stage == p.pp() - 1;
+    layers_ = m.num_layers / p.pp();
+    first_layer_ = stage * layers_;
+    tokens_ = static_cast<double>(m.seq_length * t.micro_batch_size);
+    seq_shard_ = p.sequence_parallel ? static_cast<double>(p.tp()) : 1.0;
+    tp_ = static_cast<double>(p.tp());
+    h_ = static_cast<double>(m.hidden_size);
+    hidden_bytes_ = 2 * tokens_ * h_;  // S of TP collectives: the full [T, h] bf16 tensor
+    num_mb_ = t.num_microbatches(p.dp());
+  }
+
+  graph::RankProgram build() {
+    prog_.static_memory = static_memory_bytes(m_, p_, stage_);
+    plan_buckets();
+    if (p_.use_distributed_optimizer && p_.overlap_param_gather && p_.dp() > 1) {
+      // Steady state: the parameter all-gather of the previous step's update overlaps this
+      // iteration's first forward; each bucket's first layer waits for it (MODELING §3.1).
+      for (auto it = buckets_.rbegin(); it != buckets_.rend(); ++it) {
+        std::uint32_t ag = add_free(collective(OpKind::AllGather, CommRole::Dp,
+                                               OpName::DpAllGather, Phase::Other,
+                                               2 * it->params), {});
+        for (std::int64_t l : it->layers) gather_of_[l] = ag;
+      }
+    }
+    if (p_.schedule == Schedule::GPipe)
+      gpipe();
+    else
+      one_f_one_b();
+    finish_iteration();
+    prog_.finalize();
+    return std::move(prog_);
+  }
+
+ private:
+  // ---- op construction --------------------------------------------------------------------
+  Op base(OpKind kind, OpName name, Phase phase) const {
+    Op op;
+    op.kind = kind;
+    op.name = name;
+    op.phase = phase;
+    op.layer = cur_layer_ < 0 ? graph::kNoIndex : static_cast<std::uint16_t>(cur_layer_);
+    op.microbatch = cur_mb_ < 0 ? graph::kNoIndex : static_cast<std::uint16_t>(cur_mb_);
+    return op;
+  }
+  /// GEMM [m,k]×[k,n]: 2·m·n·k FLOPs, bf16 operands and result through HBM.
+  Op gemm(OpName name, Phase phase, double m, double n, double k) const {
+    Op op = base(OpKind::Gemm, name, phase);
+    op.shape = {static_cast<std::uint32_t>(m), static_cast<std::uint32_t>(n),
+                static_cast<std::uint32_t>(k)};
+    op.flops = 2 * m * n * k;
+    op.mem_bytes = 2 * (m * k + k * n + m * n);
+    return op;
+  }
+  Op memory_bound(OpKind kind, OpName name, Phase phase, double bytes, double flops = 0) const {
+    Op op = base(kind, name, phase);
+    op.mem_bytes = bytes;
+    op.flops = flops;
+    return op;
+  }
+  Op collective(OpKind kind, CommRole role, OpName name, Phase phase, double bytes) const {
+    Op op = base(kind, name, phase);
+    op.role = role;
+    op.stream = stream_of(role);
+    op.comm_bytes = bytes;
+    return op;
+  }
+  /// Adds an op on the main chain: it depends on the previous chain op, and becomes the chain.
+  std::uint32_t chain(const Op& op, std::vector<std::uint32_t> extra = {}) {
+    if (chain_ != kNone) extra.push_back(chain_);
+    chain_ = add_free(op, extra);
+    return chain_;
+  }
+  std::uint32_t add_free(const Op& op, std::vector<std::uint32_t> deps) {
+    std::sort(deps.begin(), deps.end());
+    deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
+    return prog_.add(op, deps);
+  }
+  bool tp_comm() const { return p_.tp() > 1; }
+
+  // ---- data-parallel buckets ----------------------------------------------------------------
+  struct Bucket {
+    double params = 0;
+    std::vector<std::int64_t> layers;  ///< local layers (−1 embedding, −2 output layer)
+  };
+
+  void plan_buckets() {
+    // Parameter groups in backward order: output layer, layers last to first, embedding.
+    const double t = tp_;
+    const double layer = parameters_on_rank(m_, p_, stage_) -
+                         (first_ ? vocab_shard() : 0) - (last_ ? head_params() : 0);
+    std::vector<ParamGroup> groups;
+    (void)t;
+    if (last_ && head_params() > 0) groups.push_back({head_params(), -2});
+    for (std::int64_t l = layers_ - 1; l >= 0; --l)
+      groups.push_back({layer / static_cast<double>(layers_), l});
+    if (first_) groups.push_back({vocab_shard(), -1});
+    // Megatron DDP: buckets of max(4e7, 1e6·DP) parameters when overlapping the reduction, one
+    // bucket otherwise, and one bucket on pipeline stages > 0 (distributed_data_parallel.py).
+    const double bucket = (p_.overlap_grad_reduce && stage_ == 0)
+                              ? std::max(4e7, 1e6 * static_cast<double>(p_.dp()))
+                              : INFINITY;
+    Bucket cur;
+    for (const ParamGroup& g : groups) {
+      cur.params += g.params;
+      cur.layers.push_back(g.layer);
+      if (cur.params >= bucket) {
+        buckets_.push_back(cur);
+        cur = Bucket{};
+      }
+    }
+    if (!cur.layers.empty()) buckets_.push_back(cur);
+  }
+  double vocab_shard() const { return static_cast<double>(m_.padded_vocab(p_.tp())) * h_ / tp_; }
+  double head_params() const {
+    double n = static_cast<double>(m_.hidden_size) * (m_.add_bias_linear ? 2.0 : 1.0);
+    if (m_.untie_embeddings || p_.pp() > 1) n += vocab_shard();
+    return n;
+  }
+
+  // ---- pipeline communication ---------------------------------------------------------------
+  double p2p_bytes() const { return 2 * tokens_ * h_ / seq_shard_; }
+  /// A batched send/recv (Megatron p2p_communication with batch_p2p_sync): blocking.
+  void p2p(bool send, CommRole send_to, bool recv, CommRole recv_from, std::int64_t mb) {
+    if (!send && !recv) return;
+    cur_layer_ = -1;
+    cur_mb_ = mb;
+    Op op = base(OpKind::SendRecv,
+                 send && recv ? OpName::PpSendRecv : (send ? OpName::PpSend : OpName::PpRecv),
+                 Phase::Other);
+    op.stream = Stream::PpComm;
+    op.role = send ? send_to : CommRole::None;
+    op.role2 = recv ? recv_from : CommRole::None;
+    op.comm_bytes = p2p_bytes();
+    chain(op);
+  }
+
+  // ---- forward / backward of one micro-batch ------------------------------------------------
+  void forward(std::int64_t mb) {
+    cur_mb_ = mb;
+    if (first_) embedding_forward();
+    for (std::int64_t l = 0; l < layers_; ++l) layer_forward(l, Phase::Forward, mb == 0);
+    if (last_) head_forward();
+  }
+  void backward(std::int64_t mb) {
+    cur_mb_ = mb;
+    if (last_) head_backward();
+    for (std::int64_t l = layers_ - 1; l >= 0; --l) {
+      if (p_.recompute == Recompute::Full) layer_forward(l, Phase::Recompute, false);
+      layer_backward(l, mb);
+    }
+    if (first_) embedding_backward();
+  }
+
+  void embedding_forward() {
+    cur_layer_ = -1;
+    const double local = tokens_ * h_ / seq_shard_;
+    Op op = memory_bound(OpKind::Embedding, OpName::Embedding, Phase::Forward, 2 * tokens_ * h_);
+    op.mem_alloc = static_cast<std::int64_t>(8 * tokens_ +  // int64 token ids
+                                             (m_.hidden_dropout > 0 ? local : 0));
+    emb_alloc_ = op.mem_alloc;
+    std::vector<std::uint32_t> extra;
+    if (cur_mb_ == 0 && gather_of_.count(-1)) extra.push_back(gather_of_.at(-1));
+    chain(op, extra);
+    // Vocab-parallel lookup: AR of [T, h] (RS with SP) over TP (language_model_embedding.py).
+    if (tp_comm())
+      chain(collective(p_.sequence_parallel ? OpKind::ReduceScatter : OpKind::AllReduce,
+                       CommRole::Tp, p_.sequence_parallel ? OpName::TpReduceScatter
+                                                          : OpName::TpAllReduce,
+                       Phase::Forward, hidden_bytes_));
+  }
+  void embedding_backward() {
+    cur_layer_ = -1;
+    if (tp_comm() && p_.sequence_parallel)
+      chain(collective(OpKind::AllGather, CommRole::Tp, OpName::TpAllGather, Phase::Backward,
+                       hidden_bytes_));
+    // Scatter-add into the fp32 [V/t, h] gradient: read grads, read-modify-write rows.
+    Op op = memory_bound(OpKind::Embedding, OpName::Embedding, Phase::Backward,
+                         2 * tokens_ * h_ + 8 * tokens_ * h_);
+    op.mem_free = emb_alloc_;
+    last_wgrad_[-1] = chain(op);
+  }
+
+  /// Forward of local layer l (also used to recompute it under full recomputation).
+  void layer_forward(std::int64_t l, Phase phase, bool first_microbatch) {
+    cur_layer_ = first_layer_ + l;
+    const double T = tokens_, t = tp_, h = h_;
+    const double q = static_cast<double>(m_.query_width());
+    const double kv = static_cast<double>(m_.kv_width());
+    const double f = static_cast<double>(m_.ffn());
+    const double glu = m_.gated_linear_unit ? 2.0 : 1.0;
+    const double local = T * h / seq_shard_;  // elements of [T, h] held by this rank
+    const bool keep = p_.recompute != Recompute::Full || phase == Phase::Recompute;
+    auto alloc = [&](double bytes) { return keep ? static_cast<std::int64_t>(bytes) : 0; };
+    std::int64_t attn_alloc = 0, mlp_alloc = 0;
+
+    std::vector<std::uint32_t> extra;
+    if (first_microbatch && phase == Phase::Forward && gather_of_.count(l))
+      extra.push_back(gather_of_.at(l));
+    Op norm = memory_bound(OpKind::Norm, OpName::InputNorm, phase, 4 * local, 8 * local);
+    norm.mem_alloc = alloc(4 * local);  // its input and its output (the QKV GEMM input)
+    if (p_.recompute == Recompute::Full && phase == Phase::Forward)
+      norm.mem_alloc = static_cast<std::int64_t>(2 * local);  // only the layer input is kept
+    attn_alloc += norm.mem_alloc;
+    chain(norm, extra);
+    if (tp_comm() && p_.sequence_parallel)
+      chain(collective(OpKind::AllGather, CommRole::Tp, OpName::TpAllGather, phase,
+                       hidden_bytes_));
+    Op qkv = gemm(OpName::QkvGemm, phase, T, (q + 2 * kv) / t, h);
+    qkv.mem_alloc = alloc(2 * T * (q + 2 * kv) / t);
+    attn_alloc += qkv.mem_alloc;
+    chain(qkv);
+    Op rope = memory_bound(OpKind::Elementwise, OpName::Rope, phase, 2 * 2 * T * (q + kv) / t);
+    chain(rope);
+    chain(attention(phase, 1.0, keep ? attention_saved() + 2 * T * q / t : 0, attn_alloc));
+    Op proj = gemm(OpName::OutProjGemm, phase, T, h, q / t);
+    proj.mem_transient = static_cast<std::int64_t>(2 * T * h);
+    chain(proj);
+    if (tp_comm())
+      chain(collective(p_.sequence_parallel ? OpKind::ReduceScatter : OpKind::AllReduce,
+                       CommRole::Tp,
+                       p_.sequence_parallel ? OpName::TpReduceScatter : OpName::TpAllReduce, phase,
+                       hidden_bytes_));
+    Op bda = memory_bound(OpKind::Elementwise, OpName::BiasDropoutAdd, phase, 3 * 2 * local);
+    bda.mem_alloc = alloc(m_.hidden_dropout > 0 ? local : 0);
+    attn_alloc += bda.mem_alloc;
+    chain(bda);
+
+    Op norm2 = memory_bound(OpKind::Norm, OpName::PreMlpNorm, phase, 4 * local, 8 * local);
+    norm2.mem_alloc = alloc(4 * local);
+    mlp_alloc += norm2.mem_alloc;
+    chain(norm2);
+    if (tp_comm() && p_.sequence_parallel)
+      chain(collective(OpKind::AllGather, CommRole::Tp, OpName::TpAllGather, phase,
+                       hidden_bytes_));
+    Op fc1 = gemm(OpName::Fc1Gemm, phase, T, f * glu / t, h);
+    fc1.mem_alloc = alloc(2 * T * f * glu / t);
+    mlp_alloc += fc1.mem_alloc;
+    chain(fc1);
+    // GELU reads and writes [T, f/t]; SwiGLU reads [T, 2f/t] and writes [T, f/t].
+    Op act = memory_bound(OpKind::Elementwise, OpName::Activation, phase,
+                          2 * T * f / t * (glu + 1), 8 * T * f / t);
+    act.mem_alloc = alloc(2 * T * f / t);
+    mlp_alloc += act.mem_alloc;
+    chain(act);
+    Op fc2 = gemm(OpName::Fc2Gemm, phase, T, h, f / t);
+    fc2.mem_transient = static_cast<std::int64_t>(2 * T * h);
+    chain(fc2);
+    if (tp_comm())
+      chain(collective(p_.sequence_parallel ? OpKind::ReduceScatter : OpKind::AllReduce,
+                       CommRole::Tp,
+                       p_.sequence_parallel ? OpName::TpReduceScatter : OpName::TpAllReduce, phase,
+                       hidden_bytes_));
+    Op bda2 = memory_bound(OpKind::Elementwise, OpName::BiasDropoutAdd, phase, 3 * 2 * local);
+    bda2.mem_alloc = alloc(m_.hidden_dropout > 0 ? local : 0);
+    mlp_alloc += bda2.mem_alloc;
+    chain(bda2);
+    if (p_.recompute == Recompute::Full && phase == Phase::Forward) {
+      // Only the layer input stays until this layer's recompute.
+      saved_input_[{l, cur_mb_}] = norm.mem_alloc;
+    } else {
+      layer_saved_[{l, cur_mb_}] = {attn_alloc, mlp_alloc};
+    }
+  }
+
+  /// Bytes core attention keeps for its backward beyond Q, K, V and its output.
+  double attention_saved() const {
+    if (p_.recompute == Recompute::Selective) return 0;  // recomputed in the backward
+    const double a = static_cast<double>(m_.num_attention_heads) / tp_;
+    const double s = static_cast<double>(m_.seq_length);
+    const double b = static_cast<double>(t_.micro_batch_size);
+    if (t_.attention == AttentionBackend::Unfused)
+      return (m_.attention_dropout > 0 ? 5.0 : 2.0) * a * s * s * b;  // Korthikanti §4.1
+    return 4 * b * a * s;  // fp32 log-sum-exp
+  }
+
+  /// Core attention: forward 4·b·s²·q/t FLOPs halved for the causal mask; the backward runs
+  /// 2.5× the forward (flash-attention benchmarks, MODELING §1.1).
+  Op attention(Phase phase, double factor, double saved, std::int64_t& attn_alloc) const {
+    Op op = base(OpKind::Attention, OpName::Attention, phase);
+    const double s = static_cast<double>(m_.seq_length);
+    const double b = static_cast<double>(t_.micro_batch_size);
+    const double heads = static_cast<double>(m_.num_attention_heads) / tp_;
+    const double dh = static_cast<double>(m_.head_dim());
+    const double q = static_cast<double>(m_.query_width());
+    const double kv = static_cast<double>(m_.kv_width());
+    op.shape = {static_cast<std::uint32_t>(b * heads), static_cast<std::uint32_t>(s),
+                static_cast<std::uint32_t>(dh)};
+    op.flops = factor * 0.5 * 4 * b * s * s * q / tp_;
+    op.mem_bytes = factor * 2 * tokens_ * (2 * q + 2 * kv) / tp_;
+    if (t_.attention == AttentionBackend::Unfused)
+      op.mem_bytes += factor * 2 * 2 * b * heads * s * s;  // scores written and read back
+    op.mem_alloc = static_cast<std::int64_t>(saved);
+    attn_alloc += op.mem_alloc;
+    return op;
+  }
+
+  /// Column-parallel linear backward (QKV, FC1): with SP the saved input shard is re-gathered
+  /// asynchronously while dgrad runs, then the input-grad reduce-scatter overlaps wgrad; without
+  /// SP the input-grad all-reduce overlaps wgrad (Megatron
+  /// LinearWithGradAccumulationAndAsyncCommunication.backward, MODELING §1.3).
+  std::uint32_t column_backward(OpName name, double m, double n, double k) {
+    std::uint32_t before = chain_;
+    std::uint32_t gather = kNone;
+    if (tp_comm() && p_.sequence_parallel)
+      gather = add_free(collective(OpKind::AllGather, CommRole::Tp, OpName::TpAllGather,
+                                   Phase::Backward, hidden_bytes_), {before});
+    Op dgrad = gemm(name, Phase::Backward, m, k, n);  // dX = dY·Wᵀ: [T, n]×[n, k]
+    dgrad.mem_transient = static_cast<std::int64_t>(2 * m * k);
+    std::uint32_t dg = add_free(dgrad, {before});
+    std::vector<std::uint32_t> after_dg{dg};
+    if (gather != kNone) after_dg.push_back(gather);
+    std::uint32_t reduce = kNone;
+    if (tp_comm())
+      reduce = add_free(collective(p_.sequence_parallel ? OpKind::ReduceScatter
+                                                        : OpKind::AllReduce,
+                                   CommRole::Tp,
+                                   p_.sequence_parallel ? OpName::TpReduceScatter
+                                                        : OpName::TpAllReduce,
+                                   Phase::Backward, hidden_bytes_), after_dg);
+    Op wgrad = gemm(name, Phase::Backward, k, n, m);  // dW = Xᵀ·dY: [k, T]×[T, n]
+    wgrad.mem_bytes += 8 * k * n;  // fp32 main_grad accumulation (MODELING §1.1)
+    std::uint32_t wg = add_free(wgrad, after_dg);
+    chain_ = wg;
+    if (reduce != kNone) pending_reduce_ = reduce;
+    return wg;
+  }
+  /// Row-parallel linear backward (out-proj, FC2): with SP the output grad is all-gathered first.
+  std::uint32_t row_backward(OpName name, double m, double n, double k) {
+    if (tp_comm() && p_.sequence_parallel)
+      chain(collective(OpKind::AllGather, CommRole::Tp, OpName::TpAllGather, Phase::Backward,
+                       hidden_bytes_));
+    Op dgrad = gemm(name, Phase::Backward, m, k, n);
+    dgrad.mem_transient = static_cast<std::int64_t>(2 * m * k);
+    chain(dgrad);
+    Op wgrad = gemm(name, Phase::Backward, k, n, m);
+    wgrad.mem_bytes += 8 * k * n;
+    return chain(wgrad);
+  }
+  /// The next op on the chain also waits for the overlapped TP reduction, if any.
+  std::vector<std::uint32_t> take_reduce() {
+    std::vector<std::uint32_t> d;
+    if (pending_reduce_ != kNone) d.push_back(pending_reduce_);
+    pending_reduce_ = kNone;
+    return d;
+  }
+
+  void layer_backward(std::int64_t l, std::int64_t mb) {
+    cur_layer_ = first_layer_ + l;
+    cur_mb_ = mb;
+    const double T = tokens_, t = tp_, h = h_;
+    const double q = static_cast<double>(m_.query_width());
+    const double kv = static_cast<double>(m_.kv_width());
+    const double f = static_cast<double>(m_.ffn());
+    const double glu = m_.gated_linear_unit ? 2.0 : 1.0;
+    const double local = T * h / seq_shard_;
+    auto saved = layer_saved_.at({l, mb});
+    std::int64_t input = 0;
+    if (auto it = saved_input_.find({l, mb}); it != saved_input_.end()) input = it->second;
+
+    chain(memory_bound(OpKind::Elementwise, OpName::BiasDropoutAdd, Phase::Backward,
+                       3 * 2 * local));
+    row_backward(OpName::Fc2Gemm, T, h, f / t);
+    chain(memory_bound(OpKind::Elementwise, OpName::Activation, Phase::Backward,
+                       2 * T * f / t * (glu + 2), 8 * T * f / t));
+    std::uint32_t wg = column_backward(OpName::Fc1Gemm, T, f * glu / t, h);
+    Op norm2 = memory_bound(OpKind::Norm, OpName::PreMlpNorm, Phase::Backward, 6 * local,
+                            10 * local);
+    norm2.mem_free = saved.second;
+    chain(norm2, take_reduce());
+
+    chain(memory_bound(OpKind::Elementwise, OpName::BiasDropoutAdd, Phase::Backward,
+                       3 * 2 * local));
+    row_backward(OpName::OutProjGemm, T, h, q / t);
+    if (p_.recompute == Recompute::Selective) {
+      std::int64_t none = 0;
+      chain(attention(Phase::Recompute, 1.0, 0, none));
+    }
+    std::int64_t none = 0;
+    chain(attention(Phase::Backward, 2.5, 0, none));
+    chain(memory_bound(OpKind::Elementwise, OpName::Rope, Phase::Backward,
+                       2 * 2 * T * (q + kv) / t));
+    wg = column_backward(OpName::QkvGemm, T, (q + 2 * kv) / t, h);
+    Op norm = memory_bound(OpKind::Norm, OpName::InputNorm, Phase::Backward, 6 * local,
+                           10 * local);
+    norm.mem_free = saved.first + input;
+    chain(norm, take_reduce());
+    last_wgrad_[l] = chain_;
+    (void)wg;
+  }
+
+  void head_forward() {
+    cur_layer_ = -1;
+    const double T = tokens_, t = tp_, h = h_;
+    const double V = static_cast<double>(m_.padded_vocab(p_.tp()));
+    const double local = T * h / seq_shard_;
+    Op norm = memory_bound(OpKind::Norm, OpName::FinalNorm, Phase::Forward, 4 * local, 8 * local);
+    norm.mem_alloc = static_cast<std::int64_t>(4 * local);
+    head_alloc_ = norm.mem_alloc;
+    std::vector<std::uint32_t> extra;
+    if (cur_mb_ == 0 && gather_of_.count(-2)) extra.push_back(gather_of_.at(-2));
+    chain(norm, extra);
+    if (tp_comm() && p_.sequence_parallel)
+      chain(collective(OpKind::AllGather, CommRole::Tp, OpName::TpAllGather, Phase::Forward,
+                       hidden_bytes_));
+    Op logits = gemm(OpName::LogitsGemm, Phase::Forward, T, V / t, h);
+    logits.mem_transient = static_cast<std::int64_t>(2 * T * V / t);  // bf16 logits
+    chain(logits);
+    // Vocab-parallel cross-entropy: fp32 logits kept for the backward, three all-reduces of T
+    // fp32 values (max, target logit, Σexp) over TP (core/tensor_parallel/cross_entropy.py).
+    Op ce = memory_bound(OpKind::Loss, OpName::CrossEntropy, Phase::Forward, (2 + 4 + 4) * T * V / t,
+                         5 * T * V / t);
+    ce.mem_alloc = static_cast<std::int64_t>(4 * T * V / t);
+    head_alloc_ += ce.mem_alloc;
+    chain(ce);
+    if (tp_comm())
+      for (int i = 0; i < 3; ++i)
+        chain(collective(OpKind::AllReduce, CommRole::Tp, OpName::CeAllReduce, Phase::Forward,
+                         4 * T));
+  }
+  void head_backward() {
+    cur_layer_ = -1;
+    const double T = tokens_, t = tp_, h = h_;
+    const double V = static_cast<double>(m_.padded_vocab(p_.tp()));
+    const double local = T * h / seq_shard_;
+    Op ce = memory_bound(OpKind::Loss, OpName::CrossEntropy, Phase::Backward, (4 + 2) * T * V / t,
+                         2 * T * V / t);
+    chain(ce);
+    Op dgrad = gemm(OpName::LogitsGemm, Phase::Backward, T, h, V / t);
+    chain(dgrad);
+    Op wgrad = gemm(OpName::LogitsGemm, Phase::Backward, V / t, h, T);
+    wgrad.mem_bytes += 8 * V / t * h;
+    chain(wgrad);
+    if (tp_comm() && p_.sequence_parallel)
+      chain(collective(OpKind::ReduceScatter, CommRole::Tp, OpName::TpReduceScatter,
+                       Phase::Backward, hidden_bytes_));
+    Op norm = memory_bound(OpKind::Norm, OpName::FinalNorm, Phase::Backward, 6 * local, 10 * local);
+    norm.mem_free = head_alloc_;
+    last_wgrad_[-2] = chain(norm);
+  }
+
+  // ---- schedules -------------------------------------------------------------------------
+  /// Non-interleaved 1F1B exactly as Megatron's forward_backward_pipelining_without_interleaving
+  /// (MODELING §2.1): warm-up forwards, steady 1F1B, cool-down backwards.
+  void one_f_one_b() {
+    const std::int64_t p = p_.pp(), m = num_mb_, r = stage_;
+    const std::int64_t w = std::min(p - r - 1, m);
+    const bool prev = !first_, next = !last_;
+    for (std::int64_t i = 0; i < w; ++i) {
+      p2p(false, CommRole::None, prev, CommRole::PpPrev, i);
+      forward(i);
+      p2p(next, CommRole::PpNext, false, CommRole::None, i);
+    }
+    if (m > w) p2p(false, CommRole::None, prev, CommRole::PpPrev, w);
+    for (std::int64_t i = 0; i < m - w; ++i) {
+      const bool last_iteration = i == m - w - 1;
+      forward(w + i);
+      p2p(next, CommRole::PpNext, next, CommRole::PpNext, w + i);  // send_forward_recv_backward
+      backward(i);
+      if (last_iteration)
+        p2p(prev, CommRole::PpPrev, false, CommRole::None, i);  // send_backward
+      else
+        p2p(prev, CommRole::PpPrev, prev, CommRole::PpPrev, i);  // send_backward_recv_forward
+    }
+    for (std::int64_t i = 0; i < w; ++i) {
+      p2p(false, CommRole::None, next, CommRole::PpNext, m - w + i);
+      backward(m - w + i);
+      p2p(prev, CommRole::PpPrev, false, CommRole::None, m - w + i);
+    }
+  }
+  /// GPipe: all forwards, then all backwards, each with its own blocking transfers.
+  void gpipe() {
+    const std::int64_t m = num_mb_;
+    for (std::int64_t i = 0; i < m; ++i) {
+      p2p(false, CommRole::None, !first_, CommRole::PpPrev, i);
+      forward(i);
+      p2p(!last_, CommRole::PpNext, false, CommRole::None, i);
+    }
+    for (std::int64_t i = 0; i < m; ++i) {
+      p2p(false, CommRole::None, !last_, CommRole::PpNext, i);
+      backward(i);
+      p2p(!first_, CommRole::PpPrev, false, CommRole::None, i);
+    }
+  }
+
+  /// finalize_model_grads and the optimizer step (MODELING §1.3–1.4, §3.1).
+  void finish_iteration() {
+    cur_layer_ = -1;
+    cur_mb_ = -1;
+    const std::uint32_t end_of_backward = chain_;
+    std::vector<std::uint32_t> reductions;
+    if (p_.dp() > 1) {
+      for (const Bucket& b : buckets_) {
+        std::uint32_t ready = end_of_backward;
+        if (p_.overlap_grad_reduce) {
+          ready = 0;
+          for (std::int64_t l : b.layers) ready = std::max(ready, last_wgrad_.at(l));
+        }
+        // fp32 gradients on the wire (accumulate_allreduce_grads_in_fp32, MODELING §3.1).
+        const bool rs = p_.use_distributed_optimizer;
+        reductions.push_back(add_free(
+            collective(rs ? OpKind::ReduceScatter : OpKind::AllReduce, CommRole::Dp,
+                       rs ? OpName::DpReduceScatter : OpName::DpAllReduce, Phase::Other,
+                       4 * b.params),
+            {ready}));
+      }
+    }
+    // The next op on the chain waits for every reduction (finish_grad_sync).
+    std::vector<std::uint32_t> wait = reductions;
+    // Sequence-parallel norm weights: all-reduced over TP once per iteration.
+    if (tp_comm() && p_.sequence_parallel) {
+      const double norms = static_cast<double>(layers_) * 2 * h_ * (m_.add_bias_linear ? 2 : 1);
+      chain(collective(OpKind::AllReduce, CommRole::Tp, OpName::NormAllReduce, Phase::Other,
+                       4 * norms), std::exchange(wait, {}));
+    }
+    // Tied embeddings across the first and last stage.
+    if (!m_.untie_embeddings && p_.pp() > 1 && (first_ || last_))
+      chain(collective(OpKind::AllReduce, CommRole::Embedding, OpName::EmbAllReduce, Phase::Other,
+                       4 * vocab_shard()), std::exchange(wait, {}));
+    const double shard = parameters_on_rank(m_, p_, stage_) /
+                         (p_.use_distributed_optimizer ? static_cast<double>(p_.dp()) : 1.0);
+    // Adam on the fp32 master shard: read grad, master, m, v (16 B), write master, m, v (12 B)
+    // and the bf16 weight (2 B); ~12 FLOPs per parameter.
+    chain(memory_bound(OpKind::Optimizer, OpName::OptimizerStep, Phase::Optimizer, 30 * shard,
+                       12 * shard), std::exchange(wait, {}));
+    if (p_.use_distributed_optimizer && !p_.overlap_param_gather && p_.dp() > 1) {
+      const std::uint32_t step = chain_;
+      for (auto it = buckets_.rbegin(); it != buckets_.rend(); ++it)
+        add_free(collective(OpKind::AllGather, CommRole::Dp, OpName::DpAllGather, Phase::Other,
+                            2 * it->params),
+                 {step});
+    }
+  }
+
+  const ModelSpec& m_;
+  const ParallelPlan& p_;
+  const TrainingSpec& t_;
+  std::int64_t stage_;
+  graph::RankProgram prog_;
+  bool first_ = false, last_ = false;
+  std::int64_t layers_ = 0, first_layer_ = 0, num_mb_ = 0;
+  double tokens_ = 0, seq_shard_ = 1, tp_ = 1, h_ = 0, hidden_bytes_ = 0;
+  std::uint32_t chain_ = kNone;
+  std::uint32_t pending_reduce_ = kNone;
+  std::int64_t cur_layer_ = -1, cur_mb_ = -1;
+  std::int64_t emb_alloc_ = 0, head_alloc_ = 0;
+  std::vector<Bucket> buckets_;
+  std::map<std::int64_t, std::uint32_t> gather_of_;  ///< local layer → its parameter gather
+  std::map<std::int64_t, std::uint32_t> last_wgrad_;
+  std::map<std::pair<std::int64_t, std::int64_t>, std::pair<std::int64_t, std::int64_t>>
+      layer_saved_;
+  std::map<std::pair<std::int64_t, std::int64_t>, std::int64_t> saved_input_;
+};
+
+}  // namespace
+
+graph::SlicedGraph build_graph(const ModelSpec& model, const ParallelPlan& plan,
+                               const TrainingSpec& training, const std::string& config_text) {
+  SCALESCOPE_EXPECTS(plan.tp() > 0 && plan.pp() > 0 && plan.dp() > 0);
+  SCALESCOPE_EXPECTS(model.num_layers % plan.pp() == 0);
+  SCALESCOPE_EXPECTS(training.num_microbatches(plan.dp()) > 0);
+  const RankLayout lay{plan.tp(), plan.dp(), plan.pp()};
+  graph::SlicedGraph g;
+  g.world_size = lay.world();
+  g.config_text = config_text;
+  for (std::int64_t s = 0; s < plan.pp(); ++s)
+    g.templates.push_back(StageBuilder(model, plan, training, s).build());
+  g.rank_class.resize(g.world_size);
+  g.rank_roles.assign(static_cast<std::size_t>(g.world_size) * graph::kNumRoles, graph::kNoComm);
+  auto set_role = [&](std::uint32_t rank, CommRole role, std::uint32_t comm) {
+    g.rank_roles[static_cast<std::size_t>(rank) * graph::kNumRoles + static_cast<int>(role)] =
+        static_cast<std::int32_t>(comm);
+  };
+  for (std::uint32_t r = 0; r < g.world_size; ++r) g.rank_class[r] = lay.stage_of(r);
+  std::vector<std::uint32_t> members;
+  if (plan.tp() > 1)
+    for (std::int64_t pp = 0; pp < plan.pp(); ++pp)
+      for (std::int64_t dp = 0; dp < plan.dp(); ++dp) {
+        members.clear();
+        for (std::int64_t tp = 0; tp < plan.tp(); ++tp) members.push_back(lay.rank(tp, dp, pp));
+        auto c = g.comms.add(CommKind::TpGroup, members);
+        for (auto r : members) set_role(r, CommRole::Tp, c);
+      }
+  if (plan.dp() > 1)
+    for (std::int64_t pp = 0; pp < plan.pp(); ++pp)
+      for (std::int64_t tp = 0; tp < plan.tp(); ++tp) {
+        members.clear();
+        for (std::int64_t dp = 0; dp < plan.dp(); ++dp) members.push_back(lay.rank(tp, dp, pp));
+        auto c = g.comms.add(CommKind::DpGroup, members);
+        for (auto r : members) set_role(r, CommRole::Dp, c);
+      }
+  for (std::int64_t pp = 0; pp + 1 < plan.pp(); ++pp)
+    for (std::int64_t dp = 0; dp < plan.dp(); ++dp)
+      for (std::int64_t tp = 0; tp < plan.tp(); ++tp) {
+        const auto up = lay.rank(tp, dp, pp), down = lay.rank(tp, dp, pp + 1);
+        auto c = g.comms.add(CommKind::PpPair, {up, down});
+        set_role(up, CommRole::PpNext, c);
+        set_role(down, CommRole::PpPrev, c);
+      }
+  if (!model.untie_embeddings && plan.pp() > 1)
+    for (std::int64_t dp = 0; dp < plan.dp(); ++dp)
+      for (std::int64_t tp = 0; tp < plan.tp(); ++tp) {
+        const auto a = lay.rank(tp, dp, 0), b = lay.rank(tp, dp, plan.pp() - 1);
+        auto c = g.comms.add(CommKind::EmbeddingGroup, {a, b});
+        set_role(a, CommRole::Embedding, c);
+        set_role(b, CommRole::Embedding, c);
+      }
+  graph::validate(g);
+  return g;
+}
+
+}  // namespace scalescope::workload

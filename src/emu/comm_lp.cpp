@@ -1,0 +1,72 @@
+#include "emu/comm_lp.hpp"
+
+#include "core/error.hpp"
+
+namespace scalescope::emu {
+
+namespace {
+graph::Stream stream_of(graph::CommKind k) {
+  switch (k) {
+    case graph::CommKind::TpGroup: return graph::Stream::TpComm;
+    case graph::CommKind::PpPair: return graph::Stream::PpComm;
+    default: return graph::Stream::DpComm;
+  }
+}
+}  // namespace
+
+CommLP::CommLP(std::uint32_t comm, const ModelData& data)
+    : comm_(comm),
+      data_(&data),
+      members_(data.graph->comms.members_begin(comm)),
+      size_(data.graph->comms.num_members(comm)),
+      kind_(data.graph->comms.kind[comm]),
+      shape_(data.cost->shape(members_, members_ + size_)),
+      stream_(static_cast<std::uint8_t>(stream_of(kind_))) {}
+
+SimTime CommLP::duration(const pdes::Event& arrival) const {
+  const EmuMsg& m = arrival.as<EmuMsg>();
+  const graph::Op& op = data_->graph->program_of(arrival.key.src).ops[m.op];
+  if (op.kind != memo_kind_ || op.comm_bytes != memo_bytes_) {
+    memo_kind_ = op.kind;
+    memo_bytes_ = op.comm_bytes;
+    memo_ns_ = op.kind == graph::OpKind::SendRecv
+                   ? data_->cost->p2p(op.comm_bytes, shape_.nodes == 1)
+                   : data_->cost->collective(op.kind, op.comm_bytes, shape_);
+  }
+  return memo_ns_;
+}
+
+void CommLP::forward(pdes::Event& e, pdes::Context& ctx) {
+  EmuMsg& m = e.as<EmuMsg>();
+  SCALESCOPE_EXPECTS(m.kind == MsgKind::Arrive && m.channel < 2);
+  const int ch = m.channel;
+  // Every member issues a communicator's instances in the same order (graph::validate), and a
+  // stream waits for an instance to complete before it issues the next one.
+  SCALESCOPE_EXPECTS(m.instance == expected_[ch]);
+  m.undo_completed = 0;
+  const std::uint32_t needed = kind_ == graph::CommKind::PpPair ? 2 : size_;
+  if (++arrived_[ch] < needed) return;
+  // Events arrive in timestamp order, so the last arrival is the latest: the instance starts now.
+  const SimTime end = ctx.now() + duration(e);
+  EmuMsg done;
+  done.kind = MsgKind::Complete;
+  done.stream = stream_;
+  for (std::uint32_t i = 0; i < size_; ++i)
+    ctx.send(members_[i], end, kPriorityComplete, done);
+  arrived_[ch] = 0;
+  ++expected_[ch];
+  m.undo_completed = 1;
+}
+
+void CommLP::reverse(pdes::Event& e, pdes::Context&) {
+  const EmuMsg& m = e.as<EmuMsg>();
+  const int ch = m.channel;
+  if (m.undo_completed) {
+    --expected_[ch];
+    arrived_[ch] = (kind_ == graph::CommKind::PpPair ? 2 : size_) - 1;
+  } else {
+    --arrived_[ch];
+  }
+}
+
+}  // namespace scalescope::emu

@@ -1,0 +1,49 @@
+#pragma once
+/// One communicator. Collectives: each member sends ARRIVE; when all members of an instance
+/// have arrived, the network model gives its duration and COMPLETE goes to every member.
+/// Pipeline pairs: a transfer is a rendezvous of its sender and receiver on a channel.
+#include <array>
+#include <cstdint>
+
+#include "cost/cost_model.hpp"
+#include "emu/messages.hpp"
+#include "emu/model_data.hpp"
+#include "pdes/logical_process.hpp"
+
+namespace scalescope::emu {
+
+class CommLP final : public pdes::LogicalProcess {
+ public:
+  CommLP(std::uint32_t comm, const ModelData& data);
+
+  void init(pdes::Context&) override {}
+  void forward(pdes::Event& e, pdes::Context& ctx) override;
+  void reverse(pdes::Event& e, pdes::Context& ctx) override;
+  void commit(const pdes::Event&) override {}
+
+  /// True when no instance is half-arrived (checked after a run).
+  bool idle() const { return arrived_[0] == 0 && arrived_[1] == 0; }
+  std::uint32_t instances_completed() const { return expected_[0] + expected_[1]; }
+
+ private:
+  SimTime duration(const pdes::Event& arrival) const;
+
+  std::uint32_t comm_;
+  const ModelData* data_;
+  const std::uint32_t* members_;
+  std::uint32_t size_;
+  graph::CommKind kind_;
+  cost::CommShape shape_;
+  std::uint8_t stream_;
+
+  // Dynamic state (undone by reverse): per channel, the instance awaited and arrivals so far.
+  std::array<std::uint32_t, 2> expected_{};
+  std::array<std::uint32_t, 2> arrived_{};
+
+  // Memo of the last duration asked for; a pure function of its key, so rollback-safe.
+  mutable graph::OpKind memo_kind_ = graph::OpKind::Gemm;
+  mutable double memo_bytes_ = -1;
+  mutable SimTime memo_ns_ = 0;
+};
+
+}  // namespace scalescope::emu

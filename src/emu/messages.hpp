@@ -1,0 +1,37 @@
+#pragma once
+/// The messages RankLP and CommLP exchange, and the undo state their handlers keep in them.
+#include <array>
+#include <cstdint>
+
+#include "graph/op.hpp"
+
+namespace scalescope::emu {
+
+enum class MsgKind : std::uint8_t { Start, Arrive, Complete, OpDone };
+
+/// Kind priorities in the event order: completions before new arrivals at the same instant.
+inline constexpr std::uint32_t kPriorityComplete = 0;
+inline constexpr std::uint32_t kPriorityOpDone = 1;
+inline constexpr std::uint32_t kPriorityArrive = 2;
+inline constexpr std::uint32_t kPriorityStart = 3;
+
+/// Channels of a communicator: collectives use 0; a pipeline pair uses 0 for transfers from the
+/// upstream stage to the downstream one and 1 for the other direction.
+inline constexpr std::uint8_t kChannelDown = 0;
+inline constexpr std::uint8_t kChannelUp = 1;
+
+struct EmuMsg {
+  MsgKind kind = MsgKind::Start;
+  std::uint8_t stream = 0;    ///< Complete / OpDone: the stream whose head op it finishes
+  std::uint8_t channel = 0;   ///< Arrive: communicator channel
+  std::uint8_t undo_issued = 0;     ///< RankLP: issued-stream bitmask before forward
+  std::uint32_t op = 0;       ///< Arrive: the sender's op index in its template
+  std::uint32_t instance = 0; ///< Arrive: instance number of the op on that channel
+  std::uint8_t undo_completed = 0;  ///< CommLP: forward completed an instance
+  std::array<std::uint8_t, graph::kNumStreams> undo_outstanding{};
+  std::array<std::uint32_t, graph::kNumStreams> undo_cursor{};
+  std::array<std::uint16_t, graph::kNumStreams> done{};  ///< ops finished by this event
+};
+static_assert(sizeof(EmuMsg) <= 64);
+
+}  // namespace scalescope::emu

@@ -1,0 +1,37 @@
+#pragma once
+/// The sequential engine: one event list in key order; every event is committed as soon as it
+/// is processed. The reference every other engine must match bit for bit.
+#include <cstdint>
+#include <vector>
+
+#include "pdes/event_pool.hpp"
+#include "pdes/event_queue.hpp"
+#include "pdes/logical_process.hpp"
+
+namespace scalescope::pdes {
+
+struct EngineStats {
+  std::uint64_t events_processed = 0;
+  std::uint64_t events_committed = 0;
+  SimTime end_time = 0;   ///< time of the last committed event
+  double wall_s = 0;
+};
+
+class SequentialEngine final : private Context {
+ public:
+  /// `lps[i]` is LP id i; the engine does not own them.
+  explicit SequentialEngine(std::vector<LogicalProcess*> lps);
+
+  /// Runs until no event is left or the next one is later than `end`.
+  EngineStats run(SimTime end = kTimeInfinity);
+
+ private:
+  Event& schedule(LpId dst, SimTime t, std::uint32_t priority) override;
+
+  std::vector<LogicalProcess*> lps_;
+  std::vector<std::uint64_t> next_seq_;  ///< per source LP
+  EventPool pool_;
+  BinaryHeapQueue queue_;
+};
+
+}  // namespace scalescope::pdes

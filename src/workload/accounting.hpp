@@ -1,0 +1,36 @@
+#pragma once
+/// Closed-form accounting of a dense transformer: parameters, model FLOPs, static memory and
+/// activation bytes. Each formula names its source; docs/model.md derives them.
+#include <cstdint>
+
+#include "workload/model_spec.hpp"
+#include "workload/parallel_plan.hpp"
+
+namespace scalescope::workload {
+
+/// Parameters of one transformer layer, whole (not sharded).
+double layer_parameters(const ModelSpec& m);
+/// Parameters of the whole model: layers, final norm, word embedding, output layer if untied.
+/// Uses the unpadded vocabulary, as published counts do.
+double total_parameters(const ModelSpec& m);
+
+/// Parameters held by one rank of pipeline stage `stage`: its layers' linear weights sharded by
+/// TP, norms and row-parallel biases replicated, the padded embedding shard on the first stage,
+/// the output layer (or the tied embedding's copy when PP > 1) on the last.
+double parameters_on_rank(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage);
+
+/// Weights + gradients + optimizer state of one rank (MODELING §3.2, Megatron
+/// dist_optimizer.md): bf16/fp16 weights 2 B, fp32 main grads 4 B, fp32 master + Adam m, v 12 B,
+/// the last sharded over DP by the distributed optimizer: (6 + 12/DP) or 18 bytes per parameter.
+std::int64_t static_memory_bytes(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage);
+
+/// Activation bytes one transformer layer keeps for its backward, per micro-batch, per rank
+/// (Korthikanti et al. 2022, §4, generalised to SwiGLU, GQA and flash attention; docs/model.md).
+std::int64_t activation_bytes_per_layer(const ModelSpec& m, const ParallelPlan& p,
+                                        const TrainingSpec& t);
+
+/// Model FLOPs of one iteration as Megatron-LM counts them
+/// (megatron/training/training.py::num_floating_point_operations, core_v0.16+, causal κ = 6).
+double model_flops_per_iteration(const ModelSpec& m, const TrainingSpec& t, std::int64_t tp);
+
+}  // namespace scalescope::workload

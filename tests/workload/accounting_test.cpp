@@ -1,0 +1,137 @@
+#include "workload/accounting.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace scalescope::workload {
+namespace {
+
+ModelSpec llama3_8b() {
+  ModelSpec m;
+  m.num_layers = 32;
+  m.hidden_size = 4096;
+  m.ffn_hidden_size = 14336;
+  m.num_attention_heads = 32;
+  m.num_query_groups = 8;
+  m.vocab_size = 128256;
+  m.seq_length = 8192;
+  m.gated_linear_unit = true;
+  m.untie_embeddings = true;
+  m.add_bias_linear = false;
+  return m;
+}
+
+ModelSpec llama3_70b() {
+  ModelSpec m = llama3_8b();
+  m.num_layers = 80;
+  m.hidden_size = 8192;
+  m.ffn_hidden_size = 28672;
+  m.num_attention_heads = 64;
+  return m;
+}
+
+/// GPT-style layer as Korthikanti et al. analyse it: MHA, f = 4h, GELU, dropout 0.1.
+ModelSpec gpt_like() {
+  ModelSpec m;
+  m.num_layers = 8;
+  m.hidden_size = 2048;
+  m.num_attention_heads = 16;
+  m.vocab_size = 50257;
+  m.seq_length = 2048;
+  m.hidden_dropout = 0.1;
+  m.attention_dropout = 0.1;
+  return m;
+}
+
+TEST(Accounting, Llama3ParameterCountsMatchPublished) {
+  // Published: Llama-3-8B has 8.03 B parameters, Llama-3-70B 70.6 B (Meta model cards).
+  // 8B by hand: embedding and untied output 2·128256·4096 = 1.0507e9; per layer
+  // 4096·(4096 + 2·1024) + 4096² + 3·4096·14336 + 2·4096 = 218.11e6, × 32 = 6.9795e9; + norm 4096
+  // → 8.030e9.
+  EXPECT_NEAR(total_parameters(llama3_8b()) / 8.03e9, 1.0, 0.005);
+  EXPECT_NEAR(total_parameters(llama3_70b()) / 70.6e9, 1.0, 0.005);
+}
+
+TEST(Accounting, ActivationsWithoutRecomputationMatchKorthikanti) {
+  // Korthikanti et al. 2022 eq. (1): s·b·h·(34 + 5·a·s/h) bytes per layer, no parallelism.
+  ModelSpec m = gpt_like();
+  ParallelPlan p;
+  p.data_parallel_size = 1;
+  TrainingSpec t;
+  t.micro_batch_size = 2;
+  t.attention = AttentionBackend::Unfused;
+  const double s = 2048, b = 2, h = 2048, a = 16;
+  EXPECT_EQ(activation_bytes_per_layer(m, p, t),
+            static_cast<std::int64_t>(s * b * h * (34 + 5 * a * s / h)));
+}
+
+TEST(Accounting, ActivationsWithTpSpSelectiveMatchKorthikanti) {
+  // Korthikanti et al. 2022 Table 2: TP + SP + selective recomputation keeps 34·s·b·h/t.
+  ModelSpec m = gpt_like();
+  ParallelPlan p;
+  p.tensor_model_parallel_size = 8;
+  p.data_parallel_size = 1;
+  p.sequence_parallel = true;
+  p.recompute = Recompute::Selective;
+  TrainingSpec t;
+  t.micro_batch_size = 1;
+  for (auto backend : {AttentionBackend::Unfused, AttentionBackend::Flash}) {
+    t.attention = backend;
+    EXPECT_EQ(activation_bytes_per_layer(m, p, t), 34LL * 2048 * 1 * 2048 / 8);
+  }
+  // TP without SP, selective: s·b·h·(10 + 24/t).
+  p.sequence_parallel = false;
+  EXPECT_EQ(activation_bytes_per_layer(m, p, t), 2048LL * 2048 * (10 + 24 / 8));
+  // Full recomputation keeps only the layer input, 2·s·b·h.
+  p.recompute = Recompute::Full;
+  EXPECT_EQ(activation_bytes_per_layer(m, p, t), 2LL * 2048 * 2048);
+}
+
+TEST(Accounting, DistributedOptimizerStaticMemory) {
+  // Derivation: bf16 weights 2 B + fp32 main grads 4 B + (fp32 master, Adam m, v) 12 B sharded
+  // over DP → (2 + 4 + 12/DP) bytes per parameter held by the rank; without the distributed
+  // optimizer 18 B. The rank holds its TP shard of its stage's layers, so summed over TP ranks
+  // and stages it is the model's parameters plus the TP-replicated norms and the padded vocab.
+  ModelSpec m = llama3_8b();
+  ParallelPlan p;
+  p.tensor_model_parallel_size = 4;
+  p.pipeline_model_parallel_size = 4;
+  p.data_parallel_size = 8;
+  p.use_distributed_optimizer = true;
+  double sum = 0;
+  for (std::int64_t stage = 0; stage < 4; ++stage) {
+    const double n = parameters_on_rank(m, p, stage);
+    EXPECT_EQ(static_memory_bytes(m, p, stage),
+              static_cast<std::int64_t>(std::ceil(n * (2 + 4 + 12.0 / 8))));
+    sum += n * 4;
+  }
+  // Replicated norms: 2 per layer + final, (t − 1) extra copies of h each; padded vocab
+  // 128256 → 128512 (multiple of 128·4) on both embedding and output layer.
+  const double extra = 3.0 * (2 * 32 + 1) * 4096 + 2.0 * (128512 - 128256) * 4096;
+  EXPECT_DOUBLE_EQ(sum, total_parameters(m) + extra);
+  p.use_distributed_optimizer = false;
+  EXPECT_EQ(static_memory_bytes(m, p, 1),
+            static_cast<std::int64_t>(std::ceil(parameters_on_rank(m, p, 1) * 18)));
+}
+
+TEST(Accounting, ModelFlopsMatchMegatronFormula) {
+  // GPT-3 175B, B = 1536, s = 2048: 6·B·s·[L·(4h²) + L·h·4h·2 + h·V] + 6·B·s²·h·L with
+  // V = 51200 (50257 padded to 128·8). Sanity: ≈ 6 · 175e9 parameters · B·s tokens = 3.30e18
+  // plus the attention term 6·B·s²·h·L = 4.6e16.
+  ModelSpec m;
+  m.num_layers = 96;
+  m.hidden_size = 12288;
+  m.num_attention_heads = 96;
+  m.vocab_size = 50257;
+  m.seq_length = 2048;
+  TrainingSpec t;
+  t.global_batch_size = 1536;
+  const double B = 1536, s = 2048, L = 96, h = 12288, V = 51200;
+  const double expected = 6 * B * s * (L * 4 * h * h + L * h * 4 * h * 2 + h * V) + 6 * B * s * s * h * L;
+  EXPECT_DOUBLE_EQ(model_flops_per_iteration(m, t, 8), expected);
+  EXPECT_NEAR(expected / (6 * 175e9 * B * s + 6 * B * s * s * h * L), 1.0, 0.02);
+}
+
+}  // namespace
+}  // namespace scalescope::workload

@@ -1,0 +1,138 @@
+#include "workload/transformer_builder.hpp"
+
+#include <gtest/gtest.h>
+
+#include "core/error.hpp"
+#include "workload/accounting.hpp"
+
+namespace scalescope::workload {
+namespace {
+
+struct Job {
+  ModelSpec m;
+  ParallelPlan p;
+  TrainingSpec t;
+};
+
+Job small(std::int64_t tp, std::int64_t pp, std::int64_t dp) {
+  Job s;
+  s.m.num_layers = 4;
+  s.m.hidden_size = 1024;
+  s.m.ffn_hidden_size = 3584;
+  s.m.num_attention_heads = 16;
+  s.m.num_query_groups = 4;
+  s.m.vocab_size = 32000;
+  s.m.seq_length = 1024;
+  s.m.gated_linear_unit = true;
+  s.m.untie_embeddings = false;
+  s.m.add_bias_linear = false;
+  s.p.tensor_model_parallel_size = tp;
+  s.p.pipeline_model_parallel_size = pp;
+  s.p.data_parallel_size = dp;
+  s.p.sequence_parallel = tp > 1;
+  s.p.use_distributed_optimizer = true;
+  s.p.overlap_grad_reduce = true;
+  s.t.micro_batch_size = 1;
+  s.t.global_batch_size = 8 * dp;
+  return s;
+}
+
+TEST(TransformerBuilder, OneTemplatePerStageAndMegatronRankOrder) {
+  Job s = small(2, 2, 4);
+  graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
+  EXPECT_EQ(g.world_size, 16u);
+  ASSERT_EQ(g.templates.size(), 2u);
+  // Rank = tp + 2·(dp + 4·pp): ranks 0–7 are stage 0, 8–15 stage 1.
+  for (std::uint32_t r = 0; r < 16; ++r) EXPECT_EQ(g.rank_class[r], r / 8);
+  // Communicators: 8 TP pairs, 4 DP groups (tp × pp), 8 PP pairs, 8 tied-embedding pairs.
+  EXPECT_EQ(g.comms.size(), 8u + 4u + 8u + 8u);
+  // Rank 5 = (tp 1, dp 2, pp 0): its TP group is {4, 5}, DP group {1, 3, 5, 7}, next stage 13.
+  auto tp = static_cast<std::uint32_t>(g.comm_of(5, graph::CommRole::Tp));
+  EXPECT_EQ(std::vector<std::uint32_t>(g.comms.members_begin(tp), g.comms.members_end(tp)),
+            (std::vector<std::uint32_t>{4, 5}));
+  auto dp = static_cast<std::uint32_t>(g.comm_of(5, graph::CommRole::Dp));
+  EXPECT_EQ(std::vector<std::uint32_t>(g.comms.members_begin(dp), g.comms.members_end(dp)),
+            (std::vector<std::uint32_t>{1, 3, 5, 7}));
+  auto pp = static_cast<std::uint32_t>(g.comm_of(5, graph::CommRole::PpNext));
+  EXPECT_EQ(std::vector<std::uint32_t>(g.comms.members_begin(pp), g.comms.members_end(pp)),
+            (std::vector<std::uint32_t>{5, 13}));
+  EXPECT_EQ(g.comm_of(5, graph::CommRole::PpPrev), graph::kNoComm);
+}
+
+TEST(TransformerBuilder, ForwardAllocationsOfALayerEqualTheClosedForm) {
+  for (auto recompute : {Recompute::None, Recompute::Selective}) {
+    Job s = small(4, 2, 1);
+    s.p.recompute = recompute;
+    graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
+    std::int64_t sum = 0;
+    for (const graph::Op& op : g.templates[0].ops)
+      if (op.layer == 0 && op.microbatch == 0 && op.phase == graph::Phase::Forward)
+        sum += op.mem_alloc;
+    EXPECT_EQ(sum, activation_bytes_per_layer(s.m, s.p, s.t));
+  }
+}
+
+TEST(TransformerBuilder, OneFOneBStageZeroHoldsPipelineDepthMicrobatches) {
+  // Rank r of a 1F1B pipeline holds min(p − r, m) micro-batches of activations (MODELING §2.1),
+  // so stage 0's peak is at least static + p · (L/p) · per-layer activations.
+  Job s = small(1, 4, 1);
+  s.m.num_layers = 8;
+  graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
+  std::int64_t live = g.templates[0].static_memory, peak = live;
+  for (const graph::Op& op : g.templates[0].ops) {
+    live += op.mem_alloc;
+    peak = std::max(peak, live);
+    live -= op.mem_free;
+  }
+  EXPECT_EQ(live, g.templates[0].static_memory);  // every activation is freed again
+  const std::int64_t layer = activation_bytes_per_layer(s.m, s.p, s.t);
+  const std::int64_t held = peak - g.templates[0].static_memory;
+  EXPECT_GE(held, 4 * 2 * layer);
+  EXPECT_LT(held, 5 * 2 * layer);  // not a fifth micro-batch
+}
+
+TEST(TransformerBuilder, GraphsValidateForEveryOption) {
+  for (auto sched : {Schedule::OneFOneB, Schedule::GPipe})
+    for (auto rc : {Recompute::None, Recompute::Selective, Recompute::Full})
+      for (bool dist : {false, true})
+        for (bool overlap : {false, true}) {
+          Job s = small(2, 2, 2);
+          s.p.schedule = sched;
+          s.p.recompute = rc;
+          s.p.use_distributed_optimizer = dist;
+          s.p.overlap_grad_reduce = overlap;
+          s.p.overlap_param_gather = overlap;
+          EXPECT_NO_THROW(build_graph(s.m, s.p, s.t));
+        }
+}
+
+TEST(GraphValidate, RejectsUnmatchedPointToPoint) {
+  Job s = small(1, 2, 1);
+  graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
+  // Drop the receive part of stage 1's first receive: stage 0's sends are left unmatched.
+  for (graph::Op& op : g.templates[1].ops)
+    if (op.kind == graph::OpKind::SendRecv && op.role2 == graph::CommRole::PpPrev) {
+      op.role2 = graph::CommRole::None;
+      op.role = op.role == graph::CommRole::None ? graph::CommRole::PpPrev : op.role;
+      break;
+    }
+  g.templates[1].finalize();
+  EXPECT_THROW(graph::validate(g), InputError);
+}
+
+TEST(GraphValidate, RejectsInconsistentCollectives) {
+  Job s = small(2, 1, 2);
+  graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
+  // Give rank 1 its own template whose first TP collective moves a different size.
+  g.templates.push_back(g.templates[0]);
+  for (graph::Op& op : g.templates[1].ops)
+    if (op.role == graph::CommRole::Tp) {
+      op.comm_bytes *= 2;
+      break;
+    }
+  g.rank_class[1] = 1;
+  EXPECT_THROW(graph::validate(g), InputError);
+}
+
+}  // namespace
+}  // namespace scalescope::workload
