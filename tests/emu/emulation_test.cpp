@@ -1,0 +1,179 @@
+#include "emu/emulation.hpp"
+
+#include <gtest/gtest.h>
+
+#include "workload/transformer_builder.hpp"
+
+namespace scalescope::emu {
+namespace {
+
+using workload::ModelSpec;
+using workload::ParallelPlan;
+using workload::TrainingSpec;
+
+struct Job {
+  ModelSpec m;
+  ParallelPlan p;
+  TrainingSpec t;
+};
+
+Job pipeline_job(std::int64_t pp, std::int64_t microbatches, workload::Schedule schedule) {
+  Job j;
+  j.m.num_layers = 2 * pp;
+  j.m.hidden_size = 512;
+  j.m.num_attention_heads = 8;
+  j.m.vocab_size = 1000;
+  j.m.seq_length = 256;
+  j.p.pipeline_model_parallel_size = pp;
+  j.p.data_parallel_size = 1;
+  j.p.schedule = schedule;
+  j.t.micro_batch_size = 1;
+  j.t.global_batch_size = microbatches;
+  return j;
+}
+
+/// Costs for the closed-form checks: every transformer-layer op costs 1 µs in the forward and
+/// 2 µs in the backward; embedding, head, optimizer and all communication cost nothing.
+Costs uniform_layer_costs() {
+  Costs c;
+  c.compute = [](const graph::Op& op) -> SimTime {
+    if (op.layer == graph::kNoIndex) return 0;
+    return op.phase == graph::Phase::Forward ? 1000 : 2000;
+  };
+  c.collective = [](graph::OpKind, double, const cost::CommShape&) -> SimTime { return 0; };
+  c.p2p = [](double, bool) -> SimTime { return 0; };
+  c.shape = [](const std::uint32_t* b, const std::uint32_t* e) {
+    return cost::CommShape{static_cast<std::uint32_t>(e - b), 1, static_cast<std::uint32_t>(e - b)};
+  };
+  c.gpu = "test";
+  c.peak_flops = 1e12;
+  return c;
+}
+
+/// Per-stage forward and backward time of one micro-batch under uniform_layer_costs().
+std::pair<SimTime, SimTime> stage_times(const graph::RankProgram& p, const Costs& c) {
+  SimTime f = 0, b = 0;
+  for (const graph::Op& op : p.ops)
+    if (op.microbatch == 0 && !graph::is_communication(op.kind))
+      (op.phase == graph::Phase::Forward ? f : b) += c.compute(op);
+  return {f, b};
+}
+
+class PipelineClosedForm
+    : public ::testing::TestWithParam<std::tuple<int, int, workload::Schedule>> {};
+
+TEST_P(PipelineClosedForm, IterationTimeIsMPlusPMinusOneTimesStageTime) {
+  // With p uniform stages, m micro-batches and free communication, both 1F1B and GPipe take
+  // (m + p − 1)·(t_f + t_b): the first micro-batch needs p·t_f to reach the last stage, the
+  // last stage then is busy for m·(t_f + t_b) minus the t_f already counted, and the last
+  // gradient needs (p − 1)·t_b to get back (Narayanan et al. SC'21 §2.2).
+  auto [p, m, schedule] = GetParam();
+  Job j = pipeline_job(p, m, schedule);
+  graph::SlicedGraph g = workload::build_graph(j.m, j.p, j.t);
+  Costs c = uniform_layer_costs();
+  auto [tf, tb] = stage_times(g.templates[0], c);
+  ASSERT_EQ(stage_times(g.templates.back(), c), std::make_pair(tf, tb));  // uniform stages
+  RunResults r = emulate(g, c, EmulationOptions{});
+  EXPECT_EQ(r.summary.iteration_time, (m + p - 1) * (tf + tb));
+  // The bubble shows up as pipeline wait: (p − 1)·(t_f + t_b) on every stage.
+  EXPECT_EQ(r.ranks[0].exposed_pp + r.ranks[0].other_wait, (p - 1) * (tf + tb));
+  EXPECT_EQ(r.ranks[0].compute, m * (tf + tb));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Schedules, PipelineClosedForm,
+    ::testing::Values(std::make_tuple(2, 2, workload::Schedule::OneFOneB),
+                      std::make_tuple(4, 8, workload::Schedule::OneFOneB),
+                      std::make_tuple(4, 3, workload::Schedule::OneFOneB),
+                      std::make_tuple(8, 16, workload::Schedule::OneFOneB),
+                      std::make_tuple(4, 8, workload::Schedule::GPipe),
+                      std::make_tuple(3, 5, workload::Schedule::GPipe)));
+
+/// A realistic mix: TP with SP, PP, DP with overlapped reduce-scatter, size-dependent costs.
+Costs synthetic_costs() {
+  Costs c = uniform_layer_costs();
+  c.compute = [](const graph::Op& op) -> SimTime {
+    return 500 + static_cast<SimTime>(op.flops / 1e5 + op.mem_bytes / 1e3);
+  };
+  c.collective = [](graph::OpKind k, double bytes, const cost::CommShape& s) -> SimTime {
+    return 3000 + static_cast<SimTime>(bytes / 5e2) * (k == graph::OpKind::AllReduce ? 2 : 1) *
+                      s.nodes;
+  };
+  c.p2p = [](double bytes, bool same) -> SimTime {
+    return 2000 + static_cast<SimTime>(bytes / (same ? 2e3 : 5e2));
+  };
+  c.shape = [](const std::uint32_t* b, const std::uint32_t* e) {
+    const auto n = static_cast<std::uint32_t>(e - b);
+    return cost::CommShape{n, (b[n - 1] / 4) - (b[0] / 4) + 1, std::min(n, 4u)};
+  };
+  return c;
+}
+
+Job mixed_job() {
+  Job j = pipeline_job(2, 6, workload::Schedule::OneFOneB);
+  j.m.num_query_groups = 4;
+  j.m.gated_linear_unit = true;
+  j.p.tensor_model_parallel_size = 2;
+  j.p.data_parallel_size = 2;
+  j.p.sequence_parallel = true;
+  j.p.use_distributed_optimizer = true;
+  j.p.overlap_grad_reduce = true;
+  j.t.global_batch_size = 12;
+  return j;
+}
+
+TEST(Emulation, CoalescedLocalOpsGiveTheSameResultsAsOpByOpReplay) {
+  Job j = mixed_job();
+  graph::SlicedGraph g = workload::build_graph(j.m, j.p, j.t);
+  Costs c = synthetic_costs();
+  EmulationOptions coalesced{true, {0, 7}};
+  EmulationOptions op_by_op{false, {0, 7}};
+  RunResults a = emulate(g, c, coalesced);
+  RunResults b = emulate(g, c, op_by_op);
+  EXPECT_EQ(a.summary.iteration_time, b.summary.iteration_time);
+  ASSERT_EQ(a.ranks.size(), b.ranks.size());
+  for (std::size_t r = 0; r < a.ranks.size(); ++r) {
+    EXPECT_EQ(a.ranks[r].finish, b.ranks[r].finish) << r;
+    EXPECT_EQ(a.ranks[r].compute, b.ranks[r].compute) << r;
+    EXPECT_EQ(a.ranks[r].exposed_tp, b.ranks[r].exposed_tp) << r;
+    EXPECT_EQ(a.ranks[r].exposed_pp, b.ranks[r].exposed_pp) << r;
+    EXPECT_EQ(a.ranks[r].exposed_dp, b.ranks[r].exposed_dp) << r;
+  }
+  for (std::uint32_t r : {0u, 7u}) {
+    ASSERT_EQ(a.timelines[r].size(), b.timelines[r].size());
+    for (std::size_t i = 0; i < a.timelines[r].size(); ++i) {
+      EXPECT_EQ(a.timelines[r][i].start, b.timelines[r][i].start);
+      EXPECT_EQ(a.timelines[r][i].end, b.timelines[r][i].end);
+    }
+  }
+  // Coalescing removes one event per compute op.
+  EXPECT_LT(a.engine.events_committed, b.engine.events_committed);
+}
+
+TEST(Emulation, TimeBreakdownAddsUpAndEveryTracedOpIsRecorded) {
+  Job j = mixed_job();
+  graph::SlicedGraph g = workload::build_graph(j.m, j.p, j.t);
+  RunResults r = emulate(g, synthetic_costs(), EmulationOptions{true, {0, 7}});
+  for (const RankResult& x : r.ranks)
+    EXPECT_EQ(x.finish, x.compute + x.exposed_tp + x.exposed_pp + x.exposed_dp + x.other_wait);
+  EXPECT_EQ(r.timelines[0].size(), g.templates[0].size());
+  EXPECT_EQ(r.timelines[7].size(), g.templates[1].size());
+  for (const TimelineRecord& t : r.timelines[0]) EXPECT_LE(t.start, t.end);
+  // TP communication is exposed (SP collectives sit on the critical path), and so is DP.
+  EXPECT_GT(r.ranks[0].exposed_tp, 0);
+  // Ranks of one class in a symmetric job finish together.
+  EXPECT_EQ(r.ranks[0].finish, r.ranks[1].finish);
+  EXPECT_EQ(r.summary.peak_memory_bytes, std::max(r.ranks[0].peak_memory, r.ranks[7].peak_memory));
+}
+
+TEST(Emulation, ResultsAreDeterministic) {
+  Job j = mixed_job();
+  graph::SlicedGraph g = workload::build_graph(j.m, j.p, j.t);
+  RunResults a = emulate(g, synthetic_costs(), EmulationOptions{true, {3}});
+  RunResults b = emulate(g, synthetic_costs(), EmulationOptions{true, {3}});
+  EXPECT_EQ(a.engine.events_committed, b.engine.events_committed);
+  for (std::size_t r = 0; r < a.ranks.size(); ++r) EXPECT_EQ(a.ranks[r].finish, b.ranks[r].finish);
+}
+
+}  // namespace
+}  // namespace scalescope::emu
