@@ -1,0 +1,149 @@
+// CostModel: validates the cluster and turns ops into integer nanoseconds
+// (docs/cost-model.md).
+#include "cost/cost_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.hpp"
+#include "core/units.hpp"
+#include "cost/compute_model.hpp"
+
+namespace scalescope::cost {
+namespace {
+
+GpuArch arch_of(const GpuSpec& gpu) {
+  const std::string& n = gpu.name;
+  if (n.rfind("A100", 0) == 0) return GpuArch::Ampere;
+  if (n.rfind("H100", 0) == 0 || n.rfind("H200", 0) == 0) return GpuArch::Hopper;
+  return GpuArch::Blackwell;
+}
+
+// The DGX reference host of each GPU: DGX A100 uses AMD EPYC (as does Azure ND A100 v4, the
+// validation system), DGX H100/H200/B200 use Intel Xeon (unverified here).
+CpuVendor default_cpu(GpuArch arch) {
+  return arch == GpuArch::Ampere ? CpuVendor::Amd : CpuVendor::Intel;
+}
+
+void require_positive(double v, const char* key) {
+  if (!(v > 0) || !std::isfinite(v)) throw_input("cluster.{} must be > 0, got {}", key, v);
+}
+
+void require_non_negative(double v, const char* key) {
+  if (!(v >= 0) || !std::isfinite(v)) throw_input("cluster.{} must be >= 0, got {}", key, v);
+}
+
+const GpuSpec& checked_gpu(const ClusterSpec& c) {
+  try {
+    return find_gpu(c.gpu);
+  } catch (const InputError& e) {
+    throw_input("cluster.gpu: {}", e.what());
+  }
+}
+
+}  // namespace
+
+CostModel::CostModel(const ClusterSpec& cluster) : CostModel(cluster, NetworkOptions{}) {}
+
+CostModel::CostModel(const ClusterSpec& cluster, const NetworkOptions& network)
+    : cluster_(cluster), gpu_(&checked_gpu(cluster)), network_(network) {
+  if (cluster_.gpus_per_node < 1)
+    throw_input("cluster.gpus_per_node must be >= 1, got {}", cluster_.gpus_per_node);
+  if (cluster_.num_gpus < 0)
+    throw_input("cluster.num_gpus must be >= 0, got {}", cluster_.num_gpus);
+  if (cluster_.nics_per_node < 0)
+    throw_input("cluster.nics_per_node must be >= 0, got {}", cluster_.nics_per_node);
+  require_positive(cluster_.nvlink_bandwidth_GBps, "nvlink_bandwidth_GBps");
+  require_positive(cluster_.nic_bandwidth_Gbps, "nic_bandwidth_Gbps");
+  require_non_negative(cluster_.nvlink_latency_us, "nvlink_latency_us");
+  require_non_negative(cluster_.nic_latency_us, "nic_latency_us");
+  SCALESCOPE_EXPECTS(network_.nvlink_efficiency > 0 && network_.nic_efficiency > 0);
+  SCALESCOPE_EXPECTS(network_.p2p_nvlink_efficiency > 0 && network_.p2p_nic_efficiency > 0);
+  arch_ = arch_of(*gpu_);
+  cpu_ = network_.cpu.value_or(default_cpu(arch_));
+}
+
+SimTime CostModel::compute_ns(const graph::Op& op) const {
+  return seconds_to_ns(compute_seconds(*gpu_, op));
+}
+
+double CostModel::bus_bandwidth_GBps(const CommShape& shape) const {
+  const double intra = cluster_.nvlink_bandwidth_GBps * network_.nvlink_efficiency;
+  if (shape.nodes <= 1) return intra;
+  if (cluster_.nics_per_node < 1)
+    throw_input("cluster.nics_per_node is 0, but a communicator spans {} nodes", shape.nodes);
+  // Rail model: each GPU owns nics_per_node / gpus_per_node NICs; the communicator's members on
+  // a node use theirs, concurrent communicators (other TP ranks' DP groups) use the others.
+  const double share = std::min(
+      1.0, static_cast<double>(shape.ranks_per_node) / static_cast<double>(cluster_.gpus_per_node));
+  const double nics = static_cast<double>(cluster_.nics_per_node) * share;
+  const double inter = cluster_.nic_bandwidth_Gbps / 8.0 * nics * network_.nic_efficiency;
+  return std::min(intra, inter);
+}
+
+NcclEstimate CostModel::collective_estimate(graph::OpKind kind, double bytes,
+                                            const CommShape& shape,
+                                            const NcclFilter& filter) const {
+  SCALESCOPE_EXPECTS(graph::is_collective(kind));
+  SCALESCOPE_EXPECTS(shape.ranks >= 2 && shape.nodes >= 1 && shape.ranks_per_node >= 1);
+  SCALESCOPE_EXPECTS(shape.nodes <= shape.ranks &&
+                     shape.ranks <= std::uint64_t{shape.nodes} * shape.ranks_per_node);
+  NcclComm comm;
+  comm.kind = kind;
+  comm.ranks = shape.ranks;
+  comm.nodes = shape.nodes;
+  comm.bus_bw_GBps = bus_bandwidth_GBps(shape);
+  comm.arch = arch_;
+  comm.cpu = cpu_;
+  comm.ll128 = network_.ll128;
+  NcclFilter f = network_.filter;
+  if (filter.algo) f.algo = filter.algo;
+  if (filter.proto) f.proto = filter.proto;
+  return nccl_best(comm, bytes, f);
+}
+
+SimTime CostModel::collective_ns(graph::OpKind kind, double bytes, const CommShape& shape) const {
+  SCALESCOPE_EXPECTS(graph::is_collective(kind));
+  // A one-member communicator, or nothing to move: NCCL returns without communicating.
+  if (shape.ranks <= 1 || !(bytes > 0)) return 0;
+  return seconds_to_ns(collective_estimate(kind, bytes, shape).time_us * 1e-6);
+}
+
+SimTime CostModel::p2p_ns(double bytes, bool same_node) const {
+  if (!(bytes > 0)) return 0;
+  // Latency + bytes / (link bandwidth per direction × efficiency); across nodes one NIC carries
+  // the transfer (a PP neighbour sits on the same rail).
+  const double seconds = same_node
+                             ? cluster_.nvlink_latency_us * 1e-6 +
+                                   bytes / (cluster_.nvlink_bandwidth_GBps * units::kGB *
+                                            network_.p2p_nvlink_efficiency)
+                             : cluster_.nic_latency_us * 1e-6 +
+                                   bytes / (cluster_.nic_bandwidth_Gbps * units::kGbitToBytes *
+                                            network_.p2p_nic_efficiency);
+  return seconds_to_ns(seconds);
+}
+
+CommShape CostModel::shape_of(const std::uint32_t* members_begin,
+                              const std::uint32_t* members_end) const {
+  SCALESCOPE_EXPECTS(members_begin != nullptr && members_begin < members_end);
+  SCALESCOPE_EXPECTS(std::is_sorted(members_begin, members_end));
+  CommShape s;
+  s.ranks = static_cast<std::uint32_t>(members_end - members_begin);
+  s.nodes = 0;
+  s.ranks_per_node = 0;
+  // Sorted ranks give non-decreasing nodes: count runs of equal node ids.
+  std::int64_t node = -1;
+  std::uint32_t run = 0;
+  for (const std::uint32_t* r = members_begin; r != members_end; ++r) {
+    const std::int64_t n = cluster_.node_of(*r);
+    if (n != node) {
+      node = n;
+      ++s.nodes;
+      run = 0;
+    }
+    s.ranks_per_node = std::max(s.ranks_per_node, ++run);
+  }
+  return s;
+}
+
+}  // namespace scalescope::cost

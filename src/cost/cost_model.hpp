@@ -7,6 +7,7 @@
 #include "core/sim_time.hpp"
 #include "cost/cluster_spec.hpp"
 #include "cost/gpu.hpp"
+#include "cost/network_model.hpp"
 #include "graph/op.hpp"
 
 namespace scalescope::cost {
@@ -22,6 +23,8 @@ class CostModel {
  public:
   /// Throws InputError if the cluster's GPU is unknown or a bandwidth is not positive.
   explicit CostModel(const ClusterSpec& cluster);
+  /// The same, with the network model's efficiencies and NCCL choices set explicitly.
+  CostModel(const ClusterSpec& cluster, const NetworkOptions& network);
 
   const GpuSpec& gpu() const { return *gpu_; }
   const ClusterSpec& cluster() const { return cluster_; }
@@ -36,9 +39,21 @@ class CostModel {
   /// Shape of a communicator given its sorted member ranks.
   CommShape shape_of(const std::uint32_t* members_begin, const std::uint32_t* members_end) const;
 
+  /// What collective_ns decides: NCCL's (algorithm, protocol), latency and bandwidth. Needs
+  /// shape.ranks ≥ 2; `filter` narrows the choice further than the options' filter.
+  NcclEstimate collective_estimate(graph::OpKind kind, double bytes, const CommShape& shape,
+                                   const NcclFilter& filter = {}) const;
+  /// Ring Simple bus bandwidth (GB/s) of a communicator of `shape`: NVLink × efficiency inside a
+  /// node, bounded by its nodes' share of NICs × efficiency across nodes.
+  double bus_bandwidth_GBps(const CommShape& shape) const;
+  const NetworkOptions& network() const { return network_; }
+
  private:
   ClusterSpec cluster_;
   const GpuSpec* gpu_;
+  NetworkOptions network_;
+  GpuArch arch_ = GpuArch::Ampere;
+  CpuVendor cpu_ = CpuVendor::Intel;
 };
 
 }  // namespace scalescope::cost

@@ -1,6 +1,8 @@
 #pragma once
 /// Datasheet and measured facts of the GPUs scalescope knows. Every number cites its source in
 /// gpu.cpp.
+#include <array>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -22,6 +24,10 @@ struct GpuSpec {
 /// Looks a GPU up by canonical name or alias ("A100", "H100", "h100-sxm", …); case-insensitive.
 /// Throws InputError listing the known names when it is unknown.
 const GpuSpec& find_gpu(std::string_view name);
+/// Canonical names of the known GPUs, in table order.
 std::vector<std::string> gpu_names();
+/// Shape (m, n, k) at which `gemm_ceiling_tflops` was measured (the MAMF sweep's best shape);
+/// {0, 0, 0} for a GPU not in the table. The compute model scales its efficiency to it.
+std::array<std::uint32_t, 3> gemm_ceiling_shape(const GpuSpec& gpu);
 
 }  // namespace scalescope::cost

@@ -1,0 +1,164 @@
+// NCCL's tuner, constants from NCCL src/graph/tuning.cc (2.2x; MODELING §7.2–7.3 checked them
+// against 2.30.7). Units as NCCL's: microseconds and GB/s, so bytes / (1000 · GB/s) is in µs.
+#include "cost/nccl_tuner.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+#include "core/error.hpp"
+
+namespace scalescope::cost {
+namespace {
+
+constexpr int idx(NcclProto p) {
+  return static_cast<int>(p);
+}
+constexpr int kTree = 0;
+constexpr int kRing = 1;
+
+// baseLat[algo][proto], µs (tuning.cc `baseLat`; MODELING §7.2).
+constexpr double kBaseLat[2][3] = {{6.8, 14.0, 8.4}, {6.6, 14.0, 8.4}};
+// hwLat[NVLINK][algo][proto] and hwLat[NET][algo][proto], µs (tuning.cc `hwLat`; §7.2). NVLink is
+// assumed inside every node (NVSwitch systems); the PCI row is not used.
+constexpr double kHwLatNvlink[2][3] = {{0.6, 1.25, 4.0}, {0.6, 1.9, 3.4}};
+constexpr double kHwLatNet[2][3] = {{5.0, 8.5, 14.0}, {2.7, 4.0, 14.0}};
+// llMaxBws[row][nodes index], GB/s (tuning.cc; §7.3). One node: row by GPU generation. Several
+// nodes: row 0 for Intel hosts, row 1 for AMD (NCCL reuses the Volta/Ampere rows), column 1 for
+// two nodes and 2 for more.
+constexpr double kLlMaxBw[4][3] = {
+    {39.0, 39.0, 20.4}, {87.7, 22.5, 19.0}, {141.0, 45.0, 35.0}, {282.0, 90.0, 70.0}};
+// treeCorrectionFactor[proto][log2(bytes/64)], 64 B … 256 MiB (tuning.cc); no correction above.
+constexpr double kTreeCorrection[3][23] = {
+    {1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7,  .7,  .7,  .6, .5,
+     .4,  .4,  .5,  .6,  .7, .8, .9, 1.0, 1.0, 1.0, 1.0},
+    {1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7,  .6, .6,
+     .6,  .6,  .6,  .6,  .8,  .9, .9, .9, .9, 1.0, 1.0},
+    {.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9}};
+// Ring channels assumed for the plateau test bytes / (nChannels · nRanks) ≥ 64 (tuning.cc). NCCL
+// uses 16–32 ring channels on 8-GPU NVSwitch nodes (assumption); the test only moves the step at
+// a few hundred KiB.
+constexpr double kAssumedChannels = 16;
+
+int log2i(std::uint32_t v) {  // floor(log2(v)), v ≥ 1, as NCCL's log2i
+  int r = 0;
+  while (v >>= 1) ++r;
+  return r;
+}
+
+// NCCL applies treeCorrectionFactor as a step function of floor(log2(bytes/64)). We interpolate
+// linearly in log2(bytes) between the table points instead: the steps make a bigger message
+// faster at some boundaries (0.5 → 0.6), the interpolation keeps time increasing with size
+// (docs/cost-model.md §2.2).
+double tree_correction(NcclProto p, double bytes) {
+  const double x = std::log2(std::max(bytes, 64.0) / 64.0);
+  const auto& row = kTreeCorrection[idx(p)];
+  if (x >= 23) return 1.0;
+  const double lo = std::floor(x);
+  const auto i = static_cast<std::size_t>(lo);
+  const double next = i + 1 < 23 ? row[i + 1] : 1.0;
+  return row[i] + (next - row[i]) * (x - lo);
+}
+
+double ll_max_bw(const NcclComm& c) {
+  if (c.nodes <= 1) return kLlMaxBw[static_cast<int>(c.arch)][0];
+  return kLlMaxBw[c.cpu == CpuVendor::Amd ? 1 : 0][c.nodes == 2 ? 1 : 2];
+}
+
+}  // namespace
+
+std::string_view nccl_algo_name(NcclAlgo a) {
+  return a == NcclAlgo::Ring ? "ring" : "tree";
+}
+
+std::string_view nccl_proto_name(NcclProto p) {
+  switch (p) {
+    case NcclProto::LL:
+      return "LL";
+    case NcclProto::LL128:
+      return "LL128";
+    case NcclProto::Simple:
+      return "Simple";
+  }
+  return "?";
+}
+
+std::optional<NcclEstimate> nccl_estimate(const NcclComm& c, double bytes, NcclAlgo algo,
+                                          NcclProto proto) {
+  SCALESCOPE_EXPECTS(graph::is_collective(c.kind));
+  SCALESCOPE_EXPECTS(c.ranks >= 2 && c.nodes >= 1 && c.nodes <= c.ranks);
+  SCALESCOPE_EXPECTS(c.bus_bw_GBps > 0 && bytes >= 0);
+  const bool allreduce = c.kind == graph::OpKind::AllReduce;
+  // Tree is all-reduce only; on one node NCCL's tree is a chain that never wins against the ring
+  // on NVSwitch, so it is only offered across nodes.
+  if (algo == NcclAlgo::Tree && (!allreduce || c.nodes < 2)) return std::nullopt;
+  if (proto == NcclProto::LL128 && !c.ll128) return std::nullopt;
+
+  const int p = idx(proto);
+  const double n = c.ranks;
+  const double ppn = n / c.nodes;
+  NcclEstimate e{algo, proto, 0, 0, 0};
+  double bus = c.bus_bw_GBps;
+  if (algo == NcclAlgo::Ring) {
+    // Bandwidth refinements (tuning.cc "Various model refinements"; §7.3). The per-channel LL128
+    // cap is not modelled (we do not count channels).
+    if (proto == NcclProto::LL) bus = std::min(ll_max_bw(c), 0.5 * bus);
+    if (proto == NcclProto::LL128) bus *= 0.92;
+    const double nsteps = allreduce ? 2 * (n - 1) : n - 1;  // §7.1
+    e.algbw_GBps = bus * n / nsteps;                        // bus → algorithm bandwidth
+
+    // Latency (§7.2): base + (nsteps − nInter)·max(intraLat, netOverhead) + nInter·interLat.
+    const double n_inter = c.nodes == 1 ? 0 : (allreduce ? 2.0 : 1.0) * (c.nodes - 1);
+    double intra = kHwLatNvlink[kRing][p];
+    // With one rank per node every step is exposed: NCCL uses the tree's network latency.
+    const double inter = ppn == 1 ? kHwLatNet[kTree][p] : kHwLatNet[kRing][p];
+    if (c.nodes > 1) {
+      // getNetOverhead(): 1 µs on Intel, 2 µs on AMD hosts, ×3 for Simple.
+      double overhead = c.cpu == CpuVendor::Amd ? 2.0 : 1.0;
+      if (proto == NcclProto::Simple) overhead *= 3;
+      intra = std::max(intra, overhead);
+    }
+    e.latency_us = kBaseLat[kRing][p] + (nsteps - n_inter) * intra + n_inter * inter;
+    // ncclTopoGetAlgoTime: "plateau effect of ring" for multi-node Simple all-reduce.
+    if (proto == NcclProto::Simple && c.nodes > 1 && allreduce &&
+        bytes / (kAssumedChannels * n) >= 64)
+      e.latency_us *= c.arch == GpuArch::Volta ? 1.9 : 1.4;
+  } else {
+    // Tree all-reduce bandwidth (§7.3). perChMaxTree caps not modelled (channels not counted);
+    // the ×0.85 for NCCL_TOPO_PATTERN_TREE does not apply to the balanced tree NCCL builds.
+    bus *= 0.92;
+    if (proto == NcclProto::LL) bus = std::min(bus / 3.8, ll_max_bw(c));
+    if (proto == NcclProto::LL128) bus *= 120.0 / 128.0;  // multi-node value
+    e.algbw_GBps = bus * 0.5 * tree_correction(proto, bytes);
+    // Latency: base + 2·((ppn − 1)·intraLat + log2(nNodes)·interLat), integer ppn and log2.
+    const double local = static_cast<double>(c.ranks / c.nodes) - 1;
+    e.latency_us = kBaseLat[kTree][p] +
+                   2 * (local * kHwLatNvlink[kTree][p] + log2i(c.nodes) * kHwLatNet[kTree][p]);
+  }
+  e.time_us = e.latency_us + bytes / (1000.0 * e.algbw_GBps);
+  return e;
+}
+
+NcclEstimate nccl_best(const NcclComm& comm, double bytes, const NcclFilter& filter) {
+  std::optional<NcclEstimate> best;
+  for (NcclAlgo a : {NcclAlgo::Ring, NcclAlgo::Tree}) {
+    if (filter.algo && *filter.algo != a) continue;
+    for (NcclProto p : {NcclProto::LL, NcclProto::LL128, NcclProto::Simple}) {
+      if (filter.proto && *filter.proto != p) continue;
+      const auto e = nccl_estimate(comm, bytes, a, p);
+      // Strict < keeps the first candidate on ties: a deterministic choice.
+      if (e && (!best || e->time_us < best->time_us)) best = e;
+    }
+  }
+  SCALESCOPE_EXPECTS(best.has_value());
+  return *best;
+}
+
+double ring_allreduce_seconds(double bytes, std::uint32_t n, double bus_bw_GBps, double alpha_us) {
+  SCALESCOPE_EXPECTS(n >= 1 && bus_bw_GBps > 0);
+  if (n == 1) return 0;
+  const double dn = n;
+  return 2 * (dn - 1) / dn * bytes / (bus_bw_GBps * 1e9) + 2 * (dn - 1) * alpha_us * 1e-6;
+}
+
+}  // namespace scalescope::cost

@@ -1,0 +1,62 @@
+#pragma once
+/// NCCL's analytical tuner (NCCL `src/graph/tuning.cc`: `ncclTopoTuneModel` and
+/// `ncclTopoGetAlgoTime`; MODELING §7.1–7.3): each (algorithm, protocol) costs
+/// t = latency + bytes / algBw, and NCCL runs the cheapest. Modelled: Ring (all-reduce,
+/// all-gather, reduce-scatter) and Tree (all-reduce across nodes), each with LL, LL128 and Simple.
+/// NVLS, CollNet and PAT are left out. Formulas: docs/cost-model.md §2.
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "graph/op.hpp"
+
+namespace scalescope::cost {
+
+enum class NcclAlgo : std::uint8_t { Ring, Tree };
+enum class NcclProto : std::uint8_t { LL, LL128, Simple };
+/// GPU generation: selects NCCL's per-generation constants (llMaxBw on one node, ring plateau).
+enum class GpuArch : std::uint8_t { Volta, Ampere, Hopper, Blackwell };
+/// Host CPU vendor: NCCL's multi-node LL cap and per-step network overhead depend on it.
+enum class CpuVendor : std::uint8_t { Intel, Amd };
+
+std::string_view nccl_algo_name(NcclAlgo a);
+std::string_view nccl_proto_name(NcclProto p);
+
+/// What the tuner knows of one communicator.
+struct NcclComm {
+  graph::OpKind kind = graph::OpKind::AllReduce;  ///< AllReduce, AllGather or ReduceScatter
+  std::uint32_t ranks = 1;
+  std::uint32_t nodes = 1;
+  double bus_bw_GBps = 0;  ///< ring Simple bus bandwidth (NCCL: nChannels × bandwidth per channel)
+  GpuArch arch = GpuArch::Ampere;
+  CpuVendor cpu = CpuVendor::Intel;
+  bool ll128 = true;  ///< NCCL enables LL128 by default on NVLink with PXB/PXN NIC paths
+};
+
+/// Restricts the search, as NCCL_ALGO / NCCL_PROTO do.
+struct NcclFilter {
+  std::optional<NcclAlgo> algo;
+  std::optional<NcclProto> proto;
+};
+
+/// One (algorithm, protocol) and its cost for one message size.
+struct NcclEstimate {
+  NcclAlgo algo = NcclAlgo::Ring;
+  NcclProto proto = NcclProto::Simple;
+  double latency_us = 0;  ///< including the multi-node ring plateau factor
+  double algbw_GBps = 0;  ///< including the tree correction factor
+  double time_us = 0;     ///< latency_us + bytes / algbw
+};
+
+/// Cost of `bytes` (nccl-tests size S) with one (algo, proto); nullopt where NCCL would not
+/// run it (tree for anything but a multi-node all-reduce, LL128 when disabled).
+std::optional<NcclEstimate> nccl_estimate(const NcclComm& comm, double bytes, NcclAlgo algo,
+                                          NcclProto proto);
+/// The cheapest allowed (algo, proto), as `ncclTopoGetAlgoTime`'s minimum. Throws ContractError
+/// if the filter leaves nothing.
+NcclEstimate nccl_best(const NcclComm& comm, double bytes, const NcclFilter& filter = {});
+
+/// Textbook ring all-reduce (DESIGN.md; MODELING §7.4): 2(n−1)/n·S/B + 2(n−1)·α, in seconds.
+double ring_allreduce_seconds(double bytes, std::uint32_t n, double bus_bw_GBps, double alpha_us);
+
+}  // namespace scalescope::cost

@@ -1,0 +1,159 @@
+// Tests of the compute model (src/cost/compute_model.cpp). Each expected value is derived in a
+// comment from the formulas of docs/cost-model.md §1.
+#include "cost/compute_model.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/error.hpp"
+#include "core/sim_time.hpp"
+
+namespace scalescope::cost {
+namespace {
+
+graph::Op gemm(std::uint32_t m, std::uint32_t n, std::uint32_t k) {
+  graph::Op op;
+  op.kind = graph::OpKind::Gemm;
+  op.shape = {m, n, k};
+  op.flops = 2.0 * m * n * k;
+  op.mem_bytes = 2.0 * (double(m) * k + double(k) * n + double(m) * n);  // bf16 A, B, C
+  return op;
+}
+
+TEST(GemmEfficiency, ReproducesTheMamfCeilingAtItsBestShape) {
+  // The efficiency is normalized to the MAMF measurement's own shape, so there it is exactly
+  // ceiling / peak: A100 271.2 / 312 = 0.8692.
+  const GpuSpec& a100 = find_gpu("A100");
+  EXPECT_DOUBLE_EQ(gemm_efficiency(a100, 1024, 10240, 5120), 271.2 / 312);
+  const GpuSpec& h100 = find_gpu("H100");
+  EXPECT_DOUBLE_EQ(gemm_efficiency(h100, 2048, 2048, 13312), 794.5 / 989.4);
+}
+
+TEST(GemmEfficiency, MatchesTheTileAndWaveFormulaOnA100) {
+  // 2048³ on A100 (108 SMs). Best tile 128×128: 16·16 = 256 tiles, no tile waste,
+  // ceil(256/108) = 3 waves → 256/324; small-K factor 2048/(2048+128). MAMF shape
+  // 1024×10240×5120: 320 (or 640) tiles in 3 (or 6) waves → 320/324, K factor 5120/5248.
+  // eff = (271.2/312) · (256/324 · 2048/2176) / (320/324 · 5120/5248) = 0.6709.
+  const GpuSpec& a100 = find_gpu("A100");
+  const double expected =
+      (271.2 / 312) * (256.0 / 324 * 2048.0 / 2176) / (320.0 / 324 * 5120.0 / 5248);
+  EXPECT_NEAR(gemm_efficiency(a100, 2048, 2048, 2048), expected, 1e-12);
+  EXPECT_NEAR(expected, 0.6709, 1e-4);
+}
+
+TEST(GemmEfficiency, StaysBelowTheCeilingAndRisesWithSize) {
+  for (const char* name : {"A100", "H100", "B200"}) {
+    const GpuSpec& g = find_gpu(name);
+    SCOPED_TRACE(name);
+    const double ceiling = g.gemm_ceiling_tflops / g.peak_tflops_bf16;
+    double prev = 0;
+    // Square GEMMs of powers of two: fewer partial waves and larger K as they grow.
+    for (std::uint32_t s = 256; s <= 16384; s *= 2) {
+      const double e = gemm_efficiency(g, s, s, s);
+      EXPECT_LE(e, ceiling);
+      EXPECT_GE(e, prev) << "s = " << s;
+      prev = e;
+    }
+    EXPECT_LT(gemm_efficiency(g, 256, 256, 256), 0.1 * ceiling);  // 4 tiles on ≥ 108 SMs
+    EXPECT_GT(prev, 0.95 * ceiling);                              // 16k³ is near the ceiling
+    // Rising in K alone (the small-K factor K / (K + 128)), strictly until the shape quantizes
+    // better than the MAMF shape and the efficiency sits at the ceiling (K ≳ 4k here).
+    prev = 0;
+    for (std::uint32_t k = 16; k <= 65536; k *= 2) {
+      const double e = gemm_efficiency(g, 8192, 8192, k);
+      if (k <= 1024) {
+        EXPECT_GT(e, prev) << "k = " << k;
+      }
+      EXPECT_GE(e, prev) << "k = " << k;
+      EXPECT_LE(e, ceiling);
+      prev = e;
+    }
+    EXPECT_DOUBLE_EQ(prev, ceiling);
+  }
+}
+
+TEST(GemmEfficiency, UnknownShapeGivesTheCeiling) {
+  const GpuSpec& h100 = find_gpu("H100");
+  EXPECT_DOUBLE_EQ(gemm_efficiency(h100, 0, 0, 0), 794.5 / 989.4);
+}
+
+TEST(AttentionRate, HitsTheTablePointsExactly) {
+  for (const char* name : {"A100", "H100", "H200", "B200"}) {
+    const GpuSpec& g = find_gpu(name);
+    for (std::size_t i = 0; i < g.attention_tflops.size(); ++i)
+      EXPECT_EQ(attention_tflops(g, 512.0 * double(1u << i)), g.attention_tflops[i]) << name << i;
+  }
+}
+
+TEST(AttentionRate, InterpolatesInLog2AndClampsAtTheEnds) {
+  const GpuSpec& a100 = find_gpu("A100");  // 99 / 133 / 155 / 173 / 182 / 189
+  // s = 3072 lies log2(3072/2048) = 0.585 of the way from 2k (155) to 4k (173).
+  EXPECT_NEAR(attention_tflops(a100, 3072), 155 + 18 * std::log2(1.5), 1e-12);
+  EXPECT_NEAR(attention_tflops(a100, 3072), 165.53, 0.01);
+  EXPECT_EQ(attention_tflops(a100, 128), 99);     // below 512: clamped
+  EXPECT_EQ(attention_tflops(a100, 65536), 189);  // above 16k: clamped
+  EXPECT_EQ(attention_tflops(a100, 0), 99);
+}
+
+TEST(ComputeSeconds, LargeGemmRunsAtTheMamfCeiling) {
+  // A100, 1024×10240×5120: 2·m·n·k = 1.0737e11 FLOP at 271.2 TFLOP/s = 395.9 µs. Memory term:
+  // 2·(mk + kn + mn) = 136.3 MB / (0.8 · 2.039 TB/s) = 83.6 µs, smaller. Plus 2 µs launch.
+  const GpuSpec& a100 = find_gpu("A100");
+  const graph::Op op = gemm(1024, 10240, 5120);
+  const double expected = op.flops / 271.2e12 + 2e-6;
+  EXPECT_NEAR(compute_seconds(a100, op), expected, 1e-15);
+  EXPECT_NEAR(compute_seconds(a100, op), 397.9e-6, 0.1e-6);
+}
+
+TEST(ComputeSeconds, SmallKGemmIsMemoryBound) {
+  // A100, 16384×16384×16: 8.6e9 FLOP; efficiency ≈ 0.869 · (16/144) / 0.9636 = 0.100 → 275 µs.
+  // Memory: 2·(16384·16·2 + 16384²) = 538 MB / (0.8 · 2.039e12) = 329.8 µs, which wins.
+  const GpuSpec& a100 = find_gpu("A100");
+  const graph::Op op = gemm(16384, 16384, 16);
+  const double mem = op.mem_bytes / (0.8 * 2.039e12);
+  const double flop = op.flops / (312e12 * gemm_efficiency(a100, 16384, 16384, 16));
+  ASSERT_LT(flop, mem);
+  EXPECT_NEAR(compute_seconds(a100, op), mem + 2e-6, 1e-15);
+  EXPECT_NEAR(mem, 329.8e-6, 0.1e-6);
+}
+
+TEST(ComputeSeconds, ElementwiseIsMemoryBoundPlusLaunch) {
+  // 1 GiB through HBM on A100: 2^30 / (0.8 · 2.039e12 B/s) = 658.3 µs, + 2 µs launch.
+  graph::Op op;
+  op.kind = graph::OpKind::Elementwise;
+  op.mem_bytes = 1024.0 * 1024 * 1024;
+  op.flops = 1024.0 * 1024 * 1024 / 2;  // one FLOP per bf16 element: far below the ridge
+  const double s = compute_seconds(find_gpu("A100"), op);
+  EXPECT_NEAR(s, op.mem_bytes / (0.8 * 2.039e12) + 2e-6, 1e-15);
+  EXPECT_NEAR(s, 660.3e-6, 0.1e-6);
+  // The same kernel on H200 (4.8 TB/s): 2^30 / 3.84e12 = 279.6 µs + 2 µs.
+  EXPECT_NEAR(compute_seconds(find_gpu("H200"), op), 281.6e-6, 0.1e-6);
+}
+
+TEST(ComputeSeconds, FlopsBoundWhenAnOpCarriesNoBytes) {
+  // An optimizer op with FLOPs but no bytes: 312e9 FLOP / 312e12 = 1 ms, + 2 µs.
+  graph::Op op;
+  op.kind = graph::OpKind::Optimizer;
+  op.flops = 312e9;
+  EXPECT_NEAR(compute_seconds(find_gpu("A100"), op), 1e-3 + 2e-6, 1e-15);
+}
+
+TEST(ComputeSeconds, AttentionUsesTheInterpolatedFa2Rate) {
+  // 1e12 FLOP at s = 2048 on H100 (265 TFLOP/s): 3.7736 ms + 2 µs; memory term negligible.
+  graph::Op op;
+  op.kind = graph::OpKind::Attention;
+  op.shape = {32, 2048, 128};
+  op.flops = 1e12;
+  op.mem_bytes = 4.0 * 32 * 2048 * 128 * 2;
+  EXPECT_NEAR(compute_seconds(find_gpu("H100"), op), 1e12 / 265e12 + 2e-6, 1e-15);
+}
+
+TEST(ComputeSeconds, RejectsCommunicationOps) {
+  graph::Op op;
+  op.kind = graph::OpKind::AllReduce;
+  EXPECT_THROW(compute_seconds(find_gpu("A100"), op), ContractError);
+}
+
+}  // namespace
+}  // namespace scalescope::cost

@@ -1,0 +1,83 @@
+// Tests of the GPU table (src/cost/gpu.cpp). Expected values are the MODELING §6 numbers.
+#include "cost/gpu.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/error.hpp"
+
+namespace scalescope::cost {
+namespace {
+
+TEST(GpuTable, AliasesResolveCaseInsensitively) {
+  EXPECT_EQ(find_gpu("A100").name, "A100-SXM4-80GB");
+  EXPECT_EQ(find_gpu("A100-80GB").name, "A100-SXM4-80GB");
+  EXPECT_EQ(find_gpu("a100-sxm4-80gb").name, "A100-SXM4-80GB");
+  EXPECT_EQ(find_gpu("H100").name, "H100-SXM");
+  EXPECT_EQ(find_gpu("h100-sxm").name, "H100-SXM");
+  EXPECT_EQ(find_gpu("H100-SXM5-80GB").name, "H100-SXM");
+  EXPECT_EQ(find_gpu("H200").name, "H200-SXM");
+  EXPECT_EQ(find_gpu("b200").name, "B200");
+  // A canonical name resolves to the same row as its aliases.
+  EXPECT_EQ(&find_gpu("A100-SXM4-80GB"), &find_gpu("a100"));
+}
+
+TEST(GpuTable, UnknownGpuThrowsInputErrorListingKnownNames) {
+  EXPECT_THROW(find_gpu("V100"), InputError);
+  try {
+    find_gpu("V100");
+  } catch (const InputError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("unknown GPU 'V100'"), std::string::npos) << msg;
+    for (const std::string& name : gpu_names()) EXPECT_NE(msg.find(name), std::string::npos) << msg;
+  }
+}
+
+TEST(GpuTable, RowsCarryDatasheetAndMeasuredNumbers) {
+  const GpuSpec& a100 = find_gpu("A100");
+  EXPECT_DOUBLE_EQ(a100.peak_tflops_bf16, 312);  // datasheet, dense BF16
+  EXPECT_DOUBLE_EQ(a100.hbm_bandwidth_TBps, 2.039);
+  EXPECT_DOUBLE_EQ(a100.nvlink_bandwidth_GBps, 300);  // 600 bidirectional / 2
+  EXPECT_EQ(a100.sms, 108);
+  EXPECT_DOUBLE_EQ(a100.gemm_ceiling_tflops, 271.2);  // MAMF
+  const GpuSpec& h100 = find_gpu("H100");
+  EXPECT_DOUBLE_EQ(h100.peak_tflops_bf16, 989.4);
+  EXPECT_DOUBLE_EQ(h100.nvlink_bandwidth_GBps, 450);  // 900 / 2
+  EXPECT_EQ(h100.sms, 132);
+  for (const std::string& name : gpu_names()) {
+    const GpuSpec& g = find_gpu(name);
+    SCOPED_TRACE(name);
+    EXPECT_LT(g.gemm_ceiling_tflops, g.peak_tflops_bf16);  // a measured ceiling is below peak
+    ASSERT_EQ(g.attention_tflops.size(), 6u);              // s = 512 … 16k
+    for (std::size_t i = 1; i < g.attention_tflops.size(); ++i)
+      EXPECT_GT(g.attention_tflops[i], g.attention_tflops[i - 1]);  // FA2 rises with s
+    EXPECT_LT(g.attention_tflops.back(), g.peak_tflops_bf16);
+    EXPECT_GT(g.hbm_bytes, 0);
+    EXPECT_GT(gemm_ceiling_shape(g)[0], 0u);
+  }
+}
+
+TEST(GpuTable, H200SharesH100ComputeWithMoreMemory) {
+  const GpuSpec& h100 = find_gpu("H100");
+  const GpuSpec& h200 = find_gpu("H200");
+  EXPECT_EQ(h200.peak_tflops_bf16, h100.peak_tflops_bf16);  // same GH100 die
+  EXPECT_EQ(h200.gemm_ceiling_tflops, h100.gemm_ceiling_tflops);
+  EXPECT_EQ(h200.attention_tflops, h100.attention_tflops);
+  EXPECT_DOUBLE_EQ(h200.hbm_bandwidth_TBps, 4.8);
+  EXPECT_DOUBLE_EQ(h200.hbm_bytes, 141e9);
+}
+
+TEST(GpuTable, B200AttentionIsH100ScaledByTheMamfRatio) {
+  // No FA2 figure on B200: H100's row × 1745 / 794.5 (ratio of MAMF GEMM ceilings), e.g. the 16k
+  // point 328 × 2.1963 = 720.4 TFLOP/s.
+  const GpuSpec& h100 = find_gpu("H100");
+  const GpuSpec& b200 = find_gpu("B200");
+  ASSERT_EQ(b200.attention_tflops.size(), h100.attention_tflops.size());
+  for (std::size_t i = 0; i < h100.attention_tflops.size(); ++i)
+    EXPECT_DOUBLE_EQ(b200.attention_tflops[i], h100.attention_tflops[i] * 1745.0 / 794.5);
+  EXPECT_NEAR(b200.attention_tflops.back(), 720.4, 0.1);
+}
+
+}  // namespace
+}  // namespace scalescope::cost
