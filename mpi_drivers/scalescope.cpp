@@ -1,1 +1,199 @@
-int main() { return 1; }
+// scalescope: emulate one training iteration of an LLM job at its full scale.
+//
+//   scalescope run CONFIG [-o DIR] [--set key.path=value]... [--graph graph.h5] [--quiet]
+//   scalescope graph CONFIG -o graph.h5 [--set key.path=value]...
+#include <mpi.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "cost/cost_model.hpp"
+#include "emu/emulation.hpp"
+#include "io/chrome_trace.hpp"
+#include "io/config.hpp"
+#include "io/graph_h5.hpp"
+#include "io/results_h5.hpp"
+#include "io/summary_json.hpp"
+#include "workload/accounting.hpp"
+#include "workload/transformer_builder.hpp"
+
+namespace fs = std::filesystem;
+using namespace scalescope;
+
+namespace {
+
+/// MPI lifetime for the process; every exit path finalizes.
+struct MpiSession {
+  MpiSession(int* argc, char*** argv) { MPI_Init(argc, argv); }
+  ~MpiSession() { MPI_Finalize(); }
+  int rank() const {
+    int r = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    return r;
+  }
+};
+
+/// The configuration a run uses: from CONFIG, or the one embedded in graph.h5.
+io::ExperimentConfig load_config(const std::string& config_path, const graph::SlicedGraph* g,
+                                 const std::vector<std::string>& overrides) {
+  if (!config_path.empty()) return io::load_experiment(config_path, overrides);
+  // The graph carries its resolved configuration; load it from a private temporary file.
+  fs::path tmp = fs::temp_directory_path() /
+                 ("scalescope-config-" + std::to_string(::getpid()) + ".yaml");
+  {
+    std::ofstream f(tmp);
+    f << g->config_text;
+  }
+  try {
+    io::ExperimentConfig c = io::load_experiment(tmp.string(), overrides);
+    fs::remove(tmp);
+    return c;
+  } catch (...) {
+    fs::remove(tmp);
+    throw;
+  }
+}
+
+graph::SlicedGraph build(const io::ExperimentConfig& c) {
+  return workload::build_graph(c.model, c.parallel, c.training, c.resolved_yaml);
+}
+
+/// Adds the workload's figures (tokens, model FLOPs, pipeline stages) to the engine's results.
+void complete_summary(emu::RunResults& r, const io::ExperimentConfig& c) {
+  const workload::RankLayout lay{c.parallel.tp(), c.parallel.dp(), c.parallel.pp()};
+  emu::Summary& s = r.summary;
+  s.model_name = c.model.name;
+  s.tokens_per_iteration =
+      static_cast<double>(c.training.global_batch_size * c.model.seq_length);
+  s.model_flops_per_iteration =
+      workload::model_flops_per_iteration(c.model, c.training, c.parallel.tp());
+  s.peak_memory_bytes_by_pp_stage.assign(static_cast<std::size_t>(c.parallel.pp()), 0);
+  for (std::uint32_t rank = 0; rank < r.ranks.size(); ++rank) {
+    auto stage = lay.stage_of(rank);
+    r.ranks[rank].pp_stage = stage;
+    auto& peak = s.peak_memory_bytes_by_pp_stage[stage];
+    peak = std::max(peak, r.ranks[rank].peak_memory);
+  }
+}
+
+/// Writes the three result files into a staging directory beside DIR, then moves them in, so
+/// DIR never holds a mix of old and new or half-written files.
+void write_outputs(const emu::RunResults& r, const fs::path& dir) {
+  fs::path stage = dir;
+  stage += ".partial-" + std::to_string(::getpid());
+  fs::remove_all(stage);
+  fs::create_directories(stage);
+  try {
+    io::write_results_h5(r, (stage / "results.h5").string());
+    io::write_summary_json(r, (stage / "summary.json").string());
+    io::write_chrome_trace(r, (stage / "trace.json").string());
+    fs::create_directories(dir);
+    for (const char* name : {"results.h5", "summary.json", "trace.json"})
+      fs::rename(stage / name, dir / name);
+    fs::remove_all(stage);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(stage, ec);
+    throw;
+  }
+}
+
+int run_command(const std::string& config_path, const std::string& graph_path,
+                const std::string& out_override, const std::vector<std::string>& overrides,
+                bool quiet) {
+  std::optional<graph::SlicedGraph> graph;
+  if (!graph_path.empty()) graph = io::read_graph_h5(graph_path);
+  io::ExperimentConfig c = load_config(config_path, graph ? &*graph : nullptr, overrides);
+  if (!out_override.empty()) c.run.output = out_override;
+  if (c.run.engine != "sequential")
+    throw_input("{}: run.engine={} is not available yet (only 'sequential')", c.path,
+                c.run.engine);
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!graph) graph = build(c);
+  if (graph->world_size != static_cast<std::uint32_t>(c.parallel.world()))
+    throw_input("{}: graph has {} ranks but the configuration has {} GPUs", graph_path,
+                graph->world_size, c.parallel.world());
+  const double build_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  cost::CostModel cost(c.cluster);
+  emu::EmulationOptions opt;
+  opt.coalesce_local_ops = c.run.coalesce_local_ops;
+  opt.trace_ranks = c.run.trace_ranks;
+  emu::RunResults r = emu::emulate(*graph, cost, opt);
+  complete_summary(r, c);
+  write_outputs(r, c.run.output);
+  if (!quiet) {
+    std::cout << io::format_summary_table(r);
+    std::cout << "graph build " << build_s << " s; results in " << c.run.output << "/\n";
+  }
+  return 0;
+}
+
+int graph_command(const std::string& config_path, const std::string& out,
+                  const std::vector<std::string>& overrides) {
+  io::ExperimentConfig c = io::load_experiment(config_path, overrides);
+  graph::SlicedGraph g = build(c);
+  io::write_graph_h5(g, out);
+  std::size_t ops = 0;
+  for (const auto& t : g.templates) ops += t.ops.size();
+  std::cout << "wrote " << out << ": " << g.world_size << " ranks, " << g.templates.size()
+            << " templates, " << ops << " template ops, " << g.comms.size()
+            << " communicators\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MpiSession mpi(&argc, &argv);
+  CLI::App app{"scalescope: emulate LLM training at 1,024-16,384 GPUs"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "scalescope 0.1.0");
+
+  std::string config, graph_path, out;
+  std::vector<std::string> overrides;
+  bool quiet = false;
+  auto* run = app.add_subcommand("run", "Emulate one training iteration and write results");
+  run->add_option("config", config, "Experiment YAML (optional with --graph)");
+  run->add_option("-o,--output", out, "Output directory (overrides run.output)");
+  run->add_option("--set", overrides, "Override a config key: key.path=value (repeatable)");
+  run->add_option("--graph", graph_path, "Replay this graph.h5 instead of building one");
+  run->add_flag("-q,--quiet", quiet, "Print nothing on success");
+
+  std::string graph_config, graph_out;
+  std::vector<std::string> graph_overrides;
+  auto* gcmd = app.add_subcommand("graph", "Build the sliced execution graph and write graph.h5");
+  gcmd->add_option("config", graph_config, "Experiment YAML")->required();
+  gcmd->add_option("-o,--output", graph_out, "graph.h5 path")->required();
+  gcmd->add_option("--set", graph_overrides, "Override a config key: key.path=value");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    if (*run) {
+      if (config.empty() && graph_path.empty())
+        throw_input("scalescope run: give an experiment CONFIG or --graph graph.h5");
+      return run_command(config, graph_path, out, overrides, quiet);
+    }
+    return graph_command(graph_config, graph_out, graph_overrides);
+  } catch (const InputError& e) {
+    std::cerr << "scalescope: error: " << e.what() << "\n";
+  } catch (const IoError& e) {
+    std::cerr << "scalescope: error: " << e.what() << "\n";
+  } catch (const std::exception& e) {
+    std::cerr << "scalescope: internal error (rank " << mpi.rank() << "): " << e.what() << "\n";
+  }
+  return 1;
+}
