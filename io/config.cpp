@@ -1,0 +1,665 @@
+// Experiment configuration: YAML sections → ExperimentConfig. The keys, their defaults and the
+// rules checked here are documented one by one in docs/config.md; names follow Megatron-LM's
+// arguments (megatron/training/arguments.py), and so do the checks of the plan.
+#include "io/config.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <utility>
+
+#include "core/error.hpp"
+#include "cost/gpu.hpp"
+#include "io/yaml_util.hpp"
+
+namespace scalescope::io {
+
+namespace {
+
+namespace fs = std::filesystem;
+using detail::fail;
+using detail::Origin;
+using detail::Value;
+
+/// Canonical key → value, for one section after merging.
+using Section = std::map<std::string, Value, std::less<>>;
+using Tree = std::map<std::string, Section, std::less<>>;
+
+using Keys = std::vector<std::string_view>;
+
+const Keys kSections = {"model", "parallel", "training", "cluster", "run"};
+
+const Keys kModelShapeKeys = {"name",
+                              "num_layers",
+                              "hidden_size",
+                              "ffn_hidden_size",
+                              "num_attention_heads",
+                              "num_query_groups",
+                              "kv_channels",
+                              "vocab_size",
+                              "make_vocab_size_divisible_by",
+                              "seq_length",
+                              "gated_linear_unit",
+                              "untie_embeddings",
+                              "add_bias_linear",
+                              "hidden_dropout",
+                              "attention_dropout"};
+const Keys kParallelKeys = {"tensor_model_parallel_size", "pipeline_model_parallel_size",
+                            "data_parallel_size",         "virtual_pipeline_model_parallel_size",
+                            "sequence_parallel",          "recompute",
+                            "use_distributed_optimizer",  "schedule",
+                            "overlap_grad_reduce",        "overlap_param_gather"};
+const Keys kTrainingKeys = {"micro_batch_size", "global_batch_size", "precision", "attention"};
+const Keys kClusterNetworkKeys = {"gpu",
+                                  "gpus_per_node",
+                                  "num_gpus",
+                                  "nvlink_bandwidth_GBps",
+                                  "nvlink_latency_us",
+                                  "nic_bandwidth_Gbps",
+                                  "nics_per_node",
+                                  "nic_latency_us"};
+const Keys kRunKeys = {"engine", "trace_ranks", "output", "coalesce_local_ops"};
+
+/// Short names accepted in `parallel:` (Megatron's own --tp/--pp style abbreviations).
+const std::vector<std::pair<std::string_view, std::string_view>> kParallelAliases = {
+    {"tp", "tensor_model_parallel_size"},
+    {"pp", "pipeline_model_parallel_size"},
+    {"dp", "data_parallel_size"},
+    {"vpp", "virtual_pipeline_model_parallel_size"}};
+
+Keys concat(Keys a, const Keys& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+/// The keys an experiment file may write in `section`.
+Keys section_keys(std::string_view section) {
+  if (section == "model") return concat(kModelShapeKeys, {"preset", "hf_config"});
+  if (section == "parallel") return kParallelKeys;
+  if (section == "training") return kTrainingKeys;
+  if (section == "cluster") return concat(kClusterNetworkKeys, {"preset"});
+  return kRunKeys;
+}
+
+/// `key` resolved through the aliases of `section`; empty when `key` is not allowed.
+std::string_view canonical(std::string_view section, std::string_view key, const Keys& allowed) {
+  if (section == "parallel")
+    for (const auto& [alias, name] : kParallelAliases)
+      if (key == alias) key = name;
+  const auto it = std::find(allowed.begin(), allowed.end(), key);
+  return it == allowed.end() ? std::string_view{} : *it;
+}
+
+std::string display(const fs::path& p) {
+  return p.lexically_normal().string();
+}
+
+/// Parses a whole YAML file; `what` names it in messages ("experiment file", "model preset").
+YAML::Node parse_file(const fs::path& p, std::string_view what) {
+  std::ifstream in(p);
+  if (!in) throw_input("{}: cannot open {}", display(p), what);
+  try {
+    return YAML::Load(in);
+  } catch (const YAML::ParserException& e) {
+    throw_input("{}:{}:{}: malformed YAML: {}", display(p), e.mark.line + 1, e.mark.column + 1,
+                e.msg);
+  }
+}
+
+/// Reads the mapping `map` as the keys of `section` (canonical names, null values dropped).
+/// `preset` marks a preset file: a mapping of keys without a section header.
+Section read_section(const YAML::Node& map, const Origin& origin, std::string_view section,
+                     const Keys& allowed, bool preset) {
+  Section s;
+  if (map.IsNull()) return s;
+  if (!map.IsMap())
+    fail(Value{map, origin}, section,
+         preset ? "a preset file must be a mapping of keys" : "expected a mapping of keys");
+  Keys known = allowed;
+  if (section == "parallel")
+    for (const auto& [alias, name] : kParallelAliases) known.push_back(alias);
+  for (const auto& kv : map) {
+    const Value key_at{kv.first, origin};
+    if (!kv.first.IsScalar()) fail(key_at, section, "keys must be plain names");
+    const std::string& key = kv.first.Scalar();
+    const std::string qualified = fmt::format("{}.{}", section, key);
+    const std::string_view name = canonical(section, key, allowed);
+    if (name.empty()) {
+      std::string hint = detail::did_you_mean(key, known);
+      if (preset && key == section)
+        hint = " (a preset file holds the keys themselves, without a section header)";
+      else if (preset && (key == "preset" || key == "hf_config"))
+        hint = " (not allowed inside a preset file)";
+      fail(key_at, qualified, "unknown key" + hint);
+    }
+    const std::string full = fmt::format("{}.{}", section, name);
+    if (s.contains(name)) fail(key_at, full, "given twice");
+    s.emplace(std::string(name), Value{kv.second, origin});
+  }
+  // A null value (`key:` or `key: ~`) means "not set": the default or the preset applies.
+  std::erase_if(s, [](const auto& e) { return e.second.node.IsNull(); });
+  return s;
+}
+
+/// Reads the experiment file into sections.
+Tree read_experiment(const std::string& path) {
+  if (!fs::is_regular_file(path)) throw_input("{}: experiment file not found", path);
+  const YAML::Node root = parse_file(path, "experiment file");
+  const Origin origin{path, "", true};
+  Tree t;
+  for (std::string_view s : kSections) t[std::string(s)];
+  if (root.IsNull()) return t;
+  if (!root.IsMap())
+    fail(Value{root, origin}, "(top level)",
+         "expected a mapping with sections model, parallel, training, cluster, run");
+  std::map<std::string, bool, std::less<>> seen;
+  for (const auto& kv : root) {
+    const Value key_at{kv.first, origin};
+    if (!kv.first.IsScalar()) fail(key_at, "(top level)", "section names must be plain names");
+    const std::string& name = kv.first.Scalar();
+    if (std::find(kSections.begin(), kSections.end(), name) == kSections.end())
+      fail(key_at, name, "unknown section" + detail::did_you_mean(name, kSections));
+    if (seen[name]) fail(key_at, name, "section given twice");
+    seen[name] = true;
+    t[name] = read_section(kv.second, origin, name, section_keys(name), false);
+  }
+  return t;
+}
+
+/// Applies one "section.key=value" override; the value is parsed as YAML, empty means unset.
+void apply_override(Tree& t, const std::string& text, const std::string& experiment) {
+  const Origin origin{experiment, text, false};
+  const auto bad = [&](std::string_view what) {
+    throw_input("{}: override '{}': {}", experiment, text, what);
+  };
+  const auto eq = text.find('=');
+  if (eq == std::string::npos) bad("expected key.path=value");
+  std::string path = text.substr(0, eq);
+  path.erase(0, path.find_first_not_of(" \t"));
+  path.erase(path.find_last_not_of(" \t") + 1);
+  const auto dot = path.find('.');
+  if (dot == std::string::npos || path.find('.', dot + 1) != std::string::npos)
+    bad(fmt::format("key '{}' must be section.key (e.g. parallel.tp=4)", path));
+  const std::string section = path.substr(0, dot);
+  const std::string key = path.substr(dot + 1);
+  if (std::find(kSections.begin(), kSections.end(), section) == kSections.end())
+    bad(fmt::format("{}: unknown section{}", section, detail::did_you_mean(section, kSections)));
+  const Keys allowed = section_keys(section);
+  const std::string_view name = canonical(section, key, allowed);
+  if (name.empty()) {
+    Keys known = allowed;
+    if (section == "parallel")
+      for (const auto& [alias, full] : kParallelAliases) known.push_back(alias);
+    bad(fmt::format("{}.{}: unknown key{}", section, key, detail::did_you_mean(key, known)));
+  }
+  YAML::Node value;
+  try {
+    value = YAML::Load(text.substr(eq + 1));
+  } catch (const YAML::ParserException& e) {
+    bad(fmt::format("{}.{}: malformed YAML value: {}", section, name, e.msg));
+  }
+  Section& s = t[section];
+  if (value.IsNull())
+    s.erase(std::string(name));
+  else
+    s.insert_or_assign(std::string(name), Value{value, origin});
+}
+
+/// Directory against which a path written in `v` is resolved: the file's own directory, or the
+/// current directory for a command-line override.
+fs::path base_dir(const Value& v) {
+  if (!v.origin.override_text.empty()) return fs::path{};
+  return fs::path(v.origin.file).parent_path();
+}
+
+/// Finds preset `v` of `kind` ("models", "clusters"). A name is searched in
+/// <experiment dir>/../<kind>/, <experiment dir>/, then the repository's inputs/<kind>/; a value
+/// that looks like a path (has '/' or ends in .yaml/.yml) is taken as a file.
+fs::path find_preset(const Value& v, std::string_view key, std::string_view kind,
+                     const fs::path& experiment_dir) {
+  const std::string name = detail::read_string(v, key);
+  const fs::path as_path(name);
+  const std::string ext = as_path.extension().string();
+  if (name.find('/') != std::string::npos || ext == ".yaml" || ext == ".yml") {
+    const fs::path p = as_path.is_absolute() ? as_path : base_dir(v) / as_path;
+    if (!fs::is_regular_file(p)) fail(v, key, fmt::format("preset file {} not found", display(p)));
+    return p;
+  }
+  std::vector<fs::path> candidates = {experiment_dir / ".." / kind / (name + ".yaml"),
+                                      experiment_dir / (name + ".yaml")};
+#ifdef SCALESCOPE_SOURCE_DIR
+  candidates.push_back(fs::path(SCALESCOPE_SOURCE_DIR) / "inputs" / kind / (name + ".yaml"));
+#endif
+  std::vector<std::string> tried;
+  for (const fs::path& c : candidates) {
+    if (fs::is_regular_file(c)) return c;
+    tried.push_back(display(c));
+  }
+  fail(v, key, fmt::format("no preset '{}' (looked for {})", name, fmt::join(tried, ", ")));
+}
+
+/// Reads a preset file of `section` (a mapping of the keys, without the section header).
+Section read_preset(const fs::path& p, std::string_view section, const Keys& allowed) {
+  const YAML::Node n = parse_file(p, fmt::format("{} preset", section));
+  return read_section(n, Origin{display(p), "", true}, section, allowed, true);
+}
+
+const Value* get(const Section& s, std::string_view key) {
+  const auto it = s.find(key);
+  return it == s.end() ? nullptr : &it->second;
+}
+
+/// Reads merged section values with messages that name the key as "section.key".
+class Reader {
+ public:
+  Reader(const Section& s, std::string_view section) : s_(s), section_(section) {}
+  std::string key(std::string_view k) const { return fmt::format("{}.{}", section_, k); }
+  const Value* find(std::string_view k) const { return get(s_, k); }
+  void positive(std::string_view k, std::int64_t& out) const {
+    if (const Value* v = find(k)) out = detail::read_positive_int(*v, key(k));
+  }
+  void flag(std::string_view k, bool& out) const {
+    if (const Value* v = find(k)) out = detail::read_bool(*v, key(k));
+  }
+  void text(std::string_view k, std::string& out) const {
+    if (const Value* v = find(k)) out = detail::read_string(*v, key(k));
+  }
+  /// A double ≥ lo (> lo when `strictly_above`), and < `hi_open` when given.
+  void number(std::string_view k, double& out, double lo, bool strictly_above,
+              std::optional<double> hi_open = std::nullopt) const {
+    const Value* v = find(k);
+    if (v == nullptr) return;
+    const double x = detail::read_double(*v, key(k));
+    if (strictly_above ? x <= lo : x < lo)
+      fail(*v, key(k),
+           fmt::format("must be {} {}, got {}", strictly_above ? ">" : ">=", lo, v->node.Scalar()));
+    if (hi_open && x >= *hi_open)
+      fail(*v, key(k), fmt::format("must be < {}, got {}", *hi_open, v->node.Scalar()));
+    out = x;
+  }
+  std::string choice(std::string_view k, const Keys& allowed, std::string fallback) const {
+    const Value* v = find(k);
+    return v ? detail::read_choice(*v, key(k), allowed) : fallback;
+  }
+
+ private:
+  const Section& s_;
+  std::string_view section_;
+};
+
+struct ModelSources {
+  std::string preset;     ///< preset name, if any
+  std::string hf_config;  ///< config.json path, if any
+};
+
+workload::ModelSpec build_model(const Section& inline_keys, const std::string& experiment,
+                                ModelSources& sources) {
+  const fs::path experiment_dir = fs::path(experiment).parent_path();
+  Section merged;
+  if (const Value* v = get(inline_keys, "preset")) {
+    const fs::path p = find_preset(*v, "model.preset", "models", experiment_dir);
+    merged = read_preset(p, "model", kModelShapeKeys);
+    sources.preset = v->node.Scalar();
+  }
+  if (const Value* v = get(inline_keys, "hf_config")) {
+    const std::string file = detail::read_string(*v, "model.hf_config");
+    const fs::path p = fs::path(file).is_absolute() ? fs::path(file) : base_dir(*v) / file;
+    if (!fs::is_regular_file(p))
+      fail(*v, "model.hf_config", fmt::format("file {} not found", display(p)));
+    sources.hf_config = display(p);
+    const YAML::Node hf = detail::hf_model_keys(sources.hf_config);
+    for (const auto& kv : hf)
+      merged.insert_or_assign(kv.first.Scalar(),
+                              Value{kv.second, Origin{sources.hf_config, "", false}});
+  }
+  for (const auto& [k, v] : inline_keys)
+    if (k != "preset" && k != "hf_config") merged.insert_or_assign(k, v);
+
+  workload::ModelSpec m;
+  if (!sources.preset.empty()) m.name = sources.preset;
+  const Reader r(merged, "model");
+  r.text("name", m.name);
+  r.positive("num_layers", m.num_layers);
+  r.positive("hidden_size", m.hidden_size);
+  r.positive("ffn_hidden_size", m.ffn_hidden_size);
+  r.positive("num_attention_heads", m.num_attention_heads);
+  r.positive("num_query_groups", m.num_query_groups);
+  r.positive("kv_channels", m.kv_channels);
+  r.positive("vocab_size", m.vocab_size);
+  r.positive("make_vocab_size_divisible_by", m.make_vocab_size_divisible_by);
+  r.positive("seq_length", m.seq_length);
+  r.flag("gated_linear_unit", m.gated_linear_unit);
+  r.flag("untie_embeddings", m.untie_embeddings);
+  r.flag("add_bias_linear", m.add_bias_linear);
+  r.number("hidden_dropout", m.hidden_dropout, 0.0, false, 1.0);
+  r.number("attention_dropout", m.attention_dropout, 0.0, false, 1.0);
+  // Required after merging; checked after the reads so that a bad value is reported first.
+  for (std::string_view k :
+       {"num_layers", "hidden_size", "num_attention_heads", "vocab_size", "seq_length"})
+    if (!r.find(k))
+      throw_input(
+          "{}: model.{} is required (set it inline, through model.preset or model.hf_config)",
+          experiment, k);
+
+  // Megatron: kv_channels defaults to hidden_size // num_attention_heads and asserts that it
+  // divides; GQA needs whole groups of query heads (arguments.py, TransformerConfig).
+  if (m.kv_channels == 0 && m.hidden_size % m.num_attention_heads != 0)
+    throw_input(
+        "{}: model.num_attention_heads={} does not divide model.hidden_size={} (set "
+        "model.kv_channels)",
+        experiment, m.num_attention_heads, m.hidden_size);
+  if (m.num_attention_heads % m.query_groups() != 0)
+    throw_input("{}: model.num_query_groups={} does not divide model.num_attention_heads={}",
+                experiment, m.query_groups(), m.num_attention_heads);
+  // Resolve the "0 → derived" defaults so the spec and the emitted YAML say the same.
+  m.ffn_hidden_size = m.ffn();
+  m.num_query_groups = m.query_groups();
+  m.kv_channels = m.head_dim();
+  return m;
+}
+
+cost::ClusterSpec build_cluster(const Section& inline_keys, const std::string& experiment) {
+  Section merged;
+  cost::ClusterSpec c;
+  if (const Value* v = get(inline_keys, "preset")) {
+    const fs::path p =
+        find_preset(*v, "cluster.preset", "clusters", fs::path(experiment).parent_path());
+    merged = read_preset(p, "cluster", kClusterNetworkKeys);
+    c.preset = v->node.Scalar();
+  }
+  for (const auto& [k, v] : inline_keys)
+    if (k != "preset") merged.insert_or_assign(k, v);
+
+  const Reader r(merged, "cluster");
+  if (const Value* gpu = r.find("gpu")) {
+    const std::string gpu_name = detail::read_string(*gpu, "cluster.gpu");
+    try {
+      c.gpu = cost::find_gpu(gpu_name).name;
+    } catch (const InputError& e) {
+      fail(*gpu, "cluster.gpu", e.what());
+    }
+  }
+  r.positive("gpus_per_node", c.gpus_per_node);
+  r.positive("num_gpus", c.num_gpus);
+  r.number("nvlink_bandwidth_GBps", c.nvlink_bandwidth_GBps, 0.0, true);
+  r.number("nvlink_latency_us", c.nvlink_latency_us, 0.0, false);
+  r.number("nic_bandwidth_Gbps", c.nic_bandwidth_Gbps, 0.0, true);
+  r.positive("nics_per_node", c.nics_per_node);
+  r.number("nic_latency_us", c.nic_latency_us, 0.0, false);
+  for (std::string_view k : {"gpu", "nvlink_bandwidth_GBps", "nvlink_latency_us",
+                             "nic_bandwidth_Gbps", "nics_per_node", "nic_latency_us"})
+    if (!get(merged, k))
+      throw_input("{}: cluster.{} is required (set it inline or through cluster.preset)",
+                  experiment, k);
+  return c;
+}
+
+workload::ParallelPlan build_parallel(const Section& s) {
+  workload::ParallelPlan p;
+  const Reader r(s, "parallel");
+  r.positive("tensor_model_parallel_size", p.tensor_model_parallel_size);
+  r.positive("pipeline_model_parallel_size", p.pipeline_model_parallel_size);
+  r.positive("data_parallel_size", p.data_parallel_size);
+  if (const Value* v = r.find("virtual_pipeline_model_parallel_size")) {
+    const auto vpp = detail::read_int(*v, r.key("virtual_pipeline_model_parallel_size"));
+    if (vpp != 1)
+      fail(
+          *v, r.key("virtual_pipeline_model_parallel_size"),
+          fmt::format("{}: the interleaved schedule is not supported yet (use 1 or omit it)", vpp));
+  }
+  r.flag("sequence_parallel", p.sequence_parallel);
+  const std::string recompute = r.choice("recompute", {"none", "selective", "full"}, "none");
+  p.recompute = recompute == "full"        ? workload::Recompute::Full
+                : recompute == "selective" ? workload::Recompute::Selective
+                                           : workload::Recompute::None;
+  r.flag("use_distributed_optimizer", p.use_distributed_optimizer);
+  p.schedule = r.choice("schedule", {"1f1b", "gpipe"}, "1f1b") == "gpipe"
+                   ? workload::Schedule::GPipe
+                   : workload::Schedule::OneFOneB;
+  r.flag("overlap_grad_reduce", p.overlap_grad_reduce);
+  r.flag("overlap_param_gather", p.overlap_param_gather);
+  return p;
+}
+
+workload::TrainingSpec build_training(const Section& s) {
+  workload::TrainingSpec t;
+  const Reader r(s, "training");
+  r.positive("micro_batch_size", t.micro_batch_size);
+  r.positive("global_batch_size", t.global_batch_size);
+  t.precision = r.choice("precision", {"bf16", "fp16"}, "bf16") == "fp16"
+                    ? workload::Precision::Fp16
+                    : workload::Precision::Bf16;
+  t.attention = r.choice("attention", {"flash", "unfused"}, "flash") == "unfused"
+                    ? workload::AttentionBackend::Unfused
+                    : workload::AttentionBackend::Flash;
+  return t;
+}
+
+RunSpec build_run(const Section& s) {
+  RunSpec run;
+  const Reader r(s, "run");
+  run.engine = r.choice("engine", {"sequential", "optimistic"}, run.engine);
+  if (const Value* v = r.find("trace_ranks")) {
+    const auto rank = [&](const YAML::Node& n) {
+      const auto x = detail::read_int(Value{n, v->origin}, r.key("trace_ranks"));
+      if (x < 0 || x > std::int64_t{UINT32_MAX})
+        fail(Value{n, v->origin}, r.key("trace_ranks"), fmt::format("rank {} out of range", x));
+      return static_cast<std::uint32_t>(x);
+    };
+    run.trace_ranks.clear();
+    if (v->node.IsSequence()) {
+      for (const auto& n : v->node) {
+        const std::uint32_t x = rank(n);
+        if (std::find(run.trace_ranks.begin(), run.trace_ranks.end(), x) == run.trace_ranks.end())
+          run.trace_ranks.push_back(x);
+      }
+    } else {
+      run.trace_ranks.push_back(rank(v->node));  // a single rank may be written bare
+    }
+  }
+  r.text("output", run.output);
+  r.flag("coalesce_local_ops", run.coalesce_local_ops);
+  return run;
+}
+
+/// Cross-key rules of the plan (Megatron's arguments.py / parallel_state.py checks).
+void check_plan(ExperimentConfig& c, const Tree& t) {
+  const std::string& f = c.path;
+  auto& p = c.parallel;
+  auto& m = c.model;
+  auto& cl = c.cluster;
+  const std::int64_t tp = p.tp();
+  const std::int64_t pp = p.pp();
+
+  if (p.sequence_parallel && tp == 1)
+    throw_input("{}: parallel.sequence_parallel requires parallel.tensor_model_parallel_size > 1",
+                f);
+  if (p.sequence_parallel && m.seq_length % tp != 0)
+    throw_input(
+        "{}: parallel.tensor_model_parallel_size={} does not divide model.seq_length={} "
+        "(required by sequence_parallel)",
+        f, tp, m.seq_length);
+  if (p.overlap_param_gather && !p.use_distributed_optimizer)
+    throw_input("{}: parallel.overlap_param_gather requires parallel.use_distributed_optimizer", f);
+  if (p.overlap_param_gather && !p.overlap_grad_reduce)
+    throw_input("{}: parallel.overlap_param_gather requires parallel.overlap_grad_reduce", f);
+  if (m.num_attention_heads % tp != 0)
+    throw_input(
+        "{}: parallel.tensor_model_parallel_size={} does not divide "
+        "model.num_attention_heads={}",
+        f, tp, m.num_attention_heads);
+  if (m.num_query_groups % tp != 0)
+    throw_input(
+        "{}: parallel.tensor_model_parallel_size={} does not divide "
+        "model.num_query_groups={}",
+        f, tp, m.num_query_groups);
+  if (m.ffn_hidden_size % tp != 0)
+    throw_input(
+        "{}: parallel.tensor_model_parallel_size={} does not divide "
+        "model.ffn_hidden_size={}",
+        f, tp, m.ffn_hidden_size);
+  if (m.num_layers % pp != 0)
+    throw_input("{}: parallel.pipeline_model_parallel_size={} does not divide model.num_layers={}",
+                f, pp, m.num_layers);
+
+  // World size: DP is derived from the GPU count when omitted, the GPU count from TP·PP·DP.
+  const bool has_dp = get(t.at("parallel"), "data_parallel_size") != nullptr;
+  const bool has_gpus = cl.num_gpus > 0;
+  if (!has_dp && !has_gpus)
+    throw_input("{}: cluster.num_gpus or parallel.data_parallel_size is required", f);
+  if (!has_dp) {
+    if (cl.num_gpus % (tp * pp) != 0)
+      throw_input(
+          "{}: cluster.num_gpus={} is not a multiple of "
+          "parallel.tensor_model_parallel_size·pipeline_model_parallel_size={}",
+          f, cl.num_gpus, tp * pp);
+    p.data_parallel_size = cl.num_gpus / (tp * pp);
+  }
+  if (!has_gpus) cl.num_gpus = p.world();
+  if (p.world() != cl.num_gpus)
+    throw_input(
+        "{}: parallel.tensor_model_parallel_size·pipeline_model_parallel_size·"
+        "data_parallel_size={}·{}·{}={} differs from cluster.num_gpus={}",
+        f, tp, pp, p.dp(), p.world(), cl.num_gpus);
+  if (cl.num_gpus % cl.gpus_per_node != 0 && cl.num_gpus > cl.gpus_per_node)
+    throw_input(
+        "{}: cluster.num_gpus={} is not a multiple of cluster.gpus_per_node={} (only a "
+        "single partial node is allowed)",
+        f, cl.num_gpus, cl.gpus_per_node);
+
+  // Megatron: global_batch_size defaults to micro_batch_size · data_parallel_size.
+  auto& tr = c.training;
+  if (get(t.at("training"), "global_batch_size") == nullptr)
+    tr.global_batch_size = tr.micro_batch_size * p.dp();
+  if (tr.global_batch_size % (tr.micro_batch_size * p.dp()) != 0)
+    throw_input(
+        "{}: training.global_batch_size={} is not divisible by "
+        "training.micro_batch_size·parallel.data_parallel_size={}·{}={}",
+        f, tr.global_batch_size, tr.micro_batch_size, p.dp(), tr.micro_batch_size * p.dp());
+
+  for (const std::uint32_t rank : c.run.trace_ranks)
+    if (rank >= cl.num_gpus)
+      throw_input("{}: run.trace_ranks has rank {} but cluster.num_gpus={}", f, rank, cl.num_gpus);
+}
+
+const char* name_of(workload::Recompute r) {
+  switch (r) {
+    case workload::Recompute::Selective:
+      return "selective";
+    case workload::Recompute::Full:
+      return "full";
+    default:
+      return "none";
+  }
+}
+
+std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
+  // Doubles go out as their shortest round-trip text: yaml-cpp 0.7 would print 17 digits.
+  const auto num = [](double x) { return detail::format_double(x); };
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  const auto& m = c.model;
+  out << YAML::Key << "model" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "name" << YAML::Value << m.name;
+  out << YAML::Key << "num_layers" << YAML::Value << m.num_layers;
+  out << YAML::Key << "hidden_size" << YAML::Value << m.hidden_size;
+  out << YAML::Key << "ffn_hidden_size" << YAML::Value << m.ffn_hidden_size;
+  out << YAML::Key << "num_attention_heads" << YAML::Value << m.num_attention_heads;
+  out << YAML::Key << "num_query_groups" << YAML::Value << m.num_query_groups;
+  out << YAML::Key << "kv_channels" << YAML::Value << m.kv_channels;
+  out << YAML::Key << "vocab_size" << YAML::Value << m.vocab_size;
+  out << YAML::Key << "make_vocab_size_divisible_by" << YAML::Value
+      << m.make_vocab_size_divisible_by;
+  out << YAML::Key << "seq_length" << YAML::Value << m.seq_length;
+  out << YAML::Key << "gated_linear_unit" << YAML::Value << m.gated_linear_unit;
+  out << YAML::Key << "untie_embeddings" << YAML::Value << m.untie_embeddings;
+  out << YAML::Key << "add_bias_linear" << YAML::Value << m.add_bias_linear;
+  out << YAML::Key << "hidden_dropout" << YAML::Value << num(m.hidden_dropout);
+  out << YAML::Key << "attention_dropout" << YAML::Value << num(m.attention_dropout);
+  out << YAML::EndMap;
+
+  const auto& p = c.parallel;
+  out << YAML::Key << "parallel" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "tensor_model_parallel_size" << YAML::Value << p.tensor_model_parallel_size;
+  out << YAML::Key << "pipeline_model_parallel_size" << YAML::Value
+      << p.pipeline_model_parallel_size;
+  out << YAML::Key << "data_parallel_size" << YAML::Value << p.data_parallel_size;
+  out << YAML::Key << "sequence_parallel" << YAML::Value << p.sequence_parallel;
+  out << YAML::Key << "recompute" << YAML::Value << name_of(p.recompute);
+  out << YAML::Key << "use_distributed_optimizer" << YAML::Value << p.use_distributed_optimizer;
+  out << YAML::Key << "schedule" << YAML::Value
+      << (p.schedule == workload::Schedule::GPipe ? "gpipe" : "1f1b");
+  out << YAML::Key << "overlap_grad_reduce" << YAML::Value << p.overlap_grad_reduce;
+  out << YAML::Key << "overlap_param_gather" << YAML::Value << p.overlap_param_gather;
+  out << YAML::EndMap;
+
+  const auto& t = c.training;
+  out << YAML::Key << "training" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "micro_batch_size" << YAML::Value << t.micro_batch_size;
+  out << YAML::Key << "global_batch_size" << YAML::Value << t.global_batch_size;
+  out << YAML::Key << "precision" << YAML::Value
+      << (t.precision == workload::Precision::Fp16 ? "fp16" : "bf16");
+  out << YAML::Key << "attention" << YAML::Value
+      << (t.attention == workload::AttentionBackend::Unfused ? "unfused" : "flash");
+  out << YAML::EndMap;
+
+  const auto& cl = c.cluster;
+  out << YAML::Key << "cluster" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "gpu" << YAML::Value << cl.gpu;
+  out << YAML::Key << "gpus_per_node" << YAML::Value << cl.gpus_per_node;
+  out << YAML::Key << "num_gpus" << YAML::Value << cl.num_gpus;
+  out << YAML::Key << "nvlink_bandwidth_GBps" << YAML::Value << num(cl.nvlink_bandwidth_GBps);
+  out << YAML::Key << "nvlink_latency_us" << YAML::Value << num(cl.nvlink_latency_us);
+  out << YAML::Key << "nic_bandwidth_Gbps" << YAML::Value << num(cl.nic_bandwidth_Gbps);
+  out << YAML::Key << "nics_per_node" << YAML::Value << cl.nics_per_node;
+  out << YAML::Key << "nic_latency_us" << YAML::Value << num(cl.nic_latency_us);
+  out << YAML::EndMap;
+
+  const auto& r = c.run;
+  out << YAML::Key << "run" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "engine" << YAML::Value << r.engine;
+  out << YAML::Key << "trace_ranks" << YAML::Value << YAML::Flow << r.trace_ranks;
+  out << YAML::Key << "output" << YAML::Value << r.output;
+  out << YAML::Key << "coalesce_local_ops" << YAML::Value << r.coalesce_local_ops;
+  out << YAML::EndMap;
+  out << YAML::EndMap;
+
+  // Presets are merged in; they are named in the header only, so that the emitted file loads
+  // back on its own, from any directory, to the same configuration.
+  std::ostringstream header;
+  header << "# scalescope resolved configuration of " << c.path << "\n";
+  if (!sources.preset.empty()) header << "# model.preset: " << sources.preset << "\n";
+  if (!sources.hf_config.empty()) header << "# model.hf_config: " << sources.hf_config << "\n";
+  if (!c.cluster.preset.empty()) header << "# cluster.preset: " << c.cluster.preset << "\n";
+  return header.str() + out.c_str() + "\n";
+}
+
+}  // namespace
+
+ExperimentConfig load_experiment(const std::string& path,
+                                 const std::vector<std::string>& overrides) {
+  Tree t = read_experiment(path);
+  // Overrides go into the tree before presets are resolved, so `cluster.preset=…` picks
+  // another preset file while the experiment's own inline keys still win over it.
+  for (const std::string& o : overrides) apply_override(t, o, path);
+
+  ExperimentConfig c;
+  c.path = path;
+  ModelSources sources;
+  c.model = build_model(t.at("model"), path, sources);
+  c.parallel = build_parallel(t.at("parallel"));
+  c.training = build_training(t.at("training"));
+  c.cluster = build_cluster(t.at("cluster"), path);
+  c.run = build_run(t.at("run"));
+  check_plan(c, t);
+  c.resolved_yaml = emit(c, sources);
+  return c;
+}
+
+}  // namespace scalescope::io

@@ -1,0 +1,621 @@
+// Tests of io/config.cpp and io/hf_config.cpp: the shipped inputs load, presets and overrides
+// merge in the documented order, and every bad input is a one-line InputError naming the file
+// and the key. Expected values are the numbers written in the shipped files (and their sources).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <array>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/error.hpp"
+#include "io/config.hpp"
+
+namespace scalescope::io {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kRepo = SCALESCOPE_SOURCE_DIR;
+std::string repo(const std::string& rel) {
+  return (kRepo / rel).string();
+}
+
+fs::path scratch_root() {
+  return fs::temp_directory_path() / ("scalescope_config_test_" + std::to_string(::getpid()));
+}
+
+/// Removes the test's scratch files at exit.
+class ScratchCleanup : public ::testing::Environment {
+ public:
+  void TearDown() override { fs::remove_all(scratch_root()); }
+};
+[[maybe_unused]] const ::testing::Environment* const kCleanup =
+    ::testing::AddGlobalTestEnvironment(new ScratchCleanup);
+
+/// A fresh directory for the running test.
+fs::path scratch() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  const fs::path dir = scratch_root() / (std::string(info->test_suite_name()) + "." + info->name());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+void write(const fs::path& p, const std::string& text) {
+  fs::create_directories(p.parent_path());
+  std::ofstream(p) << text;
+}
+
+/// Writes `text` to `p` and returns the path, for load_experiment.
+std::string put(const fs::path& p, const std::string& text) {
+  write(p, text);
+  return p.string();
+}
+
+/// A small valid experiment, as ordered (section, key, value) lines, that cases edit.
+class Yaml {
+ public:
+  Yaml() {
+    rows_ = {{"model", "num_layers", "4"},
+             {"model", "hidden_size", "256"},
+             {"model", "num_attention_heads", "8"},
+             {"model", "vocab_size", "1000"},
+             {"model", "seq_length", "128"},
+             {"parallel", "tp", "2"},
+             {"parallel", "pp", "2"},
+             {"parallel", "dp", "2"},
+             {"training", "micro_batch_size", "1"},
+             {"training", "global_batch_size", "4"},
+             {"cluster", "preset", "dgx-a100"},
+             {"cluster", "num_gpus", "8"},
+             {"run", "trace_ranks", "[0, 7]"}};
+  }
+  /// Sets (or adds) section.key.
+  Yaml& set(const std::string& section, const std::string& key, const std::string& value) {
+    for (auto& r : rows_)
+      if (r[0] == section && r[1] == key) {
+        r[2] = value;
+        return *this;
+      }
+    rows_.push_back({section, key, value});
+    return *this;
+  }
+  Yaml& drop(const std::string& section, const std::string& key) {
+    std::erase_if(rows_, [&](const auto& r) { return r[0] == section && r[1] == key; });
+    return *this;
+  }
+  std::string text() const {
+    std::string out;
+    for (const char* s : {"model", "parallel", "training", "cluster", "run"}) {
+      out += std::string(s) + ":\n";
+      for (const auto& r : rows_)
+        if (r[0] == s) out += "  " + r[1] + ": " + r[2] + "\n";
+    }
+    return out;
+  }
+
+ private:
+  std::vector<std::array<std::string, 3>> rows_;
+};
+
+/// Loads `text` from <dir>/<file> and returns the InputError message ("" if none was thrown).
+std::string error_of(const fs::path& dir, const std::string& text,
+                     const std::vector<std::string>& overrides = {},
+                     const std::string& file = "case.yaml") {
+  write(dir / file, text);
+  try {
+    load_experiment((dir / file).string(), overrides);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+/// The message names the file and the key, and is one line.
+void expect_names(const std::string& message, const std::string& file, const std::string& key) {
+  EXPECT_NE(message, "") << "no InputError for " << key;
+  EXPECT_NE(message.find(file), std::string::npos) << message;
+  EXPECT_NE(message.find(key), std::string::npos) << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+}
+
+// ---------------------------------------------------------------- shipped inputs
+
+TEST(Config, LoadsEveryShippedExperiment) {
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(kRepo / "inputs" / "experiments")) {
+    if (e.path().extension() != ".yaml") continue;
+    SCOPED_TRACE(e.path().string());
+    ExperimentConfig c;
+    EXPECT_NO_THROW(c = load_experiment(e.path().string()));
+    EXPECT_EQ(c.parallel.world(), c.cluster.num_gpus);
+    EXPECT_FALSE(c.resolved_yaml.empty());
+    ++n;
+  }
+  EXPECT_GE(n, 3);
+}
+
+TEST(Config, LoadsEveryShippedPreset) {
+  // Each preset in a minimal experiment that names it by its path.
+  const fs::path dir = scratch();
+  for (const char* m : {"gpt3-175b", "llama3-8b", "llama3-70b", "llama3-405b"})
+    for (const char* c : {"dgx-a100", "dgx-h100", "dgx-h200"}) {
+      SCOPED_TRACE(std::string(m) + " on " + c);
+      write(dir / "x.yaml",
+            fmt::format("model: {{preset: {}}}\ncluster: {{preset: {}, num_gpus: 8}}\n"
+                        "parallel: {{tp: 8}}\n",
+                        repo(std::string("inputs/models/") + m + ".yaml"),
+                        repo(std::string("inputs/clusters/") + c + ".yaml")));
+      EXPECT_NO_THROW(load_experiment((dir / "x.yaml").string()));
+    }
+}
+
+TEST(Config, QuickstartMergesPresetsAndInlineKeysWin) {
+  const auto c = load_experiment(repo("inputs/experiments/quickstart.yaml"));
+  // Inline keys override inputs/models/llama3-8b.yaml …
+  EXPECT_EQ(c.model.num_layers, 8);
+  EXPECT_EQ(c.model.seq_length, 4096);
+  // … the rest is the preset (Llama 3 paper Table 3 / HF config.json).
+  EXPECT_EQ(c.model.name, "llama3-8b");
+  EXPECT_EQ(c.model.hidden_size, 4096);
+  EXPECT_EQ(c.model.ffn_hidden_size, 14336);
+  EXPECT_EQ(c.model.num_attention_heads, 32);
+  EXPECT_EQ(c.model.num_query_groups, 8);
+  EXPECT_EQ(c.model.kv_channels, 128);
+  EXPECT_EQ(c.model.vocab_size, 128256);
+  EXPECT_TRUE(c.model.gated_linear_unit);
+  EXPECT_TRUE(c.model.untie_embeddings);
+  EXPECT_FALSE(c.model.add_bias_linear);
+  // Aliases tp/pp/dp → canonical fields; 4·2·8 = 64 GPUs.
+  EXPECT_EQ(c.parallel.tp(), 4);
+  EXPECT_EQ(c.parallel.pp(), 2);
+  EXPECT_EQ(c.parallel.dp(), 8);
+  EXPECT_TRUE(c.parallel.sequence_parallel);
+  EXPECT_TRUE(c.parallel.use_distributed_optimizer);
+  EXPECT_EQ(c.training.num_microbatches(c.parallel.dp()), 8);  // 64 / (1·8)
+  // inputs/clusters/dgx-h100.yaml (DGX H100 datasheet: 900 GB/s bidirectional, 8 × 400 Gb/s).
+  EXPECT_EQ(c.cluster.preset, "dgx-h100");
+  EXPECT_EQ(c.cluster.gpu, "H100-SXM");
+  EXPECT_EQ(c.cluster.num_gpus, 64);
+  EXPECT_EQ(c.cluster.gpus_per_node, 8);
+  EXPECT_DOUBLE_EQ(c.cluster.nvlink_bandwidth_GBps, 450);
+  EXPECT_DOUBLE_EQ(c.cluster.nic_bandwidth_Gbps, 400);
+  EXPECT_EQ(c.cluster.nics_per_node, 8);
+  EXPECT_EQ(c.run.trace_ranks, (std::vector<std::uint32_t>{0, 32}));
+  EXPECT_EQ(c.run.output, "out/quickstart");
+}
+
+TEST(Config, Gpt3OnThousandA100s) {
+  const auto c = load_experiment(repo("inputs/experiments/gpt3-175b-1024.yaml"));
+  // Brown et al. 2020, Table 2.1.
+  EXPECT_EQ(c.model.num_layers, 96);
+  EXPECT_EQ(c.model.hidden_size, 12288);
+  EXPECT_EQ(c.model.ffn_hidden_size, 4 * 12288);
+  EXPECT_EQ(c.model.num_attention_heads, 96);
+  EXPECT_EQ(c.model.num_query_groups, 96);  // MHA
+  EXPECT_EQ(c.model.vocab_size, 50257);
+  EXPECT_EQ(c.model.padded_vocab(8), 51200);  // next multiple of 128·8 = 1024
+  EXPECT_EQ(c.model.seq_length, 2048);
+  EXPECT_DOUBLE_EQ(c.model.hidden_dropout, 0.1);
+  EXPECT_TRUE(c.model.add_bias_linear);
+  EXPECT_FALSE(c.model.untie_embeddings);
+  EXPECT_EQ(c.parallel.world(), 1024);  // 8·8·16
+  EXPECT_EQ(c.parallel.recompute, workload::Recompute::Selective);
+  EXPECT_TRUE(c.parallel.overlap_grad_reduce);
+  EXPECT_EQ(c.training.num_microbatches(16), 96);  // 1536 / (1·16)
+  EXPECT_EQ(c.cluster.gpu, "A100-SXM4-80GB");
+  EXPECT_DOUBLE_EQ(c.cluster.nvlink_bandwidth_GBps, 300);
+  EXPECT_DOUBLE_EQ(c.cluster.nic_bandwidth_Gbps, 200);
+  EXPECT_EQ(c.run.trace_ranks, (std::vector<std::uint32_t>{0, 1016}));
+}
+
+// ---------------------------------------------------------------- presets and defaults
+
+TEST(Config, PresetSearchOrder) {
+  // <experiment dir>/../models/ first, then <experiment dir>/, then the repository's inputs/.
+  const fs::path dir = scratch();
+  const std::string exp =
+      "model: {preset: llama3-8b}\nparallel: {tp: 8}\n"
+      "cluster: {preset: dgx-a100, num_gpus: 8}\n";
+  write(dir / "experiments" / "e.yaml", exp);
+  const std::string file = (dir / "experiments" / "e.yaml").string();
+  EXPECT_EQ(load_experiment(file).model.num_layers, 32);  // repository's inputs/models/
+  write(dir / "experiments" / "llama3-8b.yaml",
+        "num_layers: 2\nhidden_size: 64\nnum_attention_heads: 8\nvocab_size: 10\nseq_length: 8\n");
+  EXPECT_EQ(load_experiment(file).model.num_layers, 2);  // beside the experiment
+  write(dir / "models" / "llama3-8b.yaml",
+        "num_layers: 3\nhidden_size: 64\nnum_attention_heads: 8\nvocab_size: 10\nseq_length: 8\n");
+  const auto c = load_experiment(file);
+  EXPECT_EQ(c.model.num_layers, 3);      // ../models/ wins
+  EXPECT_EQ(c.model.name, "llama3-8b");  // a preset without `name` names the model
+}
+
+TEST(Config, InlineClusterKeysOverridePreset) {
+  const fs::path dir = scratch();
+  const auto c = load_experiment(
+      put(dir / "e.yaml",
+          Yaml().set("cluster", "nic_bandwidth_Gbps", "100").set("cluster", "gpu", "h100").text()));
+  EXPECT_EQ(c.cluster.gpu, "H100-SXM");  // alias resolved to the canonical name
+  EXPECT_DOUBLE_EQ(c.cluster.nic_bandwidth_Gbps, 100);
+  EXPECT_DOUBLE_EQ(c.cluster.nvlink_bandwidth_GBps, 300);  // still dgx-a100's
+}
+
+TEST(Config, DefaultsAndDerivedSizes) {
+  const fs::path dir = scratch();
+  const auto c = load_experiment(
+      put(dir / "e.yaml", Yaml().drop("parallel", "dp").drop("run", "trace_ranks").text()));
+  EXPECT_EQ(c.parallel.dp(), 2);             // 8 GPUs / (TP 2 · PP 2)
+  EXPECT_EQ(c.model.ffn_hidden_size, 1024);  // 4·256
+  EXPECT_EQ(c.model.num_query_groups, 8);    // MHA
+  EXPECT_EQ(c.model.kv_channels, 32);        // 256 / 8
+  EXPECT_EQ(c.model.make_vocab_size_divisible_by, 128);
+  EXPECT_EQ(c.model.name, "model");
+  EXPECT_EQ(c.parallel.recompute, workload::Recompute::None);
+  EXPECT_EQ(c.parallel.schedule, workload::Schedule::OneFOneB);
+  EXPECT_EQ(c.training.precision, workload::Precision::Bf16);
+  EXPECT_EQ(c.training.attention, workload::AttentionBackend::Flash);
+  EXPECT_EQ(c.run.engine, "sequential");
+  EXPECT_EQ(c.run.trace_ranks, (std::vector<std::uint32_t>{0}));
+  EXPECT_TRUE(c.run.coalesce_local_ops);
+
+  // num_gpus derived from TP·PP·DP; a partial node (4 < 8 GPUs per node) is allowed.
+  const auto d = load_experiment(put(dir / "f.yaml", Yaml()
+                                                         .drop("cluster", "num_gpus")
+                                                         .set("parallel", "dp", "1")
+                                                         .set("run", "trace_ranks", "3")
+                                                         .text()));
+  EXPECT_EQ(d.cluster.num_gpus, 4);
+  // Megatron's default global batch is micro_batch_size · data_parallel_size.
+  const auto g = load_experiment(put(dir / "g.yaml", Yaml()
+                                                         .drop("training", "global_batch_size")
+                                                         .set("training", "micro_batch_size", "2")
+                                                         .text()));
+  EXPECT_EQ(g.training.global_batch_size, 4);  // MBS 2 · DP 2
+  EXPECT_EQ(d.run.trace_ranks, (std::vector<std::uint32_t>{3}));
+}
+
+TEST(Config, NullValueMeansUnset) {
+  const fs::path dir = scratch();
+  const auto c = load_experiment(put(
+      dir / "e.yaml", Yaml().set("parallel", "dp", "~").set("model", "kv_channels", "").text()));
+  EXPECT_EQ(c.parallel.dp(), 2);
+  EXPECT_EQ(c.model.kv_channels, 32);
+}
+
+TEST(Config, ResolvedYamlIsCanonicalDeterministicAndLoadsBack) {
+  const auto c = load_experiment(repo("inputs/experiments/quickstart.yaml"));
+  EXPECT_EQ(c.resolved_yaml,
+            load_experiment(repo("inputs/experiments/quickstart.yaml")).resolved_yaml);
+  const std::string& y = c.resolved_yaml;
+  EXPECT_NE(y.find("tensor_model_parallel_size: 4"), std::string::npos) << y;
+  EXPECT_NE(y.find("data_parallel_size: 8"), std::string::npos) << y;
+  EXPECT_NE(y.find("hidden_dropout: 0\n"), std::string::npos) << y;
+  EXPECT_NE(y.find("nvlink_bandwidth_GBps: 450"), std::string::npos) << y;
+  EXPECT_NE(y.find("trace_ranks: [0, 32]"), std::string::npos) << y;
+  EXPECT_EQ(y.find("tp:"), std::string::npos) << y;
+  // Sections in a fixed order.
+  EXPECT_LT(y.find("model:"), y.find("parallel:"));
+  EXPECT_LT(y.find("parallel:"), y.find("training:"));
+  EXPECT_LT(y.find("training:"), y.find("cluster:"));
+  EXPECT_LT(y.find("cluster:"), y.find("run:"));
+
+  // The emitted file stands alone: loaded from elsewhere it gives the same configuration.
+  const fs::path dir = scratch();
+  write(dir / "resolved.yaml", y);
+  const auto back = load_experiment((dir / "resolved.yaml").string());
+  const auto body = [](const std::string& s) { return s.substr(s.find("\nmodel:")); };
+  EXPECT_EQ(body(back.resolved_yaml), body(y));
+
+  const auto g = load_experiment(repo("inputs/experiments/gpt3-175b-1024.yaml"));
+  EXPECT_NE(g.resolved_yaml.find("hidden_dropout: 0.1\n"), std::string::npos) << g.resolved_yaml;
+}
+
+// ---------------------------------------------------------------- overrides
+
+TEST(ConfigOverride, ClusterPresetSwitchKeepsInlineKeys) {
+  const std::string gpt3 = repo("inputs/experiments/gpt3-175b-1024.yaml");
+  const auto c = load_experiment(gpt3, {"cluster.preset=dgx-h100"});
+  EXPECT_EQ(c.cluster.preset, "dgx-h100");
+  EXPECT_EQ(c.cluster.gpu, "H100-SXM");
+  EXPECT_DOUBLE_EQ(c.cluster.nvlink_bandwidth_GBps, 450);
+  EXPECT_DOUBLE_EQ(c.cluster.nic_bandwidth_Gbps, 400);
+  EXPECT_EQ(c.cluster.num_gpus, 1024);  // the experiment's inline key
+
+  const fs::path dir = scratch();
+  write(dir / "e.yaml", Yaml().set("cluster", "nic_bandwidth_Gbps", "100").text());
+  const auto d = load_experiment((dir / "e.yaml").string(), {"cluster.preset=dgx-h200"});
+  EXPECT_EQ(d.cluster.gpu, "H200-SXM");
+  EXPECT_DOUBLE_EQ(d.cluster.nic_bandwidth_Gbps, 100);  // inline wins over the new preset
+}
+
+TEST(ConfigOverride, NumGpusWithMatchingDataParallel) {
+  const std::string gpt3 = repo("inputs/experiments/gpt3-175b-1024.yaml");
+  const auto c = load_experiment(gpt3, {"cluster.num_gpus=8192", "parallel.dp=128"});
+  EXPECT_EQ(c.cluster.num_gpus, 8192);
+  EXPECT_EQ(c.parallel.dp(), 128);                  // 8192 / (8·8)
+  EXPECT_EQ(c.training.num_microbatches(128), 12);  // 1536 / 128
+  // Unsetting dp derives it from the GPU count.
+  EXPECT_EQ(load_experiment(gpt3, {"cluster.num_gpus=8192", "parallel.data_parallel_size="})
+                .parallel.dp(),
+            128);
+  // Without a matching dp the plan is rejected.
+  try {
+    load_experiment(gpt3, {"cluster.num_gpus=8192"});
+    FAIL() << "no InputError";
+  } catch (const InputError& e) {
+    expect_names(e.what(), "gpt3-175b-1024.yaml", "cluster.num_gpus=8192");
+  }
+}
+
+TEST(ConfigOverride, ValuesParsedAsYaml) {
+  const std::string q = repo("inputs/experiments/quickstart.yaml");
+  const auto c = load_experiment(
+      q, {"run.trace_ranks=[0,8]", "parallel.tp=2", "parallel.dp=16", "model.preset=llama3-70b",
+          "parallel.recompute=full", "run.output=/tmp/x y", "training.precision=fp16"});
+  EXPECT_EQ(c.run.trace_ranks, (std::vector<std::uint32_t>{0, 8}));
+  EXPECT_EQ(c.parallel.tp(), 2);  // the alias overrides the file's alias
+  EXPECT_EQ(c.parallel.dp(), 16);
+  EXPECT_EQ(c.model.hidden_size, 8192);  // llama3-70b …
+  EXPECT_EQ(c.model.num_layers, 8);      // … with the experiment's inline keys on top
+  EXPECT_EQ(c.parallel.recompute, workload::Recompute::Full);
+  EXPECT_EQ(c.run.output, "/tmp/x y");
+  EXPECT_EQ(c.training.precision, workload::Precision::Fp16);
+}
+
+TEST(ConfigOverride, BadOverridesNameFileAndKey) {
+  const std::string q = repo("inputs/experiments/quickstart.yaml");
+  const auto msg = [&](const std::string& o) {
+    try {
+      load_experiment(q, {o});
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  expect_names(msg("model.num_layer=4"), "quickstart.yaml", "model.num_layer");
+  EXPECT_NE(msg("model.num_layer=4").find("did you mean 'num_layers'"), std::string::npos);
+  expect_names(msg("modle.num_layers=4"), "quickstart.yaml", "modle");
+  expect_names(msg("model.num_layers"), "quickstart.yaml", "model.num_layers");
+  expect_names(msg("num_layers=4"), "quickstart.yaml", "num_layers");
+  expect_names(msg("model.hidden.size=4"), "quickstart.yaml", "model.hidden.size");
+  expect_names(msg("run.trace_ranks=[0,"), "quickstart.yaml", "run.trace_ranks");
+  expect_names(msg("model.num_layers=many"), "quickstart.yaml", "model.num_layers");
+  expect_names(msg("cluster.preset=dgx-z100"), "quickstart.yaml", "cluster.preset");
+}
+
+// ---------------------------------------------------------------- Hugging Face config.json
+
+TEST(HfConfig, Llama3ConfigJsonMatchesPreset) {
+  const auto hf = load_hf_config(repo("inputs/hf/llama3-8b-config.json"));
+  EXPECT_EQ(hf.name, "llama");  // model_type
+  EXPECT_EQ(hf.num_layers, 32);
+  EXPECT_EQ(hf.hidden_size, 4096);
+  EXPECT_EQ(hf.ffn_hidden_size, 14336);
+  EXPECT_EQ(hf.num_attention_heads, 32);
+  EXPECT_EQ(hf.num_query_groups, 8);
+  EXPECT_EQ(hf.kv_channels, 0);  // no head_dim in the file: hidden / heads
+  EXPECT_EQ(hf.head_dim(), 128);
+  EXPECT_EQ(hf.vocab_size, 128256);
+  EXPECT_EQ(hf.seq_length, 8192);  // max_position_embeddings
+  EXPECT_TRUE(hf.gated_linear_unit);
+  EXPECT_TRUE(hf.untie_embeddings);
+  EXPECT_FALSE(hf.add_bias_linear);
+  EXPECT_DOUBLE_EQ(hf.attention_dropout, 0.0);
+
+  // Through an experiment, every ModelSpec field equals inputs/models/llama3-8b.yaml's.
+  const auto a = load_experiment(repo("inputs/experiments/llama3-8b-hf.yaml")).model;
+  const auto b = load_experiment(repo("inputs/experiments/llama3-8b-hf.yaml"),
+                                 {"model.hf_config=", "model.preset=llama3-8b"})
+                     .model;
+  EXPECT_EQ(a.name, b.name);
+  EXPECT_EQ(a.num_layers, b.num_layers);
+  EXPECT_EQ(a.hidden_size, b.hidden_size);
+  EXPECT_EQ(a.ffn_hidden_size, b.ffn_hidden_size);
+  EXPECT_EQ(a.num_attention_heads, b.num_attention_heads);
+  EXPECT_EQ(a.num_query_groups, b.num_query_groups);
+  EXPECT_EQ(a.kv_channels, b.kv_channels);
+  EXPECT_EQ(a.vocab_size, b.vocab_size);
+  EXPECT_EQ(a.make_vocab_size_divisible_by, b.make_vocab_size_divisible_by);
+  EXPECT_EQ(a.seq_length, b.seq_length);
+  EXPECT_EQ(a.gated_linear_unit, b.gated_linear_unit);
+  EXPECT_EQ(a.untie_embeddings, b.untie_embeddings);
+  EXPECT_EQ(a.add_bias_linear, b.add_bias_linear);
+  EXPECT_EQ(a.hidden_dropout, b.hidden_dropout);
+  EXPECT_EQ(a.attention_dropout, b.attention_dropout);
+}
+
+TEST(HfConfig, MapsTiedBiasedGeluAndHeadDim) {
+  const fs::path dir = scratch();
+  write(dir / "config.json", R"({"model_type": "toy", "hidden_size": 512, "intermediate_size": 1536,
+    "num_hidden_layers": 6, "num_attention_heads": 8, "head_dim": 96, "vocab_size": 32000,
+    "max_position_embeddings": 4096, "tie_word_embeddings": true, "attention_bias": true,
+    "hidden_act": "gelu", "attention_dropout": 0.1, "rope_scaling": null})");
+  const auto m = load_hf_config((dir / "config.json").string());
+  EXPECT_EQ(m.name, "toy");
+  EXPECT_EQ(m.num_query_groups, 8);  // no num_key_value_heads → MHA
+  EXPECT_EQ(m.kv_channels, 96);
+  EXPECT_FALSE(m.untie_embeddings);
+  EXPECT_TRUE(m.add_bias_linear);
+  EXPECT_FALSE(m.gated_linear_unit);
+  EXPECT_DOUBLE_EQ(m.attention_dropout, 0.1);
+
+  // Relative to the YAML file; inline keys win over the JSON (seq_length here).
+  write(dir / "exp" / "e.yaml",
+        "model:\n  hf_config: ../config.json\n  seq_length: 1024\n"
+        "parallel: {tp: 8}\ncluster: {preset: dgx-h100, num_gpus: 8}\n");
+  const auto c = load_experiment((dir / "exp" / "e.yaml").string());
+  EXPECT_EQ(c.model.seq_length, 1024);
+  EXPECT_EQ(c.model.kv_channels, 96);
+  EXPECT_EQ(c.model.name, "toy");
+}
+
+TEST(HfConfig, BadConfigJsonNamesFileAndKey) {
+  const fs::path dir = scratch();
+  const auto msg = [&](const std::string& json) {
+    write(dir / "config.json", json);
+    try {
+      load_hf_config((dir / "config.json").string());
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  const std::string ok_tail = R"("num_attention_heads": 8, "vocab_size": 100})";
+  expect_names(msg(R"({"hidden_size": 64, )" + ok_tail), "config.json", "num_hidden_layers");
+  expect_names(msg(R"({"hidden_size": "64", "num_hidden_layers": 2, )" + ok_tail), "config.json",
+               "hidden_size");
+  expect_names(
+      msg(R"({"hidden_size": 64, "num_hidden_layers": 2, "tie_word_embeddings": 1, )" + ok_tail),
+      "config.json", "tie_word_embeddings");
+  expect_names(msg(R"({"hidden_size": 64,)"), "config.json", "malformed JSON");
+  expect_names(msg("[1, 2]"), "config.json", "JSON object");
+  try {
+    load_hf_config((dir / "missing.json").string());
+    FAIL() << "no InputError";
+  } catch (const InputError& e) {
+    expect_names(e.what(), "missing.json", "not found");
+  }
+}
+
+// ---------------------------------------------------------------- bad experiments
+
+TEST(ConfigError, EveryBadInputNamesFileAndKey) {
+  const fs::path dir = scratch();
+  struct Case {
+    Yaml yaml;
+    std::string key;  ///< expected in the message
+  };
+  const std::vector<Case> cases = {
+      {Yaml().set("model", "num_layer", "4"), "model.num_layer"},
+      {Yaml().set("parallel", "tensor_parallel_size", "2"), "parallel.tensor_parallel_size"},
+      {Yaml().set("model", "hidden_size", "abc"), "model.hidden_size"},
+      {Yaml().set("model", "hidden_size", "256.5"), "model.hidden_size"},
+      {Yaml().set("model", "hidden_size", "[256]"), "model.hidden_size"},
+      {Yaml().set("parallel", "sequence_parallel", "maybe"), "parallel.sequence_parallel"},
+      {Yaml().set("model", "hidden_dropout", "1.5"), "model.hidden_dropout"},
+      {Yaml().set("model", "attention_dropout", "-0.1"), "model.attention_dropout"},
+      {Yaml().drop("model", "vocab_size"), "model.vocab_size"},
+      {Yaml().drop("model", "num_layers"), "model.num_layers"},
+      {Yaml().set("model", "preset", "no-such-model"), "model.preset"},
+      {Yaml().set("model", "hf_config", "missing/config.json"), "model.hf_config"},
+      {Yaml().set("cluster", "preset", "dgx-z100"), "cluster.preset"},
+      {Yaml().set("model", "num_layers", "0"), "model.num_layers"},
+      {Yaml().set("model", "seq_length", "-8"), "model.seq_length"},
+      {Yaml().set("parallel", "tp", "0"), "parallel.tensor_model_parallel_size"},
+      {Yaml().set("training", "micro_batch_size", "-1"), "training.micro_batch_size"},
+      {Yaml().set("cluster", "nvlink_bandwidth_GBps", "0"), "cluster.nvlink_bandwidth_GBps"},
+      {Yaml().set("cluster", "nic_latency_us", "-1"), "cluster.nic_latency_us"},
+      {Yaml().set("cluster", "gpus_per_node", "0"), "cluster.gpus_per_node"},
+      // TP 3 does not divide 8 heads (Megatron: heads are split across TP ranks).
+      {Yaml().set("parallel", "tp", "3").drop("cluster", "num_gpus"),
+       "parallel.tensor_model_parallel_size=3 does not divide model.num_attention_heads=8"},
+      // 2 KV groups on TP 4.
+      {Yaml()
+           .set("model", "num_query_groups", "2")
+           .set("parallel", "tp", "4")
+           .drop("cluster", "num_gpus"),
+       "parallel.tensor_model_parallel_size=4 does not divide model.num_query_groups=2"},
+      {Yaml().set("model", "num_query_groups", "3"), "model.num_query_groups=3"},
+      {Yaml().set("model", "ffn_hidden_size", "1001"), "model.ffn_hidden_size=1001"},
+      {Yaml().set("model", "hidden_size", "250"), "model.hidden_size=250"},
+      // 2·2·2 = 8 ≠ 16.
+      {Yaml().set("cluster", "num_gpus", "16"), "cluster.num_gpus=16"},
+      // 2·1·6 = 12 GPUs: one and a half 8-GPU nodes.
+      {Yaml().set("parallel", "pp", "1").set("parallel", "dp", "6").drop("cluster", "num_gpus"),
+       "cluster.gpus_per_node=8"},
+      {Yaml().drop("parallel", "dp").drop("cluster", "num_gpus"), "cluster.num_gpus"},
+      {Yaml().drop("parallel", "dp").set("cluster", "num_gpus", "6"), "cluster.num_gpus=6"},
+      {Yaml().set("model", "num_layers", "5"), "model.num_layers=5"},
+      // 3 sequences cannot be split into micro-batches of 1 over 2 replicas.
+      {Yaml().set("training", "global_batch_size", "3"), "training.global_batch_size=3"},
+      {Yaml().set("cluster", "gpu", "Z100"), "cluster.gpu"},
+      {Yaml()
+           .set("parallel", "tp", "1")
+           .set("parallel", "dp", "4")
+           .set("parallel", "sequence_parallel", "true"),
+       "parallel.sequence_parallel"},
+      {Yaml().set("parallel", "sequence_parallel", "true").set("model", "seq_length", "127"),
+       "model.seq_length=127"},
+      {Yaml().set("parallel", "vpp", "2"), "parallel.virtual_pipeline_model_parallel_size"},
+      {Yaml().set("parallel", "recompute", "some"), "parallel.recompute"},
+      {Yaml().set("parallel", "schedule", "interleaved"), "parallel.schedule"},
+      {Yaml().set("training", "precision", "fp8"), "training.precision"},
+      {Yaml().set("training", "attention", "sdpa"), "training.attention"},
+      {Yaml().set("run", "engine", "parallel"), "run.engine"},
+      {Yaml().set("run", "trace_ranks", "[0, 8]"), "run.trace_ranks"},
+      {Yaml().set("run", "trace_ranks", "[-1]"), "run.trace_ranks"},
+      {Yaml().set("run", "trace_ranks", "{a: 1}"), "run.trace_ranks"},
+      {Yaml().set("run", "coalesce_local_ops", "2"), "run.coalesce_local_ops"},
+      {Yaml().set("parallel", "overlap_param_gather", "true"), "parallel.overlap_param_gather"},
+      {Yaml().set("parallel", "tensor_model_parallel_size", "2"),
+       "parallel.tensor_model_parallel_size"},  // given twice (alias tp too)
+  };
+  int i = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.key);
+    const std::string file = "case" + std::to_string(i++) + ".yaml";
+    expect_names(error_of(dir, c.yaml.text(), {}, file), file, c.key);
+  }
+  // The reference experiment itself is valid, and so is the vpp value 1.
+  EXPECT_EQ(error_of(dir, Yaml().text()), "");
+  EXPECT_EQ(error_of(dir, Yaml().set("parallel", "vpp", "1").text()), "");
+}
+
+TEST(ConfigError, MessagesCarryPositionAndHints) {
+  const fs::path dir = scratch();
+  const std::string bad_type = error_of(dir, Yaml().set("model", "hidden_size", "abc").text());
+  EXPECT_NE(bad_type.find("case.yaml:3:16: model.hidden_size: expected an integer, got 'abc'"),
+            std::string::npos)
+      << bad_type;
+  const std::string typo = error_of(dir, Yaml().set("model", "num_layer", "4").text());
+  EXPECT_NE(typo.find("did you mean 'num_layers'"), std::string::npos) << typo;
+  const std::string vpp = error_of(dir, Yaml().set("parallel", "vpp", "2").text());
+  EXPECT_NE(vpp.find("not supported yet"), std::string::npos) << vpp;
+  const std::string heads =
+      error_of(dir, Yaml().set("parallel", "tp", "3").drop("cluster", "num_gpus").text());
+  EXPECT_NE(heads.find("case.yaml: parallel.tensor_model_parallel_size=3 does not divide "
+                       "model.num_attention_heads=8"),
+            std::string::npos)
+      << heads;
+}
+
+TEST(ConfigError, MalformedFilesAndSections) {
+  const fs::path dir = scratch();
+  // Malformed YAML: yaml-cpp's position (line 2, column 1 here) is in the message.
+  const std::string m = error_of(dir, "model: [1,\n", {}, "broken.yaml");
+  expect_names(m, "broken.yaml:2:1", "malformed YAML");
+  expect_names(error_of(dir, "modle: {num_layers: 2}\n", {}, "s.yaml"), "s.yaml", "modle");
+  expect_names(error_of(dir, "model: 3\n", {}, "t.yaml"), "t.yaml", "model");
+  expect_names(error_of(dir, "- 1\n- 2\n", {}, "u.yaml"), "u.yaml", "top level");
+  expect_names(error_of(dir, Yaml().text() + "model: {}\n", {}, "v.yaml"), "v.yaml", "model");
+  try {
+    load_experiment((dir / "missing.yaml").string());
+    FAIL() << "no InputError";
+  } catch (const InputError& e) {
+    expect_names(e.what(), "missing.yaml", "experiment file");
+  }
+}
+
+TEST(ConfigError, BadPresetFilesNameThePresetFile) {
+  const fs::path dir = scratch();
+  write(dir / "models" / "typo.yaml", "num_layer: 3\n");
+  write(dir / "models" / "header.yaml", "model:\n  num_layers: 3\n");
+  write(dir / "models" / "broken.yaml", "num_layers: [3\n");
+  write(dir / "models" / "wrong.yaml", "ffn_hidden_size: three\n");
+  write(dir / "clusters" / "slow.yaml", "gpu: A100\nnvlink_bandwidth_GBps: -1\n");
+  const auto msg = [&](const std::string& section, const std::string& preset) {
+    return error_of(dir / "experiments", Yaml().set(section, "preset", preset).text());
+  };
+  expect_names(msg("model", "typo"), "typo.yaml", "model.num_layer");
+  expect_names(msg("model", "header"), "header.yaml", "section header");
+  expect_names(msg("model", "broken"), "broken.yaml", "malformed YAML");
+  expect_names(msg("model", "wrong"), "wrong.yaml:1:18", "model.ffn_hidden_size");
+  expect_names(msg("cluster", "slow"), "slow.yaml", "cluster.nvlink_bandwidth_GBps");
+}
+
+}  // namespace
+}  // namespace scalescope::io
