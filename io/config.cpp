@@ -63,7 +63,8 @@ const Keys kClusterNetworkKeys = {"gpu",
                                   "nvlink_latency_us",
                                   "nic_bandwidth_Gbps",
                                   "nics_per_node",
-                                  "nic_latency_us"};
+                                  "nic_latency_us",
+                                  "compute_efficiency"};
 const Keys kRunKeys = {"engine", "trace_ranks", "output", "coalesce_local_ops"};
 
 /// Short names accepted in `parallel:` (Megatron's own --tp/--pp style abbreviations).
@@ -392,6 +393,7 @@ cost::ClusterSpec build_cluster(const Section& inline_keys, const std::string& e
   r.number("nic_bandwidth_Gbps", c.nic_bandwidth_Gbps, 0.0, true);
   r.positive("nics_per_node", c.nics_per_node);
   r.number("nic_latency_us", c.nic_latency_us, 0.0, false);
+  r.number("compute_efficiency", c.compute_efficiency, 0.0, true, 1.0 + 1e-12);
   for (std::string_view k : {"gpu", "nvlink_bandwidth_GBps", "nvlink_latency_us",
                              "nic_bandwidth_Gbps", "nics_per_node", "nic_latency_us"})
     if (!get(merged, k))
@@ -619,6 +621,7 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
   out << YAML::Key << "nic_bandwidth_Gbps" << YAML::Value << num(cl.nic_bandwidth_Gbps);
   out << YAML::Key << "nics_per_node" << YAML::Value << cl.nics_per_node;
   out << YAML::Key << "nic_latency_us" << YAML::Value << num(cl.nic_latency_us);
+  out << YAML::Key << "compute_efficiency" << YAML::Value << num(cl.compute_efficiency);
   out << YAML::EndMap;
 
   const auto& r = c.run;

@@ -16,6 +16,10 @@ struct ClusterSpec {
   double nic_bandwidth_Gbps = 0;      ///< per NIC, per direction (HDR 200, NDR 400)
   std::int64_t nics_per_node = 0;
   double nic_latency_us = 0;
+  /// Fraction of isolated-kernel speed a training framework sustains across a step (launch gaps,
+  /// allocator, unfused glue kernels, clocks under the power cap); every compute op's roofline
+  /// time is divided by it. Calibrated against measured runs (docs/cost-model.md §1.5).
+  double compute_efficiency = 1.0;
 
   std::int64_t node_of(std::int64_t rank) const { return rank / gpus_per_node; }
 };

@@ -49,6 +49,8 @@ CostModel::CostModel(const ClusterSpec& cluster, const NetworkOptions& network)
     : cluster_(cluster), gpu_(&checked_gpu(cluster)), network_(network) {
   if (cluster_.gpus_per_node < 1)
     throw_input("cluster.gpus_per_node must be >= 1, got {}", cluster_.gpus_per_node);
+  if (!(cluster_.compute_efficiency > 0 && cluster_.compute_efficiency <= 1))
+    throw_input("cluster.compute_efficiency must be in (0, 1], got {}", cluster_.compute_efficiency);
   if (cluster_.num_gpus < 0)
     throw_input("cluster.num_gpus must be >= 0, got {}", cluster_.num_gpus);
   if (cluster_.nics_per_node < 0)
@@ -64,7 +66,7 @@ CostModel::CostModel(const ClusterSpec& cluster, const NetworkOptions& network)
 }
 
 SimTime CostModel::compute_ns(const graph::Op& op) const {
-  return seconds_to_ns(compute_seconds(*gpu_, op));
+  return seconds_to_ns(compute_seconds(*gpu_, op) / cluster_.compute_efficiency);
 }
 
 double CostModel::bus_bandwidth_GBps(const CommShape& shape) const {

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Bad input → one-line error naming the file or key, exit ≠ 0, and no output directory.
+# Usage: bad_input.sh SCALESCOPE REPO
+set -uo pipefail
+bin=$1; repo=$2
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+qs=$repo/inputs/experiments/quickstart.yaml
+fail=0
+
+# expect_error NAME PATTERN ARGS... : the run fails with one stderr line matching PATTERN.
+expect_error() {
+  local name=$1 pattern=$2; shift 2
+  local out=$tmp/out-$name
+  "$bin" "$@" -o "$out" >"$tmp/stdout" 2>"$tmp/stderr"
+  local rc=$?
+  local lines; lines=$(wc -l <"$tmp/stderr")
+  if [ $rc -eq 0 ]; then echo "FAIL $name: exit 0"; fail=1; return; fi
+  if [ "$lines" -ne 1 ]; then echo "FAIL $name: $lines stderr lines:"; cat "$tmp/stderr"; fail=1; return; fi
+  if ! grep -q -- "$pattern" "$tmp/stderr"; then echo "FAIL $name: no '$pattern' in: $(cat "$tmp/stderr")"; fail=1; return; fi
+  if [ -e "$out" ]; then echo "FAIL $name: output $out exists"; fail=1; return; fi
+  if ls "$tmp" | grep -q partial; then echo "FAIL $name: partial output left"; fail=1; return; fi
+  echo "ok   $name: $(cat "$tmp/stderr")"
+}
+
+sed 's/^  hidden_size:/  hiden_size:/' "$repo/inputs/models/llama3-8b.yaml" >"$tmp/typo-model.yaml"
+cat >"$tmp/unknown-key.yaml" <<YAML
+model: {preset: llama3-8b, num_layers: 4, bogus_key: 1}
+parallel: {tp: 2, pp: 1, dp: 4}
+training: {micro_batch_size: 1, global_batch_size: 8}
+cluster: {preset: dgx-h100}
+YAML
+cp "$repo/inputs/models/llama3-8b.yaml" "$tmp/llama3-8b.yaml"
+expect_error unknown_key "bogus_key" run "$tmp/unknown-key.yaml"
+expect_error unknown_set_key "parallel.tpp" run "$qs" --set parallel.tpp=2
+expect_error missing_file "no-such.yaml" run "$tmp/no-such.yaml"
+expect_error tp_heads "num_attention_heads" run "$qs" --set parallel.sequence_parallel=false --set parallel.tensor_model_parallel_size=3 --set cluster.num_gpus=48 --set parallel.data_parallel_size=8
+expect_error world_size "num_gpus" run "$qs" --set cluster.num_gpus=128
+expect_error unknown_gpu "Z100" run "$qs" --set cluster.gpu=Z100
+printf 'model: [unclosed\n' >"$tmp/malformed.yaml"
+expect_error malformed_yaml "malformed.yaml" run "$tmp/malformed.yaml"
+
+# A truncated graph.h5 is refused with its name.
+"$bin" graph "$qs" -o "$tmp/graph.h5" >/dev/null || { echo "FAIL graph build"; fail=1; }
+head -c $(( $(stat -c %s "$tmp/graph.h5") / 2 )) "$tmp/graph.h5" >"$tmp/truncated.h5"
+expect_error truncated_graph "truncated.h5" run "$qs" --graph "$tmp/truncated.h5"
+expect_error missing_graph "absent.h5" run "$qs" --graph "$tmp/absent.h5"
+exit $fail
