@@ -1,6 +1,9 @@
 #pragma once
 /// The model interface of the engine (after ROSS): init, forward, reverse, commit, finalize.
 /// The engine never knows what a model is; a model never knows which engine runs it.
+#include <cstddef>
+#include <vector>
+
 #include "pdes/event.hpp"
 
 namespace scalescope::pdes {
@@ -39,6 +42,13 @@ class LogicalProcess {
   virtual void commit(const Event& e) = 0;
   /// Called once after the run.
   virtual void finalize() {}
+  /// Appends the bytes of the LP's reversible state (everything forward may change and reverse
+  /// must restore; not committed results) for the rollback-check mode. Returns false if the LP
+  /// does not support the check.
+  virtual bool save_state(std::vector<std::byte>& out) const {
+    (void)out;
+    return false;
+  }
 };
 
 }  // namespace scalescope::pdes

@@ -14,11 +14,36 @@ Event& SequentialEngine::schedule(LpId dst, SimTime t, std::uint32_t priority) {
   SCALESCOPE_EXPECTS(t >= now_);
   Event* e = pool_.allocate();
   e->key = EventKey{t, priority, dst, self_, 0, next_seq_[self_]++};
-  queue_.push(e);
+  if (capture_)
+    capture_->push_back(e);
+  else
+    queue_.push(e);
   return *e;
 }
 
-EngineStats SequentialEngine::run(SimTime end) {
+void SequentialEngine::check_reversible(Event& e) {
+  LogicalProcess* lp = lps_[self_];
+  std::vector<std::byte> before, after;
+  if (!lp->save_state(before))
+    throw ContractError(fmt::format("rollback check: LP {} does not support save_state", self_));
+  const Event original = e;
+  const std::uint64_t seq = next_seq_[self_];
+  std::vector<Event*> sent;
+  capture_ = &sent;
+  lp->forward(e, *this);
+  capture_ = nullptr;
+  lp->reverse(e, *this);
+  lp->save_state(after);
+  for (Event* s : sent) pool_.release(s);
+  next_seq_[self_] = seq;
+  if (before != after)
+    throw ContractError(fmt::format("rollback check: LP {} state differs after forward + reverse "
+                                    "of the event at t={} ns (priority {}, from LP {}, seq {})",
+                                    self_, e.key.time, e.key.priority, e.key.src, e.key.seq));
+  e = original;
+}
+
+EngineStats SequentialEngine::run(SimTime end, bool rollback_check) {
   const auto t0 = std::chrono::steady_clock::now();
   EngineStats stats;
   now_ = 0;
@@ -31,6 +56,7 @@ EngineStats SequentialEngine::run(SimTime end) {
     now_ = e->key.time;
     self_ = e->key.dst;
     LogicalProcess* lp = lps_[self_];
+    if (rollback_check) check_reversible(*e);
     lp->forward(*e, *this);
     lp->commit(*e);
     stats.end_time = now_;

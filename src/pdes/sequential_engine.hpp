@@ -22,16 +22,21 @@ class SequentialEngine final : private Context {
   /// `lps[i]` is LP id i; the engine does not own them.
   explicit SequentialEngine(std::vector<LogicalProcess*> lps);
 
-  /// Runs until no event is left or the next one is later than `end`.
-  EngineStats run(SimTime end = kTimeInfinity);
+  /// Runs until no event is left or the next one is later than `end`. With `rollback_check`
+  /// (ROSS's check mode) every event is first executed forward, reversed, and the LP's state
+  /// compared byte for byte with the state before (LogicalProcess::save_state); a difference
+  /// throws ContractError naming the LP and the event. Then it is executed for real.
+  EngineStats run(SimTime end = kTimeInfinity, bool rollback_check = false);
 
  private:
   Event& schedule(LpId dst, SimTime t, std::uint32_t priority) override;
+  void check_reversible(Event& e);
 
   std::vector<LogicalProcess*> lps_;
   std::vector<std::uint64_t> next_seq_;  ///< per source LP
   EventPool pool_;
   BinaryHeapQueue queue_;
+  std::vector<Event*>* capture_ = nullptr;  ///< rollback check: sends go here, not to the queue
 };
 
 }  // namespace scalescope::pdes
