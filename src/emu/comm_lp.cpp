@@ -1,5 +1,7 @@
 #include "emu/comm_lp.hpp"
 
+#include <algorithm>
+
 #include "core/error.hpp"
 
 namespace scalescope::emu {
@@ -47,7 +49,8 @@ void CommLP::forward(pdes::Event& e, pdes::Context& ctx) {
   const std::uint32_t needed = kind_ == graph::CommKind::PpPair ? 2 : size_;
   if (++arrived_[ch] < needed) return;
   // Events arrive in timestamp order, so the last arrival is the latest: the instance starts now.
-  const SimTime end = ctx.now() + duration(e);
+  // At least 1 ns, so COMPLETE sorts after this ARRIVE (see messages.hpp).
+  const SimTime end = ctx.now() + std::max<SimTime>(1, duration(e));
   EmuMsg done;
   done.kind = MsgKind::Complete;
   done.stream = stream_;

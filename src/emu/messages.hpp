@@ -9,11 +9,15 @@ namespace scalescope::emu {
 
 enum class MsgKind : std::uint8_t { Start, Arrive, Complete, OpDone };
 
-/// Kind priorities in the event order: completions before new arrivals at the same instant.
-inline constexpr std::uint32_t kPriorityComplete = 0;
-inline constexpr std::uint32_t kPriorityOpDone = 1;
-inline constexpr std::uint32_t kPriorityArrive = 2;
-inline constexpr std::uint32_t kPriorityStart = 3;
+/// Kind priorities in the event order. The engine requires every event a handler sends to come
+/// after the event being handled in the total order. Ranks send ARRIVE at the time they handle a
+/// START, COMPLETE or OP_DONE, so ARRIVE sorts last; a CommLP sends COMPLETE at least 1 ns after
+/// the ARRIVE it handles (communication never takes zero time); OP_DONE may follow a COMPLETE
+/// or an OP_DONE at the same instant (a zero-length op), so it sorts after COMPLETE.
+inline constexpr std::uint32_t kPriorityStart = 0;
+inline constexpr std::uint32_t kPriorityComplete = 1;
+inline constexpr std::uint32_t kPriorityOpDone = 2;
+inline constexpr std::uint32_t kPriorityArrive = 3;
 
 /// Channels of a communicator: collectives use 0; a pipeline pair uses 0 for transfers from the
 /// upstream stage to the downstream one and 1 for the other direction.

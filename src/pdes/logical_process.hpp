@@ -16,7 +16,9 @@ class Context {
   LpId self() const { return self_; }
 
   /// Sends a new event to `dst` at time `t` ≥ now(). Returns it so the caller fills the payload
-  /// (before the handler returns).
+  /// (before the handler returns). The new event's key must be greater than the key of the event
+  /// being handled (same time: a larger priority, or a larger destination, …); this is what lets
+  /// every engine process each LP's events in key order, so their histories are identical.
   virtual Event& schedule(LpId dst, SimTime t, std::uint32_t priority) = 0;
 
   template <class T>

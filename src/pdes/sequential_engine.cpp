@@ -14,6 +14,9 @@ Event& SequentialEngine::schedule(LpId dst, SimTime t, std::uint32_t priority) {
   SCALESCOPE_EXPECTS(t >= now_);
   Event* e = pool_.allocate();
   e->key = EventKey{t, priority, dst, self_, 0, next_seq_[self_]++};
+  if (current_ && !(*current_ < e->key))
+    throw ContractError(fmt::format("LP {} at t={} sent an event (t={}, priority {}) that sorts "
+                                    "before the event it is handling", self_, now_, t, priority));
   if (capture_)
     capture_->push_back(e);
   else
@@ -56,6 +59,8 @@ EngineStats SequentialEngine::run(SimTime end, bool rollback_check) {
     now_ = e->key.time;
     self_ = e->key.dst;
     LogicalProcess* lp = lps_[self_];
+    const EventKey key = e->key;
+    current_ = &key;
     if (rollback_check) check_reversible(*e);
     lp->forward(*e, *this);
     lp->commit(*e);
@@ -63,6 +68,7 @@ EngineStats SequentialEngine::run(SimTime end, bool rollback_check) {
     ++stats.events_processed;
     pool_.release(e);
   }
+  current_ = nullptr;
   for (LogicalProcess* lp : lps_) lp->finalize();
   stats.events_committed = stats.events_processed;
   stats.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

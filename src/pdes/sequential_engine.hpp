@@ -36,7 +36,8 @@ class SequentialEngine final : private Context {
   std::vector<std::uint64_t> next_seq_;  ///< per source LP
   EventPool pool_;
   BinaryHeapQueue queue_;
-  std::vector<Event*>* capture_ = nullptr;  ///< rollback check: sends go here, not to the queue
+  std::vector<Event*>* capture_ = nullptr;
+  const EventKey* current_ = nullptr;  ///< event being handled; null during init  ///< rollback check: sends go here, not to the queue
 };
 
 }  // namespace scalescope::pdes
