@@ -13,6 +13,16 @@ find_package(nlohmann_json REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(fmt REQUIRED)
 find_package(spdlog REQUIRED)
+
+# METIS (Debian's libmetis-dev) ships no CMake config; idx_t is 32-bit there.
+find_path(METIS_INCLUDE_DIR metis.h)
+find_library(METIS_LIBRARY metis)
+if(NOT METIS_INCLUDE_DIR OR NOT METIS_LIBRARY)
+  message(FATAL_ERROR "scalescope needs METIS (Debian: libmetis-dev)")
+endif()
+add_library(METIS::METIS UNKNOWN IMPORTED)
+set_target_properties(METIS::METIS PROPERTIES IMPORTED_LOCATION ${METIS_LIBRARY}
+  INTERFACE_INCLUDE_DIRECTORIES ${METIS_INCLUDE_DIR})
 if(SCALESCOPE_ENABLE_TESTS)
   find_package(GTest REQUIRED)
   include(GoogleTest)
