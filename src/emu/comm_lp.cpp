@@ -72,4 +72,10 @@ void CommLP::reverse(pdes::Event& e, pdes::Context&) {
   }
 }
 
+bool CommLP::save_state(std::vector<std::byte>& out) const {
+  append_bytes(out, expected_.data(), expected_.size());
+  append_bytes(out, arrived_.data(), arrived_.size());
+  return true;
+}
+
 }  // namespace scalescope::emu

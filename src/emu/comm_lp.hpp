@@ -20,6 +20,7 @@ class CommLP final : public pdes::LogicalProcess {
   void forward(pdes::Event& e, pdes::Context& ctx) override;
   void reverse(pdes::Event& e, pdes::Context& ctx) override;
   void commit(const pdes::Event&) override {}
+  bool save_state(std::vector<std::byte>& out) const override;
 
   /// True when no instance is half-arrived (checked after a run).
   bool idle() const { return arrived_[0] == 0 && arrived_[1] == 0; }

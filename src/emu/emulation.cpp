@@ -1,14 +1,140 @@
 #include "emu/emulation.hpp"
 
 #include <algorithm>
+#include <array>
+#include <cstring>
 #include <memory>
 
 #include "core/error.hpp"
 #include "emu/comm_lp.hpp"
 #include "emu/rank_lp.hpp"
+#include "pdes/partitioner.hpp"
 #include "pdes/sequential_engine.hpp"
 
 namespace scalescope::emu {
+
+namespace {
+
+/// The LPs of one process (all of them for the sequential engine) and where they record.
+struct Instance {
+  ModelData data;
+  RunResults out;
+  std::vector<RankLP> ranks;
+  std::vector<CommLP> comms;
+  std::vector<std::int32_t> index;  ///< LP id → position in ranks / comms, −1 if not here
+
+  Instance(const graph::SlicedGraph& g, const Costs& cost, const EmulationOptions& options,
+           const std::vector<std::uint32_t>* owner, std::uint32_t me)
+      : data(g, cost, options.coalesce_local_ops) {
+    out.config_text = g.config_text;
+    out.ranks.resize(g.world_size);
+    for (std::uint32_t r : options.trace_ranks) {
+      if (r >= g.world_size)
+        throw_input("run.trace_ranks: rank {} is outside the world of {} ranks", r, g.world_size);
+      out.timelines[r];
+      out.memory[r];
+    }
+    auto mine = [&](pdes::LpId id) { return owner == nullptr || (*owner)[id] == me; };
+    index.assign(g.world_size + g.comms.size(), -1);
+    std::uint32_t n_ranks = 0, n_comms = 0;
+    for (pdes::LpId id = 0; id < index.size(); ++id)
+      if (mine(id)) (id < g.world_size ? n_ranks : n_comms)++;
+    ranks.reserve(n_ranks);
+    comms.reserve(n_comms);
+    for (std::uint32_t r = 0; r < g.world_size; ++r) {
+      out.ranks[r].rank_class = g.rank_class[r];
+      if (!mine(r)) continue;
+      RankRecorder rec{&out.ranks[r], nullptr, nullptr};
+      if (auto it = out.timelines.find(r); it != out.timelines.end()) {
+        rec.timeline = &it->second;
+        rec.memory = &out.memory[r];
+      }
+      index[r] = static_cast<std::int32_t>(ranks.size());
+      ranks.emplace_back(r, data, rec);
+    }
+    for (std::uint32_t c = 0; c < g.comms.size(); ++c) {
+      if (!mine(g.world_size + c)) continue;
+      index[g.world_size + c] = static_cast<std::int32_t>(comms.size());
+      comms.emplace_back(c, data);
+    }
+  }
+
+  pdes::LogicalProcess* lp(pdes::LpId id) {
+    const auto i = static_cast<std::size_t>(index[id]);
+    if (id < data.graph->world_size) return &ranks[i];
+    return &comms[i];
+  }
+
+  /// Throws if a local rank or communicator did not finish (a deadlocked graph).
+  void check_complete() const {
+    for (const RankLP& r : ranks)
+      if (!r.done())
+        throw ContractError(fmt::format("emulation deadlocked: rank {} did not finish its program "
+                                        "(unmatched communication in the graph)", r.rank()));
+    for (std::size_t c = 0; c < comms.size(); ++c)
+      if (!comms[c].idle())
+        throw ContractError("emulation: a communicator has an incomplete instance");
+  }
+};
+
+/// Sorts the traced records and fills the summary from the per-rank table.
+void finish_results(RunResults& out, const Costs& cost) {
+  for (auto& [rank, mem] : out.memory)
+    std::stable_sort(mem.begin(), mem.end(),
+                     [](const MemoryRecord& a, const MemoryRecord& b) { return a.time < b.time; });
+  for (auto& [rank, tl] : out.timelines)
+    std::sort(tl.begin(), tl.end(), [](const TimelineRecord& a, const TimelineRecord& b) {
+      return a.start != b.start ? a.start < b.start : a.op < b.op;
+    });
+  Summary& s = out.summary;
+  s.world_size = static_cast<std::uint32_t>(out.ranks.size());
+  for (const RankResult& r : out.ranks) {
+    s.iteration_time = std::max(s.iteration_time, r.finish);
+    s.peak_memory_bytes = std::max(s.peak_memory_bytes, r.peak_memory);
+  }
+  s.gpu = cost.gpu;
+  s.peak_flops_per_gpu = cost.peak_flops;
+}
+
+/// RankResult as int64 fields, for reductions over processes.
+constexpr int kRankFields = 10;
+std::array<std::int64_t, kRankFields> pack(const RankResult& r) {
+  return {r.finish,      r.compute,       r.exposed_tp, r.exposed_pp, r.exposed_dp, r.other_wait,
+          r.peak_memory, r.static_memory, r.pp_stage,   r.rank_class};
+}
+RankResult unpack(const std::int64_t* v) {
+  RankResult r;
+  r.finish = v[0];
+  r.compute = v[1];
+  r.exposed_tp = v[2];
+  r.exposed_pp = v[3];
+  r.exposed_dp = v[4];
+  r.other_wait = v[5];
+  r.peak_memory = v[6];
+  r.static_memory = v[7];
+  r.pp_stage = static_cast<std::uint32_t>(v[8]);
+  r.rank_class = static_cast<std::uint32_t>(v[9]);
+  return r;
+}
+
+/// Sends the records of a traced rank from its owner to process 0.
+template <class T>
+void gather_records(std::vector<T>& records, std::uint32_t owner, int me, MPI_Comm comm) {
+  if (owner == 0) return;
+  if (me == static_cast<int>(owner)) {
+    const auto bytes = static_cast<long long>(records.size() * sizeof(T));
+    MPI_Send(&bytes, 1, MPI_LONG_LONG, 0, 11, comm);
+    MPI_Send(records.data(), static_cast<int>(bytes), MPI_BYTE, 0, 12, comm);
+  } else if (me == 0) {
+    long long bytes = 0;
+    MPI_Recv(&bytes, 1, MPI_LONG_LONG, static_cast<int>(owner), 11, comm, MPI_STATUS_IGNORE);
+    records.resize(static_cast<std::size_t>(bytes) / sizeof(T));
+    MPI_Recv(records.data(), static_cast<int>(bytes), MPI_BYTE, static_cast<int>(owner), 12, comm,
+             MPI_STATUS_IGNORE);
+  }
+}
+
+}  // namespace
 
 RunResults emulate(const graph::SlicedGraph& g, const cost::CostModel& cost,
                    const EmulationOptions& options) {
@@ -17,70 +143,119 @@ RunResults emulate(const graph::SlicedGraph& g, const cost::CostModel& cost,
 
 RunResults emulate(const graph::SlicedGraph& g, const Costs& cost,
                    const EmulationOptions& options) {
-  ModelData data(g, cost, options.coalesce_local_ops);
-  RunResults out;
-  out.config_text = g.config_text;
-  out.ranks.resize(g.world_size);
-  for (std::uint32_t r : options.trace_ranks) {
-    if (r >= g.world_size)
-      throw_input("run.trace_ranks: rank {} is outside the world of {} ranks", r, g.world_size);
-    out.timelines[r];
-    out.memory[r];
-  }
-
-  std::vector<RankLP> ranks;
-  ranks.reserve(g.world_size);
-  for (std::uint32_t r = 0; r < g.world_size; ++r) {
-    RankRecorder rec{&out.ranks[r], nullptr, nullptr};
-    if (auto it = out.timelines.find(r); it != out.timelines.end()) {
-      rec.timeline = &it->second;
-      rec.memory = &out.memory[r];
-    }
-    out.ranks[r].rank_class = g.rank_class[r];
-    ranks.emplace_back(r, data, rec);
-  }
-  std::vector<CommLP> comms;
-  comms.reserve(g.comms.size());
-  for (std::uint32_t c = 0; c < g.comms.size(); ++c) comms.emplace_back(c, data);
-
+  Instance inst(g, cost, options, nullptr, 0);
   std::vector<pdes::LogicalProcess*> lps;
-  lps.reserve(ranks.size() + comms.size());
-  for (auto& r : ranks) lps.push_back(&r);
-  for (auto& c : comms) lps.push_back(&c);
-
+  lps.reserve(inst.index.size());
+  for (pdes::LpId id = 0; id < inst.index.size(); ++id) lps.push_back(inst.lp(id));
   pdes::SequentialEngine engine(std::move(lps));
-  const pdes::EngineStats stats = engine.run();
-
-  for (const RankLP& r : ranks)
-    if (!r.done())
-      throw ContractError(fmt::format("emulation deadlocked: rank {} did not finish its program "
-                                      "(unmatched communication in the graph)", r.rank()));
-  for (std::uint32_t c = 0; c < comms.size(); ++c)
-    if (!comms[c].idle())
-      throw ContractError(fmt::format("emulation: communicator {} has an incomplete instance", c));
-
-  for (auto& [rank, mem] : out.memory)
-    std::stable_sort(mem.begin(), mem.end(),
-                     [](const MemoryRecord& a, const MemoryRecord& b) { return a.time < b.time; });
-  for (auto& [rank, tl] : out.timelines)
-    std::sort(tl.begin(), tl.end(), [](const TimelineRecord& a, const TimelineRecord& b) {
-      return a.start != b.start ? a.start < b.start : a.op < b.op;
-    });
-
+  const pdes::EngineStats stats = engine.run(kTimeInfinity, options.rollback_check);
+  inst.check_complete();
+  RunResults out = std::move(inst.out);
   out.engine.kind = "sequential";
   out.engine.processes = 1;
   out.engine.events_processed = stats.events_processed;
   out.engine.events_committed = stats.events_committed;
   out.engine.wall_s = stats.wall_s;
+  finish_results(out, cost);
+  return out;
+}
 
-  Summary& s = out.summary;
-  s.world_size = g.world_size;
-  for (const RankResult& r : out.ranks) {
-    s.iteration_time = std::max(s.iteration_time, r.finish);
-    s.peak_memory_bytes = std::max(s.peak_memory_bytes, r.peak_memory);
+std::vector<std::uint32_t> partition_lps(const graph::SlicedGraph& g, std::uint32_t processes,
+                                         const std::string& partition) {
+  const std::uint32_t world = g.world_size;
+  std::vector<std::uint32_t> owner(world + g.comms.size(), 0);
+  auto partitioner = pdes::make_partitioner(partition);
+  if (partitioner->name() == "block") {
+    const auto blocks = partitioner->assign(world, processes, nullptr);
+    std::copy(blocks.begin(), blocks.end(), owner.begin());
+    for (std::uint32_t c = 0; c < g.comms.size(); ++c)
+      owner[world + c] = owner[*g.comms.members_begin(c)];
+    return owner;
   }
-  s.gpu = cost.gpu;
-  s.peak_flops_per_gpu = cost.peak_flops;
+  // Weighted LP graph: rank r — communicator c, weight = messages between them (2 per
+  // collective instance or transfer: ARRIVE and COMPLETE), from the rank's template.
+  std::vector<std::vector<std::pair<pdes::LpId, std::uint32_t>>> adj(owner.size());
+  std::vector<std::array<std::uint32_t, graph::kNumRoles>> per_class(g.templates.size());
+  for (std::size_t t = 0; t < g.templates.size(); ++t) {
+    per_class[t].fill(0);
+    for (const graph::Op& op : g.templates[t].ops) {
+      if (op.role != graph::CommRole::None) per_class[t][static_cast<int>(op.role)] += 2;
+      if (op.role2 != graph::CommRole::None) per_class[t][static_cast<int>(op.role2)] += 2;
+    }
+  }
+  pdes::LpGraph lg;
+  lg.vertex_weights.assign(owner.size(), 1);
+  for (std::uint32_t r = 0; r < world; ++r)
+    for (int role = 1; role < graph::kNumRoles; ++role) {
+      const auto c = g.comm_of(r, static_cast<graph::CommRole>(role));
+      const std::uint32_t w = per_class[g.rank_class[r]][static_cast<std::size_t>(role)];
+      if (c == graph::kNoComm || w == 0) continue;
+      adj[r].emplace_back(world + static_cast<std::uint32_t>(c), w);
+      adj[world + static_cast<std::uint32_t>(c)].emplace_back(r, w);
+      lg.vertex_weights[r] += w / 2;
+      lg.vertex_weights[world + static_cast<std::uint32_t>(c)] += w / 2;
+    }
+  for (auto& a : adj) {
+    std::sort(a.begin(), a.end());
+    for (auto [n, w] : a) {
+      lg.neighbours.push_back(n);
+      lg.weights.push_back(w);
+    }
+    lg.offsets.push_back(static_cast<std::uint32_t>(lg.neighbours.size()));
+  }
+  return partitioner->assign(static_cast<std::uint32_t>(owner.size()), processes, &lg);
+}
+
+RunResults emulate_parallel(const graph::SlicedGraph& g, const Costs& cost,
+                            const EmulationOptions& options, MPI_Comm comm) {
+  int me = 0, size = 1;
+  MPI_Comm_rank(comm, &me);
+  MPI_Comm_size(comm, &size);
+  const std::vector<std::uint32_t> owner =
+      partition_lps(g, static_cast<std::uint32_t>(size), options.partition);
+  Instance inst(g, cost, options, &owner, static_cast<std::uint32_t>(me));
+  pdes::OptimisticEngine engine(comm, owner, [&](pdes::LpId id) { return inst.lp(id); },
+                                options.optimistic);
+  const pdes::OptimisticStats local = engine.run();
+  const pdes::OptimisticStats total = engine.total(local);
+
+  int ok = 1;
+  std::string why;
+  try {
+    inst.check_complete();
+  } catch (const ContractError& e) {
+    ok = 0;
+    why = e.what();
+  }
+  int all_ok = 0;
+  MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm);
+  if (!all_ok) throw ContractError(why.empty() ? "emulation deadlocked on another process" : why);
+
+  // Per-rank table: each process filled only its ranks (others are zero), so a sum gathers it.
+  std::vector<std::int64_t> mine(static_cast<std::size_t>(g.world_size) * kRankFields, 0);
+  for (const RankLP& r : inst.ranks) {
+    const auto v = pack(inst.out.ranks[r.rank()]);
+    std::copy(v.begin(), v.end(), mine.begin() + static_cast<std::ptrdiff_t>(r.rank()) * kRankFields);
+  }
+  std::vector<std::int64_t> all(me == 0 ? mine.size() : 0);
+  MPI_Reduce(mine.data(), all.data(), static_cast<int>(mine.size()), MPI_INT64_T, MPI_SUM, 0,
+             comm);
+  RunResults out = std::move(inst.out);
+  for (auto& [rank, tl] : out.timelines) gather_records(tl, owner[rank], me, comm);
+  for (auto& [rank, mem] : out.memory) gather_records(mem, owner[rank], me, comm);
+  if (me == 0)
+    for (std::uint32_t r = 0; r < g.world_size; ++r)
+      out.ranks[r] = unpack(all.data() + static_cast<std::size_t>(r) * kRankFields);
+
+  out.engine.kind = "optimistic";
+  out.engine.processes = static_cast<std::uint32_t>(size);
+  out.engine.events_processed = total.events_processed;
+  out.engine.events_committed = total.events_committed;
+  out.engine.events_rolled_back = total.events_rolled_back;
+  out.engine.remote_messages = total.remote_messages;
+  out.engine.gvt_rounds = total.gvt_rounds;
+  out.engine.wall_s = total.wall_s;
+  finish_results(out, cost);
   return out;
 }
 

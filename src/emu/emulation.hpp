@@ -1,19 +1,29 @@
 #pragma once
 /// Runs one training iteration of a sliced graph: one RankLP per rank, one CommLP per
 /// communicator, on the sequential engine.
+#include <mpi.h>
+
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "cost/cost_model.hpp"
 #include "emu/model_data.hpp"
+#include "pdes/optimistic_engine.hpp"
 #include "emu/results.hpp"
 #include "graph/sliced_graph.hpp"
 
 namespace scalescope::emu {
 
+enum class EngineKind : std::uint8_t { Sequential, Optimistic };
+
 struct EmulationOptions {
   bool coalesce_local_ops = true;           ///< false: one event per compute op (reference)
   std::vector<std::uint32_t> trace_ranks;   ///< ranks whose timeline and memory are recorded
+  EngineKind engine = EngineKind::Sequential;
+  std::string partition = "block";          ///< optimistic: block | metis
+  pdes::OptimisticConfig optimistic;        ///< optimistic: GVT interval, window, batching
+  bool rollback_check = false;              ///< sequential: forward → reverse → compare per event
 };
 
 /// Replays the graph. Fills RunResults::ranks (finish, breakdown, memory), timelines and memory
@@ -23,5 +33,18 @@ struct EmulationOptions {
 RunResults emulate(const graph::SlicedGraph& g, const cost::CostModel& cost,
                    const EmulationOptions& options);
 RunResults emulate(const graph::SlicedGraph& g, const Costs& costs, const EmulationOptions& options);
+
+/// The same on the optimistic engine over the processes of `comm` (collective: every process
+/// calls it with the same graph and options). The complete results are returned on process 0;
+/// other processes get their engine statistics only. Bit-identical to the sequential engine.
+RunResults emulate_parallel(const graph::SlicedGraph& g, const Costs& costs,
+                            const EmulationOptions& options, MPI_Comm comm);
+
+/// Owner process of every LP of the emulation (ranks 0..W−1, then one per communicator):
+/// "block" gives each process a contiguous block of ranks and each communicator to the owner of
+/// its first member; "metis" partitions the rank–communicator graph weighted by the number of
+/// messages each pair exchanges.
+std::vector<std::uint32_t> partition_lps(const graph::SlicedGraph& g, std::uint32_t processes,
+                                         const std::string& partition);
 
 }  // namespace scalescope::emu

@@ -34,6 +34,13 @@ struct Costs {
 };
 Costs costs_of(const cost::CostModel& model);
 
+/// Appends the bytes of trivially copyable values (for LogicalProcess::save_state).
+template <class T>
+void append_bytes(std::vector<std::byte>& out, const T* data, std::size_t count) {
+  const auto* p = reinterpret_cast<const std::byte*>(data);
+  out.insert(out.end(), p, p + count * sizeof(T));
+}
+
 struct ModelData {
   const graph::SlicedGraph* graph = nullptr;
   const Costs* cost = nullptr;

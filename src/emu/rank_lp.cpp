@@ -204,6 +204,15 @@ void RankLP::finalize() {
   }
 }
 
+bool RankLP::save_state(std::vector<std::byte>& out) const {
+  append_bytes(out, start_.data(), start_.size());
+  append_bytes(out, finish_.data(), finish_.size());
+  append_bytes(out, cursor_.data(), cursor_.size());
+  append_bytes(out, outstanding_.data(), outstanding_.size());
+  append_bytes(out, &issued_, 1);
+  return true;
+}
+
 bool RankLP::done() const {
   for (int s = 0; s < graph::kNumStreams; ++s)
     if (cursor_[s] != prog_->stream_ops[s].size()) return false;

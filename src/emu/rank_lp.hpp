@@ -29,6 +29,7 @@ class RankLP final : public pdes::LogicalProcess {
   void reverse(pdes::Event& e, pdes::Context& ctx) override;
   void commit(const pdes::Event& e) override;
   void finalize() override;
+  bool save_state(std::vector<std::byte>& out) const override;
 
   /// True when every op has finished (checked after a run: a stuck rank is a graph bug).
   bool done() const;
