@@ -16,6 +16,7 @@ struct RunSpec {
   std::vector<std::uint32_t> trace_ranks{0};  ///< ranks whose timeline and memory are recorded
   std::string output = "out";                 ///< output directory
   bool coalesce_local_ops = true;  ///< advance local compute chains inside one event
+  std::string partition = "block";  ///< optimistic engine: block | metis
 };
 
 struct ExperimentConfig {

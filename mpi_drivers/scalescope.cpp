@@ -40,6 +40,11 @@ struct MpiSession {
     MPI_Comm_rank(MPI_COMM_WORLD, &r);
     return r;
   }
+  int size() const {
+    int s = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &s);
+    return s;
+  }
 };
 
 /// The configuration a run uses: from CONFIG, or the one embedded in graph.h5.
@@ -107,16 +112,17 @@ void write_outputs(const emu::RunResults& r, const fs::path& dir) {
   }
 }
 
-int run_command(const std::string& config_path, const std::string& graph_path,
-                const std::string& out_override, const std::vector<std::string>& overrides,
-                bool quiet) {
+int run_command(const MpiSession& mpi, const std::string& config_path,
+                const std::string& graph_path, const std::string& out_override,
+                const std::vector<std::string>& overrides, bool quiet) {
   std::optional<graph::SlicedGraph> graph;
   if (!graph_path.empty()) graph = io::read_graph_h5(graph_path);
   io::ExperimentConfig c = load_config(config_path, graph ? &*graph : nullptr, overrides);
   if (!out_override.empty()) c.run.output = out_override;
-  if (c.run.engine != "sequential")
-    throw_input("{}: run.engine={} is not available yet (only 'sequential')", c.path,
-                c.run.engine);
+  const bool optimistic = c.run.engine == "optimistic";
+  if (!optimistic && mpi.size() > 1)
+    throw_input("{}: run.engine=sequential runs on one process, but {} were started; use "
+                "--set run.engine=optimistic under mpirun", c.path, mpi.size());
   const auto t0 = std::chrono::steady_clock::now();
   if (!graph) graph = build(c);
   if (graph->world_size != static_cast<std::uint32_t>(c.parallel.world()))
@@ -128,7 +134,15 @@ int run_command(const std::string& config_path, const std::string& graph_path,
   emu::EmulationOptions opt;
   opt.coalesce_local_ops = c.run.coalesce_local_ops;
   opt.trace_ranks = c.run.trace_ranks;
-  emu::RunResults r = emu::emulate(*graph, cost, opt);
+  opt.partition = c.run.partition;
+  emu::RunResults r;
+  if (optimistic) {
+    opt.engine = emu::EngineKind::Optimistic;
+    r = emu::emulate_parallel(*graph, emu::costs_of(cost), opt, MPI_COMM_WORLD);
+  } else {
+    r = emu::emulate(*graph, cost, opt);
+  }
+  if (mpi.rank() != 0) return 0;  // process 0 holds the results and writes them
   complete_summary(r, c);
   write_outputs(r, c.run.output);
   if (!quiet) {
@@ -185,15 +199,17 @@ int main(int argc, char** argv) {
     if (*run) {
       if (config.empty() && graph_path.empty())
         throw_input("scalescope run: give an experiment CONFIG or --graph graph.h5");
-      return run_command(config, graph_path, out, overrides, quiet);
+      return run_command(mpi, config, graph_path, out, overrides, quiet);
     }
     return graph_command(graph_config, graph_out, graph_overrides);
   } catch (const InputError& e) {
-    std::cerr << "scalescope: error: " << e.what() << "\n";
+    // Input is read identically by every process, so every process fails here; one reports.
+    if (mpi.rank() == 0) std::cerr << "scalescope: error: " << e.what() << "\n";
   } catch (const IoError& e) {
-    std::cerr << "scalescope: error: " << e.what() << "\n";
+    if (mpi.rank() == 0) std::cerr << "scalescope: error: " << e.what() << "\n";
   } catch (const std::exception& e) {
     std::cerr << "scalescope: internal error (rank " << mpi.rank() << "): " << e.what() << "\n";
+    if (mpi.size() > 1) MPI_Abort(MPI_COMM_WORLD, 1);  // the others may wait in a collective
   }
   return 1;
 }
