@@ -1,0 +1,245 @@
+#include "io/graph_h5.hpp"
+
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "io/h5.hpp"
+
+namespace scalescope::io {
+
+namespace {
+
+using graph::Op;
+using graph::RankProgram;
+
+constexpr std::uint32_t kFormatVersion = 1;
+constexpr std::size_t kAnySize = std::numeric_limits<std::size_t>::max();
+constexpr std::uint64_t kNoLimit = std::numeric_limits<std::uint64_t>::max();
+constexpr int kNumPhases = static_cast<int>(graph::Phase::Other) + 1;
+constexpr int kNumCommKinds = static_cast<int>(graph::CommKind::EmbeddingGroup) + 1;
+
+// ---------------------------------------------------------------------------------------------
+// Writing
+
+template <class T, class Get>
+std::vector<T> column(const RankProgram& p, Get get) {
+  std::vector<T> out;
+  out.reserve(p.ops.size());
+  for (const Op& op : p.ops) out.push_back(static_cast<T>(get(op)));
+  return out;
+}
+
+void write_template(const h5::Group& templates, std::size_t k, const RankProgram& p) {
+  const h5::Group t = templates.create_group(std::to_string(k));
+  t.set_attribute("name", p.name);
+  t.write("kind", column<std::uint8_t>(p, [](const Op& o) { return o.kind; }));
+  t.write("stream", column<std::uint8_t>(p, [](const Op& o) { return o.stream; }));
+  t.write("role", column<std::uint8_t>(p, [](const Op& o) { return o.role; }));
+  t.write("role2", column<std::uint8_t>(p, [](const Op& o) { return o.role2; }));
+  t.write("phase", column<std::uint8_t>(p, [](const Op& o) { return o.phase; }));
+  t.write("name", column<std::uint8_t>(p, [](const Op& o) { return o.name; }));
+  t.write("layer", column<std::uint16_t>(p, [](const Op& o) { return o.layer; }));
+  t.write("microbatch", column<std::uint16_t>(p, [](const Op& o) { return o.microbatch; }));
+  std::vector<std::uint32_t> shape;
+  shape.reserve(p.ops.size() * 3);
+  for (const Op& op : p.ops) shape.insert(shape.end(), op.shape.begin(), op.shape.end());
+  t.write("shape", shape, {static_cast<hsize_t>(p.ops.size()), 3});
+  t.write("flops", column<double>(p, [](const Op& o) { return o.flops; }));
+  t.write("mem_bytes", column<double>(p, [](const Op& o) { return o.mem_bytes; }));
+  t.write("comm_bytes", column<double>(p, [](const Op& o) { return o.comm_bytes; }));
+  t.write("mem_alloc", column<std::int64_t>(p, [](const Op& o) { return o.mem_alloc; }));
+  t.write("mem_free", column<std::int64_t>(p, [](const Op& o) { return o.mem_free; }));
+  t.write("mem_transient", column<std::int64_t>(p, [](const Op& o) { return o.mem_transient; }));
+  t.write("dep_offsets", p.dep_offsets);
+  t.write("deps", p.deps);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading: every dataset is checked for presence, type, shape and value range before use.
+
+[[noreturn]] void fail_at(const h5::Group& g, const std::string& name, const std::string& what) {
+  const std::string object = g.path() == "/" ? "/" + name : g.path() + "/" + name;
+  throw IoError(g.file() + ": " + object + ": " + what);
+}
+
+std::string shape_text(const std::vector<hsize_t>& dims) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + ")";
+}
+
+/// A 1-D dataset of `expected` elements (any length when kAnySize) whose values are all below
+/// `limit` (enum columns).
+template <class T>
+std::vector<T> read_1d(const h5::Group& g, const std::string& name, std::size_t expected = kAnySize,
+                       std::uint64_t limit = kNoLimit) {
+  const h5::DataSet ds = g.open_dataset(name);
+  const auto dims = ds.dims();
+  if (dims.size() != 1 || (expected != kAnySize && dims[0] != expected))
+    ds.fail(fmt::format("shape {}, expected ({})", shape_text(dims),
+                        expected == kAnySize ? std::string("n") : std::to_string(expected)));
+  std::vector<T> values = ds.read<T>();
+  if (limit != kNoLimit)
+    for (std::size_t i = 0; i < values.size(); ++i)
+      if (static_cast<std::uint64_t>(values[i]) >= limit)
+        ds.fail(fmt::format("value {} out of range (row {}, must be below {})",
+                            static_cast<std::uint64_t>(values[i]), i, limit));
+  return values;
+}
+
+template <class T>
+std::vector<T> read_2d(const h5::Group& g, const std::string& name, std::size_t rows,
+                       std::size_t cols) {
+  const h5::DataSet ds = g.open_dataset(name);
+  const auto dims = ds.dims();
+  if (dims.size() != 2 || dims[0] != rows || dims[1] != cols)
+    ds.fail(fmt::format("shape {}, expected ({}, {})", shape_text(dims), rows, cols));
+  return ds.read<T>();
+}
+
+/// CSR offsets: start at 0, never decrease, end at the number of values.
+void check_offsets(const h5::Group& g, const std::string& name,
+                   const std::vector<std::uint32_t>& offsets, std::size_t num_values) {
+  if (offsets.empty() || offsets.front() != 0) fail_at(g, name, "does not start at 0");
+  for (std::size_t i = 1; i < offsets.size(); ++i)
+    if (offsets[i] < offsets[i - 1]) fail_at(g, name, fmt::format("decreases at row {}", i));
+  if (offsets.back() != num_values)
+    fail_at(g, name, fmt::format("ends at {} but there are {} values", offsets.back(), num_values));
+}
+
+RankProgram read_template(const h5::Group& templates, std::uint32_t k) {
+  const h5::Group t = templates.open_group(std::to_string(k));
+  RankProgram p;
+  p.name = t.string_attribute("name");
+  const auto kind = read_1d<std::uint8_t>(t, "kind", kAnySize, graph::kNumOpKinds);
+  const std::size_t n = kind.size();
+  const auto stream = read_1d<std::uint8_t>(t, "stream", n, graph::kNumStreams);
+  const auto role = read_1d<std::uint8_t>(t, "role", n, graph::kNumRoles);
+  const auto role2 = read_1d<std::uint8_t>(t, "role2", n, graph::kNumRoles);
+  const auto phase = read_1d<std::uint8_t>(t, "phase", n, kNumPhases);
+  const auto name =
+      read_1d<std::uint8_t>(t, "name", n, static_cast<std::uint64_t>(graph::OpName::Count));
+  const auto layer = read_1d<std::uint16_t>(t, "layer", n);
+  const auto microbatch = read_1d<std::uint16_t>(t, "microbatch", n);
+  const auto shape = read_2d<std::uint32_t>(t, "shape", n, 3);
+  const auto flops = read_1d<double>(t, "flops", n);
+  const auto mem_bytes = read_1d<double>(t, "mem_bytes", n);
+  const auto comm_bytes = read_1d<double>(t, "comm_bytes", n);
+  const auto mem_alloc = read_1d<std::int64_t>(t, "mem_alloc", n);
+  const auto mem_free = read_1d<std::int64_t>(t, "mem_free", n);
+  const auto mem_transient = read_1d<std::int64_t>(t, "mem_transient", n);
+  auto dep_offsets = read_1d<std::uint32_t>(t, "dep_offsets", n + 1);
+  auto deps = read_1d<std::uint32_t>(t, "deps");
+  check_offsets(t, "dep_offsets", dep_offsets, deps.size());
+
+  p.ops.resize(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    Op& op = p.ops[i];
+    op.kind = static_cast<graph::OpKind>(kind[i]);
+    op.stream = static_cast<graph::Stream>(stream[i]);
+    op.role = static_cast<graph::CommRole>(role[i]);
+    op.role2 = static_cast<graph::CommRole>(role2[i]);
+    op.phase = static_cast<graph::Phase>(phase[i]);
+    op.name = static_cast<graph::OpName>(name[i]);
+    op.layer = layer[i];
+    op.microbatch = microbatch[i];
+    op.shape = {shape[3 * i], shape[3 * i + 1], shape[3 * i + 2]};
+    op.flops = flops[i];
+    op.mem_bytes = mem_bytes[i];
+    op.comm_bytes = comm_bytes[i];
+    op.mem_alloc = mem_alloc[i];
+    op.mem_free = mem_free[i];
+    op.mem_transient = mem_transient[i];
+  }
+  p.dep_offsets = std::move(dep_offsets);
+  p.deps = std::move(deps);
+  return p;
+}
+
+}  // namespace
+
+void write_graph_h5(const graph::SlicedGraph& g, const std::string& path) {
+  SCALESCOPE_EXPECTS(g.rank_roles.size() % graph::kNumRoles == 0);
+  write_via_temporary(path, [&](const std::string& tmp) {
+    h5::File file = h5::File::create(tmp, path);
+    {
+      const h5::Group root = file.root();
+      const h5::Group meta = root.create_group("meta");
+      meta.set_attribute("format_version", kFormatVersion);
+      meta.set_attribute("world_size", g.world_size);
+      meta.set_attribute("config_text", g.config_text);
+      meta.set_attribute("num_templates", static_cast<std::uint32_t>(g.templates.size()));
+
+      const h5::Group comms = root.create_group("comms");
+      std::vector<std::uint8_t> kinds;
+      kinds.reserve(g.comms.kind.size());
+      for (auto k : g.comms.kind) kinds.push_back(static_cast<std::uint8_t>(k));
+      comms.write("kind", kinds);
+      comms.write("offsets", g.comms.offsets);
+      comms.write("members", g.comms.members);
+
+      const h5::Group templates = root.create_group("templates");
+      for (std::size_t k = 0; k < g.templates.size(); ++k)
+        write_template(templates, k, g.templates[k]);
+
+      const h5::Group ranks = root.create_group("ranks");
+      ranks.write("class", g.rank_class);
+      ranks.write("roles", g.rank_roles,
+                  {static_cast<hsize_t>(g.rank_roles.size() / graph::kNumRoles),
+                   static_cast<hsize_t>(graph::kNumRoles)});
+    }
+    file.close();
+  });
+}
+
+graph::SlicedGraph read_graph_h5(const std::string& path) {
+  graph::SlicedGraph g;
+  {
+    h5::File file = h5::File::open(path);
+    {
+      const h5::Group root = file.root();
+      std::uint32_t num_templates = 0;
+      {
+        const h5::Group meta = root.open_group("meta");
+        const auto version = meta.attribute<std::uint32_t>("format_version");
+        if (version != kFormatVersion)
+          meta.fail(fmt::format("format_version {} is not supported (this build reads {})", version,
+                                kFormatVersion));
+        g.world_size = meta.attribute<std::uint32_t>("world_size");
+        g.config_text = meta.string_attribute("config_text");
+        num_templates = meta.attribute<std::uint32_t>("num_templates");
+      }
+      {
+        const h5::Group comms = root.open_group("comms");
+        const auto kinds = read_1d<std::uint8_t>(comms, "kind", kAnySize, kNumCommKinds);
+        g.comms.kind.clear();
+        for (auto k : kinds) g.comms.kind.push_back(static_cast<graph::CommKind>(k));
+        g.comms.offsets = read_1d<std::uint32_t>(comms, "offsets", kinds.size() + 1);
+        g.comms.members = read_1d<std::uint32_t>(comms, "members");
+        check_offsets(comms, "offsets", g.comms.offsets, g.comms.members.size());
+      }
+      {
+        const h5::Group templates = root.open_group("templates");
+        for (std::uint32_t k = 0; k < num_templates; ++k)
+          g.templates.push_back(read_template(templates, k));
+      }
+      {
+        const h5::Group ranks = root.open_group("ranks");
+        g.rank_class = read_1d<std::uint32_t>(ranks, "class", g.world_size);
+        g.rank_roles = read_2d<std::int32_t>(ranks, "roles", g.world_size, graph::kNumRoles);
+      }
+    }
+    file.close();
+  }
+  try {
+    for (auto& t : g.templates) t.finalize();
+    graph::validate(g);
+  } catch (const InputError& e) {
+    throw IoError(path + ": " + e.what());
+  }
+  return g;
+}
+
+}  // namespace scalescope::io

@@ -1,0 +1,133 @@
+#include "io/summary_json.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <string_view>
+
+#include "core/units.hpp"
+#include "io/h5.hpp"
+
+namespace scalescope::io {
+
+namespace {
+
+/// Share of the events processed that were committed (1 when nothing was processed: no work
+/// was wasted).
+double efficiency(const emu::EngineStats& e) {
+  return e.events_processed == 0
+             ? 1.0
+             : static_cast<double>(e.events_committed) / static_cast<double>(e.events_processed);
+}
+
+double committed_per_s(const emu::EngineStats& e) {
+  return e.wall_s > 0 ? static_cast<double>(e.events_committed) / e.wall_s : 0.0;
+}
+
+double gib(std::int64_t bytes) {
+  return static_cast<double>(bytes) / units::kGiB;
+}
+
+/// A figure for the table, "n/a" when undefined (e.g. MFU without a peak FLOP/s).
+std::string figure(double value, int decimals, std::string_view unit) {
+  if (!std::isfinite(value)) return "n/a";
+  return fmt::format("{:.{}f}{}", value, decimals, unit);
+}
+
+}  // namespace
+
+std::uint32_t last_finishing_rank(const emu::RunResults& r) {
+  std::uint32_t last = 0;
+  for (std::uint32_t i = 1; i < r.ranks.size(); ++i)
+    if (r.ranks[i].finish > r.ranks[last].finish) last = i;
+  return last;
+}
+
+void write_summary_json(const emu::RunResults& r, const std::string& path) {
+  using Json = nlohmann::ordered_json;
+  const emu::Summary& s = r.summary;
+  const emu::RankResult last =
+      r.ranks.empty() ? emu::RankResult{} : r.ranks[last_finishing_rank(r)];
+  Json j;
+  j["world_size"] = s.world_size;
+  j["iteration_time_s"] = s.iteration_time_s();
+  j["tokens_per_s"] = s.tokens_per_s();
+  j["model_tflops_per_gpu"] = s.model_tflops_per_gpu();
+  j["mfu"] = s.mfu();
+  j["peak_memory_bytes"] = s.peak_memory_bytes;
+  j["peak_memory_bytes_by_pp_stage"] = s.peak_memory_bytes_by_pp_stage;
+  j["model"] = s.model_name;
+  j["gpu"] = s.gpu;
+  j["time_breakdown_rank"] = last_finishing_rank(r);
+  j["time_breakdown_s"] = Json{{"compute", ns_to_seconds(last.compute)},
+                               {"exposed_tp", ns_to_seconds(last.exposed_tp)},
+                               {"exposed_pp", ns_to_seconds(last.exposed_pp)},
+                               {"exposed_dp", ns_to_seconds(last.exposed_dp)},
+                               {"other_wait", ns_to_seconds(last.other_wait)}};
+  const emu::EngineStats& e = r.engine;
+  j["engine"] = Json{{"kind", e.kind},
+                     {"processes", e.processes},
+                     {"events_processed", e.events_processed},
+                     {"events_committed", e.events_committed},
+                     {"events_rolled_back", e.events_rolled_back},
+                     {"efficiency", efficiency(e)},
+                     {"remote_messages", e.remote_messages},
+                     {"gvt_rounds", e.gvt_rounds},
+                     {"committed_events_per_s", committed_per_s(e)},
+                     {"wall_s", e.wall_s}};
+  const std::string text = j.dump(2) + "\n";
+  write_text_via_temporary(path, [&](std::ostream& out) { out << text; });
+}
+
+std::string format_summary_table(const emu::RunResults& r) {
+  const emu::Summary& s = r.summary;
+  const emu::EngineStats& e = r.engine;
+  fmt::memory_buffer out;
+  auto row = [&](std::string_view label, std::string_view value) {
+    fmt::format_to(std::back_inserter(out), "  {:<24}{}\n", label, value);
+  };
+  fmt::format_to(std::back_inserter(out), "scalescope summary\n");
+  row("model", s.model_name);
+  row("GPU", s.gpu);
+  row("world size", fmt::format("{}", s.world_size));
+  row("iteration time", figure(s.iteration_time_s(), 6, " s"));
+  row("throughput", figure(s.tokens_per_s(), 1, " tokens/s"));
+  row("model TFLOP/s per GPU", figure(s.model_tflops_per_gpu(), 2, ""));
+  row("MFU", figure(100 * s.mfu(), 2, " %"));
+  row("peak memory", fmt::format("{:.2f} GiB", gib(s.peak_memory_bytes)));
+  row("engine", fmt::format("{}, {} process{}, {} events committed ({:.1f} % efficiency), "
+                            "{:.3f} s wall",
+                            e.kind, e.processes, e.processes == 1 ? "" : "es", e.events_committed,
+                            100 * efficiency(e), e.wall_s));
+
+  if (!r.ranks.empty()) {
+    const std::uint32_t rank = last_finishing_rank(r);
+    const emu::RankResult& last = r.ranks[rank];
+    fmt::format_to(std::back_inserter(out), "\ntime breakdown of rank {} (finishes last)\n", rank);
+    fmt::format_to(std::back_inserter(out), "  {:<24}{:>12}{:>9}\n", "", "s", "%");
+    const double finish = static_cast<double>(last.finish);
+    auto part = [&](std::string_view label, SimTime t) {
+      fmt::format_to(std::back_inserter(out), "  {:<24}{:>12.6f}{:>9.1f}\n", label,
+                     ns_to_seconds(t), finish > 0 ? 100 * static_cast<double>(t) / finish : 0.0);
+    };
+    part("compute", last.compute);
+    part("exposed TP", last.exposed_tp);
+    part("exposed PP", last.exposed_pp);
+    part("exposed DP", last.exposed_dp);
+    part("other wait", last.other_wait);
+    part("total (finish)", last.finish);
+  }
+
+  if (!s.peak_memory_bytes_by_pp_stage.empty()) {
+    fmt::format_to(std::back_inserter(out), "\npeak memory by pipeline stage\n");
+    fmt::format_to(std::back_inserter(out), "  {:<24}{:>12}\n", "", "GiB");
+    for (std::size_t i = 0; i < s.peak_memory_bytes_by_pp_stage.size(); ++i)
+      fmt::format_to(std::back_inserter(out), "  {:<24}{:>12.2f}\n", fmt::format("stage {}", i),
+                     gib(s.peak_memory_bytes_by_pp_stage[i]));
+  }
+  return fmt::to_string(out);
+}
+
+}  // namespace scalescope::io
