@@ -34,6 +34,7 @@ std::vector<T> column(const RankProgram& p, Get get) {
 void write_template(const h5::Group& templates, std::size_t k, const RankProgram& p) {
   const h5::Group t = templates.create_group(std::to_string(k));
   t.set_attribute("name", p.name);
+  t.set_attribute("static_memory", p.static_memory);
   t.write("kind", column<std::uint8_t>(p, [](const Op& o) { return o.kind; }));
   t.write("stream", column<std::uint8_t>(p, [](const Op& o) { return o.stream; }));
   t.write("role", column<std::uint8_t>(p, [](const Op& o) { return o.role; }));
@@ -113,6 +114,7 @@ RankProgram read_template(const h5::Group& templates, std::uint32_t k) {
   const h5::Group t = templates.open_group(std::to_string(k));
   RankProgram p;
   p.name = t.string_attribute("name");
+  p.static_memory = t.attribute<std::int64_t>("static_memory");
   const auto kind = read_1d<std::uint8_t>(t, "kind", kAnySize, graph::kNumOpKinds);
   const std::size_t n = kind.size();
   const auto stream = read_1d<std::uint8_t>(t, "stream", n, graph::kNumStreams);

@@ -75,6 +75,7 @@ graph::SlicedGraph make_graph() {
 
   graph::RankProgram s0;
   s0.name = "stage0";
+  s0.static_memory = 123456789012;
   Op qkv = make_op(OpKind::Gemm, Stream::Compute, OpName::QkvGemm, Phase::Forward, 0, 0);
   qkv.shape = {4096, 1536, 2048};
   qkv.flops = 2.0 * 4096 * 1536 * 2048;
@@ -108,6 +109,7 @@ graph::SlicedGraph make_graph() {
 
   graph::RankProgram s1;
   s1.name = "stage1";
+  s1.static_memory = 987654321;
   Op recv1 = make_op(OpKind::SendRecv, Stream::PpComm, OpName::PpRecv, Phase::Forward, 0xFFFF, 0);
   recv1.role2 = CommRole::PpPrev;
   recv1.comm_bytes = 4194304;
@@ -221,6 +223,7 @@ TEST_F(GraphH5, RoundTripIsExact) {
     const auto& a = g.templates[t];
     const auto& b = r.templates[t];
     EXPECT_EQ(b.name, a.name);
+    EXPECT_EQ(b.static_memory, a.static_memory);
     EXPECT_EQ(b.dep_offsets, a.dep_offsets);
     EXPECT_EQ(b.deps, a.deps);
     EXPECT_EQ(b.stream_ops, a.stream_ops);  // derived again by finalize()
