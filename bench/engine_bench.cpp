@@ -59,8 +59,8 @@ void BM_GraphBuild(benchmark::State& state) {
     for (const auto& t : g.templates) ops += t.size();
     benchmark::DoNotOptimize(g);
   }
-  state.counters["template_ops/s"] = benchmark::Counter(static_cast<double>(ops),
-                                                         benchmark::Counter::kIsRate);
+  state.counters["template_ops/s"] =
+      benchmark::Counter(static_cast<double>(ops), benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_GraphBuild)->Arg(1024)->Arg(8192)->Unit(benchmark::kMillisecond);
 

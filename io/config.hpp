@@ -15,8 +15,8 @@ struct RunSpec {
   std::string engine = "sequential";          ///< sequential | optimistic (later issue)
   std::vector<std::uint32_t> trace_ranks{0};  ///< ranks whose timeline and memory are recorded
   std::string output = "out";                 ///< output directory
-  bool coalesce_local_ops = true;  ///< advance local compute chains inside one event
-  std::string partition = "block";  ///< optimistic engine: block | metis
+  bool coalesce_local_ops = true;             ///< advance local compute chains inside one event
+  std::string partition = "block";            ///< optimistic engine: block | metis
 };
 
 struct ExperimentConfig {
@@ -24,9 +24,9 @@ struct ExperimentConfig {
   workload::ModelSpec model;
   workload::ParallelPlan parallel;  ///< data_parallel_size resolved (never 0 after loading)
   workload::TrainingSpec training;
-  cost::ClusterSpec cluster;        ///< num_gpus resolved, presets merged
+  cost::ClusterSpec cluster;  ///< num_gpus resolved, presets merged
   RunSpec run;
-  std::string resolved_yaml;        ///< the fully merged configuration, emitted as YAML
+  std::string resolved_yaml;  ///< the fully merged configuration, emitted as YAML
 };
 
 /// Reads an experiment file, merges presets (`model.preset`, `model.hf_config`,

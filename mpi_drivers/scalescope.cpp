@@ -52,8 +52,8 @@ io::ExperimentConfig load_config(const std::string& config_path, const graph::Sl
                                  const std::vector<std::string>& overrides) {
   if (!config_path.empty()) return io::load_experiment(config_path, overrides);
   // The graph carries its resolved configuration; load it from a private temporary file.
-  fs::path tmp = fs::temp_directory_path() /
-                 ("scalescope-config-" + std::to_string(::getpid()) + ".yaml");
+  fs::path tmp =
+      fs::temp_directory_path() / ("scalescope-config-" + std::to_string(::getpid()) + ".yaml");
   {
     std::ofstream f(tmp);
     f << g->config_text;
@@ -77,8 +77,7 @@ void complete_summary(emu::RunResults& r, const io::ExperimentConfig& c) {
   const workload::RankLayout lay{c.parallel.tp(), c.parallel.dp(), c.parallel.pp()};
   emu::Summary& s = r.summary;
   s.model_name = c.model.name;
-  s.tokens_per_iteration =
-      static_cast<double>(c.training.global_batch_size * c.model.seq_length);
+  s.tokens_per_iteration = static_cast<double>(c.training.global_batch_size * c.model.seq_length);
   s.model_flops_per_iteration =
       workload::model_flops_per_iteration(c.model, c.training, c.parallel.tp());
   s.peak_memory_bytes_by_pp_stage.assign(static_cast<std::size_t>(c.parallel.pp()), 0);
@@ -121,8 +120,10 @@ int run_command(const MpiSession& mpi, const std::string& config_path,
   if (!out_override.empty()) c.run.output = out_override;
   const bool optimistic = c.run.engine == "optimistic";
   if (!optimistic && mpi.size() > 1)
-    throw_input("{}: run.engine=sequential runs on one process, but {} were started; use "
-                "--set run.engine=optimistic under mpirun", c.path, mpi.size());
+    throw_input(
+        "{}: run.engine=sequential runs on one process, but {} were started; use "
+        "--set run.engine=optimistic under mpirun",
+        c.path, mpi.size());
   const auto t0 = std::chrono::steady_clock::now();
   if (!graph) graph = build(c);
   if (graph->world_size != static_cast<std::uint32_t>(c.parallel.world()))
@@ -160,8 +161,7 @@ int graph_command(const std::string& config_path, const std::string& out,
   std::size_t ops = 0;
   for (const auto& t : g.templates) ops += t.ops.size();
   std::cout << "wrote " << out << ": " << g.world_size << " ranks, " << g.templates.size()
-            << " templates, " << ops << " template ops, " << g.comms.size()
-            << " communicators\n";
+            << " templates, " << ops << " template ops, " << g.comms.size() << " communicators\n";
   return 0;
 }
 

@@ -40,9 +40,9 @@ template <class... Args>
 
 /// Contract check kept in every build type: simulation bugs must never turn into silent wrong
 /// answers, and the checks sit outside the per-event hot loops.
-#define SCALESCOPE_EXPECTS(cond)                                                              \
-  do {                                                                                        \
-    if (!(cond))                                                                              \
-      throw ::scalescope::ContractError(std::string("contract violated: " #cond " at ") +     \
-                                        __FILE__ + ":" + std::to_string(__LINE__));           \
+#define SCALESCOPE_EXPECTS(cond)                                                          \
+  do {                                                                                    \
+    if (!(cond))                                                                          \
+      throw ::scalescope::ContractError(std::string("contract violated: " #cond " at ") + \
+                                        __FILE__ + ":" + std::to_string(__LINE__));       \
   } while (0)

@@ -14,8 +14,12 @@ inline constexpr SimTime kTimeInfinity = std::numeric_limits<SimTime>::max();
 
 /// Seconds (a cost-model output) to nanoseconds, rounded half away from zero; deterministic
 /// for a given double on every platform that implements IEEE-754 (all we target).
-inline SimTime seconds_to_ns(double seconds) { return static_cast<SimTime>(std::llround(seconds * 1e9)); }
+inline SimTime seconds_to_ns(double seconds) {
+  return static_cast<SimTime>(std::llround(seconds * 1e9));
+}
 
-inline double ns_to_seconds(SimTime t) { return static_cast<double>(t) * 1e-9; }
+inline double ns_to_seconds(SimTime t) {
+  return static_cast<double>(t) * 1e-9;
+}
 
 }  // namespace scalescope

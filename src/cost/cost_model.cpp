@@ -50,7 +50,8 @@ CostModel::CostModel(const ClusterSpec& cluster, const NetworkOptions& network)
   if (cluster_.gpus_per_node < 1)
     throw_input("cluster.gpus_per_node must be >= 1, got {}", cluster_.gpus_per_node);
   if (!(cluster_.compute_efficiency > 0 && cluster_.compute_efficiency <= 1))
-    throw_input("cluster.compute_efficiency must be in (0, 1], got {}", cluster_.compute_efficiency);
+    throw_input("cluster.compute_efficiency must be in (0, 1], got {}",
+                cluster_.compute_efficiency);
   if (cluster_.num_gpus < 0)
     throw_input("cluster.num_gpus must be >= 0, got {}", cluster_.num_gpus);
   if (cluster_.nics_per_node < 0)

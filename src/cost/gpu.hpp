@@ -10,10 +10,10 @@
 namespace scalescope::cost {
 
 struct GpuSpec {
-  std::string name;               ///< canonical name, e.g. "A100-SXM4-80GB"
-  double peak_tflops_bf16 = 0;    ///< dense BF16/FP16 tensor-core peak, datasheet
-  double hbm_bytes = 0;           ///< HBM capacity
-  double hbm_bandwidth_TBps = 0;  ///< datasheet HBM bandwidth
+  std::string name;                  ///< canonical name, e.g. "A100-SXM4-80GB"
+  double peak_tflops_bf16 = 0;       ///< dense BF16/FP16 tensor-core peak, datasheet
+  double hbm_bytes = 0;              ///< HBM capacity
+  double hbm_bandwidth_TBps = 0;     ///< datasheet HBM bandwidth
   double nvlink_bandwidth_GBps = 0;  ///< per direction (datasheet bidirectional / 2)
   int sms = 0;
   double gemm_ceiling_tflops = 0;  ///< best measured bf16 GEMM (MAMF), the large-GEMM ceiling

@@ -9,9 +9,12 @@ namespace scalescope::emu {
 namespace {
 graph::Stream stream_of(graph::CommKind k) {
   switch (k) {
-    case graph::CommKind::TpGroup: return graph::Stream::TpComm;
-    case graph::CommKind::PpPair: return graph::Stream::PpComm;
-    default: return graph::Stream::DpComm;
+    case graph::CommKind::TpGroup:
+      return graph::Stream::TpComm;
+    case graph::CommKind::PpPair:
+      return graph::Stream::PpComm;
+    default:
+      return graph::Stream::DpComm;
   }
 }
 }  // namespace
@@ -54,8 +57,7 @@ void CommLP::forward(pdes::Event& e, pdes::Context& ctx) {
   EmuMsg done;
   done.kind = MsgKind::Complete;
   done.stream = stream_;
-  for (std::uint32_t i = 0; i < size_; ++i)
-    ctx.send(members_[i], end, kPriorityComplete, done);
+  for (std::uint32_t i = 0; i < size_; ++i) ctx.send(members_[i], end, kPriorityComplete, done);
   arrived_[ch] = 0;
   ++expected_[ch];
   m.undo_completed = 1;

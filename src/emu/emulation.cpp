@@ -69,8 +69,10 @@ struct Instance {
   void check_complete() const {
     for (const RankLP& r : ranks)
       if (!r.done())
-        throw ContractError(fmt::format("emulation deadlocked: rank {} did not finish its program "
-                                        "(unmatched communication in the graph)", r.rank()));
+        throw ContractError(
+            fmt::format("emulation deadlocked: rank {} did not finish its program "
+                        "(unmatched communication in the graph)",
+                        r.rank()));
     for (std::size_t c = 0; c < comms.size(); ++c)
       if (!comms[c].idle())
         throw ContractError("emulation: a communicator has an incomplete instance");
@@ -99,8 +101,8 @@ void finish_results(RunResults& out, const Costs& cost) {
 /// RankResult as int64 fields, for reductions over processes.
 constexpr int kRankFields = 10;
 std::array<std::int64_t, kRankFields> pack(const RankResult& r) {
-  return {r.finish,      r.compute,       r.exposed_tp, r.exposed_pp, r.exposed_dp, r.other_wait,
-          r.peak_memory, r.static_memory, r.pp_stage,   r.rank_class};
+  return {r.finish,     r.compute,     r.exposed_tp,    r.exposed_pp, r.exposed_dp,
+          r.other_wait, r.peak_memory, r.static_memory, r.pp_stage,   r.rank_class};
 }
 RankResult unpack(const std::int64_t* v) {
   RankResult r;
@@ -214,8 +216,8 @@ RunResults emulate_parallel(const graph::SlicedGraph& g, const Costs& cost,
   const std::vector<std::uint32_t> owner =
       partition_lps(g, static_cast<std::uint32_t>(size), options.partition);
   Instance inst(g, cost, options, &owner, static_cast<std::uint32_t>(me));
-  pdes::OptimisticEngine engine(comm, owner, [&](pdes::LpId id) { return inst.lp(id); },
-                                options.optimistic);
+  pdes::OptimisticEngine engine(
+      comm, owner, [&](pdes::LpId id) { return inst.lp(id); }, options.optimistic);
   const pdes::OptimisticStats local = engine.run();
   const pdes::OptimisticStats total = engine.total(local);
 
@@ -235,11 +237,11 @@ RunResults emulate_parallel(const graph::SlicedGraph& g, const Costs& cost,
   std::vector<std::int64_t> mine(static_cast<std::size_t>(g.world_size) * kRankFields, 0);
   for (const RankLP& r : inst.ranks) {
     const auto v = pack(inst.out.ranks[r.rank()]);
-    std::copy(v.begin(), v.end(), mine.begin() + static_cast<std::ptrdiff_t>(r.rank()) * kRankFields);
+    std::copy(v.begin(), v.end(),
+              mine.begin() + static_cast<std::ptrdiff_t>(r.rank()) * kRankFields);
   }
   std::vector<std::int64_t> all(me == 0 ? mine.size() : 0);
-  MPI_Reduce(mine.data(), all.data(), static_cast<int>(mine.size()), MPI_INT64_T, MPI_SUM, 0,
-             comm);
+  MPI_Reduce(mine.data(), all.data(), static_cast<int>(mine.size()), MPI_INT64_T, MPI_SUM, 0, comm);
   RunResults out = std::move(inst.out);
   for (auto& [rank, tl] : out.timelines) gather_records(tl, owner[rank], me, comm);
   for (auto& [rank, mem] : out.memory) gather_records(mem, owner[rank], me, comm);

@@ -9,21 +9,21 @@
 
 #include "cost/cost_model.hpp"
 #include "emu/model_data.hpp"
-#include "pdes/optimistic_engine.hpp"
 #include "emu/results.hpp"
 #include "graph/sliced_graph.hpp"
+#include "pdes/optimistic_engine.hpp"
 
 namespace scalescope::emu {
 
 enum class EngineKind : std::uint8_t { Sequential, Optimistic };
 
 struct EmulationOptions {
-  bool coalesce_local_ops = true;           ///< false: one event per compute op (reference)
-  std::vector<std::uint32_t> trace_ranks;   ///< ranks whose timeline and memory are recorded
+  bool coalesce_local_ops = true;          ///< false: one event per compute op (reference)
+  std::vector<std::uint32_t> trace_ranks;  ///< ranks whose timeline and memory are recorded
   EngineKind engine = EngineKind::Sequential;
-  std::string partition = "block";          ///< optimistic: block | metis
-  pdes::OptimisticConfig optimistic;        ///< optimistic: GVT interval, window, batching
-  bool rollback_check = false;              ///< sequential: forward → reverse → compare per event
+  std::string partition = "block";    ///< optimistic: block | metis
+  pdes::OptimisticConfig optimistic;  ///< optimistic: GVT interval, window, batching
+  bool rollback_check = false;        ///< sequential: forward → reverse → compare per event
 };
 
 /// Replays the graph. Fills RunResults::ranks (finish, breakdown, memory), timelines and memory
@@ -32,7 +32,8 @@ struct EmulationOptions {
 /// finishes (a deadlocked graph).
 RunResults emulate(const graph::SlicedGraph& g, const cost::CostModel& cost,
                    const EmulationOptions& options);
-RunResults emulate(const graph::SlicedGraph& g, const Costs& costs, const EmulationOptions& options);
+RunResults emulate(const graph::SlicedGraph& g, const Costs& costs,
+                   const EmulationOptions& options);
 
 /// The same on the optimistic engine over the processes of `comm` (collective: every process
 /// calls it with the same graph and options). The complete results are returned on process 0;

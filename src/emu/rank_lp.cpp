@@ -148,8 +148,8 @@ void RankLP::record(std::uint32_t i) {
     // Idle time before this op is blamed on the stream of the dependency it waited for last.
     r.compute += finish_[i] - start_[i];
     const auto& list = prog_->stream_ops[0];
-    const auto pos = static_cast<std::size_t>(
-        std::lower_bound(list.begin(), list.end(), i) - list.begin());
+    const auto pos =
+        static_cast<std::size_t>(std::lower_bound(list.begin(), list.end(), i) - list.begin());
     const SimTime prev = pos == 0 ? 0 : finish_[list[pos - 1]];
     const SimTime gap = start_[i] - prev;
     if (gap > 0) {
@@ -158,20 +158,26 @@ void RankLP::record(std::uint32_t i) {
       for (const std::uint32_t* d = prog_->deps_begin(i); d != prog_->deps_end(i); ++d)
         if (finish_[*d] > latest) latest = finish_[*d], blame = *d;
       switch (blame == i ? Stream::Compute : prog_->ops[blame].stream) {
-        case Stream::TpComm: r.exposed_tp += gap; break;
-        case Stream::PpComm: r.exposed_pp += gap; break;
-        case Stream::DpComm: r.exposed_dp += gap; break;
-        default: r.other_wait += gap; break;
+        case Stream::TpComm:
+          r.exposed_tp += gap;
+          break;
+        case Stream::PpComm:
+          r.exposed_pp += gap;
+          break;
+        case Stream::DpComm:
+          r.exposed_dp += gap;
+          break;
+        default:
+          r.other_wait += gap;
+          break;
       }
     }
   }
   if (rec_.timeline)
-    rec_.timeline->push_back(TimelineRecord{start_[i], finish_[i], i,
-                                            static_cast<std::uint8_t>(op.stream),
-                                            static_cast<std::uint8_t>(op.kind),
-                                            static_cast<std::uint8_t>(op.phase),
-                                            static_cast<std::uint8_t>(op.name), op.layer,
-                                            op.microbatch});
+    rec_.timeline->push_back(
+        TimelineRecord{start_[i], finish_[i], i, static_cast<std::uint8_t>(op.stream),
+                       static_cast<std::uint8_t>(op.kind), static_cast<std::uint8_t>(op.phase),
+                       static_cast<std::uint8_t>(op.name), op.layer, op.microbatch});
   if (rec_.memory && (op.mem_alloc != 0 || op.mem_free != 0)) {
     rec_.memory->push_back(MemoryRecord{start_[i], mem_->after_alloc[i]});
     rec_.memory->push_back(MemoryRecord{finish_[i], mem_->after_free[i]});
@@ -196,10 +202,18 @@ void RankLP::finalize() {
   const SimTime tail = last_finish_ - last_compute;
   if (tail > 0) {
     switch (prog_->ops[last_op_].stream) {
-      case Stream::TpComm: r.exposed_tp += tail; break;
-      case Stream::PpComm: r.exposed_pp += tail; break;
-      case Stream::DpComm: r.exposed_dp += tail; break;
-      default: r.other_wait += tail; break;
+      case Stream::TpComm:
+        r.exposed_tp += tail;
+        break;
+      case Stream::PpComm:
+        r.exposed_pp += tail;
+        break;
+      case Stream::DpComm:
+        r.exposed_dp += tail;
+        break;
+      default:
+        r.other_wait += tail;
+        break;
     }
   }
 }

@@ -51,8 +51,8 @@ class RankLP final : public pdes::LogicalProcess {
   RankRecorder rec_;
 
   // Dynamic state (undone by reverse).
-  std::vector<SimTime> start_;   ///< per op, kTimeUnknown until issued
-  std::vector<SimTime> finish_;  ///< per op, kTimeUnknown until finished
+  std::vector<SimTime> start_;                              ///< per op, kTimeUnknown until issued
+  std::vector<SimTime> finish_;                             ///< per op, kTimeUnknown until finished
   std::array<std::uint32_t, graph::kNumStreams> cursor_{};  ///< next op per stream
   std::array<std::uint8_t, graph::kNumStreams> outstanding_{};  ///< completions awaited
   std::uint8_t issued_ = 0;  ///< bit s: head op of stream s is issued and awaits completion

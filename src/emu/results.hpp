@@ -19,8 +19,8 @@ struct RankResult {
   SimTime exposed_pp = 0;
   SimTime exposed_dp = 0;
   SimTime other_wait = 0;
-  std::int64_t peak_memory = 0;      ///< peak allocated bytes (issue order, as PyTorch counts)
-  std::int64_t static_memory = 0;    ///< weights + grads + optimizer state
+  std::int64_t peak_memory = 0;    ///< peak allocated bytes (issue order, as PyTorch counts)
+  std::int64_t static_memory = 0;  ///< weights + grads + optimizer state
   std::uint32_t pp_stage = 0;
   std::uint32_t rank_class = 0;
 };
@@ -29,7 +29,7 @@ struct RankResult {
 struct TimelineRecord {
   SimTime start = 0;
   SimTime end = 0;
-  std::uint32_t op = 0;    ///< index in the rank's template
+  std::uint32_t op = 0;  ///< index in the rank's template
   std::uint8_t stream = 0;
   std::uint8_t kind = 0;
   std::uint8_t phase = 0;
@@ -70,13 +70,14 @@ struct Summary {
   double model_tflops_per_gpu() const {
     return model_flops_per_iteration / iteration_time_s() / world_size / 1e12;
   }
-  double mfu() const { return model_flops_per_iteration / iteration_time_s() / world_size /
-                              peak_flops_per_gpu; }
+  double mfu() const {
+    return model_flops_per_iteration / iteration_time_s() / world_size / peak_flops_per_gpu;
+  }
 };
 
 struct RunResults {
   Summary summary;
-  std::vector<RankResult> ranks;                              ///< world_size entries
+  std::vector<RankResult> ranks;                                   ///< world_size entries
   std::map<std::uint32_t, std::vector<TimelineRecord>> timelines;  ///< traced ranks
   std::map<std::uint32_t, std::vector<MemoryRecord>> memory;       ///< traced ranks
   EngineStats engine;

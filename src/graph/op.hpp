@@ -7,24 +7,26 @@
 namespace scalescope::graph {
 
 enum class OpKind : std::uint8_t {
-  Gemm,           ///< dense matrix multiply; shape m×n×k
-  Attention,      ///< fused core attention; shape (batch·heads, seq, head_dim)
-  Elementwise,    ///< memory-bound kernel (activation, residual, dropout, RoPE, cast)
-  Norm,           ///< LayerNorm / RMSNorm
-  Embedding,      ///< token lookup (forward) or scatter-add (backward)
-  Loss,           ///< vocab-parallel cross-entropy
-  Optimizer,      ///< Adam step over this rank's parameter shard
+  Gemm,         ///< dense matrix multiply; shape m×n×k
+  Attention,    ///< fused core attention; shape (batch·heads, seq, head_dim)
+  Elementwise,  ///< memory-bound kernel (activation, residual, dropout, RoPE, cast)
+  Norm,         ///< LayerNorm / RMSNorm
+  Embedding,    ///< token lookup (forward) or scatter-add (backward)
+  Loss,         ///< vocab-parallel cross-entropy
+  Optimizer,    ///< Adam step over this rank's parameter shard
   AllReduce,
   AllGather,
   ReduceScatter,
-  SendRecv,       ///< batched P2P: an optional send and an optional receive that complete together
+  SendRecv,  ///< batched P2P: an optional send and an optional receive that complete together
 };
 inline constexpr int kNumOpKinds = 11;
 
 constexpr bool is_collective(OpKind k) {
   return k == OpKind::AllReduce || k == OpKind::AllGather || k == OpKind::ReduceScatter;
 }
-constexpr bool is_communication(OpKind k) { return is_collective(k) || k == OpKind::SendRecv; }
+constexpr bool is_communication(OpKind k) {
+  return is_collective(k) || k == OpKind::SendRecv;
+}
 
 /// CUDA-stream-like queues: ops on one stream run in program order, streams overlap.
 enum class Stream : std::uint8_t { Compute = 0, TpComm = 1, PpComm = 2, DpComm = 3 };
@@ -46,12 +48,34 @@ enum class Phase : std::uint8_t { Forward, Backward, Recompute, Optimizer, Other
 
 /// Names shown in traces; an op's `name` indexes this table.
 enum class OpName : std::uint8_t {
-  Embedding, InputNorm, QkvGemm, Rope, Attention, OutProjGemm, BiasDropoutAdd, PreMlpNorm,
-  Fc1Gemm, Activation, Fc2Gemm, FinalNorm, LogitsGemm, CrossEntropy,
-  TpAllReduce, TpAllGather, TpReduceScatter, CeAllReduce,
-  PpSend, PpRecv, PpSendRecv,
-  DpAllReduce, DpReduceScatter, DpAllGather, EmbAllReduce, NormAllReduce,
-  OptimizerStep, Count
+  Embedding,
+  InputNorm,
+  QkvGemm,
+  Rope,
+  Attention,
+  OutProjGemm,
+  BiasDropoutAdd,
+  PreMlpNorm,
+  Fc1Gemm,
+  Activation,
+  Fc2Gemm,
+  FinalNorm,
+  LogitsGemm,
+  CrossEntropy,
+  TpAllReduce,
+  TpAllGather,
+  TpReduceScatter,
+  CeAllReduce,
+  PpSend,
+  PpRecv,
+  PpSendRecv,
+  DpAllReduce,
+  DpReduceScatter,
+  DpAllGather,
+  EmbAllReduce,
+  NormAllReduce,
+  OptimizerStep,
+  Count
 };
 std::string_view op_name(OpName n);
 std::string_view op_kind_name(OpKind k);
@@ -66,14 +90,14 @@ struct Op {
   CommRole role2 = CommRole::None;  ///< SendRecv only: where the receive comes from
   Phase phase = Phase::Other;
   OpName name = OpName::Embedding;
-  std::uint16_t layer = 0xFFFF;        ///< transformer layer (global index), 0xFFFF if none
-  std::uint16_t microbatch = 0xFFFF;   ///< micro-batch index, 0xFFFF if none
+  std::uint16_t layer = 0xFFFF;          ///< transformer layer (global index), 0xFFFF if none
+  std::uint16_t microbatch = 0xFFFF;     ///< micro-batch index, 0xFFFF if none
   std::array<std::uint32_t, 3> shape{};  ///< GEMM m,n,k; attention (b·heads, seq, head_dim)
-  double flops = 0;        ///< floating-point operations executed on this rank
-  double mem_bytes = 0;    ///< bytes moved through HBM (roofline memory term)
-  double comm_bytes = 0;   ///< collectives: nccl-tests size S; SendRecv: bytes of each transfer
-  std::int64_t mem_alloc = 0;      ///< bytes allocated when issued and kept after the op
-  std::int64_t mem_free = 0;       ///< bytes released when the op ends
+  double flops = 0;                      ///< floating-point operations executed on this rank
+  double mem_bytes = 0;                  ///< bytes moved through HBM (roofline memory term)
+  double comm_bytes = 0;       ///< collectives: nccl-tests size S; SendRecv: bytes of each transfer
+  std::int64_t mem_alloc = 0;  ///< bytes allocated when issued and kept after the op
+  std::int64_t mem_free = 0;   ///< bytes released when the op ends
   std::int64_t mem_transient = 0;  ///< workspace alive only while the op runs
   /// Instance index of this op on its role (k-th op on that role in program order), filled by
   /// RankProgram::finalize(); for SendRecv, `instance` counts sends and `instance2` receives.

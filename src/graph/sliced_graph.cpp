@@ -26,10 +26,13 @@ std::uint32_t RankProgram::add(const Op& op, const std::vector<std::uint32_t>& o
 namespace {
 Stream expected_stream(CommRole r) {
   switch (r) {
-    case CommRole::Tp: return Stream::TpComm;
+    case CommRole::Tp:
+      return Stream::TpComm;
     case CommRole::PpPrev:
-    case CommRole::PpNext: return Stream::PpComm;
-    default: return Stream::DpComm;  // Dp and Embedding gradients reduce on the DP stream
+    case CommRole::PpNext:
+      return Stream::PpComm;
+    default:
+      return Stream::DpComm;  // Dp and Embedding gradients reduce on the DP stream
   }
 }
 }  // namespace
@@ -75,10 +78,14 @@ void RankProgram::finalize() {
 
 std::string_view comm_kind_name(CommKind k) {
   switch (k) {
-    case CommKind::TpGroup: return "tp";
-    case CommKind::DpGroup: return "dp";
-    case CommKind::PpPair: return "pp";
-    case CommKind::EmbeddingGroup: return "embedding";
+    case CommKind::TpGroup:
+      return "tp";
+    case CommKind::DpGroup:
+      return "dp";
+    case CommKind::PpPair:
+      return "pp";
+    case CommKind::EmbeddingGroup:
+      return "embedding";
   }
   return "?";
 }
@@ -120,10 +127,14 @@ Signature signature(const RankProgram& p, CommRole role, Part part) {
 
 CommRole role_of(CommKind k) {
   switch (k) {
-    case CommKind::TpGroup: return CommRole::Tp;
-    case CommKind::DpGroup: return CommRole::Dp;
-    case CommKind::EmbeddingGroup: return CommRole::Embedding;
-    case CommKind::PpPair: return CommRole::PpNext;
+    case CommKind::TpGroup:
+      return CommRole::Tp;
+    case CommKind::DpGroup:
+      return CommRole::Dp;
+    case CommKind::EmbeddingGroup:
+      return CommRole::Embedding;
+    case CommKind::PpPair:
+      return CommRole::PpNext;
   }
   return CommRole::None;
 }
@@ -173,8 +184,10 @@ void validate(const SlicedGraph& g) {
       auto c = g.rank_roles[static_cast<std::size_t>(r) * kNumRoles + role];
       if (c == kNoComm) {
         if (uses[cls][role])
-          throw_input("graph: rank {} (template '{}') communicates on role {} but has no "
-                      "communicator for it", r, g.templates[cls].name, role);
+          throw_input(
+              "graph: rank {} (template '{}') communicates on role {} but has no "
+              "communicator for it",
+              r, g.templates[cls].name, role);
         continue;
       }
       if (static_cast<std::uint32_t>(c) >= g.comms.size())
@@ -210,12 +223,16 @@ void validate(const SlicedGraph& g) {
         throw_input("graph: pipeline communicator {} is not (previous, next) of its members", c);
       if (sig(g.rank_class[up], CommRole::PpNext, Part::Send) !=
           sig(g.rank_class[down], CommRole::PpPrev, Part::Recv))
-        throw_input("graph: unmatched point-to-point: rank {} sends to rank {} do not match its "
-                    "receives", up, down);
+        throw_input(
+            "graph: unmatched point-to-point: rank {} sends to rank {} do not match its "
+            "receives",
+            up, down);
       if (sig(g.rank_class[down], CommRole::PpPrev, Part::Send) !=
           sig(g.rank_class[up], CommRole::PpNext, Part::Recv))
-        throw_input("graph: unmatched point-to-point: rank {} sends to rank {} do not match its "
-                    "receives", down, up);
+        throw_input(
+            "graph: unmatched point-to-point: rank {} sends to rank {} do not match its "
+            "receives",
+            down, up);
       continue;
     }
     CommRole role = role_of(kind);
@@ -223,8 +240,10 @@ void validate(const SlicedGraph& g) {
     for (auto* m = b + 1; m != e; ++m)
       if (g.rank_class[*m] != g.rank_class[*b] &&
           sig(g.rank_class[*m], role, Part::Collective) != first)
-        throw_input("graph: inconsistent collectives on {} communicator {}: ranks {} and {} "
-                    "issue different sequences", comm_kind_name(kind), c, *b, *m);
+        throw_input(
+            "graph: inconsistent collectives on {} communicator {}: ranks {} and {} "
+            "issue different sequences",
+            comm_kind_name(kind), c, *b, *m);
   }
 }
 

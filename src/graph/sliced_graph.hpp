@@ -21,7 +21,9 @@ struct CommTable {
   std::uint32_t size() const { return static_cast<std::uint32_t>(kind.size()); }
   std::uint32_t num_members(std::uint32_t c) const { return offsets[c + 1] - offsets[c]; }
   const std::uint32_t* members_begin(std::uint32_t c) const { return members.data() + offsets[c]; }
-  const std::uint32_t* members_end(std::uint32_t c) const { return members.data() + offsets[c + 1]; }
+  const std::uint32_t* members_end(std::uint32_t c) const {
+    return members.data() + offsets[c + 1];
+  }
   std::uint32_t add(CommKind k, const std::vector<std::uint32_t>& ranks);
 };
 
@@ -29,7 +31,7 @@ inline constexpr std::int32_t kNoComm = -1;
 
 struct SlicedGraph {
   std::uint32_t world_size = 0;
-  std::string config_text;                ///< the resolved configuration, for provenance
+  std::string config_text;  ///< the resolved configuration, for provenance
   std::vector<RankProgram> templates;
   std::vector<std::uint32_t> rank_class;  ///< world_size entries: template of each rank
   CommTable comms;

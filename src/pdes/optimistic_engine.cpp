@@ -24,10 +24,10 @@ struct Node {
   Node* caused_local = nullptr;   ///< events this one sent to local LPs (owned by their LPs)
   Node* caused_remote = nullptr;  ///< records of events this one sent to other processes (owned)
   Node* next_caused = nullptr;
-  std::uint64_t saved_seq = 0;    ///< the LP's send counter before forward
-  std::uint32_t dst_proc = 0;     ///< SentRemote: the process it went to
+  std::uint64_t saved_seq = 0;  ///< the LP's send counter before forward
+  std::uint32_t dst_proc = 0;   ///< SentRemote: the process it went to
   NodeState state = NodeState::Free;
-  bool from_remote = false;       ///< received from another process (indexed by key)
+  bool from_remote = false;  ///< received from another process (indexed by key)
 };
 static_assert(std::is_standard_layout_v<Node>);
 
@@ -120,8 +120,8 @@ class OptimisticEngine::Impl final : public Context {
   std::vector<Entry> heap_;
 
   std::unordered_map<EventKey, Node*, KeyHash> remote_index_;
-  Node* current_ = nullptr;           ///< event being executed (null in init)
-  std::vector<Node*> outgoing_;       ///< remote sends of the current handler, to serialize
+  Node* current_ = nullptr;      ///< event being executed (null in init)
+  std::vector<Node*> outgoing_;  ///< remote sends of the current handler, to serialize
 
   std::vector<std::vector<Wire>> out_;  ///< per destination process
   std::vector<std::uint32_t> flushes_;  ///< per destination, for the delay hook
@@ -132,7 +132,7 @@ class OptimisticEngine::Impl final : public Context {
   std::deque<InFlight> in_flight_;
   std::vector<std::vector<Wire>> recv_buf_;
   std::vector<MPI_Request> recv_req_;
-  std::vector<int> recv_bytes_;    ///< per slot: bytes received, −1 while pending
+  std::vector<int> recv_bytes_;   ///< per slot: bytes received, −1 while pending
   std::deque<int> posted_order_;  ///< slots in the order their receives were posted
 
   std::int64_t sent_ = 0, received_ = 0;
@@ -202,8 +202,10 @@ Event& OptimisticEngine::Impl::schedule(LpId dst, SimTime t, std::uint32_t prior
   Node* n = alloc();
   n->ev.key = EventKey{t, priority, dst, self_, 0, me.seq++};
   if (current_ && !(current_->ev.key < n->ev.key))
-    throw ContractError(fmt::format("LP {} at t={} sent an event (t={}, priority {}) that sorts "
-                                    "before the event it is handling", self_, now_, t, priority));
+    throw ContractError(
+        fmt::format("LP {} at t={} sent an event (t={}, priority {}) that sorts "
+                    "before the event it is handling",
+                    self_, now_, t, priority));
   if (is_local(dst)) {
     if (current_) {
       n->next_caused = current_->caused_local;
@@ -379,7 +381,8 @@ void OptimisticEngine::Impl::poll() {
     // Receives from any source match messages in the order they were posted, and one source's
     // messages are non-overtaking, so delivering completed slots in posting order delivers each
     // source's events (and anti-messages) in the order they were sent.
-    while (!posted_order_.empty() && recv_bytes_[static_cast<std::size_t>(posted_order_.front())] >= 0) {
+    while (!posted_order_.empty() &&
+           recv_bytes_[static_cast<std::size_t>(posted_order_.front())] >= 0) {
       const int slot = posted_order_.front();
       posted_order_.pop_front();
       const auto& buf = recv_buf_[static_cast<std::size_t>(slot)];
@@ -475,8 +478,9 @@ OptimisticStats OptimisticEngine::Impl::run(SimTime end) {
   for (;;) {
     poll();
     bool progressed = false;
-    const SimTime horizon =
-        config_.optimism_window >= kTimeInfinity - gvt ? end : std::min(end, gvt + config_.optimism_window);
+    const SimTime horizon = config_.optimism_window >= kTimeInfinity - gvt
+                                ? end
+                                : std::min(end, gvt + config_.optimism_window);
     for (std::uint32_t k = 0; k < config_.batch_events; ++k) {
       if (local_min() > horizon || heap_.empty()) break;
       std::pop_heap(heap_.begin(), heap_.end(), Greater{});
@@ -533,7 +537,9 @@ OptimisticEngine::OptimisticEngine(MPI_Comm comm, std::vector<std::uint32_t> own
                                    OptimisticConfig config)
     : impl_(std::make_unique<Impl>(comm, std::move(owner), make_lp, config)) {}
 OptimisticEngine::~OptimisticEngine() = default;
-OptimisticStats OptimisticEngine::run(SimTime end) { return impl_->run(end); }
+OptimisticStats OptimisticEngine::run(SimTime end) {
+  return impl_->run(end);
+}
 OptimisticStats OptimisticEngine::total(const OptimisticStats& local) const {
   return impl_->total(local);
 }

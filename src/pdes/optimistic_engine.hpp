@@ -14,9 +14,9 @@
 namespace scalescope::pdes {
 
 struct OptimisticConfig {
-  std::uint32_t gvt_interval = 4096;      ///< events processed between GVT rounds
+  std::uint32_t gvt_interval = 4096;        ///< events processed between GVT rounds
   SimTime optimism_window = kTimeInfinity;  ///< never process beyond GVT + window
-  std::uint32_t batch_events = 256;        ///< remote events per MPI message (at most)
+  std::uint32_t batch_events = 256;         ///< remote events per MPI message (at most)
   /// Test hook: hold back every n-th remote batch for one GVT-free poll cycle, so that events
   /// arrive late and rollbacks and anti-messages are exercised (0 = off).
   std::uint32_t delay_every = 0;
@@ -28,15 +28,15 @@ struct OptimisticStats {
   std::uint64_t events_committed = 0;
   std::uint64_t events_rolled_back = 0;
   std::uint64_t rollbacks = 0;
-  std::uint64_t remote_messages = 0;   ///< remote events sent (not MPI messages)
+  std::uint64_t remote_messages = 0;  ///< remote events sent (not MPI messages)
   std::uint64_t anti_messages = 0;
   std::uint64_t gvt_rounds = 0;
   SimTime end_time = 0;
   double wall_s = 0;
   double efficiency() const {
-    return events_processed ? static_cast<double>(events_committed) /
-                                  static_cast<double>(events_processed)
-                            : 1.0;
+    return events_processed
+               ? static_cast<double>(events_committed) / static_cast<double>(events_processed)
+               : 1.0;
   }
 };
 

@@ -16,7 +16,8 @@ struct LpGraph {
   std::vector<std::uint32_t> offsets{0};
   std::vector<LpId> neighbours;
   std::vector<std::uint32_t> weights;
-  std::vector<std::uint32_t> vertex_weights;  ///< expected events processed by each LP; may be empty
+  std::vector<std::uint32_t>
+      vertex_weights;  ///< expected events processed by each LP; may be empty
   std::uint32_t num_lps() const { return static_cast<std::uint32_t>(offsets.size() - 1); }
 };
 

@@ -15,8 +15,10 @@ Event& SequentialEngine::schedule(LpId dst, SimTime t, std::uint32_t priority) {
   Event* e = pool_.allocate();
   e->key = EventKey{t, priority, dst, self_, 0, next_seq_[self_]++};
   if (current_ && !(*current_ < e->key))
-    throw ContractError(fmt::format("LP {} at t={} sent an event (t={}, priority {}) that sorts "
-                                    "before the event it is handling", self_, now_, t, priority));
+    throw ContractError(
+        fmt::format("LP {} at t={} sent an event (t={}, priority {}) that sorts "
+                    "before the event it is handling",
+                    self_, now_, t, priority));
   if (capture_)
     capture_->push_back(e);
   else
@@ -40,9 +42,10 @@ void SequentialEngine::check_reversible(Event& e) {
   for (Event* s : sent) pool_.release(s);
   next_seq_[self_] = seq;
   if (before != after)
-    throw ContractError(fmt::format("rollback check: LP {} state differs after forward + reverse "
-                                    "of the event at t={} ns (priority {}, from LP {}, seq {})",
-                                    self_, e.key.time, e.key.priority, e.key.src, e.key.seq));
+    throw ContractError(
+        fmt::format("rollback check: LP {} state differs after forward + reverse "
+                    "of the event at t={} ns (priority {}, from LP {}, seq {})",
+                    self_, e.key.time, e.key.priority, e.key.src, e.key.seq));
   e = original;
 }
 

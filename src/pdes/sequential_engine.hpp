@@ -13,7 +13,7 @@ namespace scalescope::pdes {
 struct EngineStats {
   std::uint64_t events_processed = 0;
   std::uint64_t events_committed = 0;
-  SimTime end_time = 0;   ///< time of the last committed event
+  SimTime end_time = 0;  ///< time of the last committed event
   double wall_s = 0;
 };
 
@@ -37,7 +37,8 @@ class SequentialEngine final : private Context {
   EventPool pool_;
   BinaryHeapQueue queue_;
   std::vector<Event*>* capture_ = nullptr;
-  const EventKey* current_ = nullptr;  ///< event being handled; null during init  ///< rollback check: sends go here, not to the queue
+  const EventKey* current_ = nullptr;  ///< event being handled; null during init  ///< rollback
+                                       ///< check: sends go here, not to the queue
 };
 
 }  // namespace scalescope::pdes

@@ -9,7 +9,9 @@ namespace {
 double norm_params(const ModelSpec& m) {
   return static_cast<double>(m.hidden_size) * (m.add_bias_linear ? 2.0 : 1.0);
 }
-double glu(const ModelSpec& m) { return m.gated_linear_unit ? 2.0 : 1.0; }
+double glu(const ModelSpec& m) {
+  return m.gated_linear_unit ? 2.0 : 1.0;
+}
 }  // namespace
 
 double layer_parameters(const ModelSpec& m) {
@@ -72,15 +74,15 @@ std::int64_t activation_bytes_per_layer(const ModelSpec& m, const ParallelPlan& 
   const double sbh = s * b * h;
   if (p.recompute == Recompute::Full) return static_cast<std::int64_t>(2 * sbh / seq_shard);
   // Korthikanti et al. §4.1 terms, in bytes (bf16 = 2, masks 1):
-  double replicated = 2 * sbh     // input norm input
-                      + 2 * sbh   // QKV GEMM input (norm output)
-                      + 2 * sbh   // pre-MLP norm input
-                      + 2 * sbh;  // FC1 input (norm output)
+  double replicated = 2 * sbh                         // input norm input
+                      + 2 * sbh                       // QKV GEMM input (norm output)
+                      + 2 * sbh                       // pre-MLP norm input
+                      + 2 * sbh;                      // FC1 input (norm output)
   if (m.hidden_dropout > 0) replicated += sbh + sbh;  // two 1-byte hidden-dropout masks
-  double sharded = 2 * s * b * (q + 2 * kv)     // Q, K, V
-                   + 2 * s * b * q              // attention output = out-proj input
-                   + 2 * s * b * f * glu(m)     // FC1 output
-                   + 2 * s * b * f;             // activation output = FC2 input
+  double sharded = 2 * s * b * (q + 2 * kv)           // Q, K, V
+                   + 2 * s * b * q                    // attention output = out-proj input
+                   + 2 * s * b * f * glu(m)           // FC1 output
+                   + 2 * s * b * f;                   // activation output = FC2 input
   if (p.recompute != Recompute::Selective) {
     if (t.attention == AttentionBackend::Unfused) {
       // softmax output 2·a·s²·b, its dropout mask a·s²·b and dropout output 2·a·s²·b

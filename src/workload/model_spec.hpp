@@ -9,17 +9,17 @@ struct ModelSpec {
   std::string name = "model";
   std::int64_t num_layers = 0;
   std::int64_t hidden_size = 0;
-  std::int64_t ffn_hidden_size = 0;      ///< 0 → 4·hidden_size (Megatron's default)
+  std::int64_t ffn_hidden_size = 0;  ///< 0 → 4·hidden_size (Megatron's default)
   std::int64_t num_attention_heads = 0;
-  std::int64_t num_query_groups = 0;     ///< 0 → num_attention_heads (MHA)
-  std::int64_t kv_channels = 0;          ///< head dim; 0 → hidden_size / num_attention_heads
-  std::int64_t vocab_size = 0;           ///< tokenizer vocabulary, padded as Megatron does
+  std::int64_t num_query_groups = 0;  ///< 0 → num_attention_heads (MHA)
+  std::int64_t kv_channels = 0;       ///< head dim; 0 → hidden_size / num_attention_heads
+  std::int64_t vocab_size = 0;        ///< tokenizer vocabulary, padded as Megatron does
   std::int64_t make_vocab_size_divisible_by = 128;
   std::int64_t seq_length = 0;
-  bool gated_linear_unit = false;        ///< SwiGLU (Llama) instead of GELU (GPT)
-  bool untie_embeddings = false;         ///< Megatron's --untie-embeddings-and-output-weights
-  bool add_bias_linear = true;           ///< GPT-3 has biases; Llama does not
-  double hidden_dropout = 0.0;           ///< > 0 stores 1-byte dropout masks
+  bool gated_linear_unit = false;  ///< SwiGLU (Llama) instead of GELU (GPT)
+  bool untie_embeddings = false;   ///< Megatron's --untie-embeddings-and-output-weights
+  bool add_bias_linear = true;     ///< GPT-3 has biases; Llama does not
+  double hidden_dropout = 0.0;     ///< > 0 stores 1-byte dropout masks
   double attention_dropout = 0.0;
 
   std::int64_t ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }

@@ -25,10 +25,13 @@ constexpr std::uint32_t kNone = 0xFFFFFFFFu;
 
 Stream stream_of(CommRole r) {
   switch (r) {
-    case CommRole::Tp: return Stream::TpComm;
+    case CommRole::Tp:
+      return Stream::TpComm;
     case CommRole::PpPrev:
-    case CommRole::PpNext: return Stream::PpComm;
-    default: return Stream::DpComm;
+    case CommRole::PpNext:
+      return Stream::PpComm;
+    default:
+      return Stream::DpComm;
   }
 }
 
@@ -63,9 +66,9 @@ class StageBuilder {
       // Steady state: the parameter all-gather of the previous step's update overlaps this
       // iteration's first forward; each bucket's first layer waits for it (MODELING §3.1).
       for (auto it = buckets_.rbegin(); it != buckets_.rend(); ++it) {
-        std::uint32_t ag = add_free(collective(OpKind::AllGather, CommRole::Dp,
-                                               OpName::DpAllGather, Phase::Other,
-                                               2 * it->params), {});
+        std::uint32_t ag = add_free(collective(OpKind::AllGather, CommRole::Dp, OpName::DpAllGather,
+                                               Phase::Other, 2 * it->params),
+                                    {});
         for (std::int64_t l : it->layers) gather_of_[l] = ag;
       }
     }
@@ -133,8 +136,8 @@ class StageBuilder {
   void plan_buckets() {
     // Parameter groups in backward order: output layer, layers last to first, embedding.
     const double t = tp_;
-    const double layer = parameters_on_rank(m_, p_, stage_) -
-                         (first_ ? vocab_shard() : 0) - (last_ ? head_params() : 0);
+    const double layer = parameters_on_rank(m_, p_, stage_) - (first_ ? vocab_shard() : 0) -
+                         (last_ ? head_params() : 0);
     std::vector<ParamGroup> groups;
     (void)t;
     if (last_ && head_params() > 0) groups.push_back({head_params(), -2});
@@ -211,8 +214,8 @@ class StageBuilder {
     // Vocab-parallel lookup: AR of [T, h] (RS with SP) over TP (language_model_embedding.py).
     if (tp_comm())
       chain(collective(p_.sequence_parallel ? OpKind::ReduceScatter : OpKind::AllReduce,
-                       CommRole::Tp, p_.sequence_parallel ? OpName::TpReduceScatter
-                                                          : OpName::TpAllReduce,
+                       CommRole::Tp,
+                       p_.sequence_parallel ? OpName::TpReduceScatter : OpName::TpAllReduce,
                        Phase::Forward, hidden_bytes_));
   }
   void embedding_backward() {
@@ -250,8 +253,7 @@ class StageBuilder {
     attn_alloc += norm.mem_alloc;
     chain(norm, extra);
     if (tp_comm() && p_.sequence_parallel)
-      chain(collective(OpKind::AllGather, CommRole::Tp, OpName::TpAllGather, phase,
-                       hidden_bytes_));
+      chain(collective(OpKind::AllGather, CommRole::Tp, OpName::TpAllGather, phase, hidden_bytes_));
     Op qkv = gemm(OpName::QkvGemm, phase, T, (q + 2 * kv) / t, h);
     qkv.mem_alloc = alloc(2 * T * (q + 2 * kv) / t);
     attn_alloc += qkv.mem_alloc;
@@ -277,15 +279,14 @@ class StageBuilder {
     mlp_alloc += norm2.mem_alloc;
     chain(norm2);
     if (tp_comm() && p_.sequence_parallel)
-      chain(collective(OpKind::AllGather, CommRole::Tp, OpName::TpAllGather, phase,
-                       hidden_bytes_));
+      chain(collective(OpKind::AllGather, CommRole::Tp, OpName::TpAllGather, phase, hidden_bytes_));
     Op fc1 = gemm(OpName::Fc1Gemm, phase, T, f * glu / t, h);
     fc1.mem_alloc = alloc(2 * T * f * glu / t);
     mlp_alloc += fc1.mem_alloc;
     chain(fc1);
     // GELU reads and writes [T, f/t]; SwiGLU reads [T, 2f/t] and writes [T, f/t].
-    Op act = memory_bound(OpKind::Elementwise, OpName::Activation, phase,
-                          2 * T * f / t * (glu + 1), 8 * T * f / t);
+    Op act = memory_bound(OpKind::Elementwise, OpName::Activation, phase, 2 * T * f / t * (glu + 1),
+                          8 * T * f / t);
     act.mem_alloc = alloc(2 * T * f / t);
     mlp_alloc += act.mem_alloc;
     chain(act);
@@ -317,7 +318,7 @@ class StageBuilder {
     const double b = static_cast<double>(t_.micro_batch_size);
     if (t_.attention == AttentionBackend::Unfused)
       return (m_.attention_dropout > 0 ? 5.0 : 2.0) * a * s * s * b;  // Korthikanti §4.1
-    return 4 * b * a * s;  // fp32 log-sum-exp
+    return 4 * b * a * s;                                             // fp32 log-sum-exp
   }
 
   /// Core attention: forward 4·b·s²·q/t FLOPs halved for the causal mask; the backward runs
@@ -350,7 +351,8 @@ class StageBuilder {
     std::uint32_t gather = kNone;
     if (tp_comm() && p_.sequence_parallel)
       gather = add_free(collective(OpKind::AllGather, CommRole::Tp, OpName::TpAllGather,
-                                   Phase::Backward, hidden_bytes_), {before});
+                                   Phase::Backward, hidden_bytes_),
+                        {before});
     Op dgrad = gemm(name, Phase::Backward, m, k, n);  // dX = dY·Wᵀ: [T, n]×[n, k]
     dgrad.mem_transient = static_cast<std::int64_t>(2 * m * k);
     std::uint32_t dg = add_free(dgrad, {before});
@@ -358,12 +360,11 @@ class StageBuilder {
     if (gather != kNone) after_dg.push_back(gather);
     std::uint32_t reduce = kNone;
     if (tp_comm())
-      reduce = add_free(collective(p_.sequence_parallel ? OpKind::ReduceScatter
-                                                        : OpKind::AllReduce,
-                                   CommRole::Tp,
-                                   p_.sequence_parallel ? OpName::TpReduceScatter
-                                                        : OpName::TpAllReduce,
-                                   Phase::Backward, hidden_bytes_), after_dg);
+      reduce = add_free(
+          collective(p_.sequence_parallel ? OpKind::ReduceScatter : OpKind::AllReduce, CommRole::Tp,
+                     p_.sequence_parallel ? OpName::TpReduceScatter : OpName::TpAllReduce,
+                     Phase::Backward, hidden_bytes_),
+          after_dg);
     Op wgrad = gemm(name, Phase::Backward, k, n, m);  // dW = Xᵀ·dY: [k, T]×[T, n]
     wgrad.mem_bytes += 8 * k * n;  // fp32 main_grad accumulation (MODELING §1.1)
     std::uint32_t wg = add_free(wgrad, after_dg);
@@ -404,19 +405,19 @@ class StageBuilder {
     std::int64_t input = 0;
     if (auto it = saved_input_.find({l, mb}); it != saved_input_.end()) input = it->second;
 
-    chain(memory_bound(OpKind::Elementwise, OpName::BiasDropoutAdd, Phase::Backward,
-                       3 * 2 * local));
+    chain(
+        memory_bound(OpKind::Elementwise, OpName::BiasDropoutAdd, Phase::Backward, 3 * 2 * local));
     row_backward(OpName::Fc2Gemm, T, h, f / t);
     chain(memory_bound(OpKind::Elementwise, OpName::Activation, Phase::Backward,
                        2 * T * f / t * (glu + 2), 8 * T * f / t));
     std::uint32_t wg = column_backward(OpName::Fc1Gemm, T, f * glu / t, h);
-    Op norm2 = memory_bound(OpKind::Norm, OpName::PreMlpNorm, Phase::Backward, 6 * local,
-                            10 * local);
+    Op norm2 =
+        memory_bound(OpKind::Norm, OpName::PreMlpNorm, Phase::Backward, 6 * local, 10 * local);
     norm2.mem_free = saved.second;
     chain(norm2, take_reduce());
 
-    chain(memory_bound(OpKind::Elementwise, OpName::BiasDropoutAdd, Phase::Backward,
-                       3 * 2 * local));
+    chain(
+        memory_bound(OpKind::Elementwise, OpName::BiasDropoutAdd, Phase::Backward, 3 * 2 * local));
     row_backward(OpName::OutProjGemm, T, h, q / t);
     if (p_.recompute == Recompute::Selective) {
       std::int64_t none = 0;
@@ -424,11 +425,10 @@ class StageBuilder {
     }
     std::int64_t none = 0;
     chain(attention(Phase::Backward, 2.5, 0, none));
-    chain(memory_bound(OpKind::Elementwise, OpName::Rope, Phase::Backward,
-                       2 * 2 * T * (q + kv) / t));
+    chain(
+        memory_bound(OpKind::Elementwise, OpName::Rope, Phase::Backward, 2 * 2 * T * (q + kv) / t));
     wg = column_backward(OpName::QkvGemm, T, (q + 2 * kv) / t, h);
-    Op norm = memory_bound(OpKind::Norm, OpName::InputNorm, Phase::Backward, 6 * local,
-                           10 * local);
+    Op norm = memory_bound(OpKind::Norm, OpName::InputNorm, Phase::Backward, 6 * local, 10 * local);
     norm.mem_free = saved.first + input;
     chain(norm, take_reduce());
     last_wgrad_[l] = chain_;
@@ -454,8 +454,8 @@ class StageBuilder {
     chain(logits);
     // Vocab-parallel cross-entropy: fp32 logits kept for the backward, three all-reduces of T
     // fp32 values (max, target logit, Σexp) over TP (core/tensor_parallel/cross_entropy.py).
-    Op ce = memory_bound(OpKind::Loss, OpName::CrossEntropy, Phase::Forward, (2 + 4 + 4) * T * V / t,
-                         5 * T * V / t);
+    Op ce = memory_bound(OpKind::Loss, OpName::CrossEntropy, Phase::Forward,
+                         (2 + 4 + 4) * T * V / t, 5 * T * V / t);
     ce.mem_alloc = static_cast<std::int64_t>(4 * T * V / t);
     head_alloc_ += ce.mem_alloc;
     chain(ce);
@@ -544,11 +544,11 @@ class StageBuilder {
         }
         // fp32 gradients on the wire (accumulate_allreduce_grads_in_fp32, MODELING §3.1).
         const bool rs = p_.use_distributed_optimizer;
-        reductions.push_back(add_free(
-            collective(rs ? OpKind::ReduceScatter : OpKind::AllReduce, CommRole::Dp,
-                       rs ? OpName::DpReduceScatter : OpName::DpAllReduce, Phase::Other,
-                       4 * b.params),
-            {ready}));
+        reductions.push_back(
+            add_free(collective(rs ? OpKind::ReduceScatter : OpKind::AllReduce, CommRole::Dp,
+                                rs ? OpName::DpReduceScatter : OpName::DpAllReduce, Phase::Other,
+                                4 * b.params),
+                     {ready}));
       }
     }
     // The next op on the chain waits for every reduction (finish_grad_sync).
@@ -557,18 +557,21 @@ class StageBuilder {
     if (tp_comm() && p_.sequence_parallel) {
       const double norms = static_cast<double>(layers_) * 2 * h_ * (m_.add_bias_linear ? 2 : 1);
       chain(collective(OpKind::AllReduce, CommRole::Tp, OpName::NormAllReduce, Phase::Other,
-                       4 * norms), std::exchange(wait, {}));
+                       4 * norms),
+            std::exchange(wait, {}));
     }
     // Tied embeddings across the first and last stage.
     if (!m_.untie_embeddings && p_.pp() > 1 && (first_ || last_))
       chain(collective(OpKind::AllReduce, CommRole::Embedding, OpName::EmbAllReduce, Phase::Other,
-                       4 * vocab_shard()), std::exchange(wait, {}));
+                       4 * vocab_shard()),
+            std::exchange(wait, {}));
     const double shard = parameters_on_rank(m_, p_, stage_) /
                          (p_.use_distributed_optimizer ? static_cast<double>(p_.dp()) : 1.0);
     // Adam on the fp32 master shard: read grad, master, m, v (16 B), write master, m, v (12 B)
     // and the bf16 weight (2 B); ~12 FLOPs per parameter.
     chain(memory_bound(OpKind::Optimizer, OpName::OptimizerStep, Phase::Optimizer, 30 * shard,
-                       12 * shard), std::exchange(wait, {}));
+                       12 * shard),
+          std::exchange(wait, {}));
     if (p_.use_distributed_optimizer && !p_.overlap_param_gather && p_.dp() > 1) {
       const std::uint32_t step = chain_;
       for (auto it = buckets_.rbegin(); it != buckets_.rend(); ++it)

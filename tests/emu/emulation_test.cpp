@@ -86,14 +86,13 @@ TEST_P(PipelineClosedForm, IterationTimeIsMPlusPMinusOneTimesStageTime) {
   EXPECT_EQ(r.ranks[0].compute, m * (tf + tb));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Schedules, PipelineClosedForm,
-    ::testing::Values(std::make_tuple(2, 2, workload::Schedule::OneFOneB),
-                      std::make_tuple(4, 8, workload::Schedule::OneFOneB),
-                      std::make_tuple(4, 3, workload::Schedule::OneFOneB),
-                      std::make_tuple(8, 16, workload::Schedule::OneFOneB),
-                      std::make_tuple(4, 8, workload::Schedule::GPipe),
-                      std::make_tuple(3, 5, workload::Schedule::GPipe)));
+INSTANTIATE_TEST_SUITE_P(Schedules, PipelineClosedForm,
+                         ::testing::Values(std::make_tuple(2, 2, workload::Schedule::OneFOneB),
+                                           std::make_tuple(4, 8, workload::Schedule::OneFOneB),
+                                           std::make_tuple(4, 3, workload::Schedule::OneFOneB),
+                                           std::make_tuple(8, 16, workload::Schedule::OneFOneB),
+                                           std::make_tuple(4, 8, workload::Schedule::GPipe),
+                                           std::make_tuple(3, 5, workload::Schedule::GPipe)));
 
 /// A realistic mix: TP with SP, PP, DP with overlapped reduce-scatter, size-dependent costs.
 Costs synthetic_costs() {
@@ -102,8 +101,8 @@ Costs synthetic_costs() {
     return 500 + static_cast<SimTime>(op.flops / 1e5 + op.mem_bytes / 1e3);
   };
   c.collective = [](graph::OpKind k, double bytes, const cost::CommShape& s) -> SimTime {
-    return 3000 + static_cast<SimTime>(bytes / 5e2) * (k == graph::OpKind::AllReduce ? 2 : 1) *
-                      s.nodes;
+    return 3000 +
+           static_cast<SimTime>(bytes / 5e2) * (k == graph::OpKind::AllReduce ? 2 : 1) * s.nodes;
   };
   c.p2p = [](double bytes, bool same) -> SimTime {
     return 2000 + static_cast<SimTime>(bytes / (same ? 2e3 : 5e2));

@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
-
 #include "emu/emulation.hpp"
 #include "workload/transformer_builder.hpp"
 
@@ -46,8 +45,8 @@ Costs test_costs() {
     return 700 + static_cast<SimTime>(op.flops / 2e5 + op.mem_bytes / 2e3);
   };
   c.collective = [](graph::OpKind k, double bytes, const cost::CommShape& s) -> SimTime {
-    return 2500 + static_cast<SimTime>(bytes / 1e3) * (k == graph::OpKind::AllReduce ? 2 : 1) *
-                      s.nodes;
+    return 2500 +
+           static_cast<SimTime>(bytes / 1e3) * (k == graph::OpKind::AllReduce ? 2 : 1) * s.nodes;
   };
   c.p2p = [](double bytes, bool) -> SimTime { return 1500 + static_cast<SimTime>(bytes / 4e3); };
   c.shape = [](const std::uint32_t* b, const std::uint32_t* e) {

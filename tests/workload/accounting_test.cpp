@@ -128,7 +128,8 @@ TEST(Accounting, ModelFlopsMatchMegatronFormula) {
   TrainingSpec t;
   t.global_batch_size = 1536;
   const double B = 1536, s = 2048, L = 96, h = 12288, V = 51200;
-  const double expected = 6 * B * s * (L * 4 * h * h + L * h * 4 * h * 2 + h * V) + 6 * B * s * s * h * L;
+  const double expected =
+      6 * B * s * (L * 4 * h * h + L * h * 4 * h * 2 + h * V) + 6 * B * s * s * h * L;
   EXPECT_DOUBLE_EQ(model_flops_per_iteration(m, t, 8), expected);
   EXPECT_NEAR(expected / (6 * 175e9 * B * s + 6 * B * s * s * h * L), 1.0, 0.02);
 }
