@@ -94,6 +94,13 @@ INSTANTIATE_TEST_SUITE_P(Schedules, PipelineClosedForm,
                                            std::make_tuple(4, 8, workload::Schedule::GPipe),
                                            std::make_tuple(3, 5, workload::Schedule::GPipe)));
 
+EmulationOptions options(bool coalesce, std::vector<std::uint32_t> trace) {
+  EmulationOptions o;
+  o.coalesce_local_ops = coalesce;
+  o.trace_ranks = std::move(trace);
+  return o;
+}
+
 /// A realistic mix: TP with SP, PP, DP with overlapped reduce-scatter, size-dependent costs.
 Costs synthetic_costs() {
   Costs c = uniform_layer_costs();
@@ -131,8 +138,8 @@ TEST(Emulation, CoalescedLocalOpsGiveTheSameResultsAsOpByOpReplay) {
   Job j = mixed_job();
   graph::SlicedGraph g = workload::build_graph(j.m, j.p, j.t);
   Costs c = synthetic_costs();
-  EmulationOptions coalesced{true, {0, 7}};
-  EmulationOptions op_by_op{false, {0, 7}};
+  EmulationOptions coalesced = options(true, {0, 7});
+  EmulationOptions op_by_op = options(false, {0, 7});
   RunResults a = emulate(g, c, coalesced);
   RunResults b = emulate(g, c, op_by_op);
   EXPECT_EQ(a.summary.iteration_time, b.summary.iteration_time);
@@ -158,7 +165,7 @@ TEST(Emulation, CoalescedLocalOpsGiveTheSameResultsAsOpByOpReplay) {
 TEST(Emulation, TimeBreakdownAddsUpAndEveryTracedOpIsRecorded) {
   Job j = mixed_job();
   graph::SlicedGraph g = workload::build_graph(j.m, j.p, j.t);
-  RunResults r = emulate(g, synthetic_costs(), EmulationOptions{true, {0, 7}});
+  RunResults r = emulate(g, synthetic_costs(), options(true, {0, 7}));
   for (const RankResult& x : r.ranks)
     EXPECT_EQ(x.finish, x.compute + x.exposed_tp + x.exposed_pp + x.exposed_dp + x.other_wait);
   EXPECT_EQ(r.timelines[0].size(), g.templates[0].size());
@@ -174,8 +181,8 @@ TEST(Emulation, TimeBreakdownAddsUpAndEveryTracedOpIsRecorded) {
 TEST(Emulation, ResultsAreDeterministic) {
   Job j = mixed_job();
   graph::SlicedGraph g = workload::build_graph(j.m, j.p, j.t);
-  RunResults a = emulate(g, synthetic_costs(), EmulationOptions{true, {3}});
-  RunResults b = emulate(g, synthetic_costs(), EmulationOptions{true, {3}});
+  RunResults a = emulate(g, synthetic_costs(), options(true, {3}));
+  RunResults b = emulate(g, synthetic_costs(), options(true, {3}));
   EXPECT_EQ(a.engine.events_committed, b.engine.events_committed);
   for (std::size_t r = 0; r < a.ranks.size(); ++r) EXPECT_EQ(a.ranks[r].finish, b.ranks[r].finish);
 }
