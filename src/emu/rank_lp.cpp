@@ -8,6 +8,26 @@ namespace scalescope::emu {
 
 using graph::Stream;
 
+namespace {
+/// Adds compute-stream idle time to the bucket of the stream it waited for.
+void charge_wait(RankResult& r, Stream waited_for, SimTime t) {
+  switch (waited_for) {
+    case Stream::TpComm:
+      r.exposed_tp += t;
+      break;
+    case Stream::PpComm:
+      r.exposed_pp += t;
+      break;
+    case Stream::DpComm:
+      r.exposed_dp += t;
+      break;
+    default:
+      r.other_wait += t;
+      break;
+  }
+}
+}  // namespace
+
 RankLP::RankLP(std::uint32_t rank, const ModelData& data, RankRecorder recorder)
     : rank_(rank),
       data_(&data),
@@ -157,20 +177,7 @@ void RankLP::record(std::uint32_t i) {
       SimTime latest = kTimeUnknown;
       for (const std::uint32_t* d = prog_->deps_begin(i); d != prog_->deps_end(i); ++d)
         if (finish_[*d] > latest) latest = finish_[*d], blame = *d;
-      switch (blame == i ? Stream::Compute : prog_->ops[blame].stream) {
-        case Stream::TpComm:
-          r.exposed_tp += gap;
-          break;
-        case Stream::PpComm:
-          r.exposed_pp += gap;
-          break;
-        case Stream::DpComm:
-          r.exposed_dp += gap;
-          break;
-        default:
-          r.other_wait += gap;
-          break;
-      }
+      charge_wait(r, blame == i ? Stream::Compute : prog_->ops[blame].stream, gap);
     }
   }
   if (rec_.timeline)
@@ -201,20 +208,7 @@ void RankLP::finalize() {
   const SimTime last_compute = compute.empty() ? 0 : finish_[compute.back()];
   const SimTime tail = last_finish_ - last_compute;
   if (tail > 0) {
-    switch (prog_->ops[last_op_].stream) {
-      case Stream::TpComm:
-        r.exposed_tp += tail;
-        break;
-      case Stream::PpComm:
-        r.exposed_pp += tail;
-        break;
-      case Stream::DpComm:
-        r.exposed_dp += tail;
-        break;
-      default:
-        r.other_wait += tail;
-        break;
-    }
+    charge_wait(r, prog_->ops[last_op_].stream, tail);
   }
 }
 

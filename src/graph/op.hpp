@@ -44,6 +44,20 @@ enum class CommRole : std::uint8_t {
 };
 inline constexpr int kNumRoles = 6;
 
+/// The stream a role's communication runs on: TP collectives on their own stream, pipeline
+/// transfers on theirs, DP and tied-embedding gradient reductions on the DP stream.
+constexpr Stream stream_of(CommRole r) {
+  switch (r) {
+    case CommRole::Tp:
+      return Stream::TpComm;
+    case CommRole::PpPrev:
+    case CommRole::PpNext:
+      return Stream::PpComm;
+    default:
+      return Stream::DpComm;
+  }
+}
+
 enum class Phase : std::uint8_t { Forward, Backward, Recompute, Optimizer, Other };
 
 /// Names shown in traces; an op's `name` indexes this table.

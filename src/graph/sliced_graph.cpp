@@ -23,20 +23,6 @@ std::uint32_t RankProgram::add(const Op& op, const std::vector<std::uint32_t>& o
   return index;
 }
 
-namespace {
-Stream expected_stream(CommRole r) {
-  switch (r) {
-    case CommRole::Tp:
-      return Stream::TpComm;
-    case CommRole::PpPrev:
-    case CommRole::PpNext:
-      return Stream::PpComm;
-    default:
-      return Stream::DpComm;  // Dp and Embedding gradients reduce on the DP stream
-  }
-}
-}  // namespace
-
 void RankProgram::finalize() {
   for (auto& s : stream_ops) s.clear();
   std::array<std::uint32_t, kNumRoles> coll{}, sends{}, recvs{};
@@ -49,7 +35,7 @@ void RankProgram::finalize() {
                   op_kind_name(op.kind), stream_name(op.stream));
     if (is_collective(op.kind)) {
       if (op.role == CommRole::None || op.role2 != CommRole::None ||
-          expected_stream(op.role) != op.stream)
+          stream_of(op.role) != op.stream)
         throw_input("template '{}': collective op {} has an invalid role/stream", name, i);
       op.instance = coll[static_cast<int>(op.role)]++;
     } else if (op.kind == OpKind::SendRecv) {

@@ -1,6 +1,7 @@
 #pragma once
 /// Pending-event queue: a binary min-heap on the event key, keys stored inline next to the
-/// pointer so comparisons do not chase pointers.
+/// pointer so comparisons do not chase pointers. `T` is what the engine queues (Event, or the
+/// optimistic engine's node that wraps one).
 #include <algorithm>
 #include <vector>
 
@@ -8,31 +9,41 @@
 
 namespace scalescope::pdes {
 
-class BinaryHeapQueue {
+template <class T>
+class KeyedMinHeap {
  public:
   bool empty() const { return heap_.empty(); }
   std::size_t size() const { return heap_.size(); }
-  void push(Event* e) {
-    heap_.push_back(Entry{e->key, e});
+  void push(const EventKey& key, T* item) {
+    heap_.push_back(Entry{key, item});
     std::push_heap(heap_.begin(), heap_.end(), Greater{});
   }
   const EventKey& top_key() const { return heap_.front().key; }
-  Event* pop() {
+  T* top() const { return heap_.front().item; }
+  T* pop() {
     std::pop_heap(heap_.begin(), heap_.end(), Greater{});
-    Event* e = heap_.back().event;
+    T* item = heap_.back().item;
     heap_.pop_back();
-    return e;
+    return item;
+  }
+  /// Calls f on every queued item (in no particular order) and empties the queue.
+  template <class F>
+  void drain(F&& f) {
+    for (const Entry& e : heap_) f(e.item);
+    heap_.clear();
   }
 
  private:
   struct Entry {
     EventKey key;
-    Event* event;
+    T* item;
   };
   struct Greater {
     bool operator()(const Entry& a, const Entry& b) const { return b.key < a.key; }
   };
   std::vector<Entry> heap_;
 };
+
+using BinaryHeapQueue = KeyedMinHeap<Event>;
 
 }  // namespace scalescope::pdes

@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "core/error.hpp"
+#include "pdes/event_queue.hpp"
 
 namespace scalescope::pdes {
 
@@ -110,14 +111,7 @@ class OptimisticEngine::Impl final : public Context {
   std::vector<std::unique_ptr<Node[]>> chunks_;
   std::vector<Node*> free_;
 
-  struct Entry {
-    EventKey key;
-    Node* node;
-  };
-  struct Greater {
-    bool operator()(const Entry& a, const Entry& b) const { return b.key < a.key; }
-  };
-  std::vector<Entry> heap_;
+  KeyedMinHeap<Node> heap_;
 
   std::unordered_map<EventKey, Node*, KeyHash> remote_index_;
   Node* current_ = nullptr;      ///< event being executed (null in init)
@@ -230,8 +224,7 @@ void OptimisticEngine::Impl::insert_pending(Node* n) {
   LocalLp& d = local(n->ev.key.dst);
   if (!d.processed.empty() && n->ev.key < d.processed.back()->ev.key) rollback_after(d, n->ev.key);
   n->state = NodeState::Pending;
-  heap_.push_back(Entry{n->ev.key, n});
-  std::push_heap(heap_.begin(), heap_.end(), Greater{});
+  heap_.push(n->ev.key, n);
 }
 
 void OptimisticEngine::Impl::rollback_after(LocalLp& lp, const EventKey& key) {
@@ -241,8 +234,7 @@ void OptimisticEngine::Impl::rollback_after(LocalLp& lp, const EventKey& key) {
     lp.processed.pop_back();
     undo(lp, e);
     e->state = NodeState::Pending;
-    heap_.push_back(Entry{e->ev.key, e});
-    std::push_heap(heap_.begin(), heap_.end(), Greater{});
+    heap_.push(e->ev.key, e);
   }
 }
 
@@ -419,12 +411,8 @@ void OptimisticEngine::Impl::deliver(const Wire& w) {
 // ---- GVT, fossil collection -----------------------------------------------------------------
 
 SimTime OptimisticEngine::Impl::local_min() {
-  while (!heap_.empty() && heap_.front().node->state == NodeState::Cancelled) {
-    std::pop_heap(heap_.begin(), heap_.end(), Greater{});
-    release(heap_.back().node);
-    heap_.pop_back();
-  }
-  return heap_.empty() ? kTimeInfinity : heap_.front().key.time;
+  while (!heap_.empty() && heap_.top()->state == NodeState::Cancelled) release(heap_.pop());
+  return heap_.empty() ? kTimeInfinity : heap_.top_key().time;
 }
 
 SimTime OptimisticEngine::Impl::gvt_round() {
@@ -483,10 +471,7 @@ OptimisticStats OptimisticEngine::Impl::run(SimTime end) {
                                 : std::min(end, gvt + config_.optimism_window);
     for (std::uint32_t k = 0; k < config_.batch_events; ++k) {
       if (local_min() > horizon || heap_.empty()) break;
-      std::pop_heap(heap_.begin(), heap_.end(), Greater{});
-      Node* n = heap_.back().node;
-      heap_.pop_back();
-      execute(n);
+      execute(heap_.pop());
       progressed = true;
       ++since_gvt;
     }
@@ -503,8 +488,7 @@ OptimisticStats OptimisticEngine::Impl::run(SimTime end) {
   }
   fossil_collect(kTimeInfinity);  // everything processed is ≤ end and final now
   // Events beyond `end` stay unprocessed; free them.
-  for (const Entry& e : heap_) release(e.node);
-  heap_.clear();
+  heap_.drain([this](Node* n) { release(n); });
   for (LocalLp& lp : lps_) lp.lp->finalize();
   stats_.end_time = std::min(gvt, end);
   stats_.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

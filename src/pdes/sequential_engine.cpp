@@ -22,7 +22,7 @@ Event& SequentialEngine::schedule(LpId dst, SimTime t, std::uint32_t priority) {
   if (capture_)
     capture_->push_back(e);
   else
-    queue_.push(e);
+    queue_.push(e->key, e);
   return *e;
 }
 

@@ -23,18 +23,6 @@ namespace {
 
 constexpr std::uint32_t kNone = 0xFFFFFFFFu;
 
-Stream stream_of(CommRole r) {
-  switch (r) {
-    case CommRole::Tp:
-      return Stream::TpComm;
-    case CommRole::PpPrev:
-    case CommRole::PpNext:
-      return Stream::PpComm;
-    default:
-      return Stream::DpComm;
-  }
-}
-
 /// A group of parameters whose gradients become ready together, in backward order.
 struct ParamGroup {
   double params = 0;
@@ -110,7 +98,7 @@ class StageBuilder {
   Op collective(OpKind kind, CommRole role, OpName name, Phase phase, double bytes) const {
     Op op = base(kind, name, phase);
     op.role = role;
-    op.stream = stream_of(role);
+    op.stream = graph::stream_of(role);
     op.comm_bytes = bytes;
     return op;
   }
@@ -126,6 +114,18 @@ class StageBuilder {
     return prog_.add(op, deps);
   }
   bool tp_comm() const { return p_.tp() > 1; }
+  /// The sequence-parallel all-gather of [T, h] before a column-parallel GEMM (f operator).
+  void sp_gather(Phase phase) {
+    if (tp_comm() && p_.sequence_parallel)
+      chain(collective(OpKind::AllGather, CommRole::Tp, OpName::TpAllGather, phase, hidden_bytes_));
+  }
+  /// The TP reduction of [T, h] after a row-parallel GEMM (g operator): reduce-scatter with
+  /// sequence parallelism, all-reduce without.
+  Op tp_reduce(Phase phase) const {
+    return collective(
+        p_.sequence_parallel ? OpKind::ReduceScatter : OpKind::AllReduce, CommRole::Tp,
+        p_.sequence_parallel ? OpName::TpReduceScatter : OpName::TpAllReduce, phase, hidden_bytes_);
+  }
 
   // ---- data-parallel buckets ----------------------------------------------------------------
   struct Bucket {
@@ -212,17 +212,11 @@ class StageBuilder {
     if (cur_mb_ == 0 && gather_of_.count(-1)) extra.push_back(gather_of_.at(-1));
     chain(op, extra);
     // Vocab-parallel lookup: AR of [T, h] (RS with SP) over TP (language_model_embedding.py).
-    if (tp_comm())
-      chain(collective(p_.sequence_parallel ? OpKind::ReduceScatter : OpKind::AllReduce,
-                       CommRole::Tp,
-                       p_.sequence_parallel ? OpName::TpReduceScatter : OpName::TpAllReduce,
-                       Phase::Forward, hidden_bytes_));
+    if (tp_comm()) chain(tp_reduce(Phase::Forward));
   }
   void embedding_backward() {
     cur_layer_ = -1;
-    if (tp_comm() && p_.sequence_parallel)
-      chain(collective(OpKind::AllGather, CommRole::Tp, OpName::TpAllGather, Phase::Backward,
-                       hidden_bytes_));
+    sp_gather(Phase::Backward);
     // Scatter-add into the fp32 [V/t, h] gradient: read grads, read-modify-write rows.
     Op op = memory_bound(OpKind::Embedding, OpName::Embedding, Phase::Backward,
                          2 * tokens_ * h_ + 8 * tokens_ * h_);
@@ -252,8 +246,7 @@ class StageBuilder {
       norm.mem_alloc = static_cast<std::int64_t>(2 * local);  // only the layer input is kept
     attn_alloc += norm.mem_alloc;
     chain(norm, extra);
-    if (tp_comm() && p_.sequence_parallel)
-      chain(collective(OpKind::AllGather, CommRole::Tp, OpName::TpAllGather, phase, hidden_bytes_));
+    sp_gather(phase);
     Op qkv = gemm(OpName::QkvGemm, phase, T, (q + 2 * kv) / t, h);
     qkv.mem_alloc = alloc(2 * T * (q + 2 * kv) / t);
     attn_alloc += qkv.mem_alloc;
@@ -264,11 +257,7 @@ class StageBuilder {
     Op proj = gemm(OpName::OutProjGemm, phase, T, h, q / t);
     proj.mem_transient = static_cast<std::int64_t>(2 * T * h);
     chain(proj);
-    if (tp_comm())
-      chain(collective(p_.sequence_parallel ? OpKind::ReduceScatter : OpKind::AllReduce,
-                       CommRole::Tp,
-                       p_.sequence_parallel ? OpName::TpReduceScatter : OpName::TpAllReduce, phase,
-                       hidden_bytes_));
+    if (tp_comm()) chain(tp_reduce(phase));
     Op bda = memory_bound(OpKind::Elementwise, OpName::BiasDropoutAdd, phase, 3 * 2 * local);
     bda.mem_alloc = alloc(m_.hidden_dropout > 0 ? local : 0);
     attn_alloc += bda.mem_alloc;
@@ -278,8 +267,7 @@ class StageBuilder {
     norm2.mem_alloc = alloc(4 * local);
     mlp_alloc += norm2.mem_alloc;
     chain(norm2);
-    if (tp_comm() && p_.sequence_parallel)
-      chain(collective(OpKind::AllGather, CommRole::Tp, OpName::TpAllGather, phase, hidden_bytes_));
+    sp_gather(phase);
     Op fc1 = gemm(OpName::Fc1Gemm, phase, T, f * glu / t, h);
     fc1.mem_alloc = alloc(2 * T * f * glu / t);
     mlp_alloc += fc1.mem_alloc;
@@ -293,11 +281,7 @@ class StageBuilder {
     Op fc2 = gemm(OpName::Fc2Gemm, phase, T, h, f / t);
     fc2.mem_transient = static_cast<std::int64_t>(2 * T * h);
     chain(fc2);
-    if (tp_comm())
-      chain(collective(p_.sequence_parallel ? OpKind::ReduceScatter : OpKind::AllReduce,
-                       CommRole::Tp,
-                       p_.sequence_parallel ? OpName::TpReduceScatter : OpName::TpAllReduce, phase,
-                       hidden_bytes_));
+    if (tp_comm()) chain(tp_reduce(phase));
     Op bda2 = memory_bound(OpKind::Elementwise, OpName::BiasDropoutAdd, phase, 3 * 2 * local);
     bda2.mem_alloc = alloc(m_.hidden_dropout > 0 ? local : 0);
     mlp_alloc += bda2.mem_alloc;
@@ -359,12 +343,7 @@ class StageBuilder {
     std::vector<std::uint32_t> after_dg{dg};
     if (gather != kNone) after_dg.push_back(gather);
     std::uint32_t reduce = kNone;
-    if (tp_comm())
-      reduce = add_free(
-          collective(p_.sequence_parallel ? OpKind::ReduceScatter : OpKind::AllReduce, CommRole::Tp,
-                     p_.sequence_parallel ? OpName::TpReduceScatter : OpName::TpAllReduce,
-                     Phase::Backward, hidden_bytes_),
-          after_dg);
+    if (tp_comm()) reduce = add_free(tp_reduce(Phase::Backward), after_dg);
     Op wgrad = gemm(name, Phase::Backward, k, n, m);  // dW = Xᵀ·dY: [k, T]×[T, n]
     wgrad.mem_bytes += 8 * k * n;  // fp32 main_grad accumulation (MODELING §1.1)
     std::uint32_t wg = add_free(wgrad, after_dg);
@@ -374,9 +353,7 @@ class StageBuilder {
   }
   /// Row-parallel linear backward (out-proj, FC2): with SP the output grad is all-gathered first.
   std::uint32_t row_backward(OpName name, double m, double n, double k) {
-    if (tp_comm() && p_.sequence_parallel)
-      chain(collective(OpKind::AllGather, CommRole::Tp, OpName::TpAllGather, Phase::Backward,
-                       hidden_bytes_));
+    sp_gather(Phase::Backward);
     Op dgrad = gemm(name, Phase::Backward, m, k, n);
     dgrad.mem_transient = static_cast<std::int64_t>(2 * m * k);
     chain(dgrad);
@@ -446,9 +423,7 @@ class StageBuilder {
     std::vector<std::uint32_t> extra;
     if (cur_mb_ == 0 && gather_of_.count(-2)) extra.push_back(gather_of_.at(-2));
     chain(norm, extra);
-    if (tp_comm() && p_.sequence_parallel)
-      chain(collective(OpKind::AllGather, CommRole::Tp, OpName::TpAllGather, Phase::Forward,
-                       hidden_bytes_));
+    sp_gather(Phase::Forward);
     Op logits = gemm(OpName::LogitsGemm, Phase::Forward, T, V / t, h);
     logits.mem_transient = static_cast<std::int64_t>(2 * T * V / t);  // bf16 logits
     chain(logits);
