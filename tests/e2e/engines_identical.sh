@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The sequential engine and the optimistic engine at np 1, 2, 4 with block and METIS partitions
+# write identical results: summary.json without the engine statistics, and every dataset of
+# results.h5 except /engine, for every shipped experiment (llama3-8b-hf shrunk to 64 GPUs).
+set -euo pipefail
+bin=$1; repo=$2
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+for exp in quickstart llama3-8b-hf gpt3-175b-1024; do
+  cfg=$repo/inputs/experiments/$exp.yaml
+  set_small=()
+  [ "$exp" = llama3-8b-hf ] && set_small=(--set model.num_layers=4 --set training.global_batch_size=64 --set cluster.num_gpus=64 --set parallel.dp=8 --set parallel.tp=4 --set parallel.pp=2)
+  "$bin" run "$cfg" -o "$tmp/$exp-seq" --quiet "${set_small[@]}"
+  for np in 1 2 4; do
+    for part in block metis; do
+      mpirun -np $np "$bin" run "$cfg" -o "$tmp/$exp-$np-$part" --quiet "${set_small[@]}" \
+        --set run.engine=optimistic --set run.partition=$part
+    done
+  done
+done
+/usr/bin/python3 - "$tmp" <<'PY'
+import glob, json, os, sys
+import h5py, numpy as np
+d = sys.argv[1]
+def summary(p):
+    s = json.load(open(p)); s.pop("engine"); return s
+def datasets(p):
+    out = {}
+    with h5py.File(p) as f:
+        def visit(name, obj):
+            if isinstance(obj, h5py.Dataset) and not name.startswith("engine"):
+                out[name] = obj[()]
+        f.visititems(visit)
+        out["summary-attrs"] = dict(f["summary"].attrs)
+    return out
+bad = 0
+for exp in ("quickstart", "llama3-8b-hf", "gpt3-175b-1024"):
+    ref_s = summary(f"{d}/{exp}-seq/summary.json")
+    ref_h = datasets(f"{d}/{exp}-seq/results.h5")
+    for run in sorted(glob.glob(f"{d}/{exp}-[0-9]*")):
+        name = os.path.basename(run)
+        s = summary(f"{run}/summary.json")
+        h = datasets(f"{run}/results.h5")
+        same = s == ref_s and h.keys() == ref_h.keys() and all(
+            np.array_equal(h[k], ref_h[k]) if not isinstance(h[k], dict) else
+            all(np.array_equal(h[k][a], ref_h[k][a]) for a in h[k]) for k in h)
+        engine = json.load(open(f"{run}/summary.json"))["engine"]
+        print(f"{name:28s} identical={same} processes={engine['processes']} "
+              f"efficiency={engine['efficiency']:.4f} rolled_back={engine['events_rolled_back']}")
+        bad += not same
+sys.exit(1 if bad else 0)
+PY
