@@ -113,7 +113,7 @@ void write_outputs(const emu::RunResults& r, const fs::path& dir) {
 
 int run_command(const MpiSession& mpi, const std::string& config_path,
                 const std::string& graph_path, const std::string& out_override,
-                const std::vector<std::string>& overrides, bool quiet) {
+                const std::vector<std::string>& overrides, bool quiet, bool rollback_check) {
   std::optional<graph::SlicedGraph> graph;
   if (!graph_path.empty()) graph = io::read_graph_h5(graph_path);
   io::ExperimentConfig c = load_config(config_path, graph ? &*graph : nullptr, overrides);
@@ -136,6 +136,9 @@ int run_command(const MpiSession& mpi, const std::string& config_path,
   opt.coalesce_local_ops = c.run.coalesce_local_ops;
   opt.trace_ranks = c.run.trace_ranks;
   opt.partition = c.run.partition;
+  opt.rollback_check = rollback_check;
+  if (rollback_check && optimistic)
+    throw_input("--rollback-check runs on the sequential engine; drop run.engine=optimistic");
   emu::RunResults r;
   if (optimistic) {
     opt.engine = emu::EngineKind::Optimistic;
@@ -175,13 +178,16 @@ int main(int argc, char** argv) {
 
   std::string config, graph_path, out;
   std::vector<std::string> overrides;
-  bool quiet = false;
+  bool quiet = false, rollback_check = false;
   auto* run = app.add_subcommand("run", "Emulate one training iteration and write results");
   run->add_option("config", config, "Experiment YAML (optional with --graph)");
   run->add_option("-o,--output", out, "Output directory (overrides run.output)");
   run->add_option("--set", overrides, "Override a config key: key.path=value (repeatable)");
   run->add_option("--graph", graph_path, "Replay this graph.h5 instead of building one");
   run->add_flag("-q,--quiet", quiet, "Print nothing on success");
+  run->add_flag("--rollback-check", rollback_check,
+                "Check mode: run every event forward, reverse it, compare the LP state, then "
+                "run it for real (slow; sequential engine)");
 
   std::string graph_config, graph_out;
   std::vector<std::string> graph_overrides;
@@ -199,7 +205,7 @@ int main(int argc, char** argv) {
     if (*run) {
       if (config.empty() && graph_path.empty())
         throw_input("scalescope run: give an experiment CONFIG or --graph graph.h5");
-      return run_command(mpi, config, graph_path, out, overrides, quiet);
+      return run_command(mpi, config, graph_path, out, overrides, quiet, rollback_check);
     }
     return graph_command(graph_config, graph_out, graph_overrides);
   } catch (const InputError& e) {

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# ROSS-style check mode on the emulation LPs of every shipped experiment: each event is run
+# forward, reversed and the LP state compared byte for byte before it runs for real. The check
+# copies a rank's whole state twice per event, so the large experiments run with fewer layers
+# and micro-batches (the same op kinds, schedule phases and communicators).
+set -euo pipefail
+bin=$1; repo=$2
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+e=$repo/inputs/experiments
+"$bin" run "$e/quickstart.yaml" -o "$tmp/a" --quiet --rollback-check
+"$bin" run "$e/llama3-8b-hf.yaml" -o "$tmp/b" --quiet --rollback-check \
+  --set model.num_layers=4 --set training.global_batch_size=32
+"$bin" run "$e/gpt3-175b-1024.yaml" -o "$tmp/c" --quiet --rollback-check \
+  --set model.num_layers=16 --set training.global_batch_size=128
+# The check must not change results: compare with a normal run.
+"$bin" run "$e/quickstart.yaml" -o "$tmp/d" --quiet
+/usr/bin/python3 -c "
+import json,sys
+a=json.load(open('$tmp/a/summary.json')); d=json.load(open('$tmp/d/summary.json'))
+a.pop('engine'); d.pop('engine'); sys.exit(0 if a==d else 1)"
+echo ok
