@@ -8,6 +8,7 @@
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
+#include <array>
 #include <cstdint>
 #include <fstream>
 #include <iostream>
@@ -74,6 +75,9 @@ struct Report {
   double peak_rss_mib_sum = 0;  ///< all processes together
   int processes = 1;
   std::string engine, partition;
+  /// Optimistic engine, process 0 only: per process (processed, committed, rolled back, remote
+  /// messages, anti-messages, wall s), row-major.
+  std::vector<double> per_process;
 
   double efficiency() const {
     return processed ? static_cast<double>(committed) / static_cast<double>(processed) : 1.0;
@@ -171,6 +175,14 @@ Report run_optimistic(const Options& o) {
       config);
   const OptimisticStats local = engine.run(end);
   const OptimisticStats total = engine.total(local);
+  const std::array<double, 6> mine{
+      static_cast<double>(local.events_processed),   static_cast<double>(local.events_committed),
+      static_cast<double>(local.events_rolled_back), static_cast<double>(local.remote_messages),
+      static_cast<double>(local.anti_messages),      local.wall_s};
+  std::vector<double> per_process(rank == 0 ? mine.size() * static_cast<std::size_t>(processes)
+                                            : 0);
+  MPI_Gather(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, per_process.data(),
+             static_cast<int>(mine.size()), MPI_DOUBLE, 0, MPI_COMM_WORLD);
 
   Report r;
   r.committed = total.events_committed;
@@ -185,6 +197,7 @@ Report run_optimistic(const Options& o) {
   // Unsigned addition wraps mod 2^64 in every process order: the sum is order-independent.
   MPI_Allreduce(&local_sum, &r.checksum, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
   r.processes = processes;
+  r.per_process = std::move(per_process);
   r.engine = "optimistic";
   r.partition = partitioner->name();
   reduce_rss(r);
@@ -211,6 +224,15 @@ void print_report(const Report& r, const Options& o, std::uint32_t num_lps) {
   std::cout << fmt::format("  peak RSS            {:.1f} MiB per process (max), {:.1f} MiB total\n",
                            r.peak_rss_mib, r.peak_rss_mib_sum);
   std::cout << fmt::format("  checksum            {:016x}\n", r.checksum);
+  if (r.per_process.empty()) return;
+  std::cout << "  per process:   processed   committed  rolled back      remote        anti   "
+               "committed/s\n";
+  for (std::size_t p = 0; p * 6 < r.per_process.size(); ++p) {
+    const double* v = &r.per_process[p * 6];
+    std::cout << fmt::format(
+        "  {:>11} {:>11.0f} {:>11.0f} {:>12.0f} {:>11.0f} {:>11.0f} {:>13.4g}\n", p, v[0], v[1],
+        v[2], v[3], v[4], v[5] > 0 ? v[1] / v[5] : 0.0);
+  }
 }
 
 void write_json(const Report& r, const std::string& path) {
@@ -231,6 +253,18 @@ void write_json(const Report& r, const std::string& path) {
   j["remote_messages"] = r.remote_messages;
   j["anti_messages"] = r.anti_messages;
   j["gvt_rounds"] = r.gvt_rounds;
+  if (!r.per_process.empty()) {
+    auto& rows = j["per_process"] = nlohmann::ordered_json::array();
+    for (std::size_t p = 0; p * 6 < r.per_process.size(); ++p) {
+      const double* v = &r.per_process[p * 6];
+      rows.push_back({{"processed_events", v[0]},
+                      {"committed_events", v[1]},
+                      {"rolled_back_events", v[2]},
+                      {"remote_messages", v[3]},
+                      {"anti_messages", v[4]},
+                      {"wall_s", v[5]}});
+    }
+  }
   std::ofstream f(path);
   if (!f) throw_io("{}: cannot open for writing", path);
   f << j.dump(2) << "\n";
