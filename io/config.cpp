@@ -54,7 +54,9 @@ const Keys kParallelKeys = {"tensor_model_parallel_size", "pipeline_model_parall
                             "data_parallel_size",         "virtual_pipeline_model_parallel_size",
                             "sequence_parallel",          "recompute",
                             "use_distributed_optimizer",  "schedule",
-                            "overlap_grad_reduce",        "overlap_param_gather"};
+                            "overlap_grad_reduce",        "overlap_param_gather",
+                            "decoder_first_pipeline_num_layers",
+                            "decoder_last_pipeline_num_layers"};
 const Keys kTrainingKeys = {"micro_batch_size", "global_batch_size", "precision", "attention"};
 const Keys kClusterNetworkKeys = {"gpu",
                                   "gpus_per_node",
@@ -426,6 +428,8 @@ workload::ParallelPlan build_parallel(const Section& s) {
                    : workload::Schedule::OneFOneB;
   r.flag("overlap_grad_reduce", p.overlap_grad_reduce);
   r.flag("overlap_param_gather", p.overlap_param_gather);
+  r.positive("decoder_first_pipeline_num_layers", p.decoder_first_pipeline_num_layers);
+  r.positive("decoder_last_pipeline_num_layers", p.decoder_last_pipeline_num_layers);
   return p;
 }
 
@@ -507,9 +511,21 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
         "{}: parallel.tensor_model_parallel_size={} does not divide "
         "model.ffn_hidden_size={}",
         f, tp, m.ffn_hidden_size);
-  if (m.num_layers % pp != 0)
+  const std::int64_t pinned =
+      p.decoder_first_pipeline_num_layers + p.decoder_last_pipeline_num_layers;
+  if (pinned > 0 && pp == 1)
+    throw_input("{}: parallel.decoder_first/last_pipeline_num_layers need "
+                "pipeline_model_parallel_size > 1", f);
+  if (pinned == 0 && m.num_layers % pp != 0)
     throw_input("{}: parallel.pipeline_model_parallel_size={} does not divide model.num_layers={}",
                 f, pp, m.num_layers);
+  if (pinned > 0) {
+    const std::int64_t rest = m.num_layers - pinned;
+    const std::int64_t middle = p.middle_stages();
+    if (rest < 0 || (middle == 0 ? rest != 0 : rest % middle != 0 || rest == 0))
+      throw_input("{}: model.num_layers={} minus the first/last stage layers ({}) does not split "
+                  "evenly over the other {} pipeline stages", f, m.num_layers, pinned, middle);
+  }
 
   // World size: DP is derived from the GPU count when omitted, the GPU count from TP·PP·DP.
   const bool has_dp = get(t.at("parallel"), "data_parallel_size") != nullptr;
@@ -600,6 +616,12 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
       << (p.schedule == workload::Schedule::GPipe ? "gpipe" : "1f1b");
   out << YAML::Key << "overlap_grad_reduce" << YAML::Value << p.overlap_grad_reduce;
   out << YAML::Key << "overlap_param_gather" << YAML::Value << p.overlap_param_gather;
+  if (p.decoder_first_pipeline_num_layers > 0)
+    out << YAML::Key << "decoder_first_pipeline_num_layers" << YAML::Value
+        << p.decoder_first_pipeline_num_layers;
+  if (p.decoder_last_pipeline_num_layers > 0)
+    out << YAML::Key << "decoder_last_pipeline_num_layers" << YAML::Value
+        << p.decoder_last_pipeline_num_layers;
   out << YAML::EndMap;
 
   const auto& t = c.training;

@@ -42,7 +42,7 @@ double parameters_on_rank(const ModelSpec& m, const ParallelPlan& p, std::int64_
   // (megatron/core/tensor_parallel/layers.py).
   double layer = (h * (q + 2 * kv) + q * h + h * f * glu(m) + f * h) / t + 2 * norm_params(m);
   if (m.add_bias_linear) layer += (q + 2 * kv + f * glu(m)) / t + 2 * h;
-  double n = layer * static_cast<double>(m.num_layers / p.pp());
+  double n = layer * static_cast<double>(p.layers_on_stage(stage, m.num_layers));
   const double vocab_shard = static_cast<double>(m.padded_vocab(p.tp())) * h / t;
   if (stage == 0) n += vocab_shard;
   if (stage == p.pp() - 1) {

@@ -37,8 +37,8 @@ class StageBuilder {
     prog_.name = "pp_stage_" + std::to_string(stage);
     first_ = stage == 0;
     last_ = stage == p.pp() - 1;
-    layers_ = m.num_layers / p.pp();
-    first_layer_ = stage * layers_;
+    layers_ = p.layers_on_stage(stage, m.num_layers);
+    first_layer_ = p.first_layer_of_stage(stage, m.num_layers);
     tokens_ = static_cast<double>(m.seq_length * t.micro_batch_size);
     seq_shard_ = p.sequence_parallel ? static_cast<double>(p.tp()) : 1.0;
     tp_ = static_cast<double>(p.tp());
@@ -581,7 +581,7 @@ class StageBuilder {
 graph::SlicedGraph build_graph(const ModelSpec& model, const ParallelPlan& plan,
                                const TrainingSpec& training, const std::string& config_text) {
   SCALESCOPE_EXPECTS(plan.tp() > 0 && plan.pp() > 0 && plan.dp() > 0);
-  SCALESCOPE_EXPECTS(model.num_layers % plan.pp() == 0);
+  SCALESCOPE_EXPECTS(plan.first_layer_of_stage(plan.pp(), model.num_layers) == model.num_layers);
   SCALESCOPE_EXPECTS(training.num_microbatches(plan.dp()) > 0);
   const RankLayout lay{plan.tp(), plan.dp(), plan.pp()};
   graph::SlicedGraph g;

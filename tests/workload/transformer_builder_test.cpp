@@ -136,3 +136,39 @@ TEST(GraphValidate, RejectsInconsistentCollectives) {
 
 }  // namespace
 }  // namespace scalescope::workload
+
+namespace scalescope::workload {
+namespace {
+
+TEST(TransformerBuilder, UnevenEndStagesAsLlama3) {
+  // 126 layers over PP 16 with 7 on each end stage: 7 + 14·8 + 7 = 126 (Llama 3 405B).
+  ParallelPlan p;
+  p.pipeline_model_parallel_size = 16;
+  p.data_parallel_size = 1;
+  p.decoder_first_pipeline_num_layers = 7;
+  p.decoder_last_pipeline_num_layers = 7;
+  EXPECT_EQ(p.layers_on_stage(0, 126), 7);
+  EXPECT_EQ(p.layers_on_stage(1, 126), 8);
+  EXPECT_EQ(p.layers_on_stage(15, 126), 7);
+  EXPECT_EQ(p.first_layer_of_stage(1, 126), 7);
+  EXPECT_EQ(p.first_layer_of_stage(16, 126), 126);
+  Job j = small(1, 4, 1);
+  j.m.num_layers = 10;  // 2 + 3 + 3 + 2
+  j.p.decoder_first_pipeline_num_layers = 2;
+  j.p.decoder_last_pipeline_num_layers = 2;
+  graph::SlicedGraph g = build_graph(j.m, j.p, j.t);
+  // Each stage's forward of micro-batch 0 touches exactly its layers, in order.
+  const std::vector<std::pair<int, int>> expected{{0, 1}, {2, 4}, {5, 7}, {8, 9}};
+  for (std::size_t s = 0; s < 4; ++s) {
+    int lo = 1 << 30, hi = -1;
+    for (const graph::Op& op : g.templates[s].ops)
+      if (op.layer != graph::kNoIndex) {
+        lo = std::min(lo, static_cast<int>(op.layer));
+        hi = std::max(hi, static_cast<int>(op.layer));
+      }
+    EXPECT_EQ(std::make_pair(lo, hi), expected[s]) << "stage " << s;
+  }
+}
+
+}  // namespace
+}  // namespace scalescope::workload
