@@ -4,8 +4,8 @@
 #include "pdes/optimistic_engine.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <unordered_map>
@@ -99,6 +99,7 @@ class OptimisticEngine::Impl final : public Context {
   // GVT.
   SimTime local_min();
   SimTime gvt_round();
+  void report_progress(SimTime gvt);
   void fossil_collect(SimTime gvt);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
@@ -130,6 +131,9 @@ class OptimisticEngine::Impl final : public Context {
   std::deque<int> posted_order_;  ///< slots in the order their receives were posted
 
   std::int64_t sent_ = 0, received_ = 0;
+  std::uint64_t committed_everywhere_ = 0;  ///< at the last GVT round
+  std::chrono::steady_clock::time_point start_;
+  double last_report_ = 0;
   OptimisticStats stats_;
 };
 
@@ -421,15 +425,28 @@ SimTime OptimisticEngine::Impl::gvt_round() {
     flush(true);
     poll();
     flush(true);
-    std::int64_t diff = sent_ - received_;
-    std::int64_t total = 0;
+    // Summed: events in transit, and events committed so far (for progress reports).
+    std::array<std::int64_t, 2> counts{sent_ - received_,
+                                       static_cast<std::int64_t>(stats_.events_committed)};
+    std::array<std::int64_t, 2> sums{};
     SimTime mine = local_min(), gvt = 0;
-    MPI_Allreduce(&diff, &total, 1, MPI_INT64_T, MPI_SUM, comm_);
+    MPI_Allreduce(counts.data(), sums.data(), 2, MPI_INT64_T, MPI_SUM, comm_);
+    const std::int64_t total = sums[0];
+    committed_everywhere_ = static_cast<std::uint64_t>(sums[1]);
     MPI_Allreduce(&mine, &gvt, 1, MPI_INT64_T, MPI_MIN, comm_);
     // No event in transit anywhere (every event sent was delivered), so the earliest pending
     // event bounds every future rollback: that is GVT.
     if (total == 0) return gvt;
   }
+}
+
+void OptimisticEngine::Impl::report_progress(SimTime gvt) {
+  if (rank_ != 0 || !config_.progress.report || gvt == kTimeInfinity) return;
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  if (wall - last_report_ < config_.progress.interval_s) return;
+  last_report_ = wall;
+  config_.progress.report(ProgressInfo{gvt, committed_everywhere_, wall});
 }
 
 void OptimisticEngine::Impl::fossil_collect(SimTime gvt) {
@@ -452,6 +469,7 @@ void OptimisticEngine::Impl::fossil_collect(SimTime gvt) {
 
 OptimisticStats OptimisticEngine::Impl::run(SimTime end) {
   const auto t0 = std::chrono::steady_clock::now();
+  start_ = t0;
   now_ = 0;
   current_ = nullptr;
   for (LpId id = 0; id < owner_.size(); ++id) {
@@ -478,11 +496,9 @@ OptimisticStats OptimisticEngine::Impl::run(SimTime end) {
     flush(false);
     if (since_gvt >= config_.gvt_interval || !progressed) {
       gvt = gvt_round();
-      if (std::getenv("SCALESCOPE_DEBUG_GVT"))
-        fmt::print(stderr, "rank {} gvt {} processed {} rolled back {} heap {}\n", rank_, gvt,
-                   stats_.events_processed, stats_.events_rolled_back, heap_.size());
       since_gvt = 0;
       fossil_collect(gvt);
+      report_progress(gvt);
       if (gvt == kTimeInfinity || gvt > end) break;
     }
   }

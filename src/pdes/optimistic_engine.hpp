@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "pdes/logical_process.hpp"
+#include "pdes/progress.hpp"
 #include "pdes/sequential_engine.hpp"
 
 namespace scalescope::pdes {
@@ -20,6 +21,8 @@ struct OptimisticConfig {
   /// Test hook: hold back every n-th remote batch for one GVT-free poll cycle, so that events
   /// arrive late and rollbacks and anti-messages are exercised (0 = off).
   std::uint32_t delay_every = 0;
+  /// Called on process 0 after a GVT round, at most once per interval.
+  ProgressReporter progress;
 };
 
 /// Statistics of one process (and, from `total`, summed over processes).

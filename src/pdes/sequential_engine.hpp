@@ -7,6 +7,7 @@
 #include "pdes/event_pool.hpp"
 #include "pdes/event_queue.hpp"
 #include "pdes/logical_process.hpp"
+#include "pdes/progress.hpp"
 
 namespace scalescope::pdes {
 
@@ -27,6 +28,8 @@ class SequentialEngine final : private Context {
   /// compared byte for byte with the state before (LogicalProcess::save_state); a difference
   /// throws ContractError naming the LP and the event. Then it is executed for real.
   EngineStats run(SimTime end = kTimeInfinity, bool rollback_check = false);
+  /// Reports progress at most once per `reporter.interval_s` of wall time.
+  void set_progress(ProgressReporter reporter) { progress_ = std::move(reporter); }
 
  private:
   Event& schedule(LpId dst, SimTime t, std::uint32_t priority) override;
@@ -37,7 +40,8 @@ class SequentialEngine final : private Context {
   EventPool pool_;
   BinaryHeapQueue queue_;
   std::vector<Event*>* capture_ = nullptr;
-  const EventKey* current_ = nullptr;  ///< event being handled; null during init  ///< rollback
+  const EventKey* current_ = nullptr;  ///< event being handled; null during init
+  ProgressReporter progress_;          ///< rollback
                                        ///< check: sends go here, not to the queue
 };
 
