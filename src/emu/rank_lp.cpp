@@ -35,8 +35,14 @@ RankLP::RankLP(std::uint32_t rank, const ModelData& data, RankRecorder recorder)
       dur_(data.durations[data.graph->rank_class[rank]].data()),
       mem_(&data.memory[data.graph->rank_class[rank]]),
       rec_(recorder),
-      start_(prog_->size(), kTimeUnknown),
-      finish_(prog_->size(), kTimeUnknown) {}
+      finish_(prog_->size(), kTimeUnknown) {
+  std::uint32_t slots = 0;
+  for (int s = 1; s < graph::kNumStreams; ++s) {
+    comm_base_[s] = slots;
+    slots += static_cast<std::uint32_t>(prog_->stream_ops[s].size());
+  }
+  comm_start_.assign(slots, kTimeUnknown);
+}
 
 void RankLP::init(pdes::Context& ctx) {
   EmuMsg m;
@@ -100,8 +106,8 @@ void RankLP::advance(pdes::Context& ctx) {
         const SimTime ready = deps_ready(i);
         if (ready == kTimeUnknown) break;
         const SimTime t = std::max(ready, stream_free(s));
-        start_[i] = t;
-        if (graph::is_communication(prog_->ops[i].kind)) {
+        if (s != 0) {
+          comm_start_[comm_slot(s, cursor_[s])] = t;
           issue_comm(i, s, t, ctx);
         } else if (data_->coalesce_local_ops) {
           finish_[i] = t + dur_[i];
@@ -146,18 +152,21 @@ void RankLP::reverse(pdes::Event& e, pdes::Context&) {
     const bool head_was_issued = m.undo_issued & (1u << s);
     for (std::uint32_t c = m.undo_cursor[s]; c < cursor_[s]; ++c) {
       finish_[list[c]] = kTimeUnknown;
-      if (!(c == m.undo_cursor[s] && head_was_issued)) start_[list[c]] = kTimeUnknown;
+      if (s != 0 && !(c == m.undo_cursor[s] && head_was_issued))
+        comm_start_[comm_slot(s, c)] = kTimeUnknown;
     }
     // A head op issued by this event (not before it) is un-issued.
     if ((issued_ & (1u << s)) && !(head_was_issued && cursor_[s] == m.undo_cursor[s]))
-      start_[list[cursor_[s]]] = kTimeUnknown;
+      if (s != 0) comm_start_[comm_slot(s, cursor_[s])] = kTimeUnknown;
   }
   cursor_ = m.undo_cursor;
   outstanding_ = m.undo_outstanding;
   issued_ = m.undo_issued;
 }
 
-void RankLP::record(std::uint32_t i) {
+void RankLP::record(int s, std::uint32_t c) {
+  const std::uint32_t i = prog_->stream_ops[s][c];
+  const SimTime start = s == 0 ? finish_[i] - dur_[i] : comm_start_[comm_slot(s, c)];
   const graph::Op& op = prog_->ops[i];
   RankResult& r = *rec_.result;
   if (finish_[i] > last_finish_ || (finish_[i] == last_finish_ && i < last_op_)) {
@@ -166,12 +175,9 @@ void RankLP::record(std::uint32_t i) {
   }
   if (op.stream == Stream::Compute) {
     // Idle time before this op is blamed on the stream of the dependency it waited for last.
-    r.compute += finish_[i] - start_[i];
-    const auto& list = prog_->stream_ops[0];
-    const auto pos =
-        static_cast<std::size_t>(std::lower_bound(list.begin(), list.end(), i) - list.begin());
-    const SimTime prev = pos == 0 ? 0 : finish_[list[pos - 1]];
-    const SimTime gap = start_[i] - prev;
+    r.compute += finish_[i] - start;
+    const SimTime prev = c == 0 ? 0 : finish_[prog_->stream_ops[0][c - 1]];
+    const SimTime gap = start - prev;
     if (gap > 0) {
       std::uint32_t blame = i;
       SimTime latest = kTimeUnknown;
@@ -182,11 +188,11 @@ void RankLP::record(std::uint32_t i) {
   }
   if (rec_.timeline)
     rec_.timeline->push_back(
-        TimelineRecord{start_[i], finish_[i], i, static_cast<std::uint8_t>(op.stream),
+        TimelineRecord{start, finish_[i], i, static_cast<std::uint8_t>(op.stream),
                        static_cast<std::uint8_t>(op.kind), static_cast<std::uint8_t>(op.phase),
                        static_cast<std::uint8_t>(op.name), op.layer, op.microbatch});
   if (rec_.memory && (op.mem_alloc != 0 || op.mem_free != 0)) {
-    rec_.memory->push_back(MemoryRecord{start_[i], mem_->after_alloc[i]});
+    rec_.memory->push_back(MemoryRecord{start, mem_->after_alloc[i]});
     rec_.memory->push_back(MemoryRecord{finish_[i], mem_->after_free[i]});
   }
 }
@@ -194,8 +200,7 @@ void RankLP::record(std::uint32_t i) {
 void RankLP::commit(const pdes::Event& e) {
   const EmuMsg& m = e.as<EmuMsg>();
   for (int s = 0; s < graph::kNumStreams; ++s)
-    for (std::uint32_t c = m.undo_cursor[s]; c < m.undo_cursor[s] + m.done[s]; ++c)
-      record(prog_->stream_ops[s][c]);
+    for (std::uint32_t c = m.undo_cursor[s]; c < m.undo_cursor[s] + m.done[s]; ++c) record(s, c);
 }
 
 void RankLP::finalize() {
@@ -213,7 +218,7 @@ void RankLP::finalize() {
 }
 
 bool RankLP::save_state(std::vector<std::byte>& out) const {
-  append_bytes(out, start_.data(), start_.size());
+  append_bytes(out, comm_start_.data(), comm_start_.size());
   append_bytes(out, finish_.data(), finish_.size());
   append_bytes(out, cursor_.data(), cursor_.size());
   append_bytes(out, outstanding_.data(), outstanding_.size());

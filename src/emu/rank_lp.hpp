@@ -34,6 +34,12 @@ class RankLP final : public pdes::LogicalProcess {
   /// True when every op has finished (checked after a run: a stuck rank is a graph bug).
   bool done() const;
   std::uint32_t rank() const { return rank_; }
+  /// Bytes this rank's LP occupies: the object and its per-op dynamic state (the template is
+  /// shared by its class and not counted).
+  std::size_t state_bytes() const {
+    return sizeof(*this) + finish_.capacity() * sizeof(SimTime) +
+           comm_start_.capacity() * sizeof(SimTime);
+  }
 
  private:
   SimTime stream_free(int s) const;
@@ -41,7 +47,9 @@ class RankLP final : public pdes::LogicalProcess {
   SimTime deps_ready(std::uint32_t i) const;
   void advance(pdes::Context& ctx);
   void issue_comm(std::uint32_t i, int s, SimTime t, pdes::Context& ctx);
-  void record(std::uint32_t i);
+  void record(int s, std::uint32_t c);
+  /// Slot of the c-th op of communication stream s in comm_start_.
+  std::size_t comm_slot(int s, std::uint32_t c) const { return comm_base_[s] + c; }
 
   std::uint32_t rank_;
   const ModelData* data_;
@@ -51,7 +59,10 @@ class RankLP final : public pdes::LogicalProcess {
   RankRecorder rec_;
 
   // Dynamic state (undone by reverse).
-  std::vector<SimTime> start_;                              ///< per op, kTimeUnknown until issued
+  /// Start times of communication ops (per stream, in stream order), kTimeUnknown until issued.
+  /// A compute op's start is its finish minus its duration, so only finish times are kept per op.
+  std::vector<SimTime> comm_start_;
+  std::array<std::uint32_t, graph::kNumStreams> comm_base_{};
   std::vector<SimTime> finish_;                             ///< per op, kTimeUnknown until finished
   std::array<std::uint32_t, graph::kNumStreams> cursor_{};  ///< next op per stream
   std::array<std::uint8_t, graph::kNumStreams> outstanding_{};  ///< completions awaited
