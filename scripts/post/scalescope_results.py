@@ -1,0 +1,347 @@
+"""Reading scalescope's results.h5 (layout: docs/formats.md), shared by the scripts in scripts/post/.
+
+Every failure to read — a missing or corrupt file, a missing attribute, dataset or field, a wrong
+format version — is raised as ResultsError with a one-line message naming the file and the object;
+run_main() turns it into `<script>: error: <message>` on stderr and exit status 1.
+"""
+
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+try:
+    import h5py
+except ImportError:  # reported by run_main as one line
+    h5py = None
+
+FORMAT_VERSION = 1
+GIB = float(2 ** 30)
+
+# /summary attributes in the order of summary.json (and of the printed tables).
+SUMMARY_KEYS = ("world_size", "iteration_time_s", "iteration_time_ns", "tokens_per_s",
+                "model_tflops_per_gpu", "mfu", "peak_memory_bytes", "model", "gpu",
+                "tokens_per_iteration", "model_flops_per_iteration", "peak_flops_per_gpu")
+# /ranks columns; the time terms add up to finish_ns.
+RANK_COLUMNS = ("finish_ns", "compute_ns", "exposed_tp_ns", "exposed_pp_ns", "exposed_dp_ns",
+                "other_wait_ns", "peak_memory_bytes", "static_memory_bytes", "pp_stage", "class")
+BREAKDOWN_TERMS = (("compute", "compute_ns"), ("exposed_tp", "exposed_tp_ns"),
+                   ("exposed_pp", "exposed_pp_ns"), ("exposed_dp", "exposed_dp_ns"),
+                   ("other_wait", "other_wait_ns"))
+ENGINE_KEYS = ("kind", "processes", "events_processed", "events_committed", "events_rolled_back",
+               "remote_messages", "gvt_rounds", "wall_s")
+TIMELINE_FIELDS = ("start_ns", "end_ns", "op", "stream", "kind", "phase", "name", "layer",
+                   "microbatch")
+MEMORY_FIELDS = ("time_ns", "live_bytes")
+DECODING_TABLES = ("stream_names", "op_names", "kind_names", "phase_names")
+NONE_U16 = 65535  # layer / microbatch not set
+
+
+class ResultsError(Exception):
+    """A results file that cannot be read as scalescope's results.h5 (one-line message)."""
+
+
+def _plain(value):
+    """An h5py attribute value as a plain Python value (str, int, float, list)."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, np.ndarray):
+        return [_plain(v) for v in value.tolist()]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+class Results:
+    """An open results.h5. Use as a context manager; every accessor raises ResultsError."""
+
+    def __init__(self, path):
+        self.path = path
+        self.label = os.path.basename(path) or path
+        if h5py is None:
+            raise ResultsError("h5py is not installed (apt-get install python3-h5py)")
+        if not os.path.exists(path):
+            raise ResultsError(f"{path}: no such file")
+        if os.path.isdir(path):
+            raise ResultsError(f"{path}: is a directory, not a results.h5 file")
+        try:
+            self._f = h5py.File(path, "r")
+        except OSError as e:
+            raise ResultsError(f"{path}: cannot open as an HDF5 file ({_reason(e)})") from None
+        version = self.attr("meta", "format_version")
+        if version != FORMAT_VERSION:
+            raise ResultsError(f"{path}: /meta format_version is {version}, "
+                               f"this script reads {FORMAT_VERSION}")
+
+    def close(self):
+        self._f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- low level -------------------------------------------------------------------------
+
+    def _error(self, obj, what):
+        return ResultsError(f"{self.path}: /{obj.strip('/')}: {what}")
+
+    def node(self, name):
+        """The group or dataset at `name`."""
+        try:
+            return self._f[name]
+        except KeyError:
+            raise self._error(name, "missing") from None
+        except (OSError, RuntimeError, ValueError) as e:
+            raise self._error(name, f"unreadable ({_reason(e)})") from None
+
+    def has(self, name):
+        try:
+            return name in self._f
+        except (OSError, RuntimeError, ValueError):
+            return False
+
+    def attr(self, obj, key):
+        node = self.node(obj)
+        try:
+            return _plain(node.attrs[key])
+        except KeyError:
+            raise self._error(obj, f"attribute '{key}' missing") from None
+        except (OSError, RuntimeError, ValueError, TypeError) as e:
+            raise self._error(obj, f"attribute '{key}' unreadable ({_reason(e)})") from None
+
+    def attrs(self, obj):
+        """All attributes of `obj` as a dict of plain values."""
+        node = self.node(obj)
+        try:
+            return {k: _plain(node.attrs[k]) for k in sorted(node.attrs.keys())}
+        except (OSError, RuntimeError, ValueError, TypeError) as e:
+            raise self._error(obj, f"attributes unreadable ({_reason(e)})") from None
+
+    def dataset(self, name, fields=None):
+        """The whole dataset as a numpy array; `fields`: compound fields that must be present."""
+        node = self.node(name)
+        if not isinstance(node, h5py.Dataset):
+            raise self._error(name, "is a group, not a dataset")
+        if fields:
+            names = node.dtype.names or ()
+            missing = [f for f in fields if f not in names]
+            if missing:
+                raise self._error(name, f"field {', '.join(missing)} missing")
+        try:
+            return node[()]
+        except (OSError, RuntimeError, ValueError) as e:
+            raise self._error(name, f"unreadable ({_reason(e)})") from None
+
+    def objects(self, exclude=()):
+        """{'/path': 'group' | 'dataset'} of every object in the file (the root included),
+        leaving out the top-level groups named in `exclude` and everything under them."""
+        out = {"/": "group"}
+
+        def visit(name, obj):
+            if name.split("/", 1)[0] in exclude:
+                return
+            out["/" + name] = "dataset" if isinstance(obj, h5py.Dataset) else "group"
+
+        try:
+            self._f.visititems(visit)
+        except (OSError, RuntimeError, ValueError, KeyError) as e:
+            raise ResultsError(f"{self.path}: cannot list its objects ({_reason(e)})") from None
+        return out
+
+    # -- the layout of docs/formats.md ---------------------------------------------------------
+
+    def summary(self):
+        """/summary attributes (SUMMARY_KEYS) plus peak_memory_bytes_by_pp_stage (a list)."""
+        s = {k: self.attr("summary", k) for k in SUMMARY_KEYS}
+        s["peak_memory_bytes_by_pp_stage"] = [
+            int(v) for v in self.dataset("summary/peak_memory_bytes_by_pp_stage")]
+        return s
+
+    def ranks(self):
+        """/ranks columns as numpy arrays (all of length world_size)."""
+        cols = {c: self.dataset(f"ranks/{c}") for c in RANK_COLUMNS}
+        n = len(cols["finish_ns"])
+        for c, v in cols.items():
+            if v.ndim != 1 or len(v) != n:
+                raise self._error(f"ranks/{c}", f"shape {v.shape}, expected ({n},)")
+        return cols
+
+    def engine(self):
+        """/engine attributes plus the derived efficiency and committed_events_per_s."""
+        e = {k: self.attr("engine", k) for k in ENGINE_KEYS}
+        e["efficiency"] = (e["events_committed"] / e["events_processed"]
+                           if e["events_processed"] else 1.0)
+        e["committed_events_per_s"] = e["events_committed"] / e["wall_s"] if e["wall_s"] else 0.0
+        return e
+
+    def config_text(self):
+        return self.attr("meta", "config_text")
+
+    def traced_ranks(self):
+        """Ranks with a /timeline dataset, ascending."""
+        return sorted(int(k) for k in self.node("timeline").keys() if k.isdigit())
+
+    def memory_ranks(self):
+        """Ranks with a /memory dataset, ascending."""
+        return sorted(int(k) for k in self.node("memory").keys() if k.isdigit())
+
+    def decoding_tables(self):
+        """{'stream_names': [...], 'op_names': [...], 'kind_names': [...], 'phase_names': [...]}"""
+        return {t: list(self.attr("timeline", t)) for t in DECODING_TABLES}
+
+    def timeline(self, rank):
+        """The structured array /timeline/<rank> (fields TIMELINE_FIELDS)."""
+        return self.dataset(f"timeline/{rank}", TIMELINE_FIELDS)
+
+    def memory(self, rank):
+        """The structured array /memory/<rank> (fields time_ns, live_bytes)."""
+        return self.dataset(f"memory/{rank}", MEMORY_FIELDS)
+
+    def check_traced(self, ranks, available=None):
+        """Raises ResultsError naming the traced ranks if any of `ranks` was not traced."""
+        available = self.traced_ranks() if available is None else available
+        missing = [r for r in ranks if r not in available]
+        if missing:
+            which = ", ".join(map(str, missing))
+            plural = "s" if len(missing) > 1 else ""
+            traced = ", ".join(map(str, available)) or "none (run.trace_ranks is empty)"
+            raise ResultsError(f"{self.path}: rank{plural} {which} not traced "
+                               f"(traced ranks: {traced})")
+
+
+def _reason(e):
+    """A one-line reason from an h5py / OS exception."""
+    text = " ".join(str(e).split())
+    return text or type(e).__name__
+
+
+# -- derived figures --------------------------------------------------------------------------
+
+def time_breakdown(ranks):
+    """(rank, {term: seconds}) of the rank that finishes last (the lowest one on a tie)."""
+    finish = ranks["finish_ns"]
+    if len(finish) == 0:
+        return None, {}
+    r = int(np.argmax(finish))  # argmax returns the first maximum
+    return r, {term: int(ranks[col][r]) * 1e-9 for term, col in BREAKDOWN_TERMS}
+
+
+def stage_table(ranks):
+    """One dict per pipeline stage, in stage order, computed from the /ranks columns.
+
+    Times are seconds: finish max / min over the stage's ranks and the mean of each term of the
+    breakdown; memory is the maximum over the stage's ranks in bytes."""
+    stages = []
+    pp = ranks["pp_stage"]
+    for s in sorted(set(int(v) for v in pp)):
+        sel = pp == s
+        members = np.nonzero(sel)[0]
+        row = {
+            "stage": s,
+            "ranks": int(len(members)),
+            "rank_list": [int(r) for r in members],
+            "finish_max_s": int(ranks["finish_ns"][sel].max()) * 1e-9,
+            "finish_min_s": int(ranks["finish_ns"][sel].min()) * 1e-9,
+        }
+        for term, col in BREAKDOWN_TERMS:
+            row[f"{term}_mean_s"] = float(ranks[col][sel].mean()) * 1e-9
+        row["peak_memory_bytes"] = int(ranks["peak_memory_bytes"][sel].max())
+        row["static_memory_bytes"] = int(ranks["static_memory_bytes"][sel].max())
+        stages.append(row)
+    return stages
+
+
+def rank_ranges(ranks, limit=24):
+    """'0-3,8-11' for a sorted rank list, cut to `limit` characters with '…'."""
+    parts, i = [], 0
+    while i < len(ranks):
+        j = i
+        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+            j += 1
+        parts.append(str(ranks[i]) if i == j else f"{ranks[i]}-{ranks[j]}")
+        i = j + 1
+    text = ",".join(parts)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def parse_ranks(text):
+    """'0,8,16-19' → [0, 8, 16, 17, 18, 19]; raises ValueError with a readable message."""
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            if "-" in part:
+                lo, hi = (int(p) for p in part.split("-", 1))
+                if hi < lo:
+                    raise ValueError
+                out.extend(range(lo, hi + 1))
+            else:
+                out.append(int(part))
+        except ValueError:
+            raise ValueError(f"bad rank list '{text}' (expected e.g. 0,8 or 0-3)") from None
+    if not out or min(out) < 0:
+        raise ValueError(f"bad rank list '{text}' (expected e.g. 0,8 or 0-3)")
+    return sorted(set(out))
+
+
+# -- script plumbing --------------------------------------------------------------------------
+
+def import_pyplot():
+    """matplotlib.pyplot on the headless Agg backend; ResultsError if matplotlib is missing."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ResultsError("matplotlib is not installed "
+                           "(apt-get install --no-install-recommends python3-matplotlib)") from None
+    return plt
+
+
+def save_png(fig, path):
+    """Writes `fig` to a temporary PNG beside `path` and renames it, so `path` is never partial."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise ResultsError(f"{path}: directory {directory} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            fig.savefig(out, format="png", dpi=fig.dpi)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(e, OSError):
+            raise ResultsError(f"{path}: cannot write ({_reason(e)})") from None
+        raise
+
+
+def run_main(main):
+    """Runs main() → exit status; errors become one line on stderr and exit status 1.
+
+    SCALESCOPE_POST_DEBUG=1 shows the traceback of an unexpected error."""
+    prog = os.path.basename(sys.argv[0])
+    try:
+        status = main()
+    except ResultsError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        status = 1
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        status = 1
+    except BrokenPipeError:
+        status = 1
+    except Exception as e:  # never a traceback: one line naming the failure
+        if os.environ.get("SCALESCOPE_POST_DEBUG"):
+            raise
+        print(f"{prog}: error: {type(e).__name__}: {_reason(e)}", file=sys.stderr)
+        status = 1
+    sys.exit(status or 0)

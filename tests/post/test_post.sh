@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# The post-processing scripts (scripts/post/) on two small runs: quickstart on DGX H100 and on
+# DGX A100. Checks every script's output, that summarize agrees with summary.json, that compare
+# tells equal from different runs, and the one-line error paths.
+# Usage: test_post.sh SCALESCOPE REPO
+# matplotlib is required (scripts/setup.sh installs python3-matplotlib): without it the plotting
+# checks fail, they are not skipped.
+set -uo pipefail
+bin=$1; repo=$2
+post=$repo/scripts/post
+py=/usr/bin/python3
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+qs=$repo/inputs/experiments/quickstart.yaml
+fail=0
+ok() { echo "ok   $*"; }
+bad() { echo "FAIL $*"; fail=1; }
+
+# --- two runs (and a repeat of the first, which must compare equal) ------------------------------
+run() {  # run NAME ARGS...
+  local name=$1; shift
+  if "$bin" run "$qs" "$@" -o "$tmp/$name" >"$tmp/$name.log" 2>&1 && [ -s "$tmp/$name/results.h5" ]; then
+    ok "run $name"
+  else
+    bad "run $name:"; tail -5 "$tmp/$name.log"; exit 1
+  fi
+}
+run h100
+run a100 --set cluster.preset=dgx-a100
+(cd "$tmp" && "$bin" run "$qs" -o "$tmp/h100-again" >/dev/null 2>&1) || { bad "run h100-again"; exit 1; }
+a=$tmp/h100/results.h5; b=$tmp/a100/results.h5
+
+if $py -c 'import matplotlib' 2>/dev/null; then
+  ok "matplotlib $($py -c 'import matplotlib; print(matplotlib.__version__)')"
+else
+  bad "matplotlib is not installed for $py: install python3-matplotlib (scripts/setup.sh)"
+fi
+
+# --- every script: shebang, executable, --help ----------------------------------------------------
+for s in summarize timeline memory compare; do
+  f=$post/$s.py
+  [ "$(head -1 "$f")" = "#!/usr/bin/python3" ] || bad "$s.py: first line is not #!/usr/bin/python3"
+  [ -x "$f" ] || bad "$s.py: not executable"
+  if "$f" --help >"$tmp/help" 2>&1 && grep -q "usage:" "$tmp/help"; then ok "$s.py --help"
+  else bad "$s.py --help:"; cat "$tmp/help"; fi
+done
+for s in summarize timeline memory compare; do
+  grep -q "^import scalescope_results as sr" "$post/$s.py" || bad "$s.py: does not import scalescope_results"
+  grep -q "h5py" "$post/$s.py" && bad "$s.py: reads h5py itself instead of scalescope_results"
+done
+
+# --- summarize ---------------------------------------------------------------------------------
+for r in h100 a100; do
+  f=$tmp/$r/results.h5
+  if "$post/summarize.py" "$f" >"$tmp/$r.txt" 2>"$tmp/err"; then ok "summarize $r (text)"
+  else bad "summarize $r: $(cat "$tmp/err")"; continue; fi
+  for want in "iteration time" "tokens/s" "MFU" "model TFLOP/s per GPU" "peak memory" \
+              "pipeline stages" "stage" "finish max" "static GiB" "engine" "events committed"; do
+    grep -q -- "$want" "$tmp/$r.txt" || bad "summarize $r: no '$want' in the text"
+  done
+  "$post/summarize.py" --json "$f" >"$tmp/$r.json" 2>"$tmp/err" || { bad "summarize --json $r: $(cat "$tmp/err")"; continue; }
+  # Every number of summary.json, and the stage table against /summary and /ranks.
+  if $py - "$tmp/$r/summary.json" "$tmp/$r.json" "$tmp/$r.txt" >"$tmp/check" 2>&1 <<'PY'
+import json, math, sys
+ref = json.load(open(sys.argv[1])); got = json.load(open(sys.argv[2])); text = open(sys.argv[3]).read()
+errors = []
+def same(path, x, y):
+    if isinstance(x, dict):
+        for k in x:
+            if k not in y: errors.append(f"{path}.{k}: missing"); continue
+            same(f"{path}.{k}", x[k], y[k])
+    elif isinstance(x, list):
+        if len(x) != len(y): errors.append(f"{path}: length {len(x)} vs {len(y)}"); return
+        for i, (u, v) in enumerate(zip(x, y)): same(f"{path}[{i}]", u, v)
+    elif isinstance(x, float) or isinstance(y, float):
+        if x is None or y is None or not math.isclose(x, y, rel_tol=1e-12, abs_tol=1e-15):
+            errors.append(f"{path}: summary.json {x!r}, summarize {y!r}")
+    elif x != y:
+        errors.append(f"{path}: summary.json {x!r}, summarize {y!r}")
+same("", ref, got)
+stages = got["stages"]
+if [s["peak_memory_bytes"] for s in stages] != ref["peak_memory_bytes_by_pp_stage"]:
+    errors.append("stage peak memory != peak_memory_bytes_by_pp_stage")
+if not math.isclose(max(s["finish_max_s"] for s in stages), ref["iteration_time_s"], rel_tol=1e-12):
+    errors.append("max stage finish != iteration_time_s")
+if sum(s["ranks"] for s in stages) != ref["world_size"]:
+    errors.append("stage rank counts do not add up to world_size")
+for s in stages:
+    total = sum(s[f"{t}_mean_s"] for t in ("compute", "exposed_tp", "exposed_pp", "exposed_dp", "other_wait"))
+    if not (s["finish_min_s"] - 1e-9 <= total <= s["finish_max_s"] + 1e-9):
+        errors.append(f"stage {s['stage']}: mean breakdown {total} outside [finish min, max]")
+for want in (f"{ref['iteration_time_s']:.6f} s", f"{ref['tokens_per_s']:.1f} tokens/s",
+             f"{ref['model_tflops_per_gpu']:.2f}", f"{ref['mfu'] * 100:.2f} %",
+             f"{ref['peak_memory_bytes'] / 2**30:.2f} GiB", ref["model"], ref["gpu"]):
+    if want not in text: errors.append(f"text has no '{want}'")
+for st, peak in enumerate(ref["peak_memory_bytes_by_pp_stage"]):
+    if not any(l.split()[:1] == [str(st)] and f"{peak / 2**30:.2f}" in l for l in text.splitlines()):
+        errors.append(f"text has no stage {st} row with peak {peak / 2**30:.2f} GiB")
+print("\n".join(errors) or "equal")
+sys.exit(1 if errors else 0)
+PY
+  then ok "summarize $r equals summary.json"
+  else bad "summarize $r differs from summary.json:"; cat "$tmp/check"; fi
+done
+
+# --- plots ---------------------------------------------------------------------------------------
+check_png() {  # check_png NAME FILE
+  local name=$1 f=$2
+  if [ ! -f "$f" ]; then bad "$name: $f not written"; return; fi
+  local magic size
+  magic=$(head -c 8 "$f" | od -An -tx1 | tr -d ' \n')
+  size=$(stat -c %s "$f")
+  if [ "$magic" != "89504e470d0a1a0a" ]; then bad "$name: $f is not a PNG (magic $magic)"; return; fi
+  if [ "$size" -lt 20000 ]; then bad "$name: $f is only $size bytes"; return; fi
+  ok "$name: $(basename "$f") PNG, $size bytes"
+}
+plot() {  # plot NAME OUTPUT COMMAND...
+  local name=$1 out=$2; shift 2
+  rm -f "$out"
+  if "$@" >"$tmp/plot.out" 2>"$tmp/plot.err"; then check_png "$name" "$out"
+  else bad "$name: exit $?: $(cat "$tmp/plot.err")"; fi
+}
+plot "timeline h100" "$tmp/h100/timeline.png" "$post/timeline.py" "$a" --ranks 0,32 -o "$tmp/h100/timeline.png"
+plot "timeline a100 window by kind" "$tmp/a100/timeline-zoom.png" \
+  "$post/timeline.py" "$b" --ranks 32 -o "$tmp/a100/timeline-zoom.png" --start 0.01 --end 0.06 --color-by kind
+plot "timeline all traced" "$tmp/a100/timeline.png" "$post/timeline.py" "$b" -o "$tmp/a100/timeline.png"
+plot "memory h100" "$tmp/h100/memory.png" "$post/memory.py" "$a" -o "$tmp/h100/memory.png"
+plot "memory a100 rank 32" "$tmp/a100/memory.png" "$post/memory.py" "$b" --ranks 32 -o "$tmp/a100/memory.png"
+left=$(find "$tmp" -name '*.tmp' | wc -l)
+[ "$left" -eq 0 ] && ok "no temporary PNG left" || bad "$left temporary files left"
+
+# --- compare -------------------------------------------------------------------------------------
+expect_rc() {  # expect_rc NAME RC COMMAND...
+  local name=$1 want=$2; shift 2
+  "$@" >"$tmp/cmp.out" 2>&1; local rc=$?
+  if [ $rc -eq "$want" ]; then ok "$name: exit $rc, $(tail -1 "$tmp/cmp.out")"
+  else bad "$name: exit $rc, expected $want:"; tail -5 "$tmp/cmp.out"; fi
+}
+expect_rc "compare same file" 0 "$post/compare.py" "$a" "$a"
+expect_rc "compare a repeated run" 0 "$post/compare.py" "$a" "$tmp/h100-again/results.h5"
+expect_rc "compare H100 vs A100" 1 "$post/compare.py" "$a" "$b"
+grep -q "iteration_time_s" "$tmp/cmp.out" && grep -q "pipeline stages" "$tmp/cmp.out" \
+  && grep -q "/ranks/finish_ns" "$tmp/cmp.out" || bad "compare H100 vs A100: table or difference list missing"
+expect_rc "compare H100 vs A100 within rtol 10 (GPU names still differ)" 1 \
+  "$post/compare.py" -q --rtol 10 "$a" "$b"
+# Only /engine differs (wall time): identical.
+cp "$a" "$tmp/engine.h5"
+$py -c 'import h5py, sys
+with h5py.File(sys.argv[1], "a") as f: f["engine"].attrs["wall_s"] = 1234.5' "$tmp/engine.h5"
+expect_rc "compare ignoring /engine" 0 "$post/compare.py" -q "$a" "$tmp/engine.h5"
+# One value changed by 1e-9 relative: different at rtol 0, equal at rtol 1e-6.
+cp "$a" "$tmp/nudged.h5"
+$py -c 'import h5py, sys
+with h5py.File(sys.argv[1], "a") as f:
+    d = f["ranks/finish_ns"]; v = d[()]; v[5] += max(1, int(v[5] * 1e-9)); d[...] = v' "$tmp/nudged.h5"
+expect_rc "compare nudged value" 1 "$post/compare.py" -q "$a" "$tmp/nudged.h5"
+expect_rc "compare nudged value --rtol 1e-6" 0 "$post/compare.py" -q --rtol 1e-6 "$a" "$tmp/nudged.h5"
+
+# --- error paths: exit 1, exactly one line, no traceback, no PNG -----------------------------------
+expect_error() {  # expect_error NAME PATTERN COMMAND...
+  local name=$1 pattern=$2; shift 2
+  rm -f "$tmp/err.png"
+  "$@" >"$tmp/e.out" 2>&1; local rc=$?
+  local lines; lines=$(wc -l <"$tmp/e.out")
+  if [ $rc -ne 1 ]; then bad "$name: exit $rc, expected 1:"; head -5 "$tmp/e.out"; return; fi
+  if [ "$lines" -ne 1 ]; then bad "$name: $lines lines of output:"; head -5 "$tmp/e.out"; return; fi
+  if ! grep -q -- "$pattern" "$tmp/e.out"; then bad "$name: no '$pattern' in: $(cat "$tmp/e.out")"; return; fi
+  if [ -e "$tmp/err.png" ]; then bad "$name: wrote $tmp/err.png"; return; fi
+  ok "$name: $(cat "$tmp/e.out")"
+}
+head -c $(( $(stat -c %s "$a") / 2 )) "$a" >"$tmp/truncated.h5"
+echo "not hdf5" >"$tmp/text.h5"
+cp "$a" "$tmp/no-ranks.h5"
+$py -c 'import h5py, sys
+with h5py.File(sys.argv[1], "a") as f:
+    del f["ranks/finish_ns"]; del f["ranks/static_memory_bytes"]; del f["memory/32"]
+    del f["timeline"].attrs["phase_names"]' "$tmp/no-ranks.h5"
+for s in summarize timeline memory; do
+  o=(); [ $s != summarize ] && o=(-o "$tmp/err.png")
+  expect_error "$s missing file" "absent.h5: no such file" "$post/$s.py" "$tmp/absent.h5" "${o[@]}"
+  expect_error "$s truncated file" "truncated.h5: cannot open" "$post/$s.py" "$tmp/truncated.h5" "${o[@]}"
+  expect_error "$s not HDF5" "text.h5: cannot open" "$post/$s.py" "$tmp/text.h5" "${o[@]}"
+done
+expect_error "summarize missing dataset" "/ranks/finish_ns: missing" "$post/summarize.py" "$tmp/no-ranks.h5"
+expect_error "timeline missing attribute" "/timeline: attribute 'phase_names' missing" \
+  "$post/timeline.py" "$tmp/no-ranks.h5" -o "$tmp/err.png"
+expect_error "memory missing dataset" "/ranks/static_memory_bytes: missing" \
+  "$post/memory.py" "$tmp/no-ranks.h5" --ranks 0 -o "$tmp/err.png"
+expect_error "memory untraced rank" "rank 32 not traced (traced ranks: 0)" \
+  "$post/memory.py" "$tmp/no-ranks.h5" -o "$tmp/err.png" --ranks 32
+expect_error "compare missing file" "absent.h5: no such file" "$post/compare.py" "$a" "$tmp/absent.h5"
+expect_error "compare truncated file" "truncated.h5: cannot open" "$post/compare.py" "$tmp/truncated.h5" "$a"
+expect_error "timeline untraced rank" "rank 8 not traced (traced ranks: 0, 32)" \
+  "$post/timeline.py" "$a" --ranks 0,8 -o "$tmp/err.png"
+expect_error "memory untraced ranks" "ranks 1, 2 not traced (traced ranks: 0, 32)" \
+  "$post/memory.py" "$a" --ranks 0-2 -o "$tmp/err.png"
+expect_error "timeline into a missing directory" "does not exist" \
+  "$post/timeline.py" "$a" -o "$tmp/no-dir/err.png"
+
+[ $fail -eq 0 ] && echo "all post-processing checks passed"
+exit $fail
