@@ -5,7 +5,8 @@ pkgs=(build-essential cmake pkg-config
   libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev
   libgtest-dev libbenchmark-dev libmetis-dev
-  python3-h5py python3-numpy python3-matplotlib)
+  python3-h5py python3-numpy python3-matplotlib
+  slurmctld slurmd slurm-client munge libpmix2)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
