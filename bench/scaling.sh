@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Scaling benchmark: Llama 3 405B (inputs/experiments/llama3-405b-16k.yaml) at 1,024 … 16,384
+# GPUs — TP 8, PP 16 fixed, DP = N/128, global batch 16·DP so every pipeline runs the same 16
+# micro-batches — on the sequential engine and the optimistic engine at np 1 and 2. Records wall
+# time, peak RSS (largest process), committed events, committed events/s, efficiency, graph.h5
+# size and graph build time into bench/results/scaling.csv and draws bench/results/scaling.png.
+#
+#   bench/scaling.sh [BUILD_DIR]      (env SIZES="1024 2048" to run fewer sizes)
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${1:-$root/build}"
+exe="$build/scalescope"
+sizes="${SIZES:-1024 2048 4096 8192 16384}"
+cfg="$root/inputs/experiments/llama3-405b-16k.yaml"
+results="$root/bench/results"
+mkdir -p "$results"
+csv="$results/scaling.csv"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+[ -x "$exe" ] || { echo "scaling.sh: build $exe first (scripts/build.sh)" >&2; exit 1; }
+
+echo "world_size,engine,processes,wall_s,engine_wall_s,peak_rss_mib,events_committed,events_per_rank,committed_events_per_s,efficiency,graph_h5_bytes,graph_build_s" >"$csv"
+row() {  # row N ENGINE NP TIMEFILE OUTDIR GRAPHBYTES GRAPHSECONDS
+  /usr/bin/python3 - "$@" >>"$csv" <<'PY'
+import json, sys
+n, engine, np_, timefile, out, gbytes, gsec = sys.argv[1:]
+wall, rss_kb = open(timefile).read().split()
+s = json.load(open(f"{out}/summary.json"))["engine"]
+print(f"{n},{engine},{np_},{float(wall):.2f},{s['wall_s']:.3f},{int(rss_kb)/1024:.1f},"
+      f"{s['events_committed']},{s['events_committed']/int(n):.1f},"
+      f"{s['committed_events_per_s']:.0f},{s['efficiency']:.5f},{gbytes},{gsec}")
+PY
+}
+for n in $sizes; do
+  dp=$((n / 128)); gbs=$((16 * dp))
+  sets=(--set cluster.num_gpus=$n --set parallel.data_parallel_size=$dp
+        --set training.global_batch_size=$gbs --set "run.trace_ranks=[0]")
+  /usr/bin/time -f "%e %M" -o "$tmp/g.time" "$exe" graph "$cfg" -o "$tmp/g.h5" "${sets[@]}" >/dev/null
+  gbytes=$(stat -c %s "$tmp/g.h5"); gsec=$(cut -d' ' -f1 "$tmp/g.time")
+  /usr/bin/time -f "%e %M" -o "$tmp/t" "$exe" run "$cfg" -o "$tmp/seq" -q "${sets[@]}"
+  row "$n" sequential 1 "$tmp/t" "$tmp/seq" "$gbytes" "$gsec"
+  for np in 1 2; do
+    /usr/bin/time -f "%e %M" -o "$tmp/t" mpirun -np $np "$exe" run "$cfg" -o "$tmp/opt$np" -q \
+      "${sets[@]}" --set run.engine=optimistic
+    row "$n" optimistic "$np" "$tmp/t" "$tmp/opt$np" "$gbytes" "$gsec"
+    # Determinism: the optimistic results equal the sequential ones.
+    /usr/bin/python3 -c "
+import json,sys
+a=json.load(open('$tmp/seq/summary.json')); b=json.load(open('$tmp/opt$np/summary.json'))
+a.pop('engine'); b.pop('engine'); sys.exit(0 if a==b else 'optimistic np $np differs at $n GPUs')"
+  done
+  tail -3 "$csv"
+done
+/usr/bin/python3 "$root/bench/plot_scaling.py" "$csv" "$results/scaling.png"
