@@ -1,5 +1,6 @@
 #include "io/graph_h5.hpp"
 
+#include <cstdint>
 #include <limits>
 #include <string>
 #include <vector>
@@ -73,10 +74,18 @@ std::string shape_text(const std::vector<hsize_t>& dims) {
 
 /// A 1-D dataset of `expected` elements (any length when kAnySize) whose values are all below
 /// `limit` (enum columns).
+/// Bytes (as stored) of the datasets read, while a partial read counts them.
+thread_local std::uint64_t* g_tally = nullptr;
+
+void count_bytes(const h5::DataSet& ds) {
+  if (g_tally != nullptr) *g_tally += ds.storage_size();
+}
+
 template <class T>
 std::vector<T> read_1d(const h5::Group& g, const std::string& name, std::size_t expected = kAnySize,
                        std::uint64_t limit = kNoLimit) {
   const h5::DataSet ds = g.open_dataset(name);
+  count_bytes(ds);
   const auto dims = ds.dims();
   if (dims.size() != 1 || (expected != kAnySize && dims[0] != expected))
     ds.fail(fmt::format("shape {}, expected ({})", shape_text(dims),
@@ -94,6 +103,7 @@ template <class T>
 std::vector<T> read_2d(const h5::Group& g, const std::string& name, std::size_t rows,
                        std::size_t cols) {
   const h5::DataSet ds = g.open_dataset(name);
+  count_bytes(ds);
   const auto dims = ds.dims();
   if (dims.size() != 2 || dims[0] != rows || dims[1] != cols)
     ds.fail(fmt::format("shape {}, expected ({}, {})", shape_text(dims), rows, cols));
@@ -110,11 +120,14 @@ void check_offsets(const h5::Group& g, const std::string& name,
     fail_at(g, name, fmt::format("ends at {} but there are {} values", offsets.back(), num_values));
 }
 
-RankProgram read_template(const h5::Group& templates, std::uint32_t k) {
-  const h5::Group t = templates.open_group(std::to_string(k));
-  RankProgram p;
+/// A template's attributes (name, static memory), without its ops.
+void read_template_header(const h5::Group& t, RankProgram& p) {
   p.name = t.string_attribute("name");
   p.static_memory = t.attribute<std::int64_t>("static_memory");
+}
+
+/// A template's ops and dependencies.
+void read_template_ops(const h5::Group& t, RankProgram& p) {
   const auto kind = read_1d<std::uint8_t>(t, "kind", kAnySize, graph::kNumOpKinds);
   const std::size_t n = kind.size();
   const auto stream = read_1d<std::uint8_t>(t, "stream", n, graph::kNumStreams);
@@ -157,7 +170,53 @@ RankProgram read_template(const h5::Group& templates, std::uint32_t k) {
   }
   p.dep_offsets = std::move(dep_offsets);
   p.deps = std::move(deps);
+}
+
+RankProgram read_template(const h5::Group& templates, std::uint32_t k) {
+  const h5::Group t = templates.open_group(std::to_string(k));
+  RankProgram p;
+  read_template_header(t, p);
+  read_template_ops(t, p);
   return p;
+}
+
+/// /meta: checks the version, fills world size and configuration, returns the template count.
+std::uint32_t read_meta(const h5::Group& root, graph::SlicedGraph& g) {
+  const h5::Group meta = root.open_group("meta");
+  const auto version = meta.attribute<std::uint32_t>("format_version");
+  if (version != kFormatVersion)
+    meta.fail(fmt::format("format_version {} is not supported (this build reads {})", version,
+                          kFormatVersion));
+  g.world_size = meta.attribute<std::uint32_t>("world_size");
+  g.config_text = meta.string_attribute("config_text");
+  return meta.attribute<std::uint32_t>("num_templates");
+}
+
+void read_comms(const h5::Group& root, graph::SlicedGraph& g) {
+  const h5::Group comms = root.open_group("comms");
+  const auto kinds = read_1d<std::uint8_t>(comms, "kind", kAnySize, kNumCommKinds);
+  g.comms.kind.clear();
+  for (auto k : kinds) g.comms.kind.push_back(static_cast<graph::CommKind>(k));
+  g.comms.offsets = read_1d<std::uint32_t>(comms, "offsets", kinds.size() + 1);
+  g.comms.members = read_1d<std::uint32_t>(comms, "members");
+  check_offsets(comms, "offsets", g.comms.offsets, g.comms.members.size());
+}
+
+void read_ranks(const h5::Group& root, graph::SlicedGraph& g) {
+  const h5::Group ranks = root.open_group("ranks");
+  g.rank_class = read_1d<std::uint32_t>(ranks, "class", g.world_size);
+  g.rank_roles = read_2d<std::int32_t>(ranks, "roles", g.world_size, graph::kNumRoles);
+}
+
+/// finalize() on the loaded templates, then graph::validate; errors name the file.
+void finalize_and_validate(graph::SlicedGraph& g, const std::string& path) {
+  try {
+    for (std::size_t k = 0; k < g.templates.size(); ++k)
+      if (g.is_loaded(k)) g.templates[k].finalize();
+    graph::validate(g);
+  } catch (const InputError& e) {
+    throw IoError(path + ": " + e.what());
+  }
 }
 
 }  // namespace
@@ -202,45 +261,93 @@ graph::SlicedGraph read_graph_h5(const std::string& path) {
     h5::File file = h5::File::open(path);
     {
       const h5::Group root = file.root();
-      std::uint32_t num_templates = 0;
-      {
-        const h5::Group meta = root.open_group("meta");
-        const auto version = meta.attribute<std::uint32_t>("format_version");
-        if (version != kFormatVersion)
-          meta.fail(fmt::format("format_version {} is not supported (this build reads {})", version,
-                                kFormatVersion));
-        g.world_size = meta.attribute<std::uint32_t>("world_size");
-        g.config_text = meta.string_attribute("config_text");
-        num_templates = meta.attribute<std::uint32_t>("num_templates");
-      }
-      {
-        const h5::Group comms = root.open_group("comms");
-        const auto kinds = read_1d<std::uint8_t>(comms, "kind", kAnySize, kNumCommKinds);
-        g.comms.kind.clear();
-        for (auto k : kinds) g.comms.kind.push_back(static_cast<graph::CommKind>(k));
-        g.comms.offsets = read_1d<std::uint32_t>(comms, "offsets", kinds.size() + 1);
-        g.comms.members = read_1d<std::uint32_t>(comms, "members");
-        check_offsets(comms, "offsets", g.comms.offsets, g.comms.members.size());
-      }
+      const std::uint32_t num_templates = read_meta(root, g);
+      read_comms(root, g);
       {
         const h5::Group templates = root.open_group("templates");
         for (std::uint32_t k = 0; k < num_templates; ++k)
           g.templates.push_back(read_template(templates, k));
       }
-      {
-        const h5::Group ranks = root.open_group("ranks");
-        g.rank_class = read_1d<std::uint32_t>(ranks, "class", g.world_size);
-        g.rank_roles = read_2d<std::int32_t>(ranks, "roles", g.world_size, graph::kNumRoles);
-      }
+      read_ranks(root, g);
     }
     file.close();
   }
-  try {
-    for (auto& t : g.templates) t.finalize();
-    graph::validate(g);
-  } catch (const InputError& e) {
-    throw IoError(path + ": " + e.what());
+  finalize_and_validate(g, path);
+  return g;
+}
+
+std::string read_graph_config_text(const std::string& path) {
+  h5::File file = h5::File::open(path);
+  std::string text;
+  {
+    const h5::Group meta = file.root().open_group("meta");
+    text = meta.string_attribute("config_text");
   }
+  file.close();
+  return text;
+}
+
+graph::SlicedGraph read_graph_h5(const std::string& path, MPI_Comm comm, const GraphPart& part,
+                                 GraphReadStats* stats) {
+  graph::SlicedGraph g;
+  std::uint64_t bytes = 0;
+  std::uint32_t templates_read = 0;
+  std::string error;  // a failure in this process's templates, shared before anyone throws
+  {
+    // Opening, the common part and the skeleton checks fail alike on every process (they read
+    // the same bytes), so an error there is thrown at once everywhere; the file is closed
+    // (collectively) by every process on the way out.
+    h5::File file = h5::File::open(path, false, comm);
+    {
+      const h5::Group root = file.root();
+      const std::uint32_t num_templates = read_meta(root, g);
+      g_tally = &bytes;
+      struct Untally {
+        ~Untally() { g_tally = nullptr; }
+      } untally;
+      read_comms(root, g);
+      read_ranks(root, g);
+      const h5::Group templates = root.open_group("templates");
+      g.templates.resize(num_templates);
+      for (std::uint32_t k = 0; k < num_templates; ++k)
+        read_template_header(templates.open_group(std::to_string(k)), g.templates[k]);
+      // The skeleton: rank map and communicator table checked before anyone indexes them.
+      g.loaded.assign(num_templates, false);
+      finalize_and_validate(g, path);
+      std::vector<bool> needed =
+          part.needed ? part.needed(g) : std::vector<bool>(num_templates, true);
+      if (needed.size() != num_templates)
+        throw ContractError(fmt::format("read_graph_h5: {} template flags for {} templates",
+                                        needed.size(), num_templates));
+      try {
+        for (std::uint32_t k = 0; k < num_templates; ++k)
+          if (needed[k]) {
+            read_template_ops(templates.open_group(std::to_string(k)), g.templates[k]);
+            g.loaded[k] = true;
+            ++templates_read;
+          }
+      } catch (const IoError& e) {
+        error = e.what();
+      } catch (const std::exception& e) {  // e.g. an allocation for absurd sizes
+        error = path + ": " + e.what();
+      }
+    }
+    try {
+      file.close();
+    } catch (const IoError& e) {
+      if (error.empty()) error = e.what();
+    }
+  }
+  if (error.empty()) {
+    try {
+      finalize_and_validate(g, path);
+    } catch (const IoError& e) {
+      error = e.what();
+    }
+  }
+  raise_if_failed_anywhere(comm, error);
+  if (g.fully_loaded()) g.loaded.clear();
+  if (stats != nullptr) *stats = {templates_read, bytes};
   return g;
 }
 

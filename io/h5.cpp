@@ -38,6 +38,48 @@ void write_text_via_temporary(const std::string& path,
   });
 }
 
+void raise_if_failed_anywhere(MPI_Comm comm, const std::string& error) {
+  int me = 0, size = 1;
+  MPI_Comm_rank(comm, &me);
+  MPI_Comm_size(comm, &size);
+  const int mine = error.empty() ? size : me;
+  int first = size;
+  MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
+  if (first == size) return;
+  // Every process reports the same line: that of the lowest failing process.
+  std::string msg = error;
+  unsigned long long length = msg.size();
+  MPI_Bcast(&length, 1, MPI_UNSIGNED_LONG_LONG, first, comm);
+  msg.resize(static_cast<std::size_t>(length));
+  MPI_Bcast(msg.data(), static_cast<int>(length), MPI_CHAR, first, comm);
+  throw IoError(msg);
+}
+
+void write_via_temporary(const std::string& path, MPI_Comm comm,
+                         const std::function<void(const std::string& tmp_path)>& body) {
+  int me = 0;
+  MPI_Comm_rank(comm, &me);
+  const std::string tmp = path + ".tmp";
+  std::string error;
+  try {
+    body(tmp);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  try {
+    raise_if_failed_anywhere(comm, error);
+  } catch (...) {
+    if (me == 0) std::remove(tmp.c_str());
+    throw;
+  }
+  // Every process has closed the file (a collective close): process 0 moves it into place.
+  if (me == 0 && std::rename(tmp.c_str(), path.c_str()) != 0) {
+    error = fmt::format("{}: cannot rename {} into place: {}", path, tmp, std::strerror(errno));
+    std::remove(tmp.c_str());
+  }
+  raise_if_failed_anywhere(comm, error);
+}
+
 }  // namespace scalescope::io
 
 namespace scalescope::io::h5 {
@@ -179,11 +221,14 @@ void silence_errors() {
   (void)silenced;
 }
 
-Id file_access_plist(const std::string& label) {
+Id file_access_plist(const std::string& label, MPI_Comm comm) {
   Id fapl(check_id(H5Pcreate(H5P_FILE_ACCESS), label, "", "cannot create a file-access list"),
           H5Pclose);
-  // The serial POSIX driver for now; a parallel run switches here to H5Pset_fapl_mpio.
-  check(H5Pset_fapl_sec2(fapl.get()), label, "", "cannot select the sec2 driver");
+  if (comm == MPI_COMM_NULL)
+    check(H5Pset_fapl_sec2(fapl.get()), label, "", "cannot select the sec2 driver");
+  else
+    check(H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL), label, "",
+          "cannot select the MPI-IO driver");
   // The 1.8 format checksums object headers, links and attributes: a corrupt file is reported
   // instead of being read as data. Pinned at both ends so the bytes do not change with the
   // library version.
@@ -371,6 +416,10 @@ std::size_t DataSet::size() const {
   return static_cast<std::size_t>(n);
 }
 
+std::uint64_t DataSet::storage_size() const {
+  return H5Dget_storage_size(id());  // 0 when unallocated or on error: a statistic only
+}
+
 void DataSet::read_raw(hid_t mem_type, void* buffer, std::size_t count) const {
   if (count != size()) fail(fmt::format("has {} elements, expected {}", size(), count));
   if (count == 0) return;
@@ -382,6 +431,78 @@ void DataSet::read_raw(hid_t mem_type, TypeInfo expected, void* buffer, std::siz
   Id stored(check_id(H5Dget_type(id()), file(), path_, "cannot get the stored type"), H5Tclose);
   check_stored_type(stored.get(), expected, file(), path_);
   read_raw(mem_type, buffer, count);
+}
+
+void DataSet::write_all(hid_t mem_type, const void* data, std::size_t count) const {
+  if (count != size()) fail(fmt::format("has {} elements, {} given", size(), count));
+  if (count == 0) return;
+  check(H5Dwrite(id(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), file(), path_,
+        "cannot write the data");
+}
+
+namespace {
+
+/// Whether the file holding `object` was opened through the MPI-IO driver.
+bool on_mpio(hid_t object, const std::string& file, const std::string& path) {
+  Id fid(check_id(H5Iget_file_id(object), file, path, "cannot get the file"), H5Fclose);
+  Id fapl(check_id(H5Fget_access_plist(fid.get()), file, path, "cannot get the file access"),
+          H5Pclose);
+  const hid_t driver = H5Pget_driver(fapl.get());
+  if (driver < 0) raise(file, path, "cannot get the file driver");
+  return driver == H5FD_MPIO;
+}
+
+}  // namespace
+
+void DataSet::write_rows(hid_t mem_type, const void* data, const std::vector<Rows>& runs) const {
+  const std::vector<hsize_t> d = dims();
+  SCALESCOPE_EXPECTS(!d.empty());
+  Id space(check_id(H5Dget_space(id()), file(), path_, "cannot get the dataspace"), H5Sclose);
+  check(H5Sselect_none(space.get()), file(), path_, "cannot clear a selection");
+  hsize_t rows = 0;
+  std::vector<hsize_t> start(d.size(), 0), count = d;
+  for (const Rows& run : runs) {
+    SCALESCOPE_EXPECTS(run.first + run.count <= d[0] && run.first >= rows);
+    if (run.count == 0) continue;
+    start[0] = run.first;
+    count[0] = run.count;
+    check(H5Sselect_hyperslab(space.get(), H5S_SELECT_OR, start.data(), nullptr, count.data(),
+                              nullptr),
+          file(), path_, "cannot select rows");
+    rows += run.count;
+  }
+  hsize_t elements = rows;
+  for (std::size_t i = 1; i < d.size(); ++i) elements *= d[i];
+  const hsize_t mem_dims[1] = {std::max<hsize_t>(elements, 1)};
+  Id mem(
+      check_id(H5Screate_simple(1, mem_dims, nullptr), file(), path_, "cannot create a dataspace"),
+      H5Sclose);
+  if (elements == 0) check(H5Sselect_none(mem.get()), file(), path_, "cannot clear a selection");
+  // Convert to the stored type here: a conversion inside H5Dwrite (e.g. padded → packed
+  // compound) breaks collective I/O, which compressed datasets require.
+  Id stored(check_id(H5Dget_type(id()), file(), path_, "cannot get the stored type"), H5Tclose);
+  std::vector<unsigned char> converted;
+  if (!check_tri(H5Tequal(mem_type, stored.get()), file(), path_, "cannot compare types")) {
+    const std::size_t from = H5Tget_size(mem_type), to = H5Tget_size(stored.get());
+    if (from == 0 || to == 0) raise(file(), path_, "cannot size the types");
+    const auto n = static_cast<std::size_t>(elements);
+    converted.resize(std::max<std::size_t>(n, 1) * std::max(from, to));
+    if (n > 0) {
+      std::memcpy(converted.data(), data, n * from);
+      std::vector<unsigned char> background(n * to, 0);
+      check(H5Tconvert(mem_type, stored.get(), n, converted.data(), background.data(), H5P_DEFAULT),
+            file(), path_, "cannot convert to the stored type");
+    }
+    data = converted.data();
+    mem_type = stored.get();  // on every process, also those that write nothing
+  }
+  Id dxpl(check_id(H5Pcreate(H5P_DATASET_XFER), file(), path_, "cannot create a transfer list"),
+          H5Pclose);
+  if (on_mpio(id(), file(), path_))
+    check(H5Pset_dxpl_mpio(dxpl.get(), H5FD_MPIO_COLLECTIVE), file(), path_,
+          "cannot select collective transfers");
+  check(H5Dwrite(id(), mem_type, mem.get(), space.get(), dxpl.get(), data), file(), path_,
+        "cannot write the data");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -433,10 +554,20 @@ DataSet Group::open_dataset(const std::string& name) const {
 
 DataSet Group::write_raw(const std::string& name, hid_t mem_type, hid_t file_type, const void* data,
                          std::size_t count, std::vector<hsize_t> dims) const {
-  const std::string child = child_path(name);
   if (dims.empty()) dims = {static_cast<hsize_t>(count)};
   SCALESCOPE_EXPECTS(std::accumulate(dims.begin(), dims.end(), hsize_t{1}, std::multiplies<>()) ==
                      count);
+  DataSet ds = create_dataset(name, file_type, dims);
+  ds.write_all(mem_type, data, count);
+  return ds;
+}
+
+DataSet Group::create_dataset(const std::string& name, hid_t file_type,
+                              const std::vector<hsize_t>& dims) const {
+  const std::string child = child_path(name);
+  SCALESCOPE_EXPECTS(!dims.empty());
+  const auto count = static_cast<std::size_t>(
+      std::accumulate(dims.begin(), dims.end(), hsize_t{1}, std::multiplies<>()));
   Id space(check_id(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), file(),
                     child, "cannot create a dataspace"),
            H5Sclose);
@@ -455,30 +586,26 @@ DataSet Group::write_raw(const std::string& name, hid_t mem_type, hid_t file_typ
   }
   hid_t d =
       H5Dcreate2(id(), name.c_str(), file_type, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT);
-  DataSet ds(Id(check_id(d, file(), child, "cannot create dataset"), H5Dclose), file_, child);
-  if (count > 0)
-    check(H5Dwrite(ds.id(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), file(), child,
-          "cannot write the data");
-  return ds;
+  return DataSet(Id(check_id(d, file(), child, "cannot create dataset"), H5Dclose), file_, child);
 }
 
 // ---------------------------------------------------------------------------------------------
 // File
 
-File File::create(const std::string& path, const std::string& label) {
+File File::create(const std::string& path, const std::string& label, MPI_Comm comm) {
   silence_errors();
   auto name = std::make_shared<const std::string>(label.empty() ? path : label);
-  Id fapl = file_access_plist(*name);
+  Id fapl = file_access_plist(*name, comm);
   hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get());
   return File(Id(check_id(id, *name, "", "cannot create file"), H5Fclose), name);
 }
 
-File File::open(const std::string& path, bool writable) {
+File File::open(const std::string& path, bool writable, MPI_Comm comm) {
   silence_errors();
   auto name = std::make_shared<const std::string>(path);
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) throw IoError(path + ": no such file");
-  Id fapl = file_access_plist(*name);
+  Id fapl = file_access_plist(*name, comm);
   hid_t id = H5Fopen(path.c_str(), writable ? H5F_ACC_RDWR : H5F_ACC_RDONLY, fapl.get());
   return File(Id(check_id(id, *name, "", "cannot open as an HDF5 file"), H5Fclose), name);
 }

@@ -4,6 +4,7 @@
 /// innermost message of HDF5's error stack (whose automatic printing is switched off).
 /// Only io/ includes this header; the rest of the code speaks C++ types.
 #include <hdf5.h>
+#include <mpi.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -27,6 +28,20 @@ void write_via_temporary(const std::string& path,
 /// unwritable directory) raise IoError naming `path`.
 void write_text_via_temporary(const std::string& path,
                               const std::function<void(std::ostream& out)>& body);
+
+/// write_via_temporary for a file written collectively by every process of `comm` (each calls
+/// it with the same path): `body` writes `path + ".tmp"` on every process. If body fails on any
+/// process, every process throws the same IoError (that of the lowest failing process) and
+/// process 0 removes the temporary; otherwise, once every process is done, process 0 renames it
+/// into place (a failed rename is raised on every process). A failure inside body is assumed to
+/// reach every process that is in the same collective HDF5 call (HDF5 reports errors of
+/// collective metadata operations and of MPI-IO collectively).
+void write_via_temporary(const std::string& path, MPI_Comm comm,
+                         const std::function<void(const std::string& tmp_path)>& body);
+
+/// Collective: if `error` is not empty on any process of `comm`, every process throws
+/// IoError with the message of the lowest such process; otherwise returns on every process.
+void raise_if_failed_anywhere(MPI_Comm comm, const std::string& error);
 
 }  // namespace scalescope::io
 
@@ -162,12 +177,20 @@ class Location {
   friend class File;
 };
 
+/// Rows [first, first + count) along the first dimension of a dataset.
+struct Rows {
+  hsize_t first = 0;
+  hsize_t count = 0;
+};
+
 class DataSet : public Location {
  public:
   /// Extent of each dimension.
   std::vector<hsize_t> dims() const;
   /// Number of elements.
   std::size_t size() const;
+  /// Bytes the data takes in the file (after compression).
+  std::uint64_t storage_size() const;
 
   /// The whole dataset; the stored type must be exactly T's (class, size, sign).
   template <class T>
@@ -179,6 +202,14 @@ class DataSet : public Location {
   /// Reads the whole dataset into `buffer` (`count` elements of memory type `mem_type`).
   void read_raw(hid_t mem_type, void* buffer, std::size_t count) const;
   void read_raw(hid_t mem_type, TypeInfo expected, void* buffer, std::size_t count) const;
+
+  /// Writes the whole dataset from `count` elements of `mem_type` (no-op when empty).
+  void write_all(hid_t mem_type, const void* data, std::size_t count) const;
+  /// Writes the rows `runs` (ascending, disjoint) from `data`, which holds them packed one after
+  /// another. In a file opened on an MPI communicator this is a collective write: every process
+  /// of the communicator calls it (with its own runs, possibly none), as HDF5 requires for
+  /// chunked, compressed datasets.
+  void write_rows(hid_t mem_type, const void* data, const std::vector<Rows>& runs) const;
 
  private:
   using Location::Location;
@@ -202,6 +233,11 @@ class Group : public Location {
     if (dims.empty()) dims = {static_cast<hsize_t>(data.size())};
     return write_raw(name, native_type<T>(), native_type<T>(), data.data(), data.size(), dims);
   }
+  /// Creates a dataset of `dims` stored as `file_type`, with the layout write_raw gives it
+  /// (chunked and compressed above 64 KiB), without writing data. In a file opened on an MPI
+  /// communicator every process must create it with the same arguments.
+  DataSet create_dataset(const std::string& name, hid_t file_type,
+                         const std::vector<hsize_t>& dims) const;
   /// Writes `count` elements of `mem_type` (stored as `file_type`), e.g. a compound table.
   DataSet write_raw(const std::string& name, hid_t mem_type, hid_t file_type, const void* data,
                     std::size_t count, std::vector<hsize_t> dims = {}) const;
@@ -224,9 +260,14 @@ class File {
  public:
   /// Creates (truncating) `path`; `label` is the name errors use (default: path), e.g. the
   /// final name of a file written through a temporary.
-  static File create(const std::string& path, const std::string& label = {});
-  /// Opens an existing file read-only, or read-write when `writable`.
-  static File open(const std::string& path, bool writable = false);
+  /// With `comm` (not MPI_COMM_NULL) the file is created collectively by the processes of
+  /// `comm` through MPI-IO; metadata operations (groups, datasets, attributes) must then be done
+  /// by every process with the same arguments.
+  static File create(const std::string& path, const std::string& label = {},
+                     MPI_Comm comm = MPI_COMM_NULL);
+  /// Opens an existing file read-only, or read-write when `writable`; with `comm`, collectively
+  /// through MPI-IO (reads are independent: each process may read different datasets).
+  static File open(const std::string& path, bool writable = false, MPI_Comm comm = MPI_COMM_NULL);
 
   Group root() const;
   const std::string& label() const { return *label_; }
@@ -240,9 +281,9 @@ class File {
   std::shared_ptr<const std::string> label_;
 };
 
-/// The file-access property list of every file this program opens: the one place to switch the
-/// driver (sec2 today, MPI-IO through H5Pset_fapl_mpio for parallel reads and writes later).
-Id file_access_plist(const std::string& label);
+/// The file-access property list of every file this program opens: the one place that picks
+/// the driver: sec2 (POSIX) without a communicator, MPI-IO (H5Pset_fapl_mpio) over `comm`.
+Id file_access_plist(const std::string& label, MPI_Comm comm = MPI_COMM_NULL);
 
 /// Switches off HDF5's automatic error-stack printing (idempotent); errors surface as IoError.
 void silence_errors();

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.hpp"
 #include "graph/op.hpp"
 #include "io/h5.hpp"
 
@@ -12,6 +13,53 @@ namespace scalescope::io {
 namespace {
 
 constexpr std::uint32_t kFormatVersion = 1;
+
+/// What one writer process puts in the file: everything (the serial writer), or its share of a
+/// collective write. Both paths create the same objects with the same types, shapes, layouts and
+/// attributes, so their files have the same content.
+struct Share {
+  bool collective = false;
+  bool first = true;  ///< writes the small datasets every process knows (process 0)
+  std::uint32_t world = 0;
+  std::vector<emu::RankResult> rows;  ///< the /ranks rows written here, ascending rank
+  std::vector<h5::Rows> rank_runs;    ///< where they go
+  /// A traced rank's dataset: its length (known to every process) and, where written here,
+  /// the records.
+  template <class R>
+  struct Traced {
+    std::uint32_t rank = 0;
+    hsize_t length = 0;
+    const std::vector<R>* records = nullptr;
+  };
+  std::vector<Traced<emu::TimelineRecord>> timelines;
+  std::vector<Traced<emu::MemoryRecord>> memory;
+};
+
+/// Writes a 1-D dataset of `total` elements: whole (serial), or created by every process and
+/// filled by the rows each holds (collective; `data` holds the rows of `runs`, packed).
+void put(const h5::Group& g, const std::string& name, hid_t mem_type, hid_t file_type,
+         const void* data, std::size_t count, hsize_t total, const std::vector<h5::Rows>& runs,
+         bool collective) {
+  if (!collective) {
+    g.write_raw(name, mem_type, file_type, data, count);
+    return;
+  }
+  const h5::DataSet ds = g.create_dataset(name, file_type, {total});
+  if (total > 0) ds.write_rows(mem_type, data, runs);
+}
+
+template <class T>
+void put(const h5::Group& g, const std::string& name, const std::vector<T>& data, hsize_t total,
+         const std::vector<h5::Rows>& runs, bool collective) {
+  put(g, name, h5::native_type<T>(), h5::native_type<T>(), data.data(), data.size(), total, runs,
+      collective);
+}
+
+/// Rows [0, n) where this process writes them, none elsewhere.
+std::vector<h5::Rows> all_rows_if(bool mine, hsize_t n) {
+  if (!mine) return {};
+  return {h5::Rows{0, n}};
+}
 
 template <class T, class Get>
 std::vector<T> column(const std::vector<emu::RankResult>& ranks, Get get) {
@@ -53,7 +101,7 @@ std::vector<std::string> names(int count, Name name) {
   return out;
 }
 
-void write_summary(const h5::Group& root, const emu::Summary& s) {
+void write_summary(const h5::Group& root, const emu::Summary& s, const Share& share) {
   const h5::Group g = root.create_group("summary");
   g.set_attribute("world_size", s.world_size);
   g.set_attribute("iteration_time_s", s.iteration_time_s());
@@ -67,27 +115,44 @@ void write_summary(const h5::Group& root, const emu::Summary& s) {
   g.set_attribute("tokens_per_iteration", s.tokens_per_iteration);
   g.set_attribute("model_flops_per_iteration", s.model_flops_per_iteration);
   g.set_attribute("peak_flops_per_gpu", s.peak_flops_per_gpu);
-  g.write("peak_memory_bytes_by_pp_stage", s.peak_memory_bytes_by_pp_stage);
+  const auto& by_stage = s.peak_memory_bytes_by_pp_stage;
+  put(g, "peak_memory_bytes_by_pp_stage", by_stage, by_stage.size(),
+      all_rows_if(share.first, by_stage.size()), share.collective);
 }
 
-void write_ranks(const h5::Group& root, const std::vector<emu::RankResult>& ranks) {
+void write_ranks(const h5::Group& root, const Share& share) {
   using R = emu::RankResult;
   const h5::Group g = root.create_group("ranks");
-  g.write("finish_ns", column<SimTime>(ranks, [](const R& r) { return r.finish; }));
-  g.write("compute_ns", column<SimTime>(ranks, [](const R& r) { return r.compute; }));
-  g.write("exposed_tp_ns", column<SimTime>(ranks, [](const R& r) { return r.exposed_tp; }));
-  g.write("exposed_pp_ns", column<SimTime>(ranks, [](const R& r) { return r.exposed_pp; }));
-  g.write("exposed_dp_ns", column<SimTime>(ranks, [](const R& r) { return r.exposed_dp; }));
-  g.write("other_wait_ns", column<SimTime>(ranks, [](const R& r) { return r.other_wait; }));
-  g.write("peak_memory_bytes",
-          column<std::int64_t>(ranks, [](const R& r) { return r.peak_memory; }));
-  g.write("static_memory_bytes",
-          column<std::int64_t>(ranks, [](const R& r) { return r.static_memory; }));
-  g.write("pp_stage", column<std::uint32_t>(ranks, [](const R& r) { return r.pp_stage; }));
-  g.write("class", column<std::uint32_t>(ranks, [](const R& r) { return r.rank_class; }));
+  const auto& rows = share.rows;
+  auto col = [&](const std::string& name, const auto& values) {
+    put(g, name, values, share.world, share.rank_runs, share.collective);
+  };
+  col("finish_ns", column<SimTime>(rows, [](const R& r) { return r.finish; }));
+  col("compute_ns", column<SimTime>(rows, [](const R& r) { return r.compute; }));
+  col("exposed_tp_ns", column<SimTime>(rows, [](const R& r) { return r.exposed_tp; }));
+  col("exposed_pp_ns", column<SimTime>(rows, [](const R& r) { return r.exposed_pp; }));
+  col("exposed_dp_ns", column<SimTime>(rows, [](const R& r) { return r.exposed_dp; }));
+  col("other_wait_ns", column<SimTime>(rows, [](const R& r) { return r.other_wait; }));
+  col("peak_memory_bytes", column<std::int64_t>(rows, [](const R& r) { return r.peak_memory; }));
+  col("static_memory_bytes",
+      column<std::int64_t>(rows, [](const R& r) { return r.static_memory; }));
+  col("pp_stage", column<std::uint32_t>(rows, [](const R& r) { return r.pp_stage; }));
+  col("class", column<std::uint32_t>(rows, [](const R& r) { return r.rank_class; }));
 }
 
-void write_timelines(const h5::Group& root, const emu::RunResults& r) {
+template <class R>
+void write_traced(const h5::Group& g, const h5::DataType& mem,
+                  const std::vector<Share::Traced<R>>& traced, bool collective) {
+  const h5::DataType stored = mem.packed();
+  for (const auto& t : traced) {
+    const R* data = t.records != nullptr ? t.records->data() : nullptr;
+    const std::size_t count = t.records != nullptr ? t.records->size() : 0;
+    put(g, std::to_string(t.rank), mem.id(), stored.id(), data, count, t.length,
+        all_rows_if(t.records != nullptr, t.length), collective);
+  }
+}
+
+void write_timelines(const h5::Group& root, const Share& share) {
   const h5::Group g = root.create_group("timeline");
   g.set_attribute("stream_names", names<graph::Stream>(graph::kNumStreams, [](auto v) {
                     return graph::stream_name(v);
@@ -99,18 +164,12 @@ void write_timelines(const h5::Group& root, const emu::RunResults& r) {
                   }));
   g.set_attribute("phase_names", names<graph::Phase>(static_cast<int>(graph::Phase::Other) + 1,
                                                      [](auto v) { return graph::phase_name(v); }));
-  const h5::DataType mem = timeline_type();
-  const h5::DataType stored = mem.packed();
-  for (const auto& [rank, records] : r.timelines)
-    g.write_raw(std::to_string(rank), mem.id(), stored.id(), records.data(), records.size());
+  write_traced(g, timeline_type(), share.timelines, share.collective);
 }
 
-void write_memory(const h5::Group& root, const emu::RunResults& r) {
+void write_memory(const h5::Group& root, const Share& share) {
   const h5::Group g = root.create_group("memory");
-  const h5::DataType mem = memory_type();
-  const h5::DataType stored = mem.packed();
-  for (const auto& [rank, records] : r.memory)
-    g.write_raw(std::to_string(rank), mem.id(), stored.id(), records.data(), records.size());
+  write_traced(g, memory_type(), share.memory, share.collective);
 }
 
 void write_engine(const h5::Group& root, const emu::EngineStats& e) {
@@ -125,23 +184,75 @@ void write_engine(const h5::Group& root, const emu::EngineStats& e) {
   g.set_attribute("wall_s", e.wall_s);
 }
 
+void write_file(h5::File& file, const emu::RunResults& r, const Share& share) {
+  {
+    const h5::Group root = file.root();
+    const h5::Group meta = root.create_group("meta");
+    meta.set_attribute("format_version", kFormatVersion);
+    meta.set_attribute("config_text", r.config_text);
+    write_summary(root, r.summary, share);
+    write_ranks(root, share);
+    write_timelines(root, share);
+    write_memory(root, share);
+    write_engine(root, r.engine);
+  }
+  file.close();
+}
+
 }  // namespace
 
 void write_results_h5(const emu::RunResults& r, const std::string& path) {
+  Share share;
+  share.world = static_cast<std::uint32_t>(r.ranks.size());
+  share.rows = r.ranks;
+  for (const auto& [rank, records] : r.timelines)
+    share.timelines.push_back({rank, records.size(), &records});
+  for (const auto& [rank, records] : r.memory)
+    share.memory.push_back({rank, records.size(), &records});
   write_via_temporary(path, [&](const std::string& tmp) {
     h5::File file = h5::File::create(tmp, path);
-    {
-      const h5::Group root = file.root();
-      const h5::Group meta = root.create_group("meta");
-      meta.set_attribute("format_version", kFormatVersion);
-      meta.set_attribute("config_text", r.config_text);
-      write_summary(root, r.summary);
-      write_ranks(root, r.ranks);
-      write_timelines(root, r);
-      write_memory(root, r);
-      write_engine(root, r.engine);
-    }
-    file.close();
+    write_file(file, r, share);
+  });
+}
+
+void write_results_h5(const emu::DistributedResults& d, const std::string& path, MPI_Comm comm) {
+  const emu::RunResults& r = d.local;
+  Share share;
+  share.collective = true;
+  share.first = d.process == 0;
+  share.world = static_cast<std::uint32_t>(d.rank_owner.size());
+  SCALESCOPE_EXPECTS(r.ranks.size() == share.world);
+  for (std::uint32_t rank = 0; rank < share.world; ++rank) {
+    if (!d.owns(rank)) continue;
+    share.rows.push_back(r.ranks[rank]);
+    if (!share.rank_runs.empty() &&
+        share.rank_runs.back().first + share.rank_runs.back().count == rank)
+      ++share.rank_runs.back().count;
+    else
+      share.rank_runs.push_back({rank, 1});
+  }
+  // Every process creates every traced rank's datasets, so all must know their lengths: the
+  // owner contributes them, the others zero.
+  const std::size_t n = d.traced_ranks.size();
+  std::vector<std::uint64_t> lengths(2 * n, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint32_t rank = d.traced_ranks[i];
+    if (!d.owns(rank)) continue;
+    if (auto it = r.timelines.find(rank); it != r.timelines.end()) lengths[i] = it->second.size();
+    if (auto it = r.memory.find(rank); it != r.memory.end()) lengths[n + i] = it->second.size();
+  }
+  MPI_Allreduce(MPI_IN_PLACE, lengths.data(), static_cast<int>(lengths.size()), MPI_UINT64_T,
+                MPI_SUM, comm);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint32_t rank = d.traced_ranks[i];
+    const auto tl = d.owns(rank) ? r.timelines.find(rank) : r.timelines.end();
+    const auto mem = d.owns(rank) ? r.memory.find(rank) : r.memory.end();
+    share.timelines.push_back({rank, lengths[i], tl != r.timelines.end() ? &tl->second : nullptr});
+    share.memory.push_back({rank, lengths[n + i], mem != r.memory.end() ? &mem->second : nullptr});
+  }
+  write_via_temporary(path, comm, [&](const std::string& tmp) {
+    h5::File file = h5::File::create(tmp, path, comm);
+    write_file(file, r, share);
   });
 }
 

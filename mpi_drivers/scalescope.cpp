@@ -89,11 +89,43 @@ void complete_summary(emu::RunResults& r, const io::ExperimentConfig& c) {
   }
 }
 
+/// The same for a distributed run: per-rank rows are set everywhere (pp_stage is a layout
+/// property), the per-stage peaks are reduced over the processes of `comm`.
+void complete_summary(emu::DistributedResults& d, const io::ExperimentConfig& c, MPI_Comm comm) {
+  complete_summary(d.local, c);  // the rows this process does not hold are zero: max unaffected
+  auto& peaks = d.local.summary.peak_memory_bytes_by_pp_stage;
+  MPI_Allreduce(MPI_IN_PLACE, peaks.data(), static_cast<int>(peaks.size()), MPI_INT64_T, MPI_MAX,
+                comm);
+}
+
+/// Collective: if `error` is set on any process, every process throws the lowest one's message.
+void raise_if_failed_anywhere(MPI_Comm comm, const std::string& error) {
+  int me = 0, size = 1;
+  MPI_Comm_rank(comm, &me);
+  MPI_Comm_size(comm, &size);
+  const int mine = error.empty() ? size : me;
+  int first = size;
+  MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
+  if (first == size) return;
+  std::string msg = error;
+  unsigned long long length = msg.size();
+  MPI_Bcast(&length, 1, MPI_UNSIGNED_LONG_LONG, first, comm);
+  msg.resize(static_cast<std::size_t>(length));
+  MPI_Bcast(msg.data(), static_cast<int>(length), MPI_CHAR, first, comm);
+  throw IoError(msg);
+}
+
+/// The staging directory beside DIR that the result files are written into before they move in.
+fs::path staging_dir(const fs::path& dir, long pid) {
+  fs::path stage = dir;
+  stage += ".partial-" + std::to_string(pid);
+  return stage;
+}
+
 /// Writes the three result files into a staging directory beside DIR, then moves them in, so
 /// DIR never holds a mix of old and new or half-written files.
 void write_outputs(const emu::RunResults& r, const fs::path& dir) {
-  fs::path stage = dir;
-  stage += ".partial-" + std::to_string(::getpid());
+  const fs::path stage = staging_dir(dir, ::getpid());
   fs::remove_all(stage);
   fs::create_directories(stage);
   try {
@@ -111,12 +143,63 @@ void write_outputs(const emu::RunResults& r, const fs::path& dir) {
   }
 }
 
+/// write_outputs for a distributed run, collective over `comm`: results.h5 is written by every
+/// process (each its own rows and traced ranks); process 0 then gathers the traced ranks and
+/// writes summary.json and trace.json, and moves the three files in.
+void write_outputs(emu::DistributedResults& d, const fs::path& dir, MPI_Comm comm) {
+  long pid = ::getpid();
+  MPI_Bcast(&pid, 1, MPI_LONG, 0, comm);  // process 0's staging directory, for everyone
+  const fs::path stage = staging_dir(dir, pid);
+  const bool first = d.process == 0;
+  auto clean = [&] {
+    std::error_code ec;
+    if (first) fs::remove_all(stage, ec);
+  };
+  std::string error;
+  if (first) {
+    try {
+      fs::remove_all(stage);
+      fs::create_directories(stage);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  try {
+    raise_if_failed_anywhere(comm, error);
+    io::write_results_h5(d, (stage / "results.h5").string(), comm);
+  } catch (...) {
+    clean();
+    throw;
+  }
+  emu::gather_traces(d, comm);
+  if (!first) return;
+  try {
+    io::write_summary_json(d.local, (stage / "summary.json").string());
+    io::write_chrome_trace(d.local, (stage / "trace.json").string());
+    fs::create_directories(dir);
+    for (const char* name : {"results.h5", "summary.json", "trace.json"})
+      fs::rename(stage / name, dir / name);
+    fs::remove_all(stage);
+  } catch (...) {
+    clean();
+    throw;
+  }
+}
+
 int run_command(const MpiSession& mpi, const std::string& config_path,
                 const std::string& graph_path, const std::string& out_override,
                 const std::vector<std::string>& overrides, bool quiet, bool rollback_check) {
-  std::optional<graph::SlicedGraph> graph;
-  if (!graph_path.empty()) graph = io::read_graph_h5(graph_path);
-  io::ExperimentConfig c = load_config(config_path, graph ? &*graph : nullptr, overrides);
+  // The configuration first (from CONFIG, or the one graph.h5 carries): the engine decides how
+  // the graph is read.
+  std::optional<io::ExperimentConfig> loaded;
+  if (!config_path.empty()) {
+    loaded = load_config(config_path, nullptr, overrides);
+  } else {
+    graph::SlicedGraph meta;
+    meta.config_text = io::read_graph_config_text(graph_path);
+    loaded = load_config(config_path, &meta, overrides);
+  }
+  io::ExperimentConfig& c = *loaded;
   if (!out_override.empty()) c.run.output = out_override;
   const bool optimistic = c.run.engine == "optimistic";
   if (!optimistic && mpi.size() > 1)
@@ -124,6 +207,21 @@ int run_command(const MpiSession& mpi, const std::string& config_path,
         "{}: run.engine=sequential runs on one process, but {} were started; use "
         "--set run.engine=optimistic under mpirun",
         c.path, mpi.size());
+  std::optional<graph::SlicedGraph> graph;
+  if (!graph_path.empty() && optimistic) {
+    // Each process reads only the templates of its LPs under block partitioning (computed from
+    // the rank map and communicator table); METIS needs every template to weigh its edges.
+    io::GraphPart part;
+    if (c.run.partition == "block")
+      part.needed = [&](const graph::SlicedGraph& skeleton) {
+        const auto owner =
+            emu::partition_lps(skeleton, static_cast<std::uint32_t>(mpi.size()), "block");
+        return emu::templates_needed(skeleton, owner, static_cast<std::uint32_t>(mpi.rank()));
+      };
+    graph = io::read_graph_h5(graph_path, MPI_COMM_WORLD, part);
+  } else if (!graph_path.empty()) {
+    graph = io::read_graph_h5(graph_path);
+  }
   const auto t0 = std::chrono::steady_clock::now();
   if (!graph) graph = build(c);
   if (graph->world_size != static_cast<std::uint32_t>(c.parallel.world()))
@@ -141,14 +239,20 @@ int run_command(const MpiSession& mpi, const std::string& config_path,
     throw_input("--rollback-check runs on the sequential engine; drop run.engine=optimistic");
   emu::RunResults r;
   if (optimistic) {
+    // Results stay distributed: results.h5 is written collectively, summary.json and
+    // trace.json by process 0 (which receives only the traced ranks and the summary figures).
     opt.engine = emu::EngineKind::Optimistic;
-    r = emu::emulate_parallel(*graph, emu::costs_of(cost), opt, MPI_COMM_WORLD);
+    emu::DistributedResults d =
+        emu::emulate_distributed(*graph, emu::costs_of(cost), opt, MPI_COMM_WORLD);
+    complete_summary(d, c, MPI_COMM_WORLD);
+    write_outputs(d, c.run.output, MPI_COMM_WORLD);
+    if (mpi.rank() != 0) return 0;
+    r = std::move(d.local);
   } else {
     r = emu::emulate(*graph, cost, opt);
+    complete_summary(r, c);
+    write_outputs(r, c.run.output);
   }
-  if (mpi.rank() != 0) return 0;  // process 0 holds the results and writes them
-  complete_summary(r, c);
-  write_outputs(r, c.run.output);
   if (!quiet) {
     std::cout << io::format_summary_table(r);
     std::cout << "graph build " << build_s << " s; results in " << c.run.output << "/\n";

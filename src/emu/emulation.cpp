@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <limits>
 #include <memory>
 
 #include "core/error.hpp"
@@ -145,6 +146,8 @@ RunResults emulate(const graph::SlicedGraph& g, const cost::CostModel& cost,
 
 RunResults emulate(const graph::SlicedGraph& g, const Costs& cost,
                    const EmulationOptions& options) {
+  if (!g.fully_loaded())
+    throw ContractError("emulate: the sequential engine needs every template of the graph");
   Instance inst(g, cost, options, nullptr, 0);
   std::vector<pdes::LogicalProcess*> lps;
   lps.reserve(inst.index.size());
@@ -174,6 +177,8 @@ std::vector<std::uint32_t> partition_lps(const graph::SlicedGraph& g, std::uint3
       owner[world + c] = owner[*g.comms.members_begin(c)];
     return owner;
   }
+  if (!g.fully_loaded())
+    throw ContractError("partition_lps: METIS weighs by message counts and needs every template");
   // Weighted LP graph: rank r — communicator c, weight = messages between them (2 per
   // collective instance or transfer: ARRIVE and COMPLETE), from the rank's template.
   std::vector<std::vector<std::pair<pdes::LpId, std::uint32_t>>> adj(owner.size());
@@ -208,13 +213,32 @@ std::vector<std::uint32_t> partition_lps(const graph::SlicedGraph& g, std::uint3
   return partitioner->assign(static_cast<std::uint32_t>(owner.size()), processes, &lg);
 }
 
-RunResults emulate_parallel(const graph::SlicedGraph& g, const Costs& cost,
-                            const EmulationOptions& options, MPI_Comm comm) {
+std::vector<bool> templates_needed(const graph::SlicedGraph& g,
+                                   const std::vector<std::uint32_t>& owner, std::uint32_t process) {
+  SCALESCOPE_EXPECTS(owner.size() == g.world_size + g.comms.size());
+  std::vector<bool> needed(g.templates.size(), false);
+  for (std::uint32_t r = 0; r < g.world_size; ++r)
+    if (owner[r] == process) needed[g.rank_class[r]] = true;
+  for (std::uint32_t c = 0; c < g.comms.size(); ++c)
+    if (owner[g.world_size + c] == process)
+      for (const std::uint32_t* m = g.comms.members_begin(c); m != g.comms.members_end(c); ++m)
+        needed[g.rank_class[*m]] = true;
+  return needed;
+}
+
+DistributedResults emulate_distributed(const graph::SlicedGraph& g, const Costs& cost,
+                                       const EmulationOptions& options, MPI_Comm comm) {
   int me = 0, size = 1;
   MPI_Comm_rank(comm, &me);
   MPI_Comm_size(comm, &size);
   const std::vector<std::uint32_t> owner =
       partition_lps(g, static_cast<std::uint32_t>(size), options.partition);
+  const std::vector<bool> needed = templates_needed(g, owner, static_cast<std::uint32_t>(me));
+  for (std::size_t k = 0; k < needed.size(); ++k)
+    if (needed[k] && !g.is_loaded(k))
+      throw ContractError(
+          fmt::format("emulation: process {} needs template {} ('{}'), which was not loaded", me, k,
+                      g.templates[k].name));
   Instance inst(g, cost, options, &owner, static_cast<std::uint32_t>(me));
   pdes::OptimisticEngine engine(
       comm, owner, [&](pdes::LpId id) { return inst.lp(id); }, options.optimistic);
@@ -233,22 +257,19 @@ RunResults emulate_parallel(const graph::SlicedGraph& g, const Costs& cost,
   MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm);
   if (!all_ok) throw ContractError(why.empty() ? "emulation deadlocked on another process" : why);
 
-  // Per-rank table: each process filled only its ranks (others are zero), so a sum gathers it.
-  std::vector<std::int64_t> mine(static_cast<std::size_t>(g.world_size) * kRankFields, 0);
-  for (const RankLP& r : inst.ranks) {
-    const auto v = pack(inst.out.ranks[r.rank()]);
-    std::copy(v.begin(), v.end(),
-              mine.begin() + static_cast<std::ptrdiff_t>(r.rank()) * kRankFields);
-  }
-  std::vector<std::int64_t> all(me == 0 ? mine.size() : 0);
-  MPI_Reduce(mine.data(), all.data(), static_cast<int>(mine.size()), MPI_INT64_T, MPI_SUM, 0, comm);
-  RunResults out = std::move(inst.out);
-  for (auto& [rank, tl] : out.timelines) gather_records(tl, owner[rank], me, comm);
-  for (auto& [rank, mem] : out.memory) gather_records(mem, owner[rank], me, comm);
-  if (me == 0)
-    for (std::uint32_t r = 0; r < g.world_size; ++r)
-      out.ranks[r] = unpack(all.data() + static_cast<std::size_t>(r) * kRankFields);
-
+  DistributedResults d;
+  d.process = static_cast<std::uint32_t>(me);
+  d.processes = static_cast<std::uint32_t>(size);
+  d.rank_owner.assign(owner.begin(), owner.begin() + g.world_size);
+  for (const auto& entry : inst.out.timelines) d.traced_ranks.push_back(entry.first);
+  d.local = std::move(inst.out);
+  RunResults& out = d.local;
+  // Keep only the traced ranks this process owns (the others stayed empty here).
+  for (std::uint32_t r : d.traced_ranks)
+    if (!d.owns(r)) {
+      out.timelines.erase(r);
+      out.memory.erase(r);
+    }
   out.engine.kind = "optimistic";
   out.engine.processes = static_cast<std::uint32_t>(size);
   out.engine.events_processed = total.events_processed;
@@ -257,8 +278,67 @@ RunResults emulate_parallel(const graph::SlicedGraph& g, const Costs& cost,
   out.engine.remote_messages = total.remote_messages;
   out.engine.gvt_rounds = total.gvt_rounds;
   out.engine.wall_s = total.wall_s;
-  finish_results(out, cost);
+  finish_results(out, cost);  // over the local rows; made global below
+  Summary& s = out.summary;
+  MPI_Allreduce(MPI_IN_PLACE, &s.iteration_time, 1, MPI_INT64_T, MPI_MAX, comm);
+  MPI_Allreduce(MPI_IN_PLACE, &s.peak_memory_bytes, 1, MPI_INT64_T, MPI_MAX, comm);
+
+  // The last-finishing rank (the lowest on a tie, as MAXLOC breaks ties) and its row.
+  struct {
+    long finish;
+    int rank;
+  } last{std::numeric_limits<long>::min(), std::numeric_limits<int>::max()}, global{};
+  static_assert(sizeof(long) == sizeof(SimTime));
+  for (std::uint32_t r = 0; r < g.world_size; ++r)
+    if (d.owns(r) && out.ranks[r].finish > last.finish) {
+      last.finish = out.ranks[r].finish;
+      last.rank = static_cast<int>(r);
+    }
+  MPI_Allreduce(&last, &global, 1, MPI_LONG_INT, MPI_MAXLOC, comm);
+  if (g.world_size > 0) {
+    d.last_finishing_rank = static_cast<std::uint32_t>(global.rank);
+    auto row = pack(out.ranks[d.last_finishing_rank]);
+    MPI_Bcast(row.data(), kRankFields, MPI_INT64_T, static_cast<int>(owner[d.last_finishing_rank]),
+              comm);
+    out.ranks[d.last_finishing_rank] = unpack(row.data());
+  }
+  return d;
+}
+
+void gather_traces(DistributedResults& d, MPI_Comm comm) {
+  const int me = static_cast<int>(d.process);
+  for (std::uint32_t r : d.traced_ranks) {
+    gather_records(d.local.timelines[r], d.rank_owner[r], me, comm);
+    gather_records(d.local.memory[r], d.rank_owner[r], me, comm);
+    if (me != 0 && !d.owns(r)) {
+      d.local.timelines.erase(r);
+      d.local.memory.erase(r);
+    }
+  }
+}
+
+RunResults gather_results(DistributedResults d, MPI_Comm comm) {
+  const auto world = static_cast<std::uint32_t>(d.rank_owner.size());
+  // Per-rank table: each process packs only its ranks (others zero), so a sum gathers it.
+  std::vector<std::int64_t> mine(static_cast<std::size_t>(world) * kRankFields, 0);
+  for (std::uint32_t r = 0; r < world; ++r)
+    if (d.owns(r)) {
+      const auto v = pack(d.local.ranks[r]);
+      std::copy(v.begin(), v.end(), mine.begin() + static_cast<std::ptrdiff_t>(r) * kRankFields);
+    }
+  std::vector<std::int64_t> all(d.process == 0 ? mine.size() : 0);
+  MPI_Reduce(mine.data(), all.data(), static_cast<int>(mine.size()), MPI_INT64_T, MPI_SUM, 0, comm);
+  gather_traces(d, comm);
+  RunResults out = std::move(d.local);
+  if (d.process == 0)
+    for (std::uint32_t r = 0; r < world; ++r)
+      out.ranks[r] = unpack(all.data() + static_cast<std::size_t>(r) * kRankFields);
   return out;
+}
+
+RunResults emulate_parallel(const graph::SlicedGraph& g, const Costs& cost,
+                            const EmulationOptions& options, MPI_Comm comm) {
+  return gather_results(emulate_distributed(g, cost, options, comm), comm);
 }
 
 }  // namespace scalescope::emu

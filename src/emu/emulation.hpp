@@ -38,14 +38,40 @@ RunResults emulate(const graph::SlicedGraph& g, const Costs& costs,
 /// The same on the optimistic engine over the processes of `comm` (collective: every process
 /// calls it with the same graph and options). The complete results are returned on process 0;
 /// other processes get their engine statistics only. Bit-identical to the sequential engine.
+/// `g` may be partially loaded (io::read_graph_h5 with a GraphPart) as long as every template
+/// this process needs (templates_needed) is; the sequential `emulate` needs all of them.
 RunResults emulate_parallel(const graph::SlicedGraph& g, const Costs& costs,
                             const EmulationOptions& options, MPI_Comm comm);
+
+/// emulate_parallel without gathering: every process keeps the results of its own LPs (see
+/// DistributedResults); the summary (iteration time = max finish, peak memory = max), engine
+/// statistics and the last-finishing rank's row are reduced onto every process. Collective.
+/// For io::write_results_h5(DistributedResults, path, comm), which writes results.h5 in parallel.
+DistributedResults emulate_distributed(const graph::SlicedGraph& g, const Costs& costs,
+                                       const EmulationOptions& options, MPI_Comm comm);
+
+/// Sends the timelines and memory records of every traced rank to process 0 (for trace.json):
+/// afterwards process 0's d.local.timelines / memory hold all traced ranks. Collective.
+void gather_traces(DistributedResults& d, MPI_Comm comm);
+
+/// Gathers a distributed result onto process 0 (the complete RunResults of emulate_parallel);
+/// other processes get the global summary and engine statistics only. Collective.
+RunResults gather_results(DistributedResults d, MPI_Comm comm);
 
 /// Owner process of every LP of the emulation (ranks 0..W−1, then one per communicator):
 /// "block" gives each process a contiguous block of ranks and each communicator to the owner of
 /// its first member; "metis" partitions the rank–communicator graph weighted by the number of
 /// messages each pair exchanges.
+/// "block" uses only the rank count and the communicator table, so it works on a graph whose
+/// templates are not loaded yet; "metis" weighs edges by each class's message counts and needs
+/// every template (a ContractError otherwise).
 std::vector<std::uint32_t> partition_lps(const graph::SlicedGraph& g, std::uint32_t processes,
                                          const std::string& partition);
+
+/// The templates `process` needs under the LP assignment `owner`: the class of every rank it
+/// owns, and the class of every member of every communicator it owns (a CommLP reads the op of
+/// whichever member arrives last). Uses only the rank map and the communicator table.
+std::vector<bool> templates_needed(const graph::SlicedGraph& g,
+                                   const std::vector<std::uint32_t>& owner, std::uint32_t process);
 
 }  // namespace scalescope::emu

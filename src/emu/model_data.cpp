@@ -25,7 +25,13 @@ ModelData::ModelData(const graph::SlicedGraph& g, const Costs& c, bool coalesce)
     : graph(&g), cost(&c), coalesce_local_ops(coalesce) {
   durations.reserve(g.templates.size());
   memory.reserve(g.templates.size());
-  for (const graph::RankProgram& p : g.templates) {
+  for (std::size_t k = 0; k < g.templates.size(); ++k) {
+    const graph::RankProgram& p = g.templates[k];
+    if (!g.is_loaded(k)) {  // a partial read: no process-local LP uses this template
+      durations.emplace_back();
+      memory.emplace_back();
+      continue;
+    }
     std::vector<SimTime> d(p.size(), 0);
     for (std::uint32_t i = 0; i < p.size(); ++i)
       if (!graph::is_communication(p.ops[i].kind)) d[i] = c.compute(p.ops[i]);

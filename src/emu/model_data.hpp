@@ -44,8 +44,9 @@ void append_bytes(std::vector<std::byte>& out, const T* data, std::size_t count)
 struct ModelData {
   const graph::SlicedGraph* graph = nullptr;
   const Costs* cost = nullptr;
-  std::vector<std::vector<SimTime>> durations;  ///< per template, per op; 0 for communication
-  std::vector<MemoryProfile> memory;            ///< per template
+  /// Per template, per op; 0 for communication. Empty for a template that is not loaded.
+  std::vector<std::vector<SimTime>> durations;
+  std::vector<MemoryProfile> memory;  ///< per template; empty for a template not loaded
   bool coalesce_local_ops = true;
 
   ModelData(const graph::SlicedGraph& g, const Costs& c, bool coalesce);

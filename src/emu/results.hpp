@@ -84,4 +84,22 @@ struct RunResults {
   std::string config_text;
 };
 
+/// One process's share of a parallel run (emu::emulate_distributed), as the collective
+/// results.h5 writer takes it: nothing of size world_size is gathered on one process.
+struct DistributedResults {
+  /// summary, engine, config_text: global figures, identical on every process (reductions).
+  /// ranks: world_size rows; complete for the ranks this process owns and for the rank that
+  /// finishes last (every process holds that one row, for the summary); the other rows are zero
+  /// but for rank_class (and pp_stage once the caller fills it in). timelines, memory: the
+  /// traced ranks this process owns (all of them on process 0 after emu::gather_traces).
+  RunResults local;
+  std::vector<std::uint32_t> rank_owner;    ///< world_size entries: process of each rank
+  std::vector<std::uint32_t> traced_ranks;  ///< every traced rank, ascending, on every process
+  std::uint32_t process = 0;                ///< this process in the emulation's communicator
+  std::uint32_t processes = 1;
+  std::uint32_t last_finishing_rank = 0;  ///< the lowest rank with the largest finish time
+
+  bool owns(std::uint32_t rank) const { return rank_owner[rank] == process; }
+};
+
 }  // namespace scalescope::emu

@@ -84,6 +84,10 @@ std::uint32_t CommTable::add(CommKind k, const std::vector<std::uint32_t>& ranks
   return id;
 }
 
+bool SlicedGraph::fully_loaded() const {
+  return std::find(loaded.begin(), loaded.end(), false) == loaded.end();
+}
+
 std::uint32_t SlicedGraph::member_index(std::uint32_t c, std::uint32_t rank) const {
   auto* b = comms.members_begin(c);
   auto* e = comms.members_end(c);
@@ -136,6 +140,8 @@ void validate(const SlicedGraph& g) {
   if (g.rank_roles.size() != static_cast<std::size_t>(world) * kNumRoles)
     throw_input("graph: rank → role map has {} entries, expected {}", g.rank_roles.size(),
                 static_cast<std::size_t>(world) * kNumRoles);
+  if (!g.loaded.empty() && g.loaded.size() != g.templates.size())
+    throw_input("graph: {} loaded flags for {} templates", g.loaded.size(), g.templates.size());
   if (g.comms.offsets.size() != g.comms.kind.size() + 1 ||
       g.comms.offsets.back() != g.comms.members.size())
     throw_input("graph: communicator table offsets are inconsistent");
@@ -152,10 +158,11 @@ void validate(const SlicedGraph& g) {
                   g.comms.num_members(c));
   }
 
-  // Roles each template uses.
+  // Roles each template uses (none known for a template that is not loaded).
   std::vector<std::array<bool, kNumRoles>> uses(g.templates.size());
   for (std::size_t t = 0; t < g.templates.size(); ++t) {
     uses[t].fill(false);
+    if (!g.is_loaded(t)) continue;
     for (const Op& op : g.templates[t].ops) {
       uses[t][static_cast<int>(op.role)] = true;
       uses[t][static_cast<int>(op.role2)] = true;
@@ -207,6 +214,7 @@ void validate(const SlicedGraph& g) {
       if (g.comm_of(up, CommRole::PpNext) != static_cast<std::int32_t>(c) ||
           g.comm_of(down, CommRole::PpPrev) != static_cast<std::int32_t>(c))
         throw_input("graph: pipeline communicator {} is not (previous, next) of its members", c);
+      if (!g.is_loaded(g.rank_class[up]) || !g.is_loaded(g.rank_class[down])) continue;
       if (sig(g.rank_class[up], CommRole::PpNext, Part::Send) !=
           sig(g.rank_class[down], CommRole::PpPrev, Part::Recv))
         throw_input(
@@ -222,6 +230,7 @@ void validate(const SlicedGraph& g) {
       continue;
     }
     CommRole role = role_of(kind);
+    if (std::any_of(b, e, [&](std::uint32_t m) { return !g.is_loaded(g.rank_class[m]); })) continue;
     const Signature& first = sig(g.rank_class[*b], role, Part::Collective);
     for (auto* m = b + 1; m != e; ++m)
       if (g.rank_class[*m] != g.rank_class[*b] &&

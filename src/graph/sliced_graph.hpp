@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.hpp"
 #include "graph/rank_program.hpp"
 
 namespace scalescope::graph {
@@ -37,8 +38,19 @@ struct SlicedGraph {
   CommTable comms;
   /// world_size × kNumRoles, row-major: communicator of each role of each rank, or kNoComm.
   std::vector<std::int32_t> rank_roles;
+  /// Per template: whether its ops were loaded. A partial read (io::read_graph_h5 with an MPI
+  /// communicator) loads only the templates one process needs; the others keep their name and
+  /// static_memory but no ops, dependencies or stream lists, and nothing may touch them.
+  /// Empty (the default, and what every builder produces): all templates are loaded.
+  std::vector<bool> loaded;
 
-  const RankProgram& program_of(std::uint32_t rank) const { return templates[rank_class[rank]]; }
+  bool is_loaded(std::size_t k) const { return loaded.empty() || loaded[k]; }
+  bool fully_loaded() const;
+  /// The template of `rank`; a contract violation if it was not loaded.
+  const RankProgram& program_of(std::uint32_t rank) const {
+    SCALESCOPE_EXPECTS(is_loaded(rank_class[rank]));
+    return templates[rank_class[rank]];
+  }
   std::int32_t comm_of(std::uint32_t rank, CommRole role) const {
     return rank_roles[static_cast<std::size_t>(rank) * kNumRoles + static_cast<std::size_t>(role)];
   }
@@ -49,7 +61,9 @@ struct SlicedGraph {
 /// Checks the graph for structural errors: dependency order (no cycles), role/stream
 /// consistency, communicator membership, collectives whose members disagree on the sequence of
 /// (kind, bytes), and point-to-point sends without a matching receive. Throws InputError naming
-/// the template, op or communicator.
+/// the template, op or communicator. Templates that are not loaded are skipped: the checks that
+/// need their ops (role use, collective and point-to-point signatures involving them) are left to
+/// a process that loaded them; the rank map and communicator table are always checked in full.
 void validate(const SlicedGraph& g);
 
 }  // namespace scalescope::graph

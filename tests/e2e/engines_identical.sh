@@ -2,6 +2,8 @@
 # The sequential engine and the optimistic engine at np 1, 2, 4 with block and METIS partitions
 # write identical results: summary.json without the engine statistics, and every dataset of
 # results.h5 except /engine, for every shipped experiment (llama3-8b-hf shrunk to 64 GPUs).
+# Also from graph.h5 (`run --graph`): the optimistic engine reads it in parallel, each process
+# only its templates under block partitioning, all of them under METIS.
 set -euo pipefail
 bin=$1; repo=$2
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -16,6 +18,11 @@ for exp in quickstart llama3-8b-hf gpt3-175b-1024; do
       mpirun -np $np "$bin" run "$cfg" -o "$tmp/$exp-$np-$part" --quiet "${set_small[@]}" \
         --set run.engine=optimistic --set run.partition=$part
     done
+  done
+  "$bin" graph "$cfg" -o "$tmp/$exp.h5" "${set_small[@]}" >/dev/null
+  for run in 2-block 4-block 2-metis; do
+    mpirun -np ${run%%-*} "$bin" run --graph "$tmp/$exp.h5" -o "$tmp/$exp-$run-graph" --quiet \
+      --set run.engine=optimistic --set run.partition=${run#*-}
   done
 done
 /usr/bin/python3 - "$tmp" <<'PY'

@@ -376,5 +376,61 @@ TEST_F(GraphH5, FailedWriteLeavesNoFile) {
   EXPECT_EQ(listing(), std::vector<std::string>{"taken"});
 }
 
+TEST_F(GraphH5, ConfigTextReadsAlone) {
+  const std::string path = file("graph.h5");
+  write_graph_h5(make_graph(), path);
+  EXPECT_EQ(read_graph_config_text(path), make_graph().config_text);
+  EXPECT_THROW(read_graph_config_text(file("absent.h5")), IoError);
+}
+
+TEST_F(GraphH5, PartialReadLoadsOnlyTheTemplatesAskedFor) {
+  const graph::SlicedGraph g = make_graph();
+  const std::string path = file("graph.h5");
+  write_graph_h5(g, path);
+  GraphPart part;
+  part.needed = [](const graph::SlicedGraph& skeleton) {
+    // The skeleton: maps and table complete, templates named but empty.
+    EXPECT_EQ(skeleton.rank_class, make_graph().rank_class);
+    EXPECT_EQ(skeleton.templates.at(1).name, "stage1");
+    EXPECT_TRUE(skeleton.templates.at(0).ops.empty());
+    return std::vector<bool>{true, false};
+  };
+  GraphReadStats stats;
+  const graph::SlicedGraph r = read_graph_h5(path, MPI_COMM_SELF, part, &stats);
+  EXPECT_EQ(stats.templates_read, 1u);
+  EXPECT_TRUE(r.is_loaded(0));
+  EXPECT_FALSE(r.is_loaded(1));
+  EXPECT_FALSE(r.fully_loaded());
+  EXPECT_EQ(r.templates[0].ops.size(), g.templates[0].ops.size());
+  EXPECT_EQ(r.templates[0].stream_ops, g.templates[0].stream_ops);
+  EXPECT_EQ(r.templates[1].name, "stage1");
+  EXPECT_EQ(r.templates[1].static_memory, g.templates[1].static_memory);
+  EXPECT_TRUE(r.templates[1].ops.empty());
+  EXPECT_NO_THROW(r.program_of(0));
+  EXPECT_THROW(r.program_of(2), ContractError);  // rank 2 runs the template not loaded
+
+  // Without a part, every template: the same graph as the serial read.
+  const graph::SlicedGraph all = read_graph_h5(path, MPI_COMM_SELF, GraphPart{});
+  EXPECT_TRUE(all.fully_loaded());
+  ASSERT_EQ(all.templates.size(), g.templates.size());
+  for (std::size_t t = 0; t < g.templates.size(); ++t)
+    EXPECT_EQ(all.templates[t].deps, g.templates[t].deps);
+}
+
+TEST_F(GraphH5, PartialReadOfATruncatedFileIsOneLineIoError) {
+  const std::string path = file("graph.h5");
+  write_graph_h5(make_graph(), path);
+  std::filesystem::resize_file(path, std::filesystem::file_size(path) / 2);
+  std::string msg;
+  try {
+    read_graph_h5(path, MPI_COMM_SELF, GraphPart{});
+  } catch (const IoError& e) {
+    msg = e.what();
+  }
+  ASSERT_FALSE(msg.empty());
+  EXPECT_EQ(msg.rfind(path, 0), 0u) << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+}
+
 }  // namespace
 }  // namespace scalescope::io
