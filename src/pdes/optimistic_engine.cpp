@@ -132,6 +132,7 @@ class OptimisticEngine::Impl final : public Context {
 
   std::int64_t sent_ = 0, received_ = 0;
   std::uint64_t committed_everywhere_ = 0;  ///< at the last GVT round
+  std::uint64_t uncommitted_ = 0;           ///< processed, not yet committed, on this process
   std::chrono::steady_clock::time_point start_;
   double last_report_ = 0;
   OptimisticStats stats_;
@@ -253,6 +254,7 @@ void OptimisticEngine::Impl::undo(LocalLp& lp, Node* n) {
   lp.lp->reverse(n->ev, *this);
   lp.seq = n->saved_seq;
   ++stats_.events_rolled_back;
+  --uncommitted_;
   cancel_children(n);
   now_ = now;
   self_ = self;
@@ -302,6 +304,7 @@ void OptimisticEngine::Impl::execute(Node* n) {
   n->state = NodeState::Processed;
   d.processed.push_back(n);
   ++stats_.events_processed;
+  ++uncommitted_;
   for (Node* o : outgoing_) enqueue_wire(o->dst_proc, o, false);
   outgoing_.clear();
 }
@@ -456,6 +459,7 @@ void OptimisticEngine::Impl::fossil_collect(SimTime gvt) {
       lp.processed.pop_front();
       lp.lp->commit(n->ev);
       ++stats_.events_committed;
+      --uncommitted_;
       for (Node* c = n->caused_remote; c != nullptr;) {
         Node* next = c->next_caused;
         release(c);
@@ -488,7 +492,7 @@ OptimisticStats OptimisticEngine::Impl::run(SimTime end) {
                                 ? end
                                 : std::min(end, gvt + config_.optimism_window);
     for (std::uint32_t k = 0; k < config_.batch_events; ++k) {
-      if (local_min() > horizon || heap_.empty()) break;
+      if (local_min() > horizon || heap_.empty() || uncommitted_ >= config_.max_uncommitted) break;
       execute(heap_.pop());
       progressed = true;
       ++since_gvt;

@@ -18,6 +18,9 @@ struct OptimisticConfig {
   std::uint32_t gvt_interval = 4096;        ///< events processed between GVT rounds
   SimTime optimism_window = kTimeInfinity;  ///< never process beyond GVT + window
   std::uint32_t batch_events = 256;         ///< remote events per MPI message (at most)
+  /// Memory-based optimism control: a process holding this many processed but uncommitted
+  /// events stops and waits for GVT (each costs ~150 bytes until committed).
+  std::uint64_t max_uncommitted = 1u << 19;
   /// Test hook: hold back every n-th remote batch for one GVT-free poll cycle, so that events
   /// arrive late and rollbacks and anti-messages are exercised (0 = off).
   std::uint32_t delay_every = 0;
