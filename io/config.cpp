@@ -50,11 +50,16 @@ const Keys kModelShapeKeys = {"name",
                               "add_bias_linear",
                               "hidden_dropout",
                               "attention_dropout"};
-const Keys kParallelKeys = {"tensor_model_parallel_size", "pipeline_model_parallel_size",
-                            "data_parallel_size",         "virtual_pipeline_model_parallel_size",
-                            "sequence_parallel",          "recompute",
-                            "use_distributed_optimizer",  "schedule",
-                            "overlap_grad_reduce",        "overlap_param_gather",
+const Keys kParallelKeys = {"tensor_model_parallel_size",
+                            "pipeline_model_parallel_size",
+                            "data_parallel_size",
+                            "virtual_pipeline_model_parallel_size",
+                            "sequence_parallel",
+                            "recompute",
+                            "use_distributed_optimizer",
+                            "schedule",
+                            "overlap_grad_reduce",
+                            "overlap_param_gather",
                             "decoder_first_pipeline_num_layers",
                             "decoder_last_pipeline_num_layers"};
 const Keys kTrainingKeys = {"micro_batch_size", "global_batch_size", "precision", "attention"};
@@ -514,8 +519,10 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
   const std::int64_t pinned =
       p.decoder_first_pipeline_num_layers + p.decoder_last_pipeline_num_layers;
   if (pinned > 0 && pp == 1)
-    throw_input("{}: parallel.decoder_first/last_pipeline_num_layers need "
-                "pipeline_model_parallel_size > 1", f);
+    throw_input(
+        "{}: parallel.decoder_first/last_pipeline_num_layers need "
+        "pipeline_model_parallel_size > 1",
+        f);
   if (pinned == 0 && m.num_layers % pp != 0)
     throw_input("{}: parallel.pipeline_model_parallel_size={} does not divide model.num_layers={}",
                 f, pp, m.num_layers);
@@ -523,8 +530,10 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
     const std::int64_t rest = m.num_layers - pinned;
     const std::int64_t middle = p.middle_stages();
     if (rest < 0 || (middle == 0 ? rest != 0 : rest % middle != 0 || rest == 0))
-      throw_input("{}: model.num_layers={} minus the first/last stage layers ({}) does not split "
-                  "evenly over the other {} pipeline stages", f, m.num_layers, pinned, middle);
+      throw_input(
+          "{}: model.num_layers={} minus the first/last stage layers ({}) does not split "
+          "evenly over the other {} pipeline stages",
+          f, m.num_layers, pinned, middle);
   }
 
   // World size: DP is derived from the GPU count when omitted, the GPU count from TP·PP·DP.

@@ -182,6 +182,8 @@ void write_engine(const h5::Group& root, const emu::EngineStats& e) {
   g.set_attribute("remote_messages", e.remote_messages);
   g.set_attribute("gvt_rounds", e.gvt_rounds);
   g.set_attribute("wall_s", e.wall_s);
+  g.set_attribute("events_per_virtual_rank", e.events_per_rank);
+  g.set_attribute("lp_state_bytes_per_virtual_rank", e.lp_bytes_per_rank);
 }
 
 void write_file(h5::File& file, const emu::RunResults& r, const Share& share) {

@@ -76,6 +76,8 @@ void write_summary_json(const emu::RunResults& r, const std::string& path) {
                      {"remote_messages", e.remote_messages},
                      {"gvt_rounds", e.gvt_rounds},
                      {"committed_events_per_s", committed_per_s(e)},
+                     {"events_per_virtual_rank", e.events_per_rank},
+                     {"lp_state_bytes_per_virtual_rank", e.lp_bytes_per_rank},
                      {"wall_s", e.wall_s}};
   const std::string text = j.dump(2) + "\n";
   write_text_via_temporary(path, [&](std::ostream& out) { out << text; });

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -186,6 +187,31 @@ void write_outputs(emu::DistributedResults& d, const fs::path& dir, MPI_Comm com
   }
 }
 
+/// One line on stderr at most once per second: committed events, simulated time reached and an
+/// estimate of the total (from the exact event count of the graph), event rate, ETA.
+pdes::ProgressReporter progress_reporter(const graph::SlicedGraph& g, bool coalesce) {
+  const std::uint64_t total = g.fully_loaded() ? emu::expected_events(g, coalesce) : 0;
+  pdes::ProgressReporter p;
+  p.interval_s = 1.0;
+  p.report = [total](const pdes::ProgressInfo& i) {
+    const double rate = i.wall_s > 0 ? static_cast<double>(i.committed) / i.wall_s : 0;
+    const double sim = ns_to_seconds(i.sim_time);
+    if (total > 0 && i.committed > 0) {
+      const double done = static_cast<double>(i.committed) / static_cast<double>(total);
+      const double eta =
+          rate > 0 ? static_cast<double>(total - std::min(total, i.committed)) / rate : 0;
+      std::cerr << fmt::format(
+          "progress: {:5.1f} % of {} events | simulated {:.3f} s of ~{:.3f} s | {:.3g} events/s | "
+          "ETA {:.0f} s\n",
+          100 * done, total, sim, done > 0 ? sim / done : 0.0, rate, eta);
+    } else {
+      std::cerr << fmt::format("progress: {} events | simulated {:.3f} s | {:.3g} events/s\n",
+                               i.committed, sim, rate);
+    }
+  };
+  return p;
+}
+
 int run_command(const MpiSession& mpi, const std::string& config_path,
                 const std::string& graph_path, const std::string& out_override,
                 const std::vector<std::string>& overrides, bool quiet, bool rollback_check) {
@@ -235,6 +261,7 @@ int run_command(const MpiSession& mpi, const std::string& config_path,
   opt.trace_ranks = c.run.trace_ranks;
   opt.partition = c.run.partition;
   opt.rollback_check = rollback_check;
+  if (!quiet && mpi.rank() == 0) opt.progress = progress_reporter(*graph, opt.coalesce_local_ops);
   if (rollback_check && optimistic)
     throw_input("--rollback-check runs on the sequential engine; drop run.engine=optimistic");
   emu::RunResults r;

@@ -30,7 +30,8 @@ BREAKDOWN_TERMS = (("compute", "compute_ns"), ("exposed_tp", "exposed_tp_ns"),
                    ("exposed_pp", "exposed_pp_ns"), ("exposed_dp", "exposed_dp_ns"),
                    ("other_wait", "other_wait_ns"))
 ENGINE_KEYS = ("kind", "processes", "events_processed", "events_committed", "events_rolled_back",
-               "remote_messages", "gvt_rounds", "wall_s")
+               "remote_messages", "gvt_rounds", "wall_s", "events_per_virtual_rank",
+               "lp_state_bytes_per_virtual_rank")
 TIMELINE_FIELDS = ("start_ns", "end_ns", "op", "stream", "kind", "phase", "name", "layer",
                    "microbatch")
 MEMORY_FIELDS = ("time_ns", "live_bytes")

@@ -95,6 +95,8 @@ def text(d, path):
         ("events rolled back", f"{e['events_rolled_back']}"),
         ("remote messages", f"{e['remote_messages']}"),
         ("GVT rounds", f"{e['gvt_rounds']}"),
+        ("per virtual rank", f"{e['events_per_virtual_rank']:.0f} events, "
+                             f"{e['lp_state_bytes_per_virtual_rank'] / 1024:.1f} KiB LP state"),
         ("wall time", f"{e['wall_s']:.3f} s ({e['committed_events_per_s']:.0f} committed events/s)"),
     ]
     w = max(len(k) for k, _ in eng)

@@ -139,6 +139,23 @@ void gather_records(std::vector<T>& records, std::uint32_t owner, int me, MPI_Co
 
 }  // namespace
 
+std::uint64_t expected_events(const graph::SlicedGraph& g, bool coalesce_local_ops) {
+  std::vector<std::uint64_t> per_class(g.templates.size(), 0);
+  for (std::size_t k = 0; k < g.templates.size(); ++k) {
+    std::uint64_t n = 1;  // START
+    for (const graph::Op& op : g.templates[k].ops) {
+      if (graph::is_collective(op.kind)) n += 2;
+      if (op.kind == graph::OpKind::SendRecv)
+        n += 2 * ((op.role != graph::CommRole::None) + (op.role2 != graph::CommRole::None));
+      if (!graph::is_communication(op.kind) && !coalesce_local_ops) n += 1;
+    }
+    per_class[k] = n;
+  }
+  std::uint64_t total = 0;
+  for (std::uint32_t cls : g.rank_class) total += per_class[cls];
+  return total;
+}
+
 RunResults emulate(const graph::SlicedGraph& g, const cost::CostModel& cost,
                    const EmulationOptions& options) {
   return emulate(g, costs_of(cost), options);
@@ -153,6 +170,7 @@ RunResults emulate(const graph::SlicedGraph& g, const Costs& cost,
   lps.reserve(inst.index.size());
   for (pdes::LpId id = 0; id < inst.index.size(); ++id) lps.push_back(inst.lp(id));
   pdes::SequentialEngine engine(std::move(lps));
+  engine.set_progress(options.progress);
   const pdes::EngineStats stats = engine.run(kTimeInfinity, options.rollback_check);
   inst.check_complete();
   RunResults out = std::move(inst.out);
@@ -161,6 +179,10 @@ RunResults emulate(const graph::SlicedGraph& g, const Costs& cost,
   out.engine.events_processed = stats.events_processed;
   out.engine.events_committed = stats.events_committed;
   out.engine.wall_s = stats.wall_s;
+  double bytes = 0;
+  for (const RankLP& r : inst.ranks) bytes += static_cast<double>(r.state_bytes());
+  out.engine.lp_bytes_per_rank = bytes / g.world_size;
+  out.engine.events_per_rank = static_cast<double>(stats.events_committed) / g.world_size;
   finish_results(out, cost);
   return out;
 }
@@ -240,8 +262,10 @@ DistributedResults emulate_distributed(const graph::SlicedGraph& g, const Costs&
           fmt::format("emulation: process {} needs template {} ('{}'), which was not loaded", me, k,
                       g.templates[k].name));
   Instance inst(g, cost, options, &owner, static_cast<std::uint32_t>(me));
+  pdes::OptimisticConfig config = options.optimistic;
+  config.progress = options.progress;
   pdes::OptimisticEngine engine(
-      comm, owner, [&](pdes::LpId id) { return inst.lp(id); }, options.optimistic);
+      comm, owner, [&](pdes::LpId id) { return inst.lp(id); }, config);
   const pdes::OptimisticStats local = engine.run();
   const pdes::OptimisticStats total = engine.total(local);
 
@@ -278,6 +302,11 @@ DistributedResults emulate_distributed(const graph::SlicedGraph& g, const Costs&
   out.engine.remote_messages = total.remote_messages;
   out.engine.gvt_rounds = total.gvt_rounds;
   out.engine.wall_s = total.wall_s;
+  double bytes = 0;
+  for (const RankLP& r : inst.ranks) bytes += static_cast<double>(r.state_bytes());
+  MPI_Allreduce(MPI_IN_PLACE, &bytes, 1, MPI_DOUBLE, MPI_SUM, comm);
+  out.engine.lp_bytes_per_rank = bytes / g.world_size;
+  out.engine.events_per_rank = static_cast<double>(total.events_committed) / g.world_size;
   finish_results(out, cost);  // over the local rows; made global below
   Summary& s = out.summary;
   MPI_Allreduce(MPI_IN_PLACE, &s.iteration_time, 1, MPI_INT64_T, MPI_MAX, comm);

@@ -12,6 +12,7 @@
 #include "emu/results.hpp"
 #include "graph/sliced_graph.hpp"
 #include "pdes/optimistic_engine.hpp"
+#include "pdes/progress.hpp"
 
 namespace scalescope::emu {
 
@@ -24,7 +25,13 @@ struct EmulationOptions {
   std::string partition = "block";    ///< optimistic: block | metis
   pdes::OptimisticConfig optimistic;  ///< optimistic: GVT interval, window, batching
   bool rollback_check = false;        ///< sequential: forward → reverse → compare per event
+  pdes::ProgressReporter progress;    ///< called on process 0 at most once per interval
 };
+
+/// The exact number of events a run commits: per rank one START, per collective one ARRIVE and
+/// one COMPLETE, per point-to-point part one ARRIVE and one COMPLETE, plus one OP_DONE per
+/// compute op when local ops are not coalesced. For progress reports (fraction done, ETA).
+std::uint64_t expected_events(const graph::SlicedGraph& g, bool coalesce_local_ops);
 
 /// Replays the graph. Fills RunResults::ranks (finish, breakdown, memory), timelines and memory
 /// of the traced ranks, engine statistics and summary.iteration_time / peak memory; the caller

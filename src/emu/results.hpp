@@ -52,6 +52,8 @@ struct EngineStats {
   std::uint64_t remote_messages = 0;
   std::uint64_t gvt_rounds = 0;
   double wall_s = 0;
+  double events_per_rank = 0;    ///< committed events / world size
+  double lp_bytes_per_rank = 0;  ///< RankLP state (object + per-op dynamic state) / world size
 };
 
 struct Summary {

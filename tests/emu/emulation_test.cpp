@@ -178,6 +178,17 @@ TEST(Emulation, TimeBreakdownAddsUpAndEveryTracedOpIsRecorded) {
   EXPECT_EQ(r.summary.peak_memory_bytes, std::max(r.ranks[0].peak_memory, r.ranks[7].peak_memory));
 }
 
+TEST(Emulation, ExpectedEventCountIsExact) {
+  // Per rank: START, and ARRIVE + COMPLETE per collective or transfer part; op-by-op replay adds
+  // one OP_DONE per compute op (emulation.hpp). Progress reports divide by this count.
+  Job j = mixed_job();
+  graph::SlicedGraph g = workload::build_graph(j.m, j.p, j.t);
+  for (bool coalesce : {true, false}) {
+    RunResults r = emulate(g, synthetic_costs(), options(coalesce, {}));
+    EXPECT_EQ(r.engine.events_committed, expected_events(g, coalesce));
+  }
+}
+
 TEST(Emulation, ResultsAreDeterministic) {
   Job j = mixed_job();
   graph::SlicedGraph g = workload::build_graph(j.m, j.p, j.t);
