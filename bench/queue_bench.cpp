@@ -38,6 +38,7 @@ void BM_Hold(benchmark::State& state) {
       benchmark::Counter(static_cast<double>(ops), benchmark::Counter::kIsRate);
 }
 BENCHMARK_TEMPLATE(BM_Hold, KeyedMinHeap<Event>)->Arg(1 << 10)->Arg(1 << 15)->Arg(1 << 20);
+BENCHMARK_TEMPLATE(BM_Hold, QuaternaryTimeHeap<Event>)->Arg(1 << 10)->Arg(1 << 15)->Arg(1 << 20);
 BENCHMARK_TEMPLATE(BM_Hold, PairingHeap<Event>)->Arg(1 << 10)->Arg(1 << 15)->Arg(1 << 20);
 
 BENCHMARK_MAIN();

@@ -5,7 +5,9 @@
 //   mpirun -np 2 scalescope-phold --lps-per-process 16384 --remote 0.25 --end 200
 //       --engine optimistic [--partition block|metis] [--json FILE]
 #include <mpi.h>
+
 #include <sys/resource.h>
+#include "core/sanitizer_defaults.hpp"
 
 #include <CLI/CLI.hpp>
 #include <array>

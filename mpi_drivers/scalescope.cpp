@@ -3,7 +3,9 @@
 //   scalescope run CONFIG [-o DIR] [--set key.path=value]... [--graph graph.h5] [--quiet]
 //   scalescope graph CONFIG -o graph.h5 [--set key.path=value]...
 #include <mpi.h>
+
 #include <unistd.h>
+#include "core/sanitizer_defaults.hpp"
 
 #include <CLI/CLI.hpp>
 #include <algorithm>

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include "core/sanitizer_defaults.hpp"
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int rank = 0;
