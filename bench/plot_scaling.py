@@ -26,8 +26,11 @@ for name, rs in series.items():
     n = [int(r["world_size"]) for r in rs]
     wall = [float(r["wall_s"]) for r in rs]
     rate = [float(r["committed_events_per_s"]) / 1e6 for r in rs]
+    engine_wall = [float(r["engine_wall_s"]) for r in rs]
     k = slope(n, wall) if len(n) > 1 else float("nan")
-    print(f"{name}: wall time ∝ world^{k:.2f}")
+    ke = slope(n, engine_wall) if len(n) > 1 else float("nan")
+    print(f"{name}: process wall time ∝ world^{k:.2f}, engine wall time ∝ world^{ke:.2f}, "
+          f"committed events/s {rate[0]:.2f} M → {rate[-1]:.2f} M")
     ax1.loglog(n, wall, "o-", label=f"{name} (∝ N^{k:.2f})")
     ax2.semilogx(n, rate, "o-", label=name)
 for ax in (ax1, ax2):
