@@ -6,6 +6,8 @@
 #include <hdf5.h>
 #include <mpi.h>
 
+#include "io/collective.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -38,10 +40,6 @@ void write_text_via_temporary(const std::string& path,
 /// collective metadata operations and of MPI-IO collectively).
 void write_via_temporary(const std::string& path, MPI_Comm comm,
                          const std::function<void(const std::string& tmp_path)>& body);
-
-/// Collective: if `error` is not empty on any process of `comm`, every process throws
-/// IoError with the message of the lowest such process; otherwise returns on every process.
-void raise_if_failed_anywhere(MPI_Comm comm, const std::string& error);
 
 }  // namespace scalescope::io
 

@@ -22,6 +22,7 @@
 #include "cost/cost_model.hpp"
 #include "emu/emulation.hpp"
 #include "io/chrome_trace.hpp"
+#include "io/collective.hpp"
 #include "io/config.hpp"
 #include "io/graph_h5.hpp"
 #include "io/results_h5.hpp"
@@ -101,23 +102,6 @@ void complete_summary(emu::DistributedResults& d, const io::ExperimentConfig& c,
                 comm);
 }
 
-/// Collective: if `error` is set on any process, every process throws the lowest one's message.
-void raise_if_failed_anywhere(MPI_Comm comm, const std::string& error) {
-  int me = 0, size = 1;
-  MPI_Comm_rank(comm, &me);
-  MPI_Comm_size(comm, &size);
-  const int mine = error.empty() ? size : me;
-  int first = size;
-  MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
-  if (first == size) return;
-  std::string msg = error;
-  unsigned long long length = msg.size();
-  MPI_Bcast(&length, 1, MPI_UNSIGNED_LONG_LONG, first, comm);
-  msg.resize(static_cast<std::size_t>(length));
-  MPI_Bcast(msg.data(), static_cast<int>(length), MPI_CHAR, first, comm);
-  throw IoError(msg);
-}
-
 /// The staging directory beside DIR that the result files are written into before they move in.
 fs::path staging_dir(const fs::path& dir, long pid) {
   fs::path stage = dir;
@@ -168,7 +152,7 @@ void write_outputs(emu::DistributedResults& d, const fs::path& dir, MPI_Comm com
     }
   }
   try {
-    raise_if_failed_anywhere(comm, error);
+    io::raise_if_failed_anywhere(comm, error);
     io::write_results_h5(d, (stage / "results.h5").string(), comm);
   } catch (...) {
     clean();
