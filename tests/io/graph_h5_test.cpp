@@ -15,6 +15,8 @@
 #include "graph/sliced_graph.hpp"
 #include "io/graph_h5.hpp"
 
+#include "temp_dir_test.hpp"
+
 namespace scalescope::io {
 namespace {
 
@@ -27,29 +29,7 @@ using graph::Phase;
 using graph::Stream;
 
 /// A directory of its own per test, removed afterwards.
-class GraphH5 : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = std::filesystem::temp_directory_path() /
-           ("scalescope_graph_h5_" + std::to_string(getpid()) + "_" + info->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override {
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
-  std::string file(const std::string& name) const { return (dir_ / name).string(); }
-  std::vector<std::string> listing() const {
-    std::vector<std::string> names;
-    for (const auto& e : std::filesystem::directory_iterator(dir_))
-      names.push_back(e.path().filename().string());
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-  std::filesystem::path dir_;
-};
+class GraphH5 : public TempDirTest {};
 
 Op make_op(OpKind kind, Stream stream, OpName name, Phase phase, std::uint16_t layer = 0xFFFF,
            std::uint16_t microbatch = 0xFFFF) {
