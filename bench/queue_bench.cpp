@@ -39,6 +39,7 @@ void BM_Hold(benchmark::State& state) {
 }
 BENCHMARK_TEMPLATE(BM_Hold, KeyedMinHeap<Event>)->Arg(1 << 10)->Arg(1 << 15)->Arg(1 << 20);
 BENCHMARK_TEMPLATE(BM_Hold, QuaternaryTimeHeap<Event>)->Arg(1 << 10)->Arg(1 << 15)->Arg(1 << 20);
+BENCHMARK_TEMPLATE(BM_Hold, LadderQueue<Event>)->Arg(1 << 10)->Arg(1 << 15)->Arg(1 << 20);
 BENCHMARK_TEMPLATE(BM_Hold, PairingHeap<Event>)->Arg(1 << 10)->Arg(1 << 15)->Arg(1 << 20);
 
 BENCHMARK_MAIN();

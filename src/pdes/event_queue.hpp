@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/error.hpp"
 #include "pdes/event.hpp"
 
 namespace scalescope::pdes {
@@ -205,6 +206,108 @@ class PairingHeap {
   std::vector<std::unique_ptr<Node[]>> chunks_;
   std::vector<Node*> free_;
   std::vector<Node*> pairs_;
+};
+
+}  // namespace scalescope::pdes
+
+namespace scalescope::pdes {
+
+/// A ladder queue with one rung (after Tang, Goh and Thng, "Ladder Queue", TOMACS 2005): events
+/// later than the rung go to an unsorted top list; the rung's time buckets are filled in O(1);
+/// only the bucket being consumed is sorted ("bottom"). Amortized O(1) per event when inserts
+/// land at or after the last popped time, which the sequential engine guarantees (it never
+/// inserts an event that sorts before the one it handles). Pops return the exact key order.
+template <class T>
+class LadderQueue {
+ public:
+  bool empty() const { return size_ == 0; }
+  std::size_t size() const { return size_; }
+  void push(const EventKey& key, T* item) {
+    ++size_;
+    const Entry e{key, item};
+    if (key.time < bottom_end_) {
+      // Sorted insert; new events usually sort last, so this is an append.
+      auto it = std::upper_bound(bottom_.begin() + static_cast<std::ptrdiff_t>(head_),
+                                 bottom_.end(), e, Less{});
+      bottom_.insert(it, e);
+    } else if (key.time < rung_end_) {
+      buckets_[static_cast<std::size_t>((key.time - rung_start_) / width_)].push_back(e);
+    } else {
+      top_min_ = top_.empty() ? key.time : std::min(top_min_, key.time);
+      top_max_ = top_.empty() ? key.time : std::max(top_max_, key.time);
+      top_.push_back(e);
+    }
+  }
+  const EventKey& top_key() {
+    fill_bottom();
+    return bottom_[head_].key;
+  }
+  T* top() {
+    fill_bottom();
+    return bottom_[head_].item;
+  }
+  T* pop() {
+    fill_bottom();
+    --size_;
+    T* item = bottom_[head_++].item;
+    if (head_ == bottom_.size()) {
+      bottom_.clear();
+      head_ = 0;
+    }
+    return item;
+  }
+  template <class F>
+  void drain(F&& f) {
+    while (!empty()) f(pop());
+  }
+
+ private:
+  struct Entry {
+    EventKey key;
+    T* item;
+  };
+  struct Less {
+    bool operator()(const Entry& a, const Entry& b) const { return a.key < b.key; }
+  };
+
+  /// Makes the bottom hold the earliest events: the next non-empty bucket, or a new rung.
+  void fill_bottom() {
+    while (head_ == bottom_.size()) {
+      while (cur_ < buckets_.size() && buckets_[cur_].empty()) ++cur_;
+      if (cur_ < buckets_.size()) {
+        bottom_.swap(buckets_[cur_]);
+        buckets_[cur_].clear();
+        head_ = 0;
+        ++cur_;
+        bottom_end_ = rung_start_ + static_cast<SimTime>(cur_) * width_;
+        std::sort(bottom_.begin(), bottom_.end(), Less{});
+        return;
+      }
+      SCALESCOPE_EXPECTS(!top_.empty());
+      // A new rung over the top list's time span, about two events per bucket.
+      const std::size_t n = std::max<std::size_t>(8, top_.size() / 2);
+      rung_start_ = top_min_;
+      width_ = std::max<SimTime>(1, (top_max_ - top_min_) / static_cast<SimTime>(n) + 1);
+      buckets_.resize(n);
+      for (auto& b : buckets_) b.clear();
+      rung_end_ = rung_start_ + width_ * static_cast<SimTime>(n);
+      for (const Entry& e : top_)
+        buckets_[static_cast<std::size_t>((e.key.time - rung_start_) / width_)].push_back(e);
+      top_.clear();
+      cur_ = 0;
+      bottom_end_ = rung_start_;
+    }
+  }
+
+  std::vector<Entry> bottom_;  ///< sorted ascending; [head_, end) are pending
+  std::size_t head_ = 0;
+  SimTime bottom_end_ = kTimeUnknown;  ///< every pending event earlier than this is in bottom_
+  std::vector<std::vector<Entry>> buckets_;
+  std::size_t cur_ = 0;  ///< next bucket to consume
+  SimTime rung_start_ = 0, rung_end_ = kTimeUnknown, width_ = 1;
+  std::vector<Entry> top_;  ///< events at or after rung_end_, unsorted
+  SimTime top_min_ = 0, top_max_ = 0;
+  std::size_t size_ = 0;
 };
 
 }  // namespace scalescope::pdes

@@ -38,7 +38,7 @@ class SequentialEngine final : private Context {
   std::vector<LogicalProcess*> lps_;
   std::vector<std::uint64_t> next_seq_;  ///< per source LP
   EventPool pool_;
-  BinaryHeapQueue queue_;
+  LadderQueue<Event> queue_;
   std::vector<Event*>* capture_ = nullptr;
   const EventKey* current_ = nullptr;  ///< event being handled; null during init
   ProgressReporter progress_;          ///< rollback
