@@ -193,8 +193,32 @@ std::vector<std::uint32_t> partition_lps(const graph::SlicedGraph& g, std::uint3
   std::vector<std::uint32_t> owner(world + g.comms.size(), 0);
   auto partitioner = pdes::make_partitioner(partition);
   if (partitioner->name() == "block") {
-    const auto blocks = partitioner->assign(world, processes, nullptr);
-    std::copy(blocks.begin(), blocks.end(), owner.begin());
+    // Blocks of model replicas, not of rank numbers: ranks joined by TP groups, pipeline pairs
+    // and tied-embedding groups form one replica (tp·pp ranks) whose ranks wait on each other
+    // all the time; replicas only meet in DP collectives. Giving each process whole replicas
+    // lets them run in parallel (blocks of rank numbers would cut every pipeline in two).
+    std::vector<std::uint32_t> parent(world);
+    for (std::uint32_t r = 0; r < world; ++r) parent[r] = r;
+    auto find = [&](std::uint32_t r) {
+      while (parent[r] != r) r = parent[r] = parent[parent[r]];
+      return r;
+    };
+    for (std::uint32_t c = 0; c < g.comms.size(); ++c) {
+      if (g.comms.kind[c] == graph::CommKind::DpGroup) continue;
+      const std::uint32_t first = find(*g.comms.members_begin(c));
+      for (const std::uint32_t* m = g.comms.members_begin(c); m != g.comms.members_end(c); ++m)
+        parent[find(*m)] = first;
+    }
+    // Replicas in order of their lowest rank, then contiguous blocks of replicas.
+    std::vector<std::uint32_t> replica_of_root(world, UINT32_MAX), replica(world);
+    std::uint32_t replicas = 0;
+    for (std::uint32_t r = 0; r < world; ++r) {
+      const std::uint32_t root = find(r);
+      if (replica_of_root[root] == UINT32_MAX) replica_of_root[root] = replicas++;
+      replica[r] = replica_of_root[root];
+    }
+    const auto blocks = partitioner->assign(replicas, processes, nullptr);
+    for (std::uint32_t r = 0; r < world; ++r) owner[r] = blocks[replica[r]];
     for (std::uint32_t c = 0; c < g.comms.size(); ++c)
       owner[world + c] = owner[*g.comms.members_begin(c)];
     return owner;

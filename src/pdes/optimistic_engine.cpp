@@ -112,7 +112,7 @@ class OptimisticEngine::Impl final : public Context {
   std::vector<std::unique_ptr<Node[]>> chunks_;
   std::vector<Node*> free_;
 
-  KeyedMinHeap<Node> heap_;
+  LadderQueue<Node> heap_;
 
   std::unordered_map<EventKey, Node*, KeyHash> remote_index_;
   Node* current_ = nullptr;      ///< event being executed (null in init)
