@@ -217,8 +217,14 @@ std::vector<std::uint32_t> partition_lps(const graph::SlicedGraph& g, std::uint3
       if (replica_of_root[root] == UINT32_MAX) replica_of_root[root] = replicas++;
       replica[r] = replica_of_root[root];
     }
-    const auto blocks = partitioner->assign(replicas, processes, nullptr);
-    for (std::uint32_t r = 0; r < world; ++r) owner[r] = blocks[replica[r]];
+    if (replicas >= processes) {
+      const auto blocks = partitioner->assign(replicas, processes, nullptr);
+      for (std::uint32_t r = 0; r < world; ++r) owner[r] = blocks[replica[r]];
+    } else {
+      // Fewer replicas than processes: blocks of rank numbers, so no process stays idle.
+      const auto blocks = partitioner->assign(world, processes, nullptr);
+      std::copy(blocks.begin(), blocks.end(), owner.begin());
+    }
     for (std::uint32_t c = 0; c < g.comms.size(); ++c)
       owner[world + c] = owner[*g.comms.members_begin(c)];
     return owner;
