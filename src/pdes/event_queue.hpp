@@ -84,8 +84,8 @@ class QuaternaryTimeHeap {
   std::vector<Entry> heap_;
 };
 
-/// The pending-event queue of both engines: a binary min-heap with the full keys stored inline
-/// next to the pointers, so comparisons never chase pointers.
+/// A binary min-heap with the full keys stored inline next to the pointers, so comparisons never
+/// chase pointers. Both engines use LadderQueue; this one is kept as the benchmark baseline.
 template <class T>
 class KeyedMinHeap {
  public:
@@ -120,8 +120,6 @@ class KeyedMinHeap {
   };
   std::vector<Entry> heap_;
 };
-
-using BinaryHeapQueue = KeyedMinHeap<Event>;
 
 }  // namespace scalescope::pdes
 
