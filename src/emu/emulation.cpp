@@ -20,6 +20,9 @@ namespace {
 struct Instance {
   ModelData data;
   RunResults out;
+  std::vector<RankRecorder> recorders;  ///< per local rank
+  /// The local ranks' time slots, one block per rank in rank order, each on its own cache lines.
+  std::vector<SimTime> times;
   std::vector<RankLP> ranks;
   std::vector<CommLP> comms;
   std::vector<std::int32_t> index;  ///< LP id → position in ranks / comms, −1 if not here
@@ -40,8 +43,11 @@ struct Instance {
     std::uint32_t n_ranks = 0, n_comms = 0;
     for (pdes::LpId id = 0; id < index.size(); ++id)
       if (mine(id)) (id < g.world_size ? n_ranks : n_comms)++;
-    ranks.reserve(n_ranks);
-    comms.reserve(n_comms);
+    recorders.reserve(n_ranks);
+    std::vector<std::size_t> offset;
+    offset.reserve(n_ranks);
+    constexpr std::size_t kLine = 64 / sizeof(SimTime);
+    std::size_t total = 0;
     for (std::uint32_t r = 0; r < g.world_size; ++r) {
       out.ranks[r].rank_class = g.rank_class[r];
       if (!mine(r)) continue;
@@ -50,8 +56,21 @@ struct Instance {
         rec.timeline = &it->second;
         rec.memory = &out.memory[r];
       }
-      index[r] = static_cast<std::int32_t>(ranks.size());
-      ranks.emplace_back(r, data, rec);
+      recorders.push_back(rec);
+      offset.push_back(total);
+      const bool traced = rec.timeline != nullptr;
+      total += (RankLP::slots(data.class_of(r), traced) + kLine - 1) / kLine * kLine;
+    }
+    times.resize(total + kLine - 1);
+    SimTime* base = times.data();
+    while (reinterpret_cast<std::uintptr_t>(base) % 64 != 0) ++base;
+    ranks.reserve(n_ranks);
+    comms.reserve(n_comms);
+    for (std::uint32_t r = 0; r < g.world_size; ++r) {
+      if (!mine(r)) continue;
+      const std::size_t k = ranks.size();
+      index[r] = static_cast<std::int32_t>(k);
+      ranks.emplace_back(r, data, &recorders[k], base + offset[k]);
     }
     for (std::uint32_t c = 0; c < g.comms.size(); ++c) {
       if (!mine(g.world_size + c)) continue;

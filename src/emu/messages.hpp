@@ -34,7 +34,6 @@ struct EmuMsg {
   std::uint8_t undo_completed = 0;  ///< CommLP: forward completed an instance
   std::array<std::uint8_t, graph::kNumStreams> undo_outstanding{};
   std::array<std::uint32_t, graph::kNumStreams> undo_cursor{};
-  std::array<std::uint16_t, graph::kNumStreams> done{};  ///< ops finished by this event
 };
 static_assert(sizeof(EmuMsg) <= 64);
 

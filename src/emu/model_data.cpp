@@ -21,15 +21,28 @@ MemoryProfile memory_profile(const graph::RankProgram& p) {
   return m;
 }
 
+WaitDeps wait_deps(const graph::RankProgram& p) {
+  WaitDeps w;
+  w.offsets.reserve(p.size() + 1);
+  for (std::uint32_t i = 0; i < p.size(); ++i) {
+    for (const std::uint32_t* d = p.deps_begin(i); d != p.deps_end(i); ++d)
+      if (p.ops[*d].stream != p.ops[i].stream) w.deps.push_back(*d);
+    w.offsets.push_back(static_cast<std::uint32_t>(w.deps.size()));
+  }
+  return w;
+}
+
 ModelData::ModelData(const graph::SlicedGraph& g, const Costs& c, bool coalesce)
     : graph(&g), cost(&c), coalesce_local_ops(coalesce) {
   durations.reserve(g.templates.size());
   memory.reserve(g.templates.size());
+  waits.reserve(g.templates.size());
   for (std::size_t k = 0; k < g.templates.size(); ++k) {
     const graph::RankProgram& p = g.templates[k];
     if (!g.is_loaded(k)) {  // a partial read: no process-local LP uses this template
       durations.emplace_back();
       memory.emplace_back();
+      waits.emplace_back();
       continue;
     }
     std::vector<SimTime> d(p.size(), 0);
@@ -37,6 +50,22 @@ ModelData::ModelData(const graph::SlicedGraph& g, const Costs& c, bool coalesce)
       if (!graph::is_communication(p.ops[i].kind)) d[i] = c.compute(p.ops[i]);
     durations.push_back(std::move(d));
     memory.push_back(memory_profile(p));
+    waits.push_back(wait_deps(p));
+  }
+  classes.resize(g.templates.size());
+  for (std::size_t k = 0; k < g.templates.size(); ++k) {
+    RankClass& rc = classes[k];
+    rc.data = this;
+    if (!g.is_loaded(k)) continue;
+    const graph::RankProgram& p = g.templates[k];
+    rc.prog = &p;
+    rc.dur = durations[k].data();
+    rc.mem = &memory[k];
+    rc.waits = &waits[k];
+    for (int s = 1; s < graph::kNumStreams; ++s) {
+      rc.comm_base[s] = rc.comm_ops;
+      rc.comm_ops += static_cast<std::uint32_t>(p.stream_ops[s].size());
+    }
   }
 }
 

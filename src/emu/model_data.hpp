@@ -1,6 +1,7 @@
 #pragma once
 /// Immutable data every LP of an emulation reads: the graph, the cost model, each template's
 /// op durations and memory profile.
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -41,15 +42,47 @@ void append_bytes(std::vector<std::byte>& out, const T* data, std::size_t count)
   out.insert(out.end(), p, p + count * sizeof(T));
 }
 
+/// The dependencies of each op that can delay it, as CSR: those on another stream. A dependency on
+/// the op's own stream is implied by stream order (ops on a stream run one after another, so an
+/// earlier op there finishes no later than the op just before this one), so the replay never
+/// needs to read it: skipping it keeps the replay's reads near the stream cursors.
+struct WaitDeps {
+  std::vector<std::uint32_t> offsets{0};
+  std::vector<std::uint32_t> deps;
+  const std::uint32_t* begin(std::uint32_t i) const { return deps.data() + offsets[i]; }
+  const std::uint32_t* end(std::uint32_t i) const { return deps.data() + offsets[i + 1]; }
+};
+WaitDeps wait_deps(const graph::RankProgram& p);
+
+struct ModelData;
+
+/// What every rank of one class (template) reads: shared, immutable, hot in cache.
+struct RankClass {
+  const ModelData* data = nullptr;
+  const graph::RankProgram* prog = nullptr;
+  const SimTime* dur = nullptr;
+  const MemoryProfile* mem = nullptr;
+  const WaitDeps* waits = nullptr;
+  /// Index of the first op of communication stream s among the template's communication ops.
+  std::array<std::uint32_t, graph::kNumStreams> comm_base{};
+  std::uint32_t comm_ops = 0;  ///< communication ops in the template
+};
+
 struct ModelData {
   const graph::SlicedGraph* graph = nullptr;
   const Costs* cost = nullptr;
   /// Per template, per op; 0 for communication. Empty for a template that is not loaded.
   std::vector<std::vector<SimTime>> durations;
   std::vector<MemoryProfile> memory;  ///< per template; empty for a template not loaded
+  std::vector<WaitDeps> waits;        ///< per template; empty for a template not loaded
+  /// Per template (null fields for a template not loaded); points into the vectors above.
+  std::vector<RankClass> classes;
   bool coalesce_local_ops = true;
 
   ModelData(const graph::SlicedGraph& g, const Costs& c, bool coalesce);
+  ModelData(const ModelData&) = delete;  // `classes` points into this object
+  ModelData& operator=(const ModelData&) = delete;
+  const RankClass& class_of(std::uint32_t rank) const { return classes[graph->rank_class[rank]]; }
   pdes::LpId comm_lp(std::int32_t comm) const;
 };
 

@@ -28,20 +28,15 @@ void charge_wait(RankResult& r, Stream waited_for, SimTime t) {
 }
 }  // namespace
 
-RankLP::RankLP(std::uint32_t rank, const ModelData& data, RankRecorder recorder)
-    : rank_(rank),
-      data_(&data),
-      prog_(&data.graph->program_of(rank)),
-      dur_(data.durations[data.graph->rank_class[rank]].data()),
-      mem_(&data.memory[data.graph->rank_class[rank]]),
+RankLP::RankLP(std::uint32_t rank, const ModelData& data, const RankRecorder* recorder,
+               SimTime* times)
+    : cls_(&data.class_of(rank)),
       rec_(recorder),
-      finish_(prog_->size(), kTimeUnknown) {
-  std::uint32_t slots = 0;
-  for (int s = 1; s < graph::kNumStreams; ++s) {
-    comm_base_[s] = slots;
-    slots += static_cast<std::uint32_t>(prog_->stream_ops[s].size());
-  }
-  comm_start_.assign(slots, kTimeUnknown);
+      time_(times),
+      traced_(recorder->timeline != nullptr || recorder->memory != nullptr),
+      rank_(rank) {
+  SCALESCOPE_EXPECTS(cls_->prog != nullptr);
+  std::fill(time_, time_ + slots(*cls_, traced_), kTimeUnknown);
 }
 
 void RankLP::init(pdes::Context& ctx) {
@@ -52,13 +47,13 @@ void RankLP::init(pdes::Context& ctx) {
 
 SimTime RankLP::stream_free(int s) const {
   std::uint32_t c = cursor_[s];
-  return c == 0 ? 0 : finish_[prog_->stream_ops[s][c - 1]];
+  return c == 0 ? 0 : time_[cls_->prog->stream_ops[s][c - 1]];
 }
 
 SimTime RankLP::deps_ready(std::uint32_t i) const {
   SimTime t = 0;
-  for (const std::uint32_t* d = prog_->deps_begin(i); d != prog_->deps_end(i); ++d) {
-    SimTime f = finish_[*d];
+  for (const std::uint32_t* d = cls_->waits->begin(i); d != cls_->waits->end(i); ++d) {
+    SimTime f = time_[*d];
     if (f == kTimeUnknown) return kTimeUnknown;
     t = std::max(t, f);
   }
@@ -66,8 +61,9 @@ SimTime RankLP::deps_ready(std::uint32_t i) const {
 }
 
 void RankLP::issue_comm(std::uint32_t i, int s, SimTime t, pdes::Context& ctx) {
-  const graph::Op& op = prog_->ops[i];
-  const graph::SlicedGraph& g = *data_->graph;
+  const graph::Op& op = cls_->prog->ops[i];
+  const ModelData& data = *cls_->data;
+  const graph::SlicedGraph& g = *data.graph;
   EmuMsg m;
   m.kind = MsgKind::Arrive;
   m.op = i;
@@ -75,19 +71,19 @@ void RankLP::issue_comm(std::uint32_t i, int s, SimTime t, pdes::Context& ctx) {
   if (graph::is_collective(op.kind)) {
     m.channel = 0;
     m.instance = op.instance;
-    ctx.send(data_->comm_lp(g.comm_of(rank_, op.role)), t, kPriorityArrive, m);
+    ctx.send(data.comm_lp(g.comm_of(rank_, op.role)), t, kPriorityArrive, m);
     parts = 1;
   } else {
     if (op.role != graph::CommRole::None) {  // the send part
       m.channel = op.role == graph::CommRole::PpNext ? kChannelDown : kChannelUp;
       m.instance = op.instance;
-      ctx.send(data_->comm_lp(g.comm_of(rank_, op.role)), t, kPriorityArrive, m);
+      ctx.send(data.comm_lp(g.comm_of(rank_, op.role)), t, kPriorityArrive, m);
       ++parts;
     }
     if (op.role2 != graph::CommRole::None) {  // the receive part
       m.channel = op.role2 == graph::CommRole::PpPrev ? kChannelDown : kChannelUp;
       m.instance = op.instance2;
-      ctx.send(data_->comm_lp(g.comm_of(rank_, op.role2)), t, kPriorityArrive, m);
+      ctx.send(data.comm_lp(g.comm_of(rank_, op.role2)), t, kPriorityArrive, m);
       ++parts;
     }
   }
@@ -96,28 +92,30 @@ void RankLP::issue_comm(std::uint32_t i, int s, SimTime t, pdes::Context& ctx) {
 }
 
 void RankLP::advance(pdes::Context& ctx) {
+  const graph::RankProgram& prog = *cls_->prog;
+  const bool coalesce = cls_->data->coalesce_local_ops;
   bool progress = true;
   while (progress) {
     progress = false;
     for (int s = 0; s < graph::kNumStreams; ++s) {
-      const auto& list = prog_->stream_ops[s];
+      const auto& list = prog.stream_ops[s];
       while (cursor_[s] < list.size() && !(issued_ & (1u << s))) {
         const std::uint32_t i = list[cursor_[s]];
         const SimTime ready = deps_ready(i);
         if (ready == kTimeUnknown) break;
         const SimTime t = std::max(ready, stream_free(s));
         if (s != 0) {
-          comm_start_[comm_slot(s, cursor_[s])] = t;
+          if (traced_) time_[start_slot(s, cursor_[s])] = t;
           issue_comm(i, s, t, ctx);
-        } else if (data_->coalesce_local_ops) {
-          finish_[i] = t + dur_[i];
+        } else if (coalesce) {
+          time_[i] = t + cls_->dur[i];
           ++cursor_[s];
           progress = true;
         } else {
           EmuMsg m;
           m.kind = MsgKind::OpDone;
           m.stream = static_cast<std::uint8_t>(s);
-          ctx.send(ctx.self(), t + dur_[i], kPriorityOpDone, m);
+          ctx.send(ctx.self(), t + cls_->dur[i], kPriorityOpDone, m);
           outstanding_[s] = 1;
           issued_ |= static_cast<std::uint8_t>(1u << s);
         }
@@ -135,91 +133,105 @@ void RankLP::forward(pdes::Event& e, pdes::Context& ctx) {
     const int s = m.stream;
     SCALESCOPE_EXPECTS((issued_ & (1u << s)) && outstanding_[s] > 0);
     if (--outstanding_[s] == 0) {
-      finish_[prog_->stream_ops[s][cursor_[s]]] = ctx.now();
+      time_[cls_->prog->stream_ops[s][cursor_[s]]] = ctx.now();
       ++cursor_[s];
       issued_ &= static_cast<std::uint8_t>(~(1u << s));
     }
   }
   advance(ctx);
-  for (int s = 0; s < graph::kNumStreams; ++s)
-    m.done[s] = static_cast<std::uint16_t>(cursor_[s] - m.undo_cursor[s]);
 }
 
 void RankLP::reverse(pdes::Event& e, pdes::Context&) {
   const EmuMsg& m = e.as<EmuMsg>();
   for (int s = 0; s < graph::kNumStreams; ++s) {
-    const auto& list = prog_->stream_ops[s];
+    const auto& list = cls_->prog->stream_ops[s];
     const bool head_was_issued = m.undo_issued & (1u << s);
     for (std::uint32_t c = m.undo_cursor[s]; c < cursor_[s]; ++c) {
-      finish_[list[c]] = kTimeUnknown;
-      if (s != 0 && !(c == m.undo_cursor[s] && head_was_issued))
-        comm_start_[comm_slot(s, c)] = kTimeUnknown;
+      time_[list[c]] = kTimeUnknown;
+      if (traced_ && s != 0 && !(c == m.undo_cursor[s] && head_was_issued))
+        time_[start_slot(s, c)] = kTimeUnknown;
     }
     // A head op issued by this event (not before it) is un-issued.
-    if ((issued_ & (1u << s)) && !(head_was_issued && cursor_[s] == m.undo_cursor[s]))
-      if (s != 0) comm_start_[comm_slot(s, cursor_[s])] = kTimeUnknown;
+    if (traced_ && s != 0 && (issued_ & (1u << s)) &&
+        !(head_was_issued && cursor_[s] == m.undo_cursor[s]))
+      time_[start_slot(s, cursor_[s])] = kTimeUnknown;
   }
   cursor_ = m.undo_cursor;
   outstanding_ = m.undo_outstanding;
   issued_ = m.undo_issued;
 }
 
-void RankLP::record(int s, std::uint32_t c) {
-  const std::uint32_t i = prog_->stream_ops[s][c];
-  const SimTime start = s == 0 ? finish_[i] - dur_[i] : comm_start_[comm_slot(s, c)];
-  const graph::Op& op = prog_->ops[i];
-  RankResult& r = *rec_.result;
-  if (finish_[i] > last_finish_ || (finish_[i] == last_finish_ && i < last_op_)) {
-    last_finish_ = finish_[i];
-    last_op_ = i;
-  }
-  if (op.stream == Stream::Compute) {
-    // Idle time before this op is blamed on the stream of the dependency it waited for last.
-    r.compute += finish_[i] - start;
-    const SimTime prev = c == 0 ? 0 : finish_[prog_->stream_ops[0][c - 1]];
-    const SimTime gap = start - prev;
-    if (gap > 0) {
-      std::uint32_t blame = i;
-      SimTime latest = kTimeUnknown;
-      for (const std::uint32_t* d = prog_->deps_begin(i); d != prog_->deps_end(i); ++d)
-        if (finish_[*d] > latest) latest = finish_[*d], blame = *d;
-      charge_wait(r, blame == i ? Stream::Compute : prog_->ops[blame].stream, gap);
-    }
-  }
-  if (rec_.timeline)
-    rec_.timeline->push_back(
-        TimelineRecord{start, finish_[i], i, static_cast<std::uint8_t>(op.stream),
-                       static_cast<std::uint8_t>(op.kind), static_cast<std::uint8_t>(op.phase),
-                       static_cast<std::uint8_t>(op.name), op.layer, op.microbatch});
-  if (rec_.memory && (op.mem_alloc != 0 || op.mem_free != 0)) {
-    rec_.memory->push_back(MemoryRecord{start, mem_->after_alloc[i]});
-    rec_.memory->push_back(MemoryRecord{finish_[i], mem_->after_free[i]});
-  }
+void RankLP::prefetch() const {
+  const graph::RankProgram& prog = *cls_->prog;
+  for (int s = 0; s < graph::kNumStreams; ++s)
+    if (cursor_[s] < prog.stream_ops[s].size())
+      __builtin_prefetch(&time_[prog.stream_ops[s][cursor_[s]]]);
 }
 
-void RankLP::commit(const pdes::Event& e) {
-  const EmuMsg& m = e.as<EmuMsg>();
-  for (int s = 0; s < graph::kNumStreams; ++s)
-    for (std::uint32_t c = m.undo_cursor[s]; c < m.undo_cursor[s] + m.done[s]; ++c) record(s, c);
+SimTime RankLP::start_of(int s, std::uint32_t c) const {
+  const std::uint32_t i = cls_->prog->stream_ops[s][c];
+  return s == 0 ? time_[i] - cls_->dur[i] : time_[start_slot(s, c)];
 }
 
 void RankLP::finalize() {
-  RankResult& r = *rec_.result;
-  r.finish = last_finish_;
-  r.peak_memory = mem_->peak;
-  r.static_memory = prog_->static_memory;
+  // Every op has finished (or the run deadlocked, which done() reports): the rank's results
+  // are a pass over its finish times.
+  if (!done()) return;
+  const graph::RankProgram& prog = *cls_->prog;
+  RankResult& r = *rec_->result;
+  r.peak_memory = cls_->mem->peak;
+  r.static_memory = prog.static_memory;
+  // The op that ends the rank: the latest finish, the first in program order among equals.
+  std::uint32_t last_op = 0;
+  SimTime last_finish = 0;
+  for (std::uint32_t i = 0; i < prog.size(); ++i)
+    if (time_[i] > last_finish) last_finish = time_[i], last_op = i;
+  r.finish = last_finish;
+  // Compute-stream idle time before an op is blamed on the stream of the dependency it waited
+  // for last (only another stream's op can be that one: see WaitDeps).
+  const auto& compute = prog.stream_ops[0];
+  SimTime prev = 0;
+  for (std::uint32_t c = 0; c < compute.size(); ++c) {
+    const std::uint32_t i = compute[c];
+    const SimTime start = time_[i] - cls_->dur[i];
+    r.compute += cls_->dur[i];
+    if (const SimTime gap = start - prev; gap > 0) {
+      std::uint32_t blame = i;
+      SimTime latest = kTimeUnknown;
+      for (const std::uint32_t* d = cls_->waits->begin(i); d != cls_->waits->end(i); ++d)
+        if (time_[*d] > latest) latest = time_[*d], blame = *d;
+      charge_wait(r, blame == i ? Stream::Compute : prog.ops[blame].stream, gap);
+    }
+    prev = time_[i];
+  }
   // The tail after the last compute op is blamed on the stream of the op that ends the rank.
-  const auto& compute = prog_->stream_ops[0];
-  const SimTime last_compute = compute.empty() ? 0 : finish_[compute.back()];
-  const SimTime tail = last_finish_ - last_compute;
-  if (tail > 0) {
-    charge_wait(r, prog_->ops[last_op_].stream, tail);
+  if (const SimTime tail = last_finish - prev; tail > 0)
+    charge_wait(r, prog.ops[last_op].stream, tail);
+  if (traced_) record_trace();
+}
+
+void RankLP::record_trace() const {
+  const graph::RankProgram& prog = *cls_->prog;
+  // Ops in program (host issue) order; the emulation sorts the records by time afterwards.
+  std::array<std::uint32_t, graph::kNumStreams> pos{};
+  for (std::uint32_t i = 0; i < prog.size(); ++i) {
+    const graph::Op& op = prog.ops[i];
+    const int s = static_cast<int>(op.stream);
+    const SimTime start = start_of(s, pos[s]++);
+    if (rec_->timeline)
+      rec_->timeline->push_back(
+          TimelineRecord{start, time_[i], i, static_cast<std::uint8_t>(op.stream),
+                         static_cast<std::uint8_t>(op.kind), static_cast<std::uint8_t>(op.phase),
+                         static_cast<std::uint8_t>(op.name), op.layer, op.microbatch});
+    if (rec_->memory && (op.mem_alloc != 0 || op.mem_free != 0)) {
+      rec_->memory->push_back(MemoryRecord{start, cls_->mem->after_alloc[i]});
+      rec_->memory->push_back(MemoryRecord{time_[i], cls_->mem->after_free[i]});
+    }
   }
 }
 
 bool RankLP::save_state(std::vector<std::byte>& out) const {
-  append_bytes(out, comm_start_.data(), comm_start_.size());
-  append_bytes(out, finish_.data(), finish_.size());
+  append_bytes(out, time_, slots(*cls_, traced_));
   append_bytes(out, cursor_.data(), cursor_.size());
   append_bytes(out, outstanding_.data(), outstanding_.size());
   append_bytes(out, &issued_, 1);
@@ -228,7 +240,7 @@ bool RankLP::save_state(std::vector<std::byte>& out) const {
 
 bool RankLP::done() const {
   for (int s = 0; s < graph::kNumStreams; ++s)
-    if (cursor_[s] != prog_->stream_ops[s].size()) return false;
+    if (cursor_[s] != cls_->prog->stream_ops[s].size()) return false;
   return true;
 }
 

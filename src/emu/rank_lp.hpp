@@ -2,6 +2,10 @@
 /// One virtual rank: replays its class template on its streams. Ops on a stream run in program
 /// order; streams overlap; an op starts when its stream is free and its dependencies are done.
 /// A chain of local compute ops advances inside one event up to the next communication point.
+///
+/// Layout for scale (docs/engine.md, "Memory at scale"): the object is one cache line; the
+/// per-op times live in an arena the emulation owns, one block per rank in rank order; results
+/// are derived from those times once, in finalize(), so committing an event writes nothing.
 #include <array>
 #include <cstdint>
 #include <vector>
@@ -13,64 +17,67 @@
 
 namespace scalescope::emu {
 
-/// Where a RankLP's commit handler records what happened (owned by the emulation).
+/// Where a rank's results go (owned by the emulation; read in finalize only).
 struct RankRecorder {
   RankResult* result = nullptr;
   std::vector<TimelineRecord>* timeline = nullptr;  ///< null unless the rank is traced
   std::vector<MemoryRecord>* memory = nullptr;      ///< null unless the rank is traced
 };
 
-class RankLP final : public pdes::LogicalProcess {
+class alignas(64) RankLP final : public pdes::LogicalProcess {
  public:
-  RankLP(std::uint32_t rank, const ModelData& data, RankRecorder recorder);
+  /// Time slots a rank of this class needs in the arena: a finish time per op, and when traced a
+  /// start time per communication op (a compute op's start is its finish minus its duration).
+  static std::size_t slots(const RankClass& cls, bool traced) {
+    return cls.prog->size() + (traced ? cls.comm_ops : 0);
+  }
+
+  /// `times` points to slots(class, traced) SimTimes, exclusively this rank's.
+  RankLP(std::uint32_t rank, const ModelData& data, const RankRecorder* recorder, SimTime* times);
 
   void init(pdes::Context& ctx) override;
   void forward(pdes::Event& e, pdes::Context& ctx) override;
   void reverse(pdes::Event& e, pdes::Context& ctx) override;
-  void commit(const pdes::Event& e) override;
+  void commit(const pdes::Event&) override {}
+  void prefetch() const override;
   void finalize() override;
   bool save_state(std::vector<std::byte>& out) const override;
 
   /// True when every op has finished (checked after a run: a stuck rank is a graph bug).
   bool done() const;
   std::uint32_t rank() const { return rank_; }
-  /// Bytes this rank's LP occupies: the object and its per-op dynamic state (the template is
-  /// shared by its class and not counted).
+  /// Bytes this rank occupies: the object and its time slots (the template is shared by its
+  /// class and not counted).
   std::size_t state_bytes() const {
-    return sizeof(*this) + finish_.capacity() * sizeof(SimTime) +
-           comm_start_.capacity() * sizeof(SimTime);
+    return sizeof(*this) + slots(*cls_, traced_) * sizeof(SimTime);
   }
 
  private:
   SimTime stream_free(int s) const;
-  /// Finish time of the latest dependency of op i, or kTimeUnknown if one is not finished.
+  /// Finish time of the latest dependency of op i on another stream (WaitDeps), or kTimeUnknown
+  /// if one is not finished.
   SimTime deps_ready(std::uint32_t i) const;
   void advance(pdes::Context& ctx);
   void issue_comm(std::uint32_t i, int s, SimTime t, pdes::Context& ctx);
-  void record(int s, std::uint32_t c);
-  /// Slot of the c-th op of communication stream s in comm_start_.
-  std::size_t comm_slot(int s, std::uint32_t c) const { return comm_base_[s] + c; }
+  /// Slot of the start time of the c-th op of communication stream s (traced ranks only).
+  std::size_t start_slot(int s, std::uint32_t c) const {
+    return cls_->prog->size() + cls_->comm_base[s] + c;
+  }
+  SimTime start_of(int s, std::uint32_t c) const;
+  void record_trace() const;
 
-  std::uint32_t rank_;
-  const ModelData* data_;
-  const graph::RankProgram* prog_;
-  const SimTime* dur_;
-  const MemoryProfile* mem_;
-  RankRecorder rec_;
-
-  // Dynamic state (undone by reverse).
-  /// Start times of communication ops (per stream, in stream order), kTimeUnknown until issued.
-  /// A compute op's start is its finish minus its duration, so only finish times are kept per op.
-  std::vector<SimTime> comm_start_;
-  std::array<std::uint32_t, graph::kNumStreams> comm_base_{};
-  std::vector<SimTime> finish_;                             ///< per op, kTimeUnknown until finished
-  std::array<std::uint32_t, graph::kNumStreams> cursor_{};  ///< next op per stream
+  const RankClass* cls_;
+  const RankRecorder* rec_;
+  /// Per op, its finish time (kTimeUnknown until finished); then, when traced, the start time of
+  /// each communication op per stream in stream order (kTimeUnknown until issued).
+  SimTime* time_;
+  // Dynamic state besides the times (undone by reverse).
+  std::array<std::uint32_t, graph::kNumStreams> cursor_{};      ///< next op per stream
   std::array<std::uint8_t, graph::kNumStreams> outstanding_{};  ///< completions awaited
   std::uint8_t issued_ = 0;  ///< bit s: head op of stream s is issued and awaits completion
-
-  // Committed accounting (written by commit only, never undone).
-  SimTime last_finish_ = 0;
-  std::uint32_t last_op_ = 0;
+  bool traced_;
+  std::uint32_t rank_;
 };
+static_assert(sizeof(RankLP) == 64, "a rank's LP object is one cache line");
 
 }  // namespace scalescope::emu

@@ -259,11 +259,17 @@ class LadderQueue {
     while (!empty()) f(pop());
   }
 
- private:
   struct Entry {
     EventKey key;
     T* item;
   };
+  /// The entry `k` places after the top if it is already in the sorted bottom, else null (for
+  /// prefetching: call after top_key() or pop(), which fill the bottom).
+  const Entry* peek(std::size_t k) const {
+    return head_ + k < bottom_.size() ? &bottom_[head_ + k] : nullptr;
+  }
+
+ private:
   struct Less {
     bool operator()(const Entry& a, const Entry& b) const { return a.key < b.key; }
   };
