@@ -23,12 +23,24 @@ MemoryProfile memory_profile(const graph::RankProgram& p) {
 
 WaitDeps wait_deps(const graph::RankProgram& p) {
   WaitDeps w;
-  w.offsets.reserve(p.size() + 1);
+  std::vector<std::uint32_t> wakes(p.size(), 0);
+  w.deps.offsets.reserve(p.size() + 1);
   for (std::uint32_t i = 0; i < p.size(); ++i) {
     for (const std::uint32_t* d = p.deps_begin(i); d != p.deps_end(i); ++d)
-      if (p.ops[*d].stream != p.ops[i].stream) w.deps.push_back(*d);
-    w.offsets.push_back(static_cast<std::uint32_t>(w.deps.size()));
+      if (p.ops[*d].stream != p.ops[i].stream) {
+        w.deps.items.push_back(*d);
+        ++wakes[*d];
+      }
+    w.deps.offsets.push_back(static_cast<std::uint32_t>(w.deps.items.size()));
   }
+  w.wakes.offsets.resize(p.size() + 1, 0);
+  for (std::uint32_t i = 0; i < p.size(); ++i)
+    w.wakes.offsets[i + 1] = w.wakes.offsets[i] + wakes[i];
+  w.wakes.items.resize(w.deps.items.size());
+  std::vector<std::uint32_t> fill(w.wakes.offsets.begin(), w.wakes.offsets.end() - 1);
+  for (std::uint32_t i = 0; i < p.size(); ++i)
+    for (const std::uint32_t* d = w.deps.begin(i); d != w.deps.end(i); ++d)
+      w.wakes.items[fill[*d]++] = i;
   return w;
 }
 

@@ -42,15 +42,23 @@ void append_bytes(std::vector<std::byte>& out, const T* data, std::size_t count)
   out.insert(out.end(), p, p + count * sizeof(T));
 }
 
-/// The dependencies of each op that can delay it, as CSR: those on another stream. A dependency on
-/// the op's own stream is implied by stream order (ops on a stream run one after another, so an
+/// Lists of op indices per op, as CSR.
+struct OpLists {
+  std::vector<std::uint32_t> offsets{0};
+  std::vector<std::uint32_t> items;
+  const std::uint32_t* begin(std::uint32_t i) const { return items.data() + offsets[i]; }
+  const std::uint32_t* end(std::uint32_t i) const { return items.data() + offsets[i + 1]; }
+};
+
+/// The dependencies of each op that can delay it: those on another stream. A dependency on the
+/// op's own stream is implied by stream order (ops on a stream run one after another, so an
 /// earlier op there finishes no later than the op just before this one), so the replay never
 /// needs to read it: skipping it keeps the replay's reads near the stream cursors.
 struct WaitDeps {
-  std::vector<std::uint32_t> offsets{0};
-  std::vector<std::uint32_t> deps;
-  const std::uint32_t* begin(std::uint32_t i) const { return deps.data() + offsets[i]; }
-  const std::uint32_t* end(std::uint32_t i) const { return deps.data() + offsets[i + 1]; }
+  OpLists deps;   ///< per op: its dependencies on other streams
+  OpLists wakes;  ///< per op: the ops on other streams that depend on it (the reverse lists)
+  const std::uint32_t* begin(std::uint32_t i) const { return deps.begin(i); }
+  const std::uint32_t* end(std::uint32_t i) const { return deps.end(i); }
 };
 WaitDeps wait_deps(const graph::RankProgram& p);
 

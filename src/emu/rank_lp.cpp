@@ -91,13 +91,28 @@ void RankLP::issue_comm(std::uint32_t i, int s, SimTime t, pdes::Context& ctx) {
   issued_ |= static_cast<std::uint8_t>(1u << s);
 }
 
-void RankLP::advance(pdes::Context& ctx) {
+unsigned RankLP::wake(std::uint32_t i) const {
+  // A waiting op can start only once it heads its stream: flag its stream if it does.
+  const graph::RankProgram& prog = *cls_->prog;
+  unsigned streams = 0;
+  for (const std::uint32_t* c = cls_->waits->wakes.begin(i); c != cls_->waits->wakes.end(i); ++c) {
+    const auto s = static_cast<unsigned>(prog.ops[*c].stream);
+    if (cursor_[s] < prog.stream_ops[s].size() && prog.stream_ops[s][cursor_[s]] == *c)
+      streams |= 1u << s;
+  }
+  return streams;
+}
+
+void RankLP::advance(unsigned check, pdes::Context& ctx) {
+  // Only the streams in `check` can have a head that became ready: the stream's previous op or
+  // a dependency of its head finished in this event. Reading the others' dependencies would
+  // touch cold memory for nothing (a pipeline or data-parallel head waits for ops far ahead).
   const graph::RankProgram& prog = *cls_->prog;
   const bool coalesce = cls_->data->coalesce_local_ops;
-  bool progress = true;
-  while (progress) {
-    progress = false;
+  while (check != 0) {
     for (int s = 0; s < graph::kNumStreams; ++s) {
+      if (!(check & (1u << s))) continue;
+      check &= ~(1u << s);
       const auto& list = prog.stream_ops[s];
       while (cursor_[s] < list.size() && !(issued_ & (1u << s))) {
         const std::uint32_t i = list[cursor_[s]];
@@ -110,7 +125,7 @@ void RankLP::advance(pdes::Context& ctx) {
         } else if (coalesce) {
           time_[i] = t + cls_->dur[i];
           ++cursor_[s];
-          progress = true;
+          check |= wake(i);
         } else {
           EmuMsg m;
           m.kind = MsgKind::OpDone;
@@ -129,16 +144,21 @@ void RankLP::forward(pdes::Event& e, pdes::Context& ctx) {
   m.undo_cursor = cursor_;
   m.undo_outstanding = outstanding_;
   m.undo_issued = issued_;
-  if (m.kind == MsgKind::Complete || m.kind == MsgKind::OpDone) {
+  unsigned check = 0;
+  if (m.kind == MsgKind::Start) {
+    check = (1u << graph::kNumStreams) - 1;
+  } else if (m.kind == MsgKind::Complete || m.kind == MsgKind::OpDone) {
     const int s = m.stream;
     SCALESCOPE_EXPECTS((issued_ & (1u << s)) && outstanding_[s] > 0);
     if (--outstanding_[s] == 0) {
-      time_[cls_->prog->stream_ops[s][cursor_[s]]] = ctx.now();
+      const std::uint32_t i = cls_->prog->stream_ops[s][cursor_[s]];
+      time_[i] = ctx.now();
       ++cursor_[s];
       issued_ &= static_cast<std::uint8_t>(~(1u << s));
+      check = (1u << s) | wake(i);
     }
   }
-  advance(ctx);
+  advance(check, ctx);
 }
 
 void RankLP::reverse(pdes::Event& e, pdes::Context&) {
@@ -161,11 +181,16 @@ void RankLP::reverse(pdes::Event& e, pdes::Context&) {
   issued_ = m.undo_issued;
 }
 
-void RankLP::prefetch() const {
+void RankLP::prefetch(const pdes::Event& e) const {
+  // The lines the event will write: the finish time of the head op it completes and the compute
+  // chain that may follow (usually the same or the next line).
   const graph::RankProgram& prog = *cls_->prog;
-  for (int s = 0; s < graph::kNumStreams; ++s)
-    if (cursor_[s] < prog.stream_ops[s].size())
-      __builtin_prefetch(&time_[prog.stream_ops[s][cursor_[s]]]);
+  const EmuMsg& m = e.as<EmuMsg>();
+  const int s = m.kind == MsgKind::Start ? 0 : m.stream;
+  if (cursor_[s] < prog.stream_ops[s].size())
+    __builtin_prefetch(&time_[prog.stream_ops[s][cursor_[s]]]);
+  if (s != 0 && cursor_[0] < prog.stream_ops[0].size())
+    __builtin_prefetch(&time_[prog.stream_ops[0][cursor_[0]]]);
 }
 
 SimTime RankLP::start_of(int s, std::uint32_t c) const {

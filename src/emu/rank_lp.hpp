@@ -39,7 +39,7 @@ class alignas(64) RankLP final : public pdes::LogicalProcess {
   void forward(pdes::Event& e, pdes::Context& ctx) override;
   void reverse(pdes::Event& e, pdes::Context& ctx) override;
   void commit(const pdes::Event&) override {}
-  void prefetch() const override;
+  void prefetch(const pdes::Event& e) const override;
   void finalize() override;
   bool save_state(std::vector<std::byte>& out) const override;
 
@@ -57,7 +57,10 @@ class alignas(64) RankLP final : public pdes::LogicalProcess {
   /// Finish time of the latest dependency of op i on another stream (WaitDeps), or kTimeUnknown
   /// if one is not finished.
   SimTime deps_ready(std::uint32_t i) const;
-  void advance(pdes::Context& ctx);
+  /// Starts what can start on the streams in the bit set `check` (and on those it wakes).
+  void advance(unsigned check, pdes::Context& ctx);
+  /// The streams whose head op waits for op i (which just finished), as a bit set.
+  unsigned wake(std::uint32_t i) const;
   void issue_comm(std::uint32_t i, int s, SimTime t, pdes::Context& ctx);
   /// Slot of the start time of the c-th op of communication stream s (traced ranks only).
   std::size_t start_slot(int s, std::uint32_t c) const {

@@ -42,9 +42,9 @@ class LogicalProcess {
   virtual void reverse(Event& e, Context& ctx) = 0;
   /// Irreversible effects of a committed event (recording results), called in timestamp order.
   virtual void commit(const Event& e) = 0;
-  /// A hint that an event for this LP comes soon: prefetch the state its handler will touch.
+  /// A hint that event `e` for this LP comes soon: prefetch the state its handler will touch.
   /// Must not change anything.
-  virtual void prefetch() const {}
+  virtual void prefetch(const Event& e) const { (void)e; }
   /// Called once after the run.
   virtual void finalize() {}
   /// Appends the bytes of the LP's reversible state (everything forward may change and reverse

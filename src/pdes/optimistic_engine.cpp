@@ -25,6 +25,8 @@ struct Node {
   Node* caused_local = nullptr;   ///< events this one sent to local LPs (owned by their LPs)
   Node* caused_remote = nullptr;  ///< records of events this one sent to other processes (owned)
   Node* next_caused = nullptr;
+  Node* prev_processed = nullptr;  ///< Processed: neighbours in its LP's processed list
+  Node* next_processed = nullptr;
   std::uint64_t saved_seq = 0;  ///< the LP's send counter before forward
   std::uint32_t dst_proc = 0;   ///< SentRemote: the process it went to
   NodeState state = NodeState::Free;
@@ -50,10 +52,33 @@ struct KeyHash {
   }
 };
 
+/// A local LP and its processed, not yet committed events: an intrusive list in key order
+/// (oldest first), so the engine's per-LP state stays compact at 16,384+ LPs.
 struct LocalLp {
   LogicalProcess* lp = nullptr;
-  std::deque<Node*> processed;  ///< processed, not yet committed, in key order
-  std::uint64_t seq = 0;        ///< events sent so far (the key's sequence number)
+  Node* first = nullptr;
+  Node* last = nullptr;
+  std::uint64_t seq = 0;  ///< events sent so far (the key's sequence number)
+  bool in_dirty = false;  ///< listed in Impl::dirty_
+  bool empty() const { return last == nullptr; }
+  void push_back(Node* n) {
+    n->prev_processed = last;
+    n->next_processed = nullptr;
+    (last ? last->next_processed : first) = n;
+    last = n;
+  }
+  Node* pop_back() {
+    Node* n = last;
+    last = n->prev_processed;
+    (last ? last->next_processed : first) = nullptr;
+    return n;
+  }
+  Node* pop_front() {
+    Node* n = first;
+    first = n->next_processed;
+    (first ? first->prev_processed : last) = nullptr;
+    return n;
+  }
 };
 
 constexpr int kTagEvents = 7;
@@ -81,6 +106,8 @@ class OptimisticEngine::Impl final : public Context {
 
   // Time Warp mechanics.
   void execute(Node* n);
+  /// Hides memory latency at scale (see SequentialEngine::run).
+  void prefetch_ahead();
   void insert_pending(Node* n);
   void rollback_after(LocalLp& lp, const EventKey& key);
   void undo(LocalLp& lp, Node* n);
@@ -108,6 +135,9 @@ class OptimisticEngine::Impl final : public Context {
   std::vector<std::uint32_t> owner_;
   std::vector<std::int32_t> local_index_;
   std::vector<LocalLp> lps_;
+  /// Local LPs (indices in lps_) that may hold processed events: fossil collection visits these
+  /// only, so a GVT round costs what was processed since, not the number of LPs.
+  std::vector<std::uint32_t> dirty_;
 
   std::vector<std::unique_ptr<Node[]>> chunks_;
   std::vector<Node*> free_;
@@ -155,7 +185,7 @@ OptimisticEngine::Impl::Impl(MPI_Comm comm, std::vector<std::uint32_t> owner,
     SCALESCOPE_EXPECTS(owner_[i] < static_cast<std::uint32_t>(size_));
     if (!is_local(i)) continue;
     local_index_[i] = static_cast<std::int32_t>(lps_.size());
-    lps_.push_back(LocalLp{make_lp(i), {}, 0});
+    lps_.push_back(LocalLp{make_lp(i), nullptr, nullptr, 0, false});
     SCALESCOPE_EXPECTS(lps_.back().lp != nullptr);
   }
   out_.resize(static_cast<std::size_t>(size_));
@@ -227,16 +257,15 @@ Event& OptimisticEngine::Impl::schedule(LpId dst, SimTime t, std::uint32_t prior
 
 void OptimisticEngine::Impl::insert_pending(Node* n) {
   LocalLp& d = local(n->ev.key.dst);
-  if (!d.processed.empty() && n->ev.key < d.processed.back()->ev.key) rollback_after(d, n->ev.key);
+  if (!d.empty() && n->ev.key < d.last->ev.key) rollback_after(d, n->ev.key);
   n->state = NodeState::Pending;
   heap_.push(n->ev.key, n);
 }
 
 void OptimisticEngine::Impl::rollback_after(LocalLp& lp, const EventKey& key) {
   ++stats_.rollbacks;
-  while (!lp.processed.empty() && key < lp.processed.back()->ev.key) {
-    Node* e = lp.processed.back();
-    lp.processed.pop_back();
+  while (!lp.empty() && key < lp.last->ev.key) {
+    Node* e = lp.pop_back();
     undo(lp, e);
     e->state = NodeState::Pending;
     heap_.push(e->ev.key, e);
@@ -286,14 +315,15 @@ void OptimisticEngine::Impl::cancel(Node* n) {
   SCALESCOPE_EXPECTS(n->state == NodeState::Processed);
   LocalLp& d = local(n->ev.key.dst);
   rollback_after(d, n->ev.key);
-  SCALESCOPE_EXPECTS(!d.processed.empty() && d.processed.back() == n);
-  d.processed.pop_back();
+  SCALESCOPE_EXPECTS(!d.empty() && d.last == n);
+  d.pop_back();
   undo(d, n);
   release(n);
 }
 
 void OptimisticEngine::Impl::execute(Node* n) {
-  LocalLp& d = local(n->ev.key.dst);
+  const auto index = static_cast<std::uint32_t>(local_index_[n->ev.key.dst]);
+  LocalLp& d = lps_[index];
   now_ = n->ev.key.time;
   self_ = n->ev.key.dst;
   current_ = n;
@@ -302,11 +332,24 @@ void OptimisticEngine::Impl::execute(Node* n) {
   d.lp->forward(n->ev, *this);
   current_ = nullptr;
   n->state = NodeState::Processed;
-  d.processed.push_back(n);
+  d.push_back(n);
+  if (!d.in_dirty) {
+    d.in_dirty = true;
+    dirty_.push_back(index);
+  }
   ++stats_.events_processed;
   ++uncommitted_;
   for (Node* o : outgoing_) enqueue_wire(o->dst_proc, o, false);
   outgoing_.clear();
+}
+
+void OptimisticEngine::Impl::prefetch_ahead() {
+  if (const auto* far = heap_.peek(8)) {
+    __builtin_prefetch(far->item);
+    __builtin_prefetch(reinterpret_cast<const char*>(far->item) + 64);
+    __builtin_prefetch(local(far->key.dst).lp);
+  }
+  if (const auto* near = heap_.peek(4)) local(near->key.dst).lp->prefetch(near->item->ev);
 }
 
 // ---- messages -------------------------------------------------------------------------------
@@ -453,10 +496,11 @@ void OptimisticEngine::Impl::report_progress(SimTime gvt) {
 }
 
 void OptimisticEngine::Impl::fossil_collect(SimTime gvt) {
-  for (LocalLp& lp : lps_) {
-    while (!lp.processed.empty() && lp.processed.front()->ev.key.time < gvt) {
-      Node* n = lp.processed.front();
-      lp.processed.pop_front();
+  std::size_t kept = 0;
+  for (const std::uint32_t index : dirty_) {
+    LocalLp& lp = lps_[index];
+    while (!lp.empty() && lp.first->ev.key.time < gvt) {
+      Node* n = lp.pop_front();
       lp.lp->commit(n->ev);
       ++stats_.events_committed;
       --uncommitted_;
@@ -468,7 +512,12 @@ void OptimisticEngine::Impl::fossil_collect(SimTime gvt) {
       if (n->from_remote) remote_index_.erase(n->ev.key);
       release(n);
     }
+    if (lp.empty())
+      lp.in_dirty = false;
+    else
+      dirty_[kept++] = index;
   }
+  dirty_.resize(kept);
 }
 
 OptimisticStats OptimisticEngine::Impl::run(SimTime end) {
@@ -494,6 +543,7 @@ OptimisticStats OptimisticEngine::Impl::run(SimTime end) {
     for (std::uint32_t k = 0; k < config_.batch_events; ++k) {
       if (local_min() > horizon || heap_.empty() || uncommitted_ >= config_.max_uncommitted) break;
       execute(heap_.pop());
+      prefetch_ahead();
       progressed = true;
       ++since_gvt;
     }
