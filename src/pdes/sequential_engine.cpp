@@ -66,6 +66,7 @@ EngineStats SequentialEngine::run(SimTime end, bool rollback_check) {
       __builtin_prefetch(far->item);
       __builtin_prefetch(reinterpret_cast<const char*>(far->item) + 64);
       __builtin_prefetch(lps_[far->key.dst]);
+      __builtin_prefetch(&next_seq_[far->key.dst]);
     }
     if (const auto* near = queue_.peek(4)) lps_[near->key.dst]->prefetch(*near->item);
     now_ = e->key.time;
