@@ -20,6 +20,7 @@ class CommLP final : public pdes::LogicalProcess {
   void forward(pdes::Event& e, pdes::Context& ctx) override;
   void reverse(pdes::Event& e, pdes::Context& ctx) override;
   void commit(const pdes::Event&) override {}
+  bool has_commit() const override { return false; }
   void prefetch(const pdes::Event&) const override { __builtin_prefetch(members_); }
   bool save_state(std::vector<std::byte>& out) const override;
 

@@ -39,6 +39,7 @@ class alignas(64) RankLP final : public pdes::LogicalProcess {
   void forward(pdes::Event& e, pdes::Context& ctx) override;
   void reverse(pdes::Event& e, pdes::Context& ctx) override;
   void commit(const pdes::Event&) override {}
+  bool has_commit() const override { return false; }
   void prefetch(const pdes::Event& e) const override;
   void finalize() override;
   bool save_state(std::vector<std::byte>& out) const override;

@@ -42,6 +42,8 @@ class LogicalProcess {
   virtual void reverse(Event& e, Context& ctx) = 0;
   /// Irreversible effects of a committed event (recording results), called in timestamp order.
   virtual void commit(const Event& e) = 0;
+  /// False if commit() does nothing: an engine may then skip the call.
+  virtual bool has_commit() const { return true; }
   /// A hint that event `e` for this LP comes soon: prefetch the state its handler will touch.
   /// Must not change anything.
   virtual void prefetch(const Event& e) const { (void)e; }
