@@ -19,8 +19,8 @@ void BM_Hold(benchmark::State& state) {
   Queue q;
   std::uint64_t seq = 0;
   for (Event& e : events) {
-    e.key =
-        EventKey{static_cast<SimTime>(inc(rng) * 1e6), 0, static_cast<LpId>(seq % 1024), 0, 0, seq};
+    e.key = EventKey{static_cast<SimTime>(inc(rng) * 1e6), 0, static_cast<LpId>(seq % 1024), 0,
+                     static_cast<std::uint32_t>(seq)};
     ++seq;
     q.push(e.key, &e);
   }
@@ -29,7 +29,7 @@ void BM_Hold(benchmark::State& state) {
     for (int i = 0; i < 1024; ++i) {
       Event* e = q.pop();
       e->key.time += static_cast<SimTime>(inc(rng) * 1e6);
-      e->key.seq = seq++;
+      e->key.seq = static_cast<std::uint32_t>(seq++);
       q.push(e->key, e);
     }
     ops += 1024;

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "graph/op.hpp"
+#include "pdes/event.hpp"
 
 namespace scalescope::emu {
 
@@ -35,6 +36,6 @@ struct EmuMsg {
   std::array<std::uint8_t, graph::kNumStreams> undo_outstanding{};
   std::array<std::uint32_t, graph::kNumStreams> undo_cursor{};
 };
-static_assert(sizeof(EmuMsg) <= 64);
+static_assert(sizeof(EmuMsg) <= pdes::kPayloadBytes);
 
 }  // namespace scalescope::emu

@@ -4,9 +4,11 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <new>
 #include <type_traits>
 
+#include "core/error.hpp"
 #include "core/sim_time.hpp"
 
 namespace scalescope::pdes {
@@ -14,14 +16,14 @@ namespace scalescope::pdes {
 using LpId = std::uint32_t;
 
 /// Total order of events: (time, kind priority, destination, source, source sequence number).
-/// The sequence number counts the events a source LP has sent, so the key is unique.
+/// The sequence number counts the events a source LP has sent, so the key is unique. 24 bytes:
+/// with the payload an event is one cache line.
 struct EventKey {
   SimTime time = 0;
   std::uint32_t priority = 0;
   LpId dst = 0;
   LpId src = 0;
-  std::uint32_t pad_ = 0;
-  std::uint64_t seq = 0;
+  std::uint32_t seq = 0;  ///< engines reject an LP's 2^32-th send (ContractError)
 
   friend bool operator<(const EventKey& a, const EventKey& b) {
     if (a.time != b.time) return a.time < b.time;
@@ -35,13 +37,22 @@ struct EventKey {
            a.seq == b.seq;
   }
 };
+static_assert(sizeof(EventKey) == 24);
+
+/// The sequence number of an LP's next send (and counts it); throws once an LP has sent 2^32
+/// events, rather than let two keys collide.
+inline std::uint32_t next_sequence(std::uint64_t& counter, LpId lp) {
+  if (counter > std::numeric_limits<std::uint32_t>::max())
+    throw ContractError(fmt::format("LP {} sent more than 2^32 events", lp));
+  return static_cast<std::uint32_t>(counter++);
+}
 
 /// Bytes of model data an event carries: the message and, as in ROSS, the state its receiver
 /// needs to undo the forward handler.
-inline constexpr std::size_t kPayloadBytes = 64;
+inline constexpr std::size_t kPayloadBytes = 40;
 
 struct Event {
-  EventKey key;
+  EventKey key;  // the payload follows at offset 24: 64 bytes in all
   alignas(8) std::array<std::byte, kPayloadBytes> payload;
 
   template <class T>
@@ -60,5 +71,6 @@ struct Event {
     return *new (payload.data()) T(value);
   }
 };
+static_assert(sizeof(Event) == 64);
 
 }  // namespace scalescope::pdes

@@ -23,15 +23,21 @@ class EventPool {
   std::size_t capacity() const { return chunks_.size() * chunk_events_; }
 
  private:
+  /// An event on a cache line of its own (an Event is 64 bytes).
+  struct alignas(64) Slot {
+    Event event;
+  };
+  static_assert(sizeof(Slot) == sizeof(Event));
+
   void grow() {
-    chunks_.push_back(std::make_unique<Event[]>(chunk_events_));
-    Event* base = chunks_.back().get();
+    chunks_.push_back(std::make_unique<Slot[]>(chunk_events_));
+    Slot* base = chunks_.back().get();
     free_.reserve(free_.size() + chunk_events_);
-    for (std::size_t i = chunk_events_; i-- > 0;) free_.push_back(base + i);
+    for (std::size_t i = chunk_events_; i-- > 0;) free_.push_back(&base[i].event);
   }
 
   std::size_t chunk_events_;
-  std::vector<std::unique_ptr<Event[]>> chunks_;
+  std::vector<std::unique_ptr<Slot[]>> chunks_;
   std::vector<Event*> free_;
 };
 

@@ -20,9 +20,9 @@ namespace {
 
 enum class NodeState : std::uint8_t { Free, Pending, Processed, Cancelled, SentRemote };
 
-/// An event plus the engine's bookkeeping. The bookkeeping and the key's time share the first
-/// cache line, so fossil collection, which runs long after an event was processed (its lines
-/// cold at 16,384 LPs), touches one line per event.
+/// An event plus the engine's bookkeeping, two cache lines. The bookkeeping and the key's time
+/// share the first, so fossil collection, which runs long after an event was processed (its
+/// lines cold at 16,384 LPs), touches one line per event.
 struct alignas(64) Node {
   Node* caused_local = nullptr;   ///< events this one sent to local LPs (owned by their LPs)
   Node* caused_remote = nullptr;  ///< records of events this one sent to other processes (owned)
@@ -35,7 +35,7 @@ struct alignas(64) Node {
   bool from_remote = false;  ///< received from another process (indexed by key)
   Event ev;
 };
-static_assert(std::is_standard_layout_v<Node> && offsetof(Node, ev) == 56);
+static_assert(std::is_standard_layout_v<Node> && offsetof(Node, ev) == 56 && sizeof(Node) == 128);
 
 /// An event on the wire. `anti` = 1 cancels the event with the same key.
 struct Wire {
@@ -235,7 +235,7 @@ Event& OptimisticEngine::Impl::schedule(LpId dst, SimTime t, std::uint32_t prior
   SCALESCOPE_EXPECTS(dst < owner_.size());
   LocalLp& me = local(self_);
   Node* n = alloc();
-  n->ev.key = EventKey{t, priority, dst, self_, 0, me.seq++};
+  n->ev.key = EventKey{t, priority, dst, self_, next_sequence(me.seq, self_)};
   if (current_ && !(current_->ev.key < n->ev.key))
     throw ContractError(
         fmt::format("LP {} at t={} sent an event (t={}, priority {}) that sorts "

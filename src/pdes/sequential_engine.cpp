@@ -13,7 +13,7 @@ Event& SequentialEngine::schedule(LpId dst, SimTime t, std::uint32_t priority) {
   SCALESCOPE_EXPECTS(dst < lps_.size());
   SCALESCOPE_EXPECTS(t >= now_);
   Event* e = pool_.allocate();
-  e->key = EventKey{t, priority, dst, self_, 0, next_seq_[self_]++};
+  e->key = EventKey{t, priority, dst, self_, next_sequence(next_seq_[self_], self_)};
   if (current_ && !(*current_ < e->key))
     throw ContractError(
         fmt::format("LP {} at t={} sent an event (t={}, priority {}) that sorts "

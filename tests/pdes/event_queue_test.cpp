@@ -23,12 +23,8 @@ void check_against_reference(std::uint64_t seed, bool past_inserts) {
   std::uint64_t seq = 0;
   auto push = [&](SimTime t) {
     Event& e = storage[used++];
-    e.key = EventKey{t,
-                     static_cast<std::uint32_t>(rng() % 4),
-                     static_cast<LpId>(rng() % 64),
-                     static_cast<LpId>(rng() % 64),
-                     0,
-                     seq++};
+    e.key = EventKey{t, static_cast<std::uint32_t>(rng() % 4), static_cast<LpId>(rng() % 64),
+                     static_cast<LpId>(rng() % 64), static_cast<std::uint32_t>(seq++)};
     q.push(e.key, &e);
     reference.insert(e.key);
   };
