@@ -5,12 +5,16 @@
 # time, peak RSS (largest process), committed events, committed events/s, efficiency, graph.h5
 # size and graph build time into bench/results/scaling.csv and draws bench/results/scaling.png.
 #
-#   bench/scaling.sh [BUILD_DIR]      (env SIZES="1024 2048" to run fewer sizes)
+# Each configuration runs REPEATS times (default 3) and the fastest run (smallest engine wall
+# time) is recorded: on a shared machine, interference only ever slows a run down.
+#
+#   bench/scaling.sh [BUILD_DIR]      (env SIZES="1024 2048" to run fewer sizes, REPEATS=1)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${1:-$root/build}"
 exe="$build/scalescope"
 sizes="${SIZES:-1024 2048 4096 8192 16384}"
+repeats="${REPEATS:-3}"
 cfg="$root/inputs/experiments/llama3-405b-16k.yaml"
 results="$root/bench/results"
 mkdir -p "$results"
@@ -32,17 +36,32 @@ print(f"{n},{engine},{np_},{float(wall):.2f},{s['wall_s']:.3f},{int(rss_kb)/1024
       f"{s['committed_events_per_s']:.0f},{s['efficiency']:.5f},{gbytes},{gsec}")
 PY
 }
+best() {  # best OUTDIR TIMEFILE CMD...: runs CMD (writing OUTDIR) $repeats times, keeps the fastest
+  local out="$1" tf="$2"; shift 2
+  local keep="" k
+  for ((k = 0; k < repeats; k++)); do
+    rm -rf "$out.try"
+    /usr/bin/time -f "%e %M" -o "$tf.try" "$@" -o "$out.try"
+    if [ -z "$keep" ] || /usr/bin/python3 -c "
+import json, sys
+w = lambda d: json.load(open(d + '/summary.json'))['engine']['wall_s']
+sys.exit(0 if w('$out.try') < w('$out') else 1)"; then
+      rm -rf "$out"; mv "$out.try" "$out"; mv "$tf.try" "$tf"; keep=1
+    fi
+  done
+  rm -rf "$out.try" "$tf.try"
+}
 for n in $sizes; do
   dp=$((n / 128)); gbs=$((16 * dp))
   sets=(--set cluster.num_gpus=$n --set parallel.data_parallel_size=$dp
         --set training.global_batch_size=$gbs --set "run.trace_ranks=[0]")
   /usr/bin/time -f "%e %M" -o "$tmp/g.time" "$exe" graph "$cfg" -o "$tmp/g.h5" "${sets[@]}" >/dev/null
   gbytes=$(stat -c %s "$tmp/g.h5"); gsec=$(cut -d' ' -f1 "$tmp/g.time")
-  /usr/bin/time -f "%e %M" -o "$tmp/t" "$exe" run "$cfg" -o "$tmp/seq" -q "${sets[@]}"
+  best "$tmp/seq" "$tmp/t" "$exe" run "$cfg" -q "${sets[@]}"
   row "$n" sequential 1 "$tmp/t" "$tmp/seq" "$gbytes" "$gsec"
   for np in 1 2; do
-    /usr/bin/time -f "%e %M" -o "$tmp/t" mpirun -np $np "$exe" run "$cfg" -o "$tmp/opt$np" -q \
-      "${sets[@]}" --set run.engine=optimistic
+    best "$tmp/opt$np" "$tmp/t" mpirun -np $np "$exe" run "$cfg" -q "${sets[@]}" \
+      --set run.engine=optimistic
     row "$n" optimistic "$np" "$tmp/t" "$tmp/opt$np" "$gbytes" "$gsec"
     # Determinism: the optimistic results equal the sequential ones.
     /usr/bin/python3 -c "
