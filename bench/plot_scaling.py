@@ -31,7 +31,7 @@ for name, rs in series.items():
     ke = slope(n, engine_wall) if len(n) > 1 else float("nan")
     print(f"{name}: process wall time ∝ world^{k:.2f}, engine wall time ∝ world^{ke:.2f}, "
           f"committed events/s {rate[0]:.2f} M → {rate[-1]:.2f} M")
-    ax1.loglog(n, wall, "o-", label=f"{name} (∝ N^{k:.2f})")
+    ax1.loglog(n, wall, "o-", label=f"{name} (process ∝ N^{k:.2f}, engine ∝ N^{ke:.2f})")
     ax2.semilogx(n, rate, "o-", label=name)
 for ax in (ax1, ax2):
     ax.set_xlabel("virtual GPUs (world size)")
