@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "emu/model_data.hpp"
 #include "workload/transformer_builder.hpp"
 
 namespace scalescope::emu {
@@ -187,6 +188,39 @@ TEST(Emulation, ExpectedEventCountIsExact) {
     RunResults r = emulate(g, synthetic_costs(), options(coalesce, {}));
     EXPECT_EQ(r.engine.events_committed, expected_events(g, coalesce));
   }
+}
+
+TEST(Emulation, WaitDepsAreTheOtherStreamDependenciesAndWakesTheirReverse) {
+  Job j = mixed_job();
+  graph::SlicedGraph g = workload::build_graph(j.m, j.p, j.t);
+  for (const graph::RankProgram& p : g.templates) {
+    const WaitDeps w = wait_deps(p);
+    std::size_t same_stream = 0;
+    std::vector<std::vector<std::uint32_t>> wakes(p.size());
+    for (std::uint32_t i = 0; i < p.size(); ++i) {
+      std::vector<std::uint32_t> expected;
+      for (const std::uint32_t* d = p.deps_begin(i); d != p.deps_end(i); ++d)
+        if (p.ops[*d].stream != p.ops[i].stream)
+          expected.push_back(*d), wakes[*d].push_back(i);
+        else
+          ++same_stream;
+      EXPECT_EQ(std::vector<std::uint32_t>(w.begin(i), w.end(i)), expected) << i;
+    }
+    for (std::uint32_t d = 0; d < p.size(); ++d)
+      EXPECT_EQ(std::vector<std::uint32_t>(w.wakes.begin(d), w.wakes.end(d)), wakes[d]) << d;
+    EXPECT_GT(same_stream, 0u);  // the filter has something to drop
+  }
+}
+
+TEST(Emulation, RankStateIsOneCacheLinePlusAFinishTimePerOp) {
+  // Untraced ranks keep an 8-byte finish time per op of their template; the object is 64 bytes.
+  Job j = mixed_job();
+  graph::SlicedGraph g = workload::build_graph(j.m, j.p, j.t);
+  RunResults r = emulate(g, synthetic_costs(), options(true, {}));
+  double bytes = 0;
+  for (std::uint32_t rank = 0; rank < g.world_size; ++rank)
+    bytes += 64.0 + 8.0 * static_cast<double>(g.program_of(rank).size());
+  EXPECT_DOUBLE_EQ(r.engine.lp_bytes_per_rank, bytes / g.world_size);
 }
 
 TEST(Emulation, ResultsAreDeterministic) {

@@ -58,6 +58,39 @@ TEST(EventQueue, LadderQueuePopsInKeyOrder) {
 TEST(EventQueue, LadderQueueHandlesInsertsInThePast) {
   for (std::uint64_t seed : {4, 5, 6}) check_against_reference<LadderQueue<Event>>(seed, true);
 }
+TEST(EventQueue, LadderQueuePeekShowsTheNextEventsInPopOrder) {
+  // Engines prefetch from peek(k); it must show the events pop() returns next (or nothing).
+  std::mt19937_64 rng(11);
+  std::vector<Event> storage(3000);
+  LadderQueue<Event> q;
+  for (std::uint32_t i = 0; i < storage.size(); ++i) {
+    // Many equal times (as a collective completing for all members), in random order.
+    storage[i].key =
+        EventKey{static_cast<SimTime>(rng() % 50), 0, static_cast<LpId>(rng() % 500), 0, i};
+    q.push(storage[i].key, &storage[i]);
+  }
+  std::size_t seen = 0;
+  while (!q.empty()) {
+    q.top_key();  // fills the bottom
+    std::vector<const Event*> ahead;
+    for (std::size_t k = 0; q.peek(k) != nullptr; ++k) {
+      EXPECT_EQ(q.peek(k)->key, q.peek(k)->item->key);
+      ahead.push_back(q.peek(k)->item);
+    }
+    ASSERT_FALSE(ahead.empty());  // the top itself is in the bottom
+    seen += ahead.size();
+    for (const Event* e : ahead) EXPECT_EQ(q.pop(), e);
+  }
+  EXPECT_EQ(seen, storage.size());
+}
+
+TEST(EventKeyTest, SequenceNumbersStopAtTwoToTheThirtyTwo) {
+  std::uint64_t counter = 0xFFFFFFFEull;
+  EXPECT_EQ(next_sequence(counter, 3), 0xFFFFFFFEu);
+  EXPECT_EQ(next_sequence(counter, 3), 0xFFFFFFFFu);
+  EXPECT_THROW(next_sequence(counter, 3), ContractError);
+}
+
 TEST(EventQueue, HeapsPopInKeyOrder) {
   check_against_reference<KeyedMinHeap<Event>>(7, true);
   check_against_reference<QuaternaryTimeHeap<Event>>(8, true);
