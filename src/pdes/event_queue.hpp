@@ -224,10 +224,14 @@ class LadderQueue {
     ++size_;
     const Entry e{key, item};
     if (key.time < bottom_end_) {
-      // Sorted insert; new events usually sort last, so this is an append.
-      auto it = std::upper_bound(bottom_.begin() + static_cast<std::ptrdiff_t>(head_),
-                                 bottom_.end(), e, Less{});
-      bottom_.insert(it, e);
+      // Sorted insert; new events usually sort last, so this is usually an append.
+      if (bottom_.size() == head_ || !(key < bottom_.back().key)) {
+        bottom_.push_back(e);
+      } else {
+        auto it = std::upper_bound(bottom_.begin() + static_cast<std::ptrdiff_t>(head_),
+                                   bottom_.end(), e, Less{});
+        bottom_.insert(it, e);
+      }
     } else if (key.time < rung_end_) {
       buckets_[static_cast<std::size_t>((key.time - rung_start_) / width_)].push_back(e);
     } else {
