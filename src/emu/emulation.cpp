@@ -58,8 +58,7 @@ struct Instance {
       }
       recorders.push_back(rec);
       offset.push_back(total);
-      const bool traced = rec.timeline != nullptr;
-      total += (RankLP::slots(data.class_of(r), traced) + kLine - 1) / kLine * kLine;
+      total += (RankLP::slots(data.class_of(r), rec.traced()) + kLine - 1) / kLine * kLine;
     }
     times.resize(total + kLine - 1);
     SimTime* base = times.data();

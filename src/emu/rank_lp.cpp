@@ -33,7 +33,7 @@ RankLP::RankLP(std::uint32_t rank, const ModelData& data, const RankRecorder* re
     : cls_(&data.class_of(rank)),
       rec_(recorder),
       time_(times),
-      traced_(recorder->timeline != nullptr || recorder->memory != nullptr),
+      traced_(recorder->traced()),
       rank_(rank) {
   SCALESCOPE_EXPECTS(cls_->prog != nullptr);
   std::fill(time_, time_ + slots(*cls_, traced_), kTimeUnknown);

@@ -3,9 +3,9 @@
 /// order; streams overlap; an op starts when its stream is free and its dependencies are done.
 /// A chain of local compute ops advances inside one event up to the next communication point.
 ///
-/// Layout for scale (docs/engine.md, "Memory at scale"): the object is one cache line; the
-/// per-op times live in an arena the emulation owns, one block per rank in rank order; results
-/// are derived from those times once, in finalize(), so committing an event writes nothing.
+/// Layout for scale (docs/engine.md, "At scale: memory traffic per event"): the object is one cache
+/// line; the per-op times live in an arena the emulation owns, one block per rank in rank order;
+/// results are derived from those times once, in finalize(), so committing an event writes nothing.
 #include <array>
 #include <cstdint>
 #include <vector>
@@ -22,6 +22,7 @@ struct RankRecorder {
   RankResult* result = nullptr;
   std::vector<TimelineRecord>* timeline = nullptr;  ///< null unless the rank is traced
   std::vector<MemoryRecord>* memory = nullptr;      ///< null unless the rank is traced
+  bool traced() const { return timeline != nullptr || memory != nullptr; }
 };
 
 class alignas(64) RankLP final : public pdes::LogicalProcess {

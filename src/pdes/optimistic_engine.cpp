@@ -351,8 +351,7 @@ void OptimisticEngine::Impl::execute(Node* n) {
 
 void OptimisticEngine::Impl::prefetch_ahead() {
   if (const auto* far = heap_.peek(8)) {
-    for (std::size_t line = 0; line < sizeof(Node); line += 64)
-      __builtin_prefetch(reinterpret_cast<const char*>(far->item) + line);
+    prefetch_lines(far->item);
     __builtin_prefetch(local(far->key.dst).lp);
   }
   if (const auto* near = heap_.peek(4)) local(near->key.dst).lp->prefetch(near->item->ev);

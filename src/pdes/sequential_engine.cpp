@@ -63,8 +63,7 @@ EngineStats SequentialEngine::run(SimTime end, bool rollback_check) {
     // Hide memory latency at scale: the state of LPs a few events ahead is fetched while this
     // one runs (an LP's own lines at distance 4, the LP object and the event at distance 8).
     if (const auto* far = queue_.peek(8)) {
-      __builtin_prefetch(far->item);
-      __builtin_prefetch(reinterpret_cast<const char*>(far->item) + 64);
+      prefetch_lines(far->item);  // one line: pooled events are line-aligned
       __builtin_prefetch(lps_[far->key.dst]);
       __builtin_prefetch(&next_seq_[far->key.dst]);
     }
