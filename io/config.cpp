@@ -61,7 +61,11 @@ const Keys kParallelKeys = {"tensor_model_parallel_size",
                             "overlap_grad_reduce",
                             "overlap_param_gather",
                             "decoder_first_pipeline_num_layers",
-                            "decoder_last_pipeline_num_layers"};
+                            "decoder_last_pipeline_num_layers",
+                            "account_for_embedding_in_pipeline_split",
+                            "account_for_loss_in_pipeline_split",
+                            "microbatch_group_size_per_vp_stage",
+                            "overlap_p2p_comm"};
 const Keys kTrainingKeys = {"micro_batch_size", "global_batch_size", "precision", "attention"};
 const Keys kClusterNetworkKeys = {"gpu",
                                   "gpus_per_node",
@@ -415,13 +419,11 @@ workload::ParallelPlan build_parallel(const Section& s) {
   r.positive("tensor_model_parallel_size", p.tensor_model_parallel_size);
   r.positive("pipeline_model_parallel_size", p.pipeline_model_parallel_size);
   r.positive("data_parallel_size", p.data_parallel_size);
-  if (const Value* v = r.find("virtual_pipeline_model_parallel_size")) {
-    const auto vpp = detail::read_int(*v, r.key("virtual_pipeline_model_parallel_size"));
-    if (vpp != 1)
-      fail(
-          *v, r.key("virtual_pipeline_model_parallel_size"),
-          fmt::format("{}: the interleaved schedule is not supported yet (use 1 or omit it)", vpp));
-  }
+  r.positive("virtual_pipeline_model_parallel_size", p.virtual_pipeline_model_parallel_size);
+  r.positive("microbatch_group_size_per_vp_stage", p.microbatch_group_size_per_vp_stage);
+  r.flag("overlap_p2p_comm", p.overlap_p2p_comm);
+  r.flag("account_for_embedding_in_pipeline_split", p.account_for_embedding_in_pipeline_split);
+  r.flag("account_for_loss_in_pipeline_split", p.account_for_loss_in_pipeline_split);
   r.flag("sequence_parallel", p.sequence_parallel);
   const std::string recompute = r.choice("recompute", {"none", "selective", "full"}, "none");
   p.recompute = recompute == "full"        ? workload::Recompute::Full
@@ -518,14 +520,38 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
         f, tp, m.ffn_hidden_size);
   const std::int64_t pinned =
       p.decoder_first_pipeline_num_layers + p.decoder_last_pipeline_num_layers;
+  const bool accounted =
+      p.account_for_embedding_in_pipeline_split || p.account_for_loss_in_pipeline_split;
+  const std::int64_t vpp = p.vpp();
   if (pinned > 0 && pp == 1)
     throw_input(
         "{}: parallel.decoder_first/last_pipeline_num_layers need "
         "pipeline_model_parallel_size > 1",
         f);
-  if (pinned == 0 && m.num_layers % pp != 0)
-    throw_input("{}: parallel.pipeline_model_parallel_size={} does not divide model.num_layers={}",
-                f, pp, m.num_layers);
+  if (pinned > 0 && accounted)
+    throw_input(
+        "{}: parallel.account_for_embedding/loss_in_pipeline_split cannot be combined with "
+        "decoder_first/last_pipeline_num_layers (Megatron: 'Does not support standalone "
+        "embedding stage and standalone loss stage with uneven pp')",
+        f);
+  if (vpp > 1 && pp == 1)
+    throw_input(
+        "{}: parallel.virtual_pipeline_model_parallel_size={} needs "
+        "pipeline_model_parallel_size > 1 (the interleaved schedule splits a pipeline)",
+        f, vpp);
+  if (vpp > 1 && p.schedule == workload::Schedule::GPipe)
+    throw_input(
+        "{}: parallel.schedule=gpipe has no interleaved form (omit "
+        "virtual_pipeline_model_parallel_size or use schedule: 1f1b)",
+        f);
+  if (pinned == 0) {
+    const std::int64_t split = m.num_layers + (p.account_for_embedding_in_pipeline_split ? 1 : 0) +
+                               (p.account_for_loss_in_pipeline_split ? 1 : 0);
+    if (split % pp != 0)
+      throw_input(
+          "{}: parallel.pipeline_model_parallel_size={} does not divide model.num_layers={}{}", f,
+          pp, split, accounted ? " (counting the embedding / loss as layers)" : "");
+  }
   if (pinned > 0) {
     const std::int64_t rest = m.num_layers - pinned;
     const std::int64_t middle = p.middle_stages();
@@ -534,6 +560,19 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
           "{}: model.num_layers={} minus the first/last stage layers ({}) does not split "
           "evenly over the other {} pipeline stages",
           f, m.num_layers, pinned, middle);
+  }
+  // Megatron's get_num_layers_to_build: each rank's layers split evenly over its chunks.
+  for (std::int64_t stage = 0; stage < pp; ++stage) {
+    const std::int64_t n = p.split_layers_on_stage(stage, m.num_layers);
+    if (n % vpp != 0)
+      throw_input(
+          "{}: pipeline stage {} has {} layers, not divisible by "
+          "parallel.virtual_pipeline_model_parallel_size={}",
+          f, stage, n, vpp);
+    for (std::int64_t chunk = 0; chunk < vpp; ++chunk)
+      if (p.layers_in_chunk(stage, chunk, m.num_layers) < 0)
+        throw_input("{}: not enough layers in the {} virtual pipeline stage for the {}", f,
+                    stage == 0 ? "first" : "last", stage == 0 ? "embedding" : "loss");
   }
 
   // World size: DP is derived from the GPU count when omitted, the GPU count from TP·PP·DP.
@@ -570,6 +609,24 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
         "{}: training.global_batch_size={} is not divisible by "
         "training.micro_batch_size·parallel.data_parallel_size={}·{}={}",
         f, tr.global_batch_size, tr.micro_batch_size, p.dp(), tr.micro_batch_size * p.dp());
+  // Megatron-Core's forward_backward_pipelining_with_interleaving rules.
+  if (p.interleaved()) {
+    const std::int64_t mbs = tr.num_microbatches(p.dp());
+    const std::int64_t group = p.microbatch_group_size();
+    if (group > mbs || group < pp)
+      throw_input(
+          "{}: parallel.microbatch_group_size_per_vp_stage={} must lie in [PP={}, M={}] (M = "
+          "micro-batches per pipeline, global_batch_size / (micro_batch_size·DP)) for the "
+          "interleaved schedule",
+          f, group, pp, mbs);
+    const std::int64_t last_group = mbs % group;
+    if (last_group > 0 && last_group < pp)
+      throw_input(
+          "{}: the last micro-batch group has M mod microbatch_group_size_per_vp_stage = {} mod "
+          "{} = {} micro-batches, which must be 0 or ≥ PP={} (Megatron rejects it: dependency "
+          "bubbles)",
+          f, mbs, group, last_group, pp);
+  }
 
   for (const std::uint32_t rank : c.run.trace_ranks)
     if (rank >= cl.num_gpus)
@@ -631,6 +688,16 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
   if (p.decoder_last_pipeline_num_layers > 0)
     out << YAML::Key << "decoder_last_pipeline_num_layers" << YAML::Value
         << p.decoder_last_pipeline_num_layers;
+  if (p.account_for_embedding_in_pipeline_split)
+    out << YAML::Key << "account_for_embedding_in_pipeline_split" << YAML::Value << true;
+  if (p.account_for_loss_in_pipeline_split)
+    out << YAML::Key << "account_for_loss_in_pipeline_split" << YAML::Value << true;
+  if (p.interleaved()) {
+    out << YAML::Key << "virtual_pipeline_model_parallel_size" << YAML::Value << p.vpp();
+    out << YAML::Key << "microbatch_group_size_per_vp_stage" << YAML::Value
+        << p.microbatch_group_size();
+    out << YAML::Key << "overlap_p2p_comm" << YAML::Value << p.overlap_p2p_comm;
+  }
   out << YAML::EndMap;
 
   const auto& t = c.training;

@@ -65,6 +65,8 @@ void write_summary_json(const emu::RunResults& r, const std::string& path) {
                                {"exposed_tp", ns_to_seconds(last.exposed_tp)},
                                {"exposed_pp", ns_to_seconds(last.exposed_pp)},
                                {"exposed_dp", ns_to_seconds(last.exposed_dp)},
+                               {"exposed_embedding", ns_to_seconds(last.exposed_embedding)},
+                               {"bubble", ns_to_seconds(last.bubble)},
                                {"other_wait", ns_to_seconds(last.other_wait)}};
   const emu::EngineStats& e = r.engine;
   j["engine"] = Json{{"kind", e.kind},
@@ -118,6 +120,8 @@ std::string format_summary_table(const emu::RunResults& r) {
     part("exposed TP", last.exposed_tp);
     part("exposed PP", last.exposed_pp);
     part("exposed DP", last.exposed_dp);
+    part("exposed embedding AR", last.exposed_embedding);
+    part("bubble / idle", last.bubble);
     part("other wait", last.other_wait);
     part("total (finish)", last.finish);
   }

@@ -6,27 +6,26 @@
 
 namespace scalescope::emu {
 
-namespace {
-graph::Stream stream_of(graph::CommKind k) {
-  switch (k) {
-    case graph::CommKind::TpGroup:
-      return graph::Stream::TpComm;
-    case graph::CommKind::PpPair:
-      return graph::Stream::PpComm;
-    default:
-      return graph::Stream::DpComm;
-  }
-}
-}  // namespace
-
 CommLP::CommLP(std::uint32_t comm, const ModelData& data)
     : comm_(comm),
       data_(&data),
       members_(data.graph->comms.members_begin(comm)),
       size_(data.graph->comms.num_members(comm)),
       kind_(data.graph->comms.kind[comm]),
-      shape_(data.cost->shape(members_, members_ + size_)),
-      stream_(static_cast<std::uint8_t>(stream_of(kind_))) {}
+      shape_(data.cost->shape(members_, members_ + size_)) {
+  // The stream each member's op waits on: a pipeline pair is its upstream member's PpComm
+  // (role PpNext) and its downstream member's PpPrevComm.
+  for (std::uint32_t i = 0; i < size_ && i < stream_.size(); ++i) {
+    graph::Stream s = graph::Stream::DpComm;
+    if (kind_ == graph::CommKind::TpGroup) s = graph::Stream::TpComm;
+    if (kind_ == graph::CommKind::PpPair)
+      s = data.graph->comm_of(members_[i], graph::CommRole::PpNext) ==
+                  static_cast<std::int32_t>(comm)
+              ? graph::Stream::PpComm
+              : graph::Stream::PpPrevComm;
+    stream_[i] = static_cast<std::uint8_t>(s);
+  }
+}
 
 SimTime CommLP::duration(const pdes::Event& arrival) const {
   const EmuMsg& m = arrival.as<EmuMsg>();
@@ -56,8 +55,10 @@ void CommLP::forward(pdes::Event& e, pdes::Context& ctx) {
   const SimTime end = ctx.now() + std::max<SimTime>(1, duration(e));
   EmuMsg done;
   done.kind = MsgKind::Complete;
-  done.stream = stream_;
-  for (std::uint32_t i = 0; i < size_; ++i) ctx.send(members_[i], end, kPriorityComplete, done);
+  for (std::uint32_t i = 0; i < size_; ++i) {
+    done.stream = stream_[std::min<std::uint32_t>(i, 1)];
+    ctx.send(members_[i], end, kPriorityComplete, done);
+  }
   arrived_[ch] = 0;
   ++expected_[ch];
   m.undo_completed = 1;

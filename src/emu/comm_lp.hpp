@@ -37,7 +37,9 @@ class CommLP final : public pdes::LogicalProcess {
   std::uint32_t size_;
   graph::CommKind kind_;
   cost::CommShape shape_;
-  std::uint8_t stream_;
+  /// Stream of the COMPLETE each member receives: members 0 and 1 of a pipeline pair differ; a
+  /// collective's members all use stream_[0] (index min(i, 1) with equal entries).
+  std::array<std::uint8_t, 2> stream_{};
 
   // Dynamic state (undone by reverse): per channel, the instance awaited and arrivals so far.
   std::array<std::uint32_t, 2> expected_{};

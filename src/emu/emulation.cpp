@@ -118,10 +118,11 @@ void finish_results(RunResults& out, const Costs& cost) {
 }
 
 /// RankResult as int64 fields, for reductions over processes.
-constexpr int kRankFields = 10;
+constexpr int kRankFields = 12;
 std::array<std::int64_t, kRankFields> pack(const RankResult& r) {
-  return {r.finish,     r.compute,     r.exposed_tp,    r.exposed_pp, r.exposed_dp,
-          r.other_wait, r.peak_memory, r.static_memory, r.pp_stage,   r.rank_class};
+  return {r.finish,     r.compute,    r.exposed_tp,        r.exposed_pp,
+          r.exposed_dp, r.other_wait, r.peak_memory,       r.static_memory,
+          r.pp_stage,   r.rank_class, r.exposed_embedding, r.bubble};
 }
 RankResult unpack(const std::int64_t* v) {
   RankResult r;
@@ -135,6 +136,8 @@ RankResult unpack(const std::int64_t* v) {
   r.static_memory = v[7];
   r.pp_stage = static_cast<std::uint32_t>(v[8]);
   r.rank_class = static_cast<std::uint32_t>(v[9]);
+  r.exposed_embedding = v[10];
+  r.bubble = v[11];
   return r;
 }
 

@@ -64,6 +64,39 @@ ModelData::ModelData(const graph::SlicedGraph& g, const Costs& c, bool coalesce)
     memory.push_back(memory_profile(p));
     waits.push_back(wait_deps(p));
   }
+  // Wire times of each template's communication ops on the communicators of the first rank of
+  // its class (ranks of one class have communicators of the same shape in every layout built
+  // here; the breakdown is the only reader).
+  std::vector<std::int64_t> first_rank(g.templates.size(), -1);
+  for (std::uint32_t r = 0; r < g.world_size; ++r)
+    if (first_rank[g.rank_class[r]] < 0) first_rank[g.rank_class[r]] = r;
+  wire.resize(g.templates.size());
+  prev_on_stream.resize(g.templates.size());
+  for (std::size_t k = 0; k < g.templates.size(); ++k) {
+    if (!g.is_loaded(k) || first_rank[k] < 0) continue;
+    const graph::RankProgram& p = g.templates[k];
+    const auto rank = static_cast<std::uint32_t>(first_rank[k]);
+    std::vector<SimTime>& w = wire[k];
+    w.assign(p.size(), 0);
+    for (std::uint32_t i = 0; i < p.size(); ++i) {
+      const graph::Op& op = p.ops[i];
+      if (!graph::is_communication(op.kind)) continue;
+      const graph::CommRole role = op.role != graph::CommRole::None ? op.role : op.role2;
+      const std::int32_t comm = g.comm_of(rank, role);
+      if (comm == graph::kNoComm) continue;
+      const std::uint32_t* mb = g.comms.members_begin(static_cast<std::uint32_t>(comm));
+      const cost::CommShape shape =
+          c.shape(mb, g.comms.members_end(static_cast<std::uint32_t>(comm)));
+      const SimTime t = op.kind == graph::OpKind::SendRecv
+                            ? c.p2p(op.comm_bytes, shape.nodes == 1)
+                            : c.collective(op.kind, op.comm_bytes, shape);
+      w[i] = std::max<SimTime>(1, t);  // as CommLP::forward
+    }
+    std::vector<std::uint32_t>& prev = prev_on_stream[k];
+    prev.assign(p.size(), kNoOp);
+    for (const auto& list : p.stream_ops)
+      for (std::size_t c2 = 1; c2 < list.size(); ++c2) prev[list[c2]] = list[c2 - 1];
+  }
   classes.resize(g.templates.size());
   for (std::size_t k = 0; k < g.templates.size(); ++k) {
     RankClass& rc = classes[k];
@@ -74,6 +107,8 @@ ModelData::ModelData(const graph::SlicedGraph& g, const Costs& c, bool coalesce)
     rc.dur = durations[k].data();
     rc.mem = &memory[k];
     rc.waits = &waits[k];
+    rc.wire = wire[k].data();
+    rc.prev_on_stream = prev_on_stream[k].data();
     for (int s = 1; s < graph::kNumStreams; ++s) {
       rc.comm_base[s] = rc.comm_ops;
       rc.comm_ops += static_cast<std::uint32_t>(p.stream_ops[s].size());

@@ -63,6 +63,7 @@ struct WaitDeps {
 WaitDeps wait_deps(const graph::RankProgram& p);
 
 struct ModelData;
+inline constexpr std::uint32_t kNoOp = 0xFFFFFFFFu;
 
 /// What every rank of one class (template) reads: shared, immutable, hot in cache.
 struct RankClass {
@@ -71,6 +72,11 @@ struct RankClass {
   const SimTime* dur = nullptr;
   const MemoryProfile* mem = nullptr;
   const WaitDeps* waits = nullptr;
+  /// Per op: a communication op's wire time (what the network model gives it on the class's
+  /// first rank's communicators; 0 for compute), for the time breakdown.
+  const SimTime* wire = nullptr;
+  /// Per op: the op before it on its stream, or kNoOp.
+  const std::uint32_t* prev_on_stream = nullptr;
   /// Index of the first op of communication stream s among the template's communication ops.
   std::array<std::uint32_t, graph::kNumStreams> comm_base{};
   std::uint32_t comm_ops = 0;  ///< communication ops in the template
@@ -81,8 +87,10 @@ struct ModelData {
   const Costs* cost = nullptr;
   /// Per template, per op; 0 for communication. Empty for a template that is not loaded.
   std::vector<std::vector<SimTime>> durations;
-  std::vector<MemoryProfile> memory;  ///< per template; empty for a template not loaded
-  std::vector<WaitDeps> waits;        ///< per template; empty for a template not loaded
+  std::vector<MemoryProfile> memory;       ///< per template; empty for a template not loaded
+  std::vector<WaitDeps> waits;             ///< per template; empty for a template not loaded
+  std::vector<std::vector<SimTime>> wire;  ///< per template (RankClass::wire)
+  std::vector<std::vector<std::uint32_t>> prev_on_stream;  ///< per template
   /// Per template (null fields for a template not loaded); points into the vectors above.
   std::vector<RankClass> classes;
   bool coalesce_local_ops = true;

@@ -9,21 +9,17 @@ namespace scalescope::emu {
 using graph::Stream;
 
 namespace {
-/// Adds compute-stream idle time to the bucket of the stream it waited for.
-void charge_wait(RankResult& r, Stream waited_for, SimTime t) {
-  switch (waited_for) {
+/// The exposed-communication bucket of a communication op.
+SimTime& exposed_bucket(RankResult& r, const graph::Op& op) {
+  if (op.role == graph::CommRole::Embedding) return r.exposed_embedding;
+  switch (op.stream) {
     case Stream::TpComm:
-      r.exposed_tp += t;
-      break;
+      return r.exposed_tp;
     case Stream::PpComm:
-      r.exposed_pp += t;
-      break;
-    case Stream::DpComm:
-      r.exposed_dp += t;
-      break;
+    case Stream::PpPrevComm:
+      return r.exposed_pp;
     default:
-      r.other_wait += t;
-      break;
+      return r.exposed_dp;
   }
 }
 }  // namespace
@@ -225,26 +221,48 @@ void RankLP::finalize() {
   for (std::uint32_t i = 0; i < prog.size(); ++i)
     if (time_[i] > last_finish) last_finish = time_[i], last_op = i;
   r.finish = last_finish;
-  // Compute-stream idle time before an op is blamed on the stream of the dependency it waited
-  // for last (only another stream's op can be that one: see WaitDeps).
+  // Compute-stream idle time before an op is blamed on the dependency it waited for last (only
+  // another stream's op can be that one: see WaitDeps) and split along that op's life: while it
+  // moved data (its wire time: its category), while it was issued but waited for its peers
+  // (bubble), and before it was issued, which is blamed in turn on the op that held it back
+  // (the op before it on its stream, or its latest dependency), and so on back to the gap's start.
   const auto& compute = prog.stream_ops[0];
+  auto charge = [&](std::uint32_t d, SimTime from, SimTime to) {
+    while (to > from) {
+      if (d == kNoOp || !graph::is_communication(prog.ops[d].kind)) {
+        r.other_wait += to - from;
+        return;
+      }
+      std::uint32_t by = cls_->prev_on_stream[d];
+      SimTime issued = by == kNoOp ? 0 : time_[by];
+      for (const std::uint32_t* w = cls_->waits->begin(d); w != cls_->waits->end(d); ++w)
+        if (time_[*w] > issued) issued = time_[*w], by = *w;
+      const SimTime moving = std::max(issued, time_[d] - cls_->wire[d]);
+      const SimTime wire = to - std::max(from, std::min(moving, to));
+      const SimTime peers = std::max<SimTime>(0, std::min(moving, to) - std::max(issued, from));
+      exposed_bucket(r, prog.ops[d]) += wire;
+      r.bubble += peers;
+      to = std::min(to, std::max(issued, from));
+      d = by;
+    }
+  };
   SimTime prev = 0;
   for (std::uint32_t c = 0; c < compute.size(); ++c) {
     const std::uint32_t i = compute[c];
     const SimTime start = time_[i] - cls_->dur[i];
     r.compute += cls_->dur[i];
-    if (const SimTime gap = start - prev; gap > 0) {
-      std::uint32_t blame = i;
+    if (start > prev) {
+      std::uint32_t blame = kNoOp;
       SimTime latest = kTimeUnknown;
       for (const std::uint32_t* d = cls_->waits->begin(i); d != cls_->waits->end(i); ++d)
         if (time_[*d] > latest) latest = time_[*d], blame = *d;
-      charge_wait(r, blame == i ? Stream::Compute : prog.ops[blame].stream, gap);
+      charge(blame, prev, start);
     }
     prev = time_[i];
   }
-  // The tail after the last compute op is blamed on the stream of the op that ends the rank.
-  if (const SimTime tail = last_finish - prev; tail > 0)
-    charge_wait(r, prog.ops[last_op].stream, tail);
+  // The tail after the last compute op is blamed on the op that ends the rank.
+  if (last_finish > prev)
+    charge(graph::is_communication(prog.ops[last_op].kind) ? last_op : kNoOp, prev, last_finish);
   if (traced_) record_trace();
 }
 

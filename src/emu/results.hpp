@@ -9,15 +9,20 @@
 
 namespace scalescope::emu {
 
-/// Where one rank's iteration time went. finish = compute + exposed_tp + exposed_pp + exposed_dp
-/// + other_wait, where each exposed term is compute-stream idle time blamed on the stream of the
-/// dependency that the next compute op waited for (pipeline bubbles count as exposed_pp).
+/// Where one rank's iteration time went: finish = compute + exposed_tp + exposed_pp + exposed_dp
+/// + exposed_embedding + bubble + other_wait. Compute-stream idle time is split along the
+/// communication op the next compute op waited for: the part while that op's data moved (its
+/// wire time) is exposed communication of its kind (TP, pipeline transfer, DP, tied-embedding
+/// all-reduce); the part while it waited for its peers to arrive is `bubble` (pipeline fill and
+/// drain, stragglers); other_wait is idle time with no communication to blame.
 struct RankResult {
   SimTime finish = 0;
   SimTime compute = 0;
   SimTime exposed_tp = 0;
   SimTime exposed_pp = 0;
   SimTime exposed_dp = 0;
+  SimTime exposed_embedding = 0;
+  SimTime bubble = 0;
   SimTime other_wait = 0;
   std::int64_t peak_memory = 0;    ///< peak allocated bytes (issue order, as PyTorch counts)
   std::int64_t static_memory = 0;  ///< weights + grads + optimizer state

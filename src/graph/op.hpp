@@ -28,9 +28,21 @@ constexpr bool is_communication(OpKind k) {
   return is_collective(k) || k == OpKind::SendRecv;
 }
 
-/// CUDA-stream-like queues: ops on one stream run in program order, streams overlap.
-enum class Stream : std::uint8_t { Compute = 0, TpComm = 1, PpComm = 2, DpComm = 3 };
-inline constexpr int kNumStreams = 4;
+/// CUDA-stream-like queues: ops on one stream run in program order, streams overlap. Pipeline
+/// transfers use one stream per neighbour pair, as PyTorch's NCCL process group runs the
+/// point-to-point ops of each peer pair on that pair's own communicator and stream: PpComm for
+/// the pair (me, next stage), PpPrevComm for (previous stage, me).
+enum class Stream : std::uint8_t {
+  Compute = 0,
+  TpComm = 1,
+  PpComm = 2,
+  DpComm = 3,
+  PpPrevComm = 4
+};
+inline constexpr int kNumStreams = 5;
+constexpr bool is_pipeline_stream(Stream s) {
+  return s == Stream::PpComm || s == Stream::PpPrevComm;
+}
 
 /// Which communicator of the rank an op talks on. Resolved per rank through the rank → role map,
 /// so one template serves every rank of a class.
@@ -45,12 +57,13 @@ enum class CommRole : std::uint8_t {
 inline constexpr int kNumRoles = 6;
 
 /// The stream a role's communication runs on: TP collectives on their own stream, pipeline
-/// transfers on theirs, DP and tied-embedding gradient reductions on the DP stream.
+/// transfers on their pair's, DP and tied-embedding gradient reductions on the DP stream.
 constexpr Stream stream_of(CommRole r) {
   switch (r) {
     case CommRole::Tp:
       return Stream::TpComm;
     case CommRole::PpPrev:
+      return Stream::PpPrevComm;
     case CommRole::PpNext:
       return Stream::PpComm;
     default:

@@ -44,6 +44,14 @@ void RankProgram::finalize() {
       for (CommRole r : {op.role, op.role2})
         if (r != CommRole::None && r != CommRole::PpPrev && r != CommRole::PpNext)
           throw_input("template '{}': send/recv op {} uses a non-pipeline role", name, i);
+      // One op talks to one neighbour, on that pair's stream (graph/op.hpp).
+      if (op.role != CommRole::None && op.role2 != CommRole::None && op.role != op.role2)
+        throw_input("template '{}': send/recv op {} sends to one stage and receives from another",
+                    name, i);
+      const CommRole pair = op.role != CommRole::None ? op.role : op.role2;
+      if (stream_of(pair) != op.stream)
+        throw_input("template '{}': send/recv op {} is on stream {}, its pair's is {}", name, i,
+                    stream_name(op.stream), stream_name(stream_of(pair)));
       if (op.role != CommRole::None) op.instance = sends[static_cast<int>(op.role)]++;
       if (op.role2 != CommRole::None) op.instance2 = recvs[static_cast<int>(op.role2)]++;
     } else if (op.role != CommRole::None || op.role2 != CommRole::None) {

@@ -6,7 +6,7 @@ namespace scalescope::workload {
 
 enum class Recompute : std::uint8_t { None, Selective, Full };
 enum class Schedule : std::uint8_t { OneFOneB, GPipe };
-enum class Precision : std::uint8_t { Bf16, Fp16 };
+enum class Precision : std::uint8_t { Bf16, Fp16, Fp8 };
 enum class AttentionBackend : std::uint8_t { Flash, Unfused };
 
 struct ParallelPlan {
@@ -24,11 +24,28 @@ struct ParallelPlan {
   /// share the remaining layers evenly (Llama 3 405B: 126 layers, PP 16, 7 on each end stage).
   std::int64_t decoder_first_pipeline_num_layers = 0;
   std::int64_t decoder_last_pipeline_num_layers = 0;
+  /// The embedding / the loss counts as one layer in the even split, so the first / last
+  /// virtual stage builds one transformer layer fewer (--account-for-embedding-in-pipeline-split,
+  /// --account-for-loss-in-pipeline-split).
+  bool account_for_embedding_in_pipeline_split = false;
+  bool account_for_loss_in_pipeline_split = false;
+  /// Interleaved 1F1B: model chunks per pipeline rank (v; 1 = non-interleaved), micro-batches per
+  /// group that run one chunk before moving to the next (0 → PP, Megatron's default), and
+  /// asynchronous pipeline transfers overlapped with compute (--overlap-p2p-communication, on by
+  /// default in Megatron-LM for the interleaved schedule).
+  std::int64_t virtual_pipeline_model_parallel_size = 1;
+  std::int64_t microbatch_group_size_per_vp_stage = 0;
+  bool overlap_p2p_comm = true;
 
   std::int64_t tp() const { return tensor_model_parallel_size; }
   std::int64_t pp() const { return pipeline_model_parallel_size; }
   std::int64_t dp() const { return data_parallel_size; }
+  std::int64_t vpp() const { return virtual_pipeline_model_parallel_size; }
   std::int64_t world() const { return tp() * pp() * dp(); }
+  bool interleaved() const { return vpp() > 1; }
+  std::int64_t microbatch_group_size() const {
+    return microbatch_group_size_per_vp_stage > 0 ? microbatch_group_size_per_vp_stage : pp();
+  }
 
   /// Number of stages that take an even share of the layers not pinned to the end stages.
   std::int64_t middle_stages() const {
@@ -36,21 +53,53 @@ struct ParallelPlan {
     return pp() - (decoder_first_pipeline_num_layers > 0 ? 1 : 0) -
            (decoder_last_pipeline_num_layers > 0 ? 1 : 0);
   }
-  /// Transformer layers on pipeline stage `stage` of a `layers`-layer model.
-  std::int64_t layers_on_stage(std::int64_t stage, std::int64_t layers) const {
+  /// Layers (counting the embedding / loss pseudo-layers when accounted for) of pipeline rank
+  /// `stage`, over all its chunks (megatron/core/transformer/transformer_block.py::
+  /// get_num_layers_to_build before the per-chunk split).
+  std::int64_t split_layers_on_stage(std::int64_t stage, std::int64_t layers) const {
     if (pp() > 1 && stage == 0 && decoder_first_pipeline_num_layers > 0)
       return decoder_first_pipeline_num_layers;
     if (pp() > 1 && stage == pp() - 1 && decoder_last_pipeline_num_layers > 0)
       return decoder_last_pipeline_num_layers;
-    const std::int64_t rest = layers - (pp() > 1 ? decoder_first_pipeline_num_layers : 0) -
-                              (pp() > 1 ? decoder_last_pipeline_num_layers : 0);
-    return middle_stages() > 0 ? rest / middle_stages() : 0;
+    if (decoder_first_pipeline_num_layers > 0 || decoder_last_pipeline_num_layers > 0) {
+      const std::int64_t rest = layers - (pp() > 1 ? decoder_first_pipeline_num_layers : 0) -
+                                (pp() > 1 ? decoder_last_pipeline_num_layers : 0);
+      return middle_stages() > 0 ? rest / middle_stages() : 0;
+    }
+    const std::int64_t total = layers + (account_for_embedding_in_pipeline_split ? 1 : 0) +
+                               (account_for_loss_in_pipeline_split ? 1 : 0);
+    return total / pp();
   }
-  /// Global index of the first layer of `stage`.
-  std::int64_t first_layer_of_stage(std::int64_t stage, std::int64_t layers) const {
+  /// Transformer layers built in model chunk `chunk` of pipeline rank `stage`: the rank's
+  /// split / v, less the embedding on the first virtual stage and the loss on the last when they
+  /// are accounted for.
+  std::int64_t layers_in_chunk(std::int64_t stage, std::int64_t chunk, std::int64_t layers) const {
+    std::int64_t n = split_layers_on_stage(stage, layers) / vpp();
+    if (stage == 0 && chunk == 0 && account_for_embedding_in_pipeline_split) --n;
+    if (stage == pp() - 1 && chunk == vpp() - 1 && account_for_loss_in_pipeline_split) --n;
+    return n;
+  }
+  /// Transformer layers on pipeline stage `stage` of a `layers`-layer model, all chunks.
+  std::int64_t layers_on_stage(std::int64_t stage, std::int64_t layers) const {
+    std::int64_t n = 0;
+    for (std::int64_t c = 0; c < vpp(); ++c) n += layers_in_chunk(stage, c, layers);
+    return n;
+  }
+  /// Global index of the first layer of chunk `chunk` on `stage`: virtual stage c·PP + stage
+  /// follows every virtual stage with a smaller index (get_transformer_layer_offset).
+  std::int64_t first_layer_of_chunk(std::int64_t stage, std::int64_t chunk,
+                                    std::int64_t layers) const {
     std::int64_t first = 0;
-    for (std::int64_t s = 0; s < stage; ++s) first += layers_on_stage(s, layers);
+    for (std::int64_t c = 0; c <= chunk; ++c)
+      for (std::int64_t s = 0; s < pp() && (c < chunk || s < stage); ++s)
+        first += layers_in_chunk(s, c, layers);
     return first;
+  }
+  /// Transformer layers of the whole pipeline (equals the model's when the split is valid).
+  std::int64_t total_layers(std::int64_t layers) const {
+    std::int64_t n = 0;
+    for (std::int64_t s = 0; s < pp(); ++s) n += layers_on_stage(s, layers);
+    return n;
   }
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <map>
 #include <utility>
 #include <vector>
@@ -38,7 +39,10 @@ class StageBuilder {
     first_ = stage == 0;
     last_ = stage == p.pp() - 1;
     layers_ = p.layers_on_stage(stage, m.num_layers);
-    first_layer_ = p.first_layer_of_stage(stage, m.num_layers);
+    for (std::int64_t c = 0; c < p.vpp(); ++c) {
+      chunk_layers_.push_back(p.layers_in_chunk(stage, c, m.num_layers));
+      chunk_first_.push_back(p.first_layer_of_chunk(stage, c, m.num_layers));
+    }
     tokens_ = static_cast<double>(m.seq_length * t.micro_batch_size);
     seq_shard_ = p.sequence_parallel ? static_cast<double>(p.tp()) : 1.0;
     tp_ = static_cast<double>(p.tp());
@@ -53,14 +57,19 @@ class StageBuilder {
     if (p_.use_distributed_optimizer && p_.overlap_param_gather && p_.dp() > 1) {
       // Steady state: the parameter all-gather of the previous step's update overlaps this
       // iteration's first forward; each bucket's first layer waits for it (MODELING §3.1).
-      for (auto it = buckets_.rbegin(); it != buckets_.rend(); ++it) {
-        std::uint32_t ag = add_free(collective(OpKind::AllGather, CommRole::Dp, OpName::DpAllGather,
-                                               Phase::Other, 2 * it->params),
-                                    {});
-        for (std::int64_t l : it->layers) gather_of_[l] = ag;
-      }
+      // Issued in forward order: model chunk 0 first, each chunk's buckets last to first.
+      for (std::int64_t c = 0; c < p_.vpp(); ++c)
+        for (auto it = buckets_.rbegin(); it != buckets_.rend(); ++it) {
+          if (it->chunk != c) continue;
+          std::uint32_t ag = add_free(collective(OpKind::AllGather, CommRole::Dp,
+                                                 OpName::DpAllGather, Phase::Other, 2 * it->params),
+                                      {});
+          for (std::int64_t l : it->layers) gather_of_[l] = ag;
+        }
     }
-    if (p_.schedule == Schedule::GPipe)
+    if (p_.interleaved())
+      interleaved();
+    else if (p_.schedule == Schedule::GPipe)
       gpipe();
     else
       one_f_one_b();
@@ -105,6 +114,8 @@ class StageBuilder {
   /// Adds an op on the main chain: it depends on the previous chain op, and becomes the chain.
   std::uint32_t chain(const Op& op, std::vector<std::uint32_t> extra = {}) {
     if (chain_ != kNone) extra.push_back(chain_);
+    extra.insert(extra.end(), wait_next_.begin(), wait_next_.end());
+    wait_next_.clear();
     chain_ = add_free(op, extra);
     return chain_;
   }
@@ -130,35 +141,42 @@ class StageBuilder {
   // ---- data-parallel buckets ----------------------------------------------------------------
   struct Bucket {
     double params = 0;
-    std::vector<std::int64_t> layers;  ///< local layers (−1 embedding, −2 output layer)
+    std::vector<std::int64_t> layers;  ///< global layers (−1 embedding, −2 output layer)
+    std::int64_t chunk = 0;
   };
 
+  /// Gradient buckets, one DDP instance (param-and-grad buffer) per model chunk as Megatron
+  /// wraps each chunk (megatron/training/training.py::get_model). Within a chunk, parameter
+  /// groups in backward order: output layer, layers last to first, embedding.
   void plan_buckets() {
-    // Parameter groups in backward order: output layer, layers last to first, embedding.
-    const double t = tp_;
     const double layer = parameters_on_rank(m_, p_, stage_) - (first_ ? vocab_shard() : 0) -
                          (last_ ? head_params() : 0);
-    std::vector<ParamGroup> groups;
-    (void)t;
-    if (last_ && head_params() > 0) groups.push_back({head_params(), -2});
-    for (std::int64_t l = layers_ - 1; l >= 0; --l)
-      groups.push_back({layer / static_cast<double>(layers_), l});
-    if (first_) groups.push_back({vocab_shard(), -1});
-    // Megatron DDP: buckets of max(4e7, 1e6·DP) parameters when overlapping the reduction, one
-    // bucket otherwise, and one bucket on pipeline stages > 0 (distributed_data_parallel.py).
-    const double bucket = (p_.overlap_grad_reduce && stage_ == 0)
-                              ? std::max(4e7, 1e6 * static_cast<double>(p_.dp()))
-                              : INFINITY;
-    Bucket cur;
-    for (const ParamGroup& g : groups) {
-      cur.params += g.params;
-      cur.layers.push_back(g.layer);
-      if (cur.params >= bucket) {
-        buckets_.push_back(cur);
-        cur = Bucket{};
+    const double per_layer = layers_ > 0 ? layer / static_cast<double>(layers_) : 0;
+    for (std::int64_t c = 0; c < p_.vpp(); ++c) {
+      std::vector<ParamGroup> groups;
+      if (last_ && c == p_.vpp() - 1 && head_params() > 0) groups.push_back({head_params(), -2});
+      for (std::int64_t l = chunk_layers_[c] - 1; l >= 0; --l)
+        groups.push_back({per_layer, chunk_first_[c] + l});
+      if (first_ && c == 0) groups.push_back({vocab_shard(), -1});
+      // Megatron DDP: buckets of max(4e7, 1e6·DP) parameters when overlapping the reduction, one
+      // bucket otherwise, on pipeline stages > 0 and for model chunks > 0
+      // (distributed_data_parallel.py, training.py disable_bucketing).
+      const double bucket = (p_.overlap_grad_reduce && stage_ == 0 && c == 0)
+                                ? std::max(4e7, 1e6 * static_cast<double>(p_.dp()))
+                                : INFINITY;
+      Bucket cur;
+      cur.chunk = c;
+      for (const ParamGroup& g : groups) {
+        cur.params += g.params;
+        cur.layers.push_back(g.layer);
+        if (cur.params >= bucket) {
+          buckets_.push_back(cur);
+          cur = Bucket{};
+          cur.chunk = c;
+        }
       }
+      if (!cur.layers.empty()) buckets_.push_back(cur);
     }
-    if (!cur.layers.empty()) buckets_.push_back(cur);
   }
   double vocab_shard() const { return static_cast<double>(m_.padded_vocab(p_.tp())) * h_ / tp_; }
   double head_params() const {
@@ -177,28 +195,49 @@ class StageBuilder {
     Op op = base(OpKind::SendRecv,
                  send && recv ? OpName::PpSendRecv : (send ? OpName::PpSend : OpName::PpRecv),
                  Phase::Other);
-    op.stream = Stream::PpComm;
     op.role = send ? send_to : CommRole::None;
     op.role2 = recv ? recv_from : CommRole::None;
+    op.stream = graph::stream_of(send ? send_to : recv_from);
     op.comm_bytes = p2p_bytes();
     chain(op);
   }
+  /// An asynchronous isend or irecv posted now (after the chain's last op) on its pair's
+  /// stream; whoever waits for it depends on the returned op (Megatron p2p_communication with
+  /// overlap_p2p_comm: torch.distributed.isend / irecv, waited on later).
+  std::uint32_t post(bool send, CommRole role, std::int64_t mb) {
+    cur_layer_ = -1;
+    cur_mb_ = mb;
+    Op op = base(OpKind::SendRecv, send ? OpName::PpSend : OpName::PpRecv, Phase::Other);
+    (send ? op.role : op.role2) = role;
+    op.stream = graph::stream_of(role);
+    op.comm_bytes = p2p_bytes();
+    std::vector<std::uint32_t> deps;
+    if (chain_ != kNone) deps.push_back(chain_);
+    return add_free(op, deps);
+  }
+  /// The next op on the chain waits for `op` (a request's wait()).
+  void wait_for(std::uint32_t op) { wait_next_.push_back(op); }
 
   // ---- forward / backward of one micro-batch ------------------------------------------------
-  void forward(std::int64_t mb) {
+  /// Forward of micro-batch mb through model chunk `chunk` (the embedding runs in the first
+  /// virtual stage, the head and loss in the last).
+  void forward(std::int64_t mb, std::int64_t chunk = 0) {
     cur_mb_ = mb;
-    if (first_) embedding_forward();
-    for (std::int64_t l = 0; l < layers_; ++l) layer_forward(l, Phase::Forward, mb == 0);
-    if (last_) head_forward();
+    if (first_ && chunk == 0) embedding_forward();
+    const std::int64_t first = chunk_first_[chunk];
+    for (std::int64_t l = first; l < first + chunk_layers_[chunk]; ++l)
+      layer_forward(l, Phase::Forward, mb == 0);
+    if (last_ && chunk == p_.vpp() - 1) head_forward();
   }
-  void backward(std::int64_t mb) {
+  void backward(std::int64_t mb, std::int64_t chunk = 0) {
     cur_mb_ = mb;
-    if (last_) head_backward();
-    for (std::int64_t l = layers_ - 1; l >= 0; --l) {
+    if (last_ && chunk == p_.vpp() - 1) head_backward();
+    const std::int64_t first = chunk_first_[chunk];
+    for (std::int64_t l = first + chunk_layers_[chunk] - 1; l >= first; --l) {
       if (p_.recompute == Recompute::Full) layer_forward(l, Phase::Recompute, false);
       layer_backward(l, mb);
     }
-    if (first_) embedding_backward();
+    if (first_ && chunk == 0) embedding_backward();
   }
 
   void embedding_forward() {
@@ -224,9 +263,9 @@ class StageBuilder {
     last_wgrad_[-1] = chain(op);
   }
 
-  /// Forward of local layer l (also used to recompute it under full recomputation).
+  /// Forward of (global) layer l (also used to recompute it under full recomputation).
   void layer_forward(std::int64_t l, Phase phase, bool first_microbatch) {
-    cur_layer_ = first_layer_ + l;
+    cur_layer_ = l;
     const double T = tokens_, t = tp_, h = h_;
     const double q = static_cast<double>(m_.query_width());
     const double kv = static_cast<double>(m_.kv_width());
@@ -370,7 +409,7 @@ class StageBuilder {
   }
 
   void layer_backward(std::int64_t l, std::int64_t mb) {
-    cur_layer_ = first_layer_ + l;
+    cur_layer_ = l;
     cur_mb_ = mb;
     const double T = tokens_, t = tp_, h = h_;
     const double q = static_cast<double>(m_.query_width());
@@ -504,6 +543,107 @@ class StageBuilder {
     }
   }
 
+  /// Interleaved 1F1B as Megatron-Core's forward_backward_pipelining_with_interleaving runs it
+  /// (MODELING §2.2): v model chunks per rank, virtual micro-batches in the order of
+  /// get_schedule_table (groups of G micro-batches run chunk 0, then chunk 1, …; the backward
+  /// takes the chunks in reverse), warm-up w = min(2·(p − r − 1) + (v − 1)·G, m·v) forwards,
+  /// steady 1F1B, cool-down backwards. Transfers wrap around from the last rank to the first
+  /// between chunks. With overlap_p2p_comm (the default) the steady state's transfers are
+  /// asynchronous: each send is waited for at once (deallocate_pipeline_outputs) and each receive
+  /// just before the forward or backward that needs it; warm-up and cool-down transfers block.
+  /// Without it, each step's four transfers are posted together and waited for at once.
+  void interleaved() {
+    const std::int64_t p = p_.pp(), v = p_.vpp(), m = num_mb_, r = stage_;
+    const std::int64_t G = p_.microbatch_group_size();
+    const std::int64_t total = m * v;
+    // get_schedule_table: (micro-batch, chunk) of each virtual micro-batch.
+    std::vector<std::pair<std::int64_t, std::int64_t>> table;
+    for (std::int64_t lo = 0; lo < m; lo += G) {
+      const std::int64_t hi = lo + G >= m ? m : lo + G;
+      for (std::int64_t c = 0; c < v; ++c)
+        for (std::int64_t mb = lo; mb < hi; ++mb) table.emplace_back(mb, c);
+    }
+    auto chunk_of = [&](std::int64_t k, bool fwd) {
+      const std::int64_t c = table[static_cast<std::size_t>(((k % total) + total) % total)].second;
+      return fwd ? c : v - 1 - c;
+    };
+    auto mb_of = [&](std::int64_t k) { return table[static_cast<std::size_t>(k)].first; };
+    // recv_tensor_from_previous_stage: whether the peer sends for virtual micro-batch k + 1.
+    auto expects = [&](std::int64_t k, bool fwd) {
+      const bool leading = fwd ? first_ : last_;
+      if (!leading) return true;
+      if (k < p - 1) return false;
+      return chunk_of(k - (p - 1), fwd) != (fwd ? v - 1 : 0);
+    };
+    auto sends_forward = [&](std::int64_t k) { return !(last_ && chunk_of(k, true) == v - 1); };
+    auto sends_backward = [&](std::int64_t k) { return !(first_ && chunk_of(k, false) == 0); };
+    std::int64_t w = 2 * (p - r - 1) + (v - 1) * G;
+    const bool all_warmup = w >= total;
+    if (all_warmup) w = total;
+    const std::int64_t remaining = total - w;
+    const bool overlap = p_.overlap_p2p_comm;
+    std::deque<std::uint32_t> recv_prev, recv_next;  // posted receives not yet waited for
+
+    // Blocking exchange: post every part, then wait for all (isend/irecv, then wait()).
+    auto exchange = [&](bool send_next, bool recv_from_prev, bool send_prev, bool recv_from_next,
+                        std::int64_t mb) {
+      std::vector<std::uint32_t> posted;
+      if (send_next) posted.push_back(post(true, CommRole::PpNext, mb));
+      if (recv_from_prev) posted.push_back(post(false, CommRole::PpPrev, mb));
+      if (send_prev) posted.push_back(post(true, CommRole::PpPrev, mb));
+      if (recv_from_next) posted.push_back(post(false, CommRole::PpNext, mb));
+      for (std::uint32_t op : posted) wait_for(op);
+    };
+    auto wait_front = [&](std::deque<std::uint32_t>& q) {
+      if (q.empty()) return;
+      wait_for(q.front());
+      q.pop_front();
+    };
+
+    // recv_forward before the loop (nothing on the first virtual stage).
+    if (!first_) exchange(false, true, false, false, 0);
+    for (std::int64_t k = 0; k < w; ++k) {
+      forward(mb_of(k), chunk_of(k, true));
+      const bool recv = expects(k, true) && k != total - 1;
+      if (k == w - 1 && !all_warmup && !overlap) {
+        exchange(sends_forward(k), recv, false, !last_, mb_of(k));
+      } else {
+        exchange(sends_forward(k), recv, false, false, mb_of(k));
+        if (k == w - 1 && !all_warmup && !last_)  // recv_backward posted asynchronously
+          recv_next.push_back(post(false, CommRole::PpNext, mb_of(k)));
+      }
+    }
+    for (std::int64_t k = 0; k < remaining; ++k) {
+      const std::int64_t fk = w + k;
+      const bool recv_f = expects(fk, true) && k != remaining - 1;
+      const bool recv_b = expects(k, false);
+      if (overlap) {
+        if (!(first_ && chunk_of(fk, true) == 0)) wait_front(recv_prev);
+        forward(mb_of(fk), chunk_of(fk, true));
+        if (sends_forward(fk)) wait_for(post(true, CommRole::PpNext, mb_of(fk)));
+        if (recv_f) recv_prev.push_back(post(false, CommRole::PpPrev, mb_of(fk)));
+        if (!(last_ && chunk_of(k, false) == v - 1)) wait_front(recv_next);
+        backward(mb_of(k), chunk_of(k, false));
+        if (sends_backward(k)) wait_for(post(true, CommRole::PpPrev, mb_of(k)));
+        if (recv_b) recv_next.push_back(post(false, CommRole::PpNext, mb_of(k)));
+      } else {
+        forward(mb_of(fk), chunk_of(fk, true));
+        backward(mb_of(k), chunk_of(k, false));
+        exchange(sends_forward(fk), recv_f, sends_backward(k), recv_b, mb_of(k));
+      }
+    }
+    // Cool-down: blocking exchanges; a receive still posted is waited for before the first
+    // backward that needs an input gradient.
+    if (all_warmup && !last_) exchange(false, false, false, true, 0);
+    for (std::int64_t k = remaining; k < total; ++k) {
+      if (!(last_ && chunk_of(k, false) == v - 1) && k != 0) wait_front(recv_next);
+      backward(mb_of(k), chunk_of(k, false));
+      const bool recv = expects(k, false) && k != total - 1;
+      exchange(false, false, sends_backward(k), recv, mb_of(k));
+    }
+    SCALESCOPE_EXPECTS(recv_prev.empty() && recv_next.empty());
+  }
+
   /// finalize_model_grads and the optimizer step (MODELING §1.3–1.4, §3.1).
   void finish_iteration() {
     cur_layer_ = -1;
@@ -511,12 +651,21 @@ class StageBuilder {
     const std::uint32_t end_of_backward = chain_;
     std::vector<std::uint32_t> reductions;
     if (p_.dp() > 1) {
-      for (const Bucket& b : buckets_) {
+      // A bucket's reduction starts when its gradients are ready; the DP stream takes them in
+      // that order (with several model chunks, the last chunk's buckets are ready first).
+      std::vector<std::pair<std::uint32_t, std::size_t>> order;
+      for (std::size_t k = 0; k < buckets_.size(); ++k) {
         std::uint32_t ready = end_of_backward;
         if (p_.overlap_grad_reduce) {
           ready = 0;
-          for (std::int64_t l : b.layers) ready = std::max(ready, last_wgrad_.at(l));
+          for (std::int64_t l : buckets_[k].layers) ready = std::max(ready, last_wgrad_.at(l));
         }
+        order.emplace_back(ready, k);
+      }
+      std::stable_sort(order.begin(), order.end(),
+                       [](const auto& a, const auto& b) { return a.first < b.first; });
+      for (const auto& [ready, k] : order) {
+        const Bucket& b = buckets_[k];
         // fp32 gradients on the wire (accumulate_allreduce_grads_in_fp32, MODELING §3.1).
         const bool rs = p_.use_distributed_optimizer;
         reductions.push_back(
@@ -562,14 +711,16 @@ class StageBuilder {
   std::int64_t stage_;
   graph::RankProgram prog_;
   bool first_ = false, last_ = false;
-  std::int64_t layers_ = 0, first_layer_ = 0, num_mb_ = 0;
+  std::int64_t layers_ = 0, num_mb_ = 0;
+  std::vector<std::int64_t> chunk_layers_, chunk_first_;  ///< per model chunk
+  std::vector<std::uint32_t> wait_next_;  ///< ops the next chained op also waits for
   double tokens_ = 0, seq_shard_ = 1, tp_ = 1, h_ = 0, hidden_bytes_ = 0;
   std::uint32_t chain_ = kNone;
   std::uint32_t pending_reduce_ = kNone;
   std::int64_t cur_layer_ = -1, cur_mb_ = -1;
   std::int64_t emb_alloc_ = 0, head_alloc_ = 0;
   std::vector<Bucket> buckets_;
-  std::map<std::int64_t, std::uint32_t> gather_of_;  ///< local layer → its parameter gather
+  std::map<std::int64_t, std::uint32_t> gather_of_;  ///< global layer → its parameter gather
   std::map<std::int64_t, std::uint32_t> last_wgrad_;
   std::map<std::pair<std::int64_t, std::int64_t>, std::pair<std::int64_t, std::int64_t>>
       layer_saved_;
@@ -581,7 +732,7 @@ class StageBuilder {
 graph::SlicedGraph build_graph(const ModelSpec& model, const ParallelPlan& plan,
                                const TrainingSpec& training, const std::string& config_text) {
   SCALESCOPE_EXPECTS(plan.tp() > 0 && plan.pp() > 0 && plan.dp() > 0);
-  SCALESCOPE_EXPECTS(plan.first_layer_of_stage(plan.pp(), model.num_layers) == model.num_layers);
+  SCALESCOPE_EXPECTS(plan.total_layers(model.num_layers) == model.num_layers);
   SCALESCOPE_EXPECTS(training.num_microbatches(plan.dp()) > 0);
   const RankLayout lay{plan.tp(), plan.dp(), plan.pp()};
   graph::SlicedGraph g;
@@ -618,6 +769,15 @@ graph::SlicedGraph build_graph(const ModelSpec& model, const ParallelPlan& plan,
       for (std::int64_t tp = 0; tp < plan.tp(); ++tp) {
         const auto up = lay.rank(tp, dp, pp), down = lay.rank(tp, dp, pp + 1);
         auto c = g.comms.add(CommKind::PpPair, {up, down});
+        set_role(up, CommRole::PpNext, c);
+        set_role(down, CommRole::PpPrev, c);
+      }
+  // Interleaving: the last rank's chunk j feeds the first rank's chunk j + 1.
+  if (plan.interleaved() && plan.pp() > 1)
+    for (std::int64_t dp = 0; dp < plan.dp(); ++dp)
+      for (std::int64_t tp = 0; tp < plan.tp(); ++tp) {
+        const auto up = lay.rank(tp, dp, plan.pp() - 1), down = lay.rank(tp, dp, 0);
+        auto c = g.comms.add(CommKind::PpPair, {std::min(up, down), std::max(up, down)});
         set_role(up, CommRole::PpNext, c);
         set_role(down, CommRole::PpPrev, c);
       }

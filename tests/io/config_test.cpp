@@ -540,7 +540,17 @@ TEST(ConfigError, EveryBadInputNamesFileAndKey) {
        "parallel.sequence_parallel"},
       {Yaml().set("parallel", "sequence_parallel", "true").set("model", "seq_length", "127"),
        "model.seq_length=127"},
-      {Yaml().set("parallel", "vpp", "2"), "parallel.virtual_pipeline_model_parallel_size"},
+      // 2 layers per stage do not split into 4 model chunks.
+      {Yaml().set("parallel", "vpp", "4"), "parallel.virtual_pipeline_model_parallel_size"},
+      // m = 4 / (1·2) = 2 micro-batches: a group of 3 lies outside [PP = 2, M = 2].
+      {Yaml()
+           .set("parallel", "vpp", "2")
+           .set("parallel", "microbatch_group_size_per_vp_stage", "3"),
+       "parallel.microbatch_group_size_per_vp_stage"},
+      {Yaml()
+           .set("parallel", "decoder_first_pipeline_num_layers", "1")
+           .set("parallel", "account_for_embedding_in_pipeline_split", "true"),
+       "parallel.account_for_embedding/loss_in_pipeline_split"},
       {Yaml().set("parallel", "recompute", "some"), "parallel.recompute"},
       {Yaml().set("parallel", "schedule", "interleaved"), "parallel.schedule"},
       {Yaml().set("training", "precision", "fp8"), "training.precision"},
@@ -573,8 +583,11 @@ TEST(ConfigError, MessagesCarryPositionAndHints) {
       << bad_type;
   const std::string typo = error_of(dir, Yaml().set("model", "num_layer", "4").text());
   EXPECT_NE(typo.find("did you mean 'num_layers'"), std::string::npos) << typo;
-  const std::string vpp = error_of(dir, Yaml().set("parallel", "vpp", "2").text());
-  EXPECT_NE(vpp.find("not supported yet"), std::string::npos) << vpp;
+  const std::string vpp = error_of(dir, Yaml().set("parallel", "vpp", "4").text());
+  EXPECT_NE(vpp.find("pipeline stage 0 has 2 layers, not divisible by "
+                     "parallel.virtual_pipeline_model_parallel_size=4"),
+            std::string::npos)
+      << vpp;
   const std::string heads =
       error_of(dir, Yaml().set("parallel", "tp", "3").drop("cluster", "num_gpus").text());
   EXPECT_NE(heads.find("case.yaml: parallel.tensor_model_parallel_size=3 does not divide "

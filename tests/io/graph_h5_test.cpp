@@ -90,7 +90,8 @@ graph::SlicedGraph make_graph() {
   graph::RankProgram s1;
   s1.name = "stage1";
   s1.static_memory = 987654321;
-  Op recv1 = make_op(OpKind::SendRecv, Stream::PpComm, OpName::PpRecv, Phase::Forward, 0xFFFF, 0);
+  Op recv1 =
+      make_op(OpKind::SendRecv, Stream::PpPrevComm, OpName::PpRecv, Phase::Forward, 0xFFFF, 0);
   recv1.role2 = CommRole::PpPrev;
   recv1.comm_bytes = 4194304;
   s1.add(recv1, {});
@@ -103,7 +104,8 @@ graph::SlicedGraph make_graph() {
   ce_ar.comm_bytes = 32768;
   s1.add(ce_ar, {1});
   s1.add(make_op(OpKind::Loss, Stream::Compute, OpName::CrossEntropy, Phase::Forward), {2});
-  Op send1 = make_op(OpKind::SendRecv, Stream::PpComm, OpName::PpSend, Phase::Backward, 0xFFFF, 0);
+  Op send1 =
+      make_op(OpKind::SendRecv, Stream::PpPrevComm, OpName::PpSend, Phase::Backward, 0xFFFF, 0);
   send1.role = CommRole::PpPrev;
   send1.comm_bytes = 4194304;
   s1.add(send1, {3});

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "core/error.hpp"
 #include "workload/accounting.hpp"
 
@@ -91,6 +93,65 @@ TEST(TransformerBuilder, OneFOneBStageZeroHoldsPipelineDepthMicrobatches) {
   EXPECT_LT(held, 5 * 2 * layer);  // not a fifth micro-batch
 }
 
+TEST(TransformerBuilder, InterleavedStageZeroHoldsKorthikantisFactor) {
+  // Interleaved 1F1B, p = 4, v = 2, L = 16 (2 layers per chunk), m = 8, G = p: rank 0 runs
+  // w = 2·(p − 1) + (v − 1)·G = 10 warm-up forwards and holds w + 1 = 11 chunk-micro-batches at
+  // its peak, i.e. 22 layer-micro-batches = L·(1 + (p − 1)/(p·v)) = 16·(1 + 3/8) (Korthikanti
+  // et al. 2022 §4.2.3; MODELING §2.2), against L = 16 without interleaving.
+  Job s = small(1, 4, 1);
+  s.m.num_layers = 16;
+  s.p.virtual_pipeline_model_parallel_size = 2;
+  graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
+  std::int64_t live = g.templates[0].static_memory, peak = live;
+  for (const graph::Op& op : g.templates[0].ops) {
+    live += op.mem_alloc;
+    peak = std::max(peak, live);
+    live -= op.mem_free;
+  }
+  EXPECT_EQ(live, g.templates[0].static_memory);
+  const std::int64_t layer = activation_bytes_per_layer(s.m, s.p, s.t);
+  const std::int64_t held = peak - g.templates[0].static_memory;
+  EXPECT_GE(held, 22 * layer);
+  EXPECT_LT(held, 23 * layer);  // the embedding's token ids and masks are far below a layer
+}
+
+TEST(TransformerBuilder, InterleavedGraphsValidate) {
+  // Every rank's sends match its neighbour's receives (graph::validate), wrap-around included,
+  // with and without overlapped transfers, uneven or accounted end stages.
+  for (std::int64_t pp : {2, 4})
+    for (std::int64_t v : {2, 4})
+      for (bool overlap : {false, true})
+        for (int ends = 0; ends < 3; ++ends) {
+          Job s = small(2, pp, 2);
+          s.m.num_layers = 4 * pp * v;
+          s.p.virtual_pipeline_model_parallel_size = v;
+          s.p.overlap_p2p_comm = overlap;
+          s.p.overlap_param_gather = overlap;
+          if (ends == 1) {
+            s.p.account_for_embedding_in_pipeline_split = true;
+            s.p.account_for_loss_in_pipeline_split = true;
+            s.m.num_layers -= 2;
+          }
+          if (ends == 2) {  // 2 chunks of 1 layer on each end stage, the rest even
+            s.p.decoder_first_pipeline_num_layers = v;
+            s.p.decoder_last_pipeline_num_layers = v;
+            s.m.num_layers = 2 * v + (pp - 2) * 4 * v;
+          }
+          SCOPED_TRACE(::testing::Message() << "pp " << pp << " v " << v << " ends " << ends);
+          graph::SlicedGraph g;
+          ASSERT_NO_THROW(g = build_graph(s.m, s.p, s.t));
+          std::int64_t layers = 0;
+          for (const auto& t : g.templates) {
+            std::set<std::uint16_t> seen;
+            for (const graph::Op& op : t.ops)
+              if (op.kind == graph::OpKind::Gemm && op.layer != graph::kNoIndex)
+                seen.insert(op.layer);
+            layers += static_cast<std::int64_t>(seen.size());
+          }
+          EXPECT_EQ(layers, s.m.num_layers);  // every layer is built exactly once
+        }
+}
+
 TEST(TransformerBuilder, GraphsValidateForEveryOption) {
   for (auto sched : {Schedule::OneFOneB, Schedule::GPipe})
     for (auto rc : {Recompute::None, Recompute::Selective, Recompute::Full})
@@ -150,8 +211,8 @@ TEST(TransformerBuilder, UnevenEndStagesAsLlama3) {
   EXPECT_EQ(p.layers_on_stage(0, 126), 7);
   EXPECT_EQ(p.layers_on_stage(1, 126), 8);
   EXPECT_EQ(p.layers_on_stage(15, 126), 7);
-  EXPECT_EQ(p.first_layer_of_stage(1, 126), 7);
-  EXPECT_EQ(p.first_layer_of_stage(16, 126), 126);
+  EXPECT_EQ(p.first_layer_of_chunk(1, 0, 126), 7);
+  EXPECT_EQ(p.total_layers(126), 126);
   Job j = small(1, 4, 1);
   j.m.num_layers = 10;  // 2 + 3 + 3 + 2
   j.p.decoder_first_pipeline_num_layers = 2;
