@@ -76,7 +76,8 @@ const Keys kClusterNetworkKeys = {"gpu",
                                   "nics_per_node",
                                   "nic_latency_us",
                                   "compute_efficiency"};
-const Keys kRunKeys = {"engine", "trace_ranks", "output", "coalesce_local_ops", "partition"};
+const Keys kRunKeys = {"engine",    "trace_ranks", "output", "coalesce_local_ops",
+                       "partition", "on_oom"};
 
 /// Short names accepted in `parallel:` (Megatron's own --tp/--pp style abbreviations).
 const std::vector<std::pair<std::string_view, std::string_view>> kParallelAliases = {
@@ -479,6 +480,7 @@ RunSpec build_run(const Section& s) {
   r.text("output", run.output);
   r.flag("coalesce_local_ops", run.coalesce_local_ops);
   run.partition = r.choice("partition", {"block", "metis"}, run.partition);
+  run.on_oom = r.choice("on_oom", {"warn", "fail"}, run.on_oom);
   return run;
 }
 
@@ -727,6 +729,7 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
   out << YAML::Key << "run" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "engine" << YAML::Value << r.engine;
   out << YAML::Key << "partition" << YAML::Value << r.partition;
+  out << YAML::Key << "on_oom" << YAML::Value << r.on_oom;
   out << YAML::Key << "trace_ranks" << YAML::Value << YAML::Flow << r.trace_ranks;
   out << YAML::Key << "output" << YAML::Value << r.output;
   out << YAML::Key << "coalesce_local_ops" << YAML::Value << r.coalesce_local_ops;

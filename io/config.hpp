@@ -17,6 +17,7 @@ struct RunSpec {
   std::string output = "out";                 ///< output directory
   bool coalesce_local_ops = true;             ///< advance local compute chains inside one event
   std::string partition = "block";            ///< optimistic engine: block | metis
+  std::string on_oom = "warn";                ///< capacity check fails: warn | fail
 };
 
 struct ExperimentConfig {

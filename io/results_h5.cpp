@@ -120,6 +120,28 @@ void write_summary(const h5::Group& root, const emu::Summary& s, const Share& sh
       all_rows_if(share.first, by_stage.size()), share.collective);
 }
 
+/// /memory_check: the capacity check and each stage's memory classes at its peak
+/// (docs/formats.md).
+void write_memory(const h5::Group& root, const emu::Summary& s, const Share& share) {
+  if (s.memory_breakdown_by_pp_stage.empty()) return;
+  const h5::Group g = root.create_group("memory_check");
+  g.set_attribute("fits", static_cast<std::int32_t>(s.memory_fits ? 1 : 0));
+  g.set_attribute("capacity_bytes", s.memory_capacity_bytes);
+  g.set_attribute("tightest_rank", s.memory_tightest_rank);
+  g.set_attribute("tightest_pp_stage", s.memory_tightest_stage);
+  g.set_attribute("dominant_class", s.memory_dominant_class);
+  const std::size_t stages = s.memory_breakdown_by_pp_stage.size();
+  const h5::Group b = g.create_group("breakdown");
+  for (std::size_t k = 0; k < s.memory_class_names.size(); ++k) {
+    std::vector<std::int64_t> v;
+    for (const auto& row : s.memory_breakdown_by_pp_stage) v.push_back(row[k]);
+    put(b, s.memory_class_names[k] + "_bytes_by_pp_stage", v, stages,
+        all_rows_if(share.first, stages), share.collective);
+  }
+  put(g, "total_bytes_by_pp_stage", s.memory_total_bytes_by_pp_stage, stages,
+      all_rows_if(share.first, stages), share.collective);
+}
+
 void write_ranks(const h5::Group& root, const Share& share) {
   using R = emu::RankResult;
   const h5::Group g = root.create_group("ranks");
@@ -196,6 +218,7 @@ void write_file(h5::File& file, const emu::RunResults& r, const Share& share) {
     meta.set_attribute("format_version", kFormatVersion);
     meta.set_attribute("config_text", r.config_text);
     write_summary(root, r.summary, share);
+    write_memory(root, r.summary, share);
     write_ranks(root, share);
     write_timelines(root, share);
     write_memory(root, share);

@@ -58,6 +58,21 @@ void write_summary_json(const emu::RunResults& r, const std::string& path) {
   j["mfu"] = s.mfu();
   j["peak_memory_bytes"] = s.peak_memory_bytes;
   j["peak_memory_bytes_by_pp_stage"] = s.peak_memory_bytes_by_pp_stage;
+  if (!s.memory_breakdown_by_pp_stage.empty()) {
+    Json by_class = Json::object();
+    const auto& b = s.memory_breakdown_by_pp_stage[s.memory_tightest_stage];
+    for (std::size_t k = 0; k < s.memory_class_names.size(); ++k)
+      by_class[s.memory_class_names[k]] = b[k];
+    j["memory"] =
+        Json{{"fits", s.memory_fits},
+             {"capacity_bytes", s.memory_capacity_bytes},
+             {"tightest_rank", s.memory_tightest_rank},
+             {"tightest_pp_stage", s.memory_tightest_stage},
+             {"peak_total_bytes", s.memory_total_bytes_by_pp_stage[s.memory_tightest_stage]},
+             {"dominant_class", s.memory_dominant_class},
+             {"breakdown_bytes", by_class},
+             {"total_bytes_by_pp_stage", s.memory_total_bytes_by_pp_stage}};
+  }
   j["model"] = s.model_name;
   j["gpu"] = s.gpu;
   j["time_breakdown_rank"] = last_finishing_rank(r);
@@ -124,6 +139,24 @@ std::string format_summary_table(const emu::RunResults& r) {
     part("bubble / idle", last.bubble);
     part("other wait", last.other_wait);
     part("total (finish)", last.finish);
+  }
+
+  if (!s.memory_breakdown_by_pp_stage.empty()) {
+    const auto& b = s.memory_breakdown_by_pp_stage[s.memory_tightest_stage];
+    fmt::format_to(std::back_inserter(out),
+                   "\nmemory of rank {} (stage {}, the tightest) at its peak\n",
+                   s.memory_tightest_rank, s.memory_tightest_stage);
+    fmt::format_to(std::back_inserter(out), "  {:<24}{:>12}\n", "", "GiB");
+    for (std::size_t k = 0; k < s.memory_class_names.size(); ++k)
+      fmt::format_to(std::back_inserter(out), "  {:<24}{:>12.2f}\n", s.memory_class_names[k],
+                     gib(b[k]));
+    fmt::format_to(std::back_inserter(out), "  {:<24}{:>12.2f}\n", "total",
+                   gib(s.memory_total_bytes_by_pp_stage[s.memory_tightest_stage]));
+    fmt::format_to(std::back_inserter(out), "  {:<24}{:>12.2f}\n", "usable on the GPU",
+                   gib(s.memory_capacity_bytes));
+    fmt::format_to(
+        std::back_inserter(out), "  {:<24}{}\n", "fits",
+        s.memory_fits ? "yes" : fmt::format("NO (largest class: {})", s.memory_dominant_class));
   }
 
   if (!s.peak_memory_bytes_by_pp_stage.empty()) {

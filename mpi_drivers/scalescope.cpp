@@ -20,6 +20,7 @@
 
 #include "core/error.hpp"
 #include "cost/cost_model.hpp"
+#include "cost/gpu.hpp"
 #include "emu/emulation.hpp"
 #include "io/chrome_trace.hpp"
 #include "io/collective.hpp"
@@ -28,6 +29,7 @@
 #include "io/results_h5.hpp"
 #include "io/summary_json.hpp"
 #include "workload/accounting.hpp"
+#include "workload/memory_plan.hpp"
 #include "workload/transformer_builder.hpp"
 
 namespace fs = std::filesystem;
@@ -85,12 +87,60 @@ void complete_summary(emu::RunResults& r, const io::ExperimentConfig& c) {
   s.model_flops_per_iteration =
       workload::model_flops_per_iteration(c.model, c.training, c.parallel.tp());
   s.peak_memory_bytes_by_pp_stage.assign(static_cast<std::size_t>(c.parallel.pp()), 0);
+  s.peak_transient_bytes_by_pp_stage.assign(static_cast<std::size_t>(c.parallel.pp()), 0);
   for (std::uint32_t rank = 0; rank < r.ranks.size(); ++rank) {
     auto stage = lay.stage_of(rank);
     r.ranks[rank].pp_stage = stage;
     auto& peak = s.peak_memory_bytes_by_pp_stage[stage];
-    peak = std::max(peak, r.ranks[rank].peak_memory);
+    if (r.ranks[rank].peak_memory > peak) {
+      peak = r.ranks[rank].peak_memory;
+      s.peak_transient_bytes_by_pp_stage[stage] = r.ranks[rank].peak_transient;
+    }
   }
+}
+
+/// The capacity check (docs/model.md "Memory capacity"): each stage's breakdown at its peak,
+/// the tightest stage's first rank, and whether peak total memory fits the GPU's usable HBM.
+void check_memory(emu::Summary& s, const io::ExperimentConfig& c) {
+  const workload::RankLayout lay{c.parallel.tp(), c.parallel.dp(), c.parallel.pp()};
+  s.memory_class_names.clear();
+  for (int k = 0; k < workload::kNumMemClasses; ++k)
+    s.memory_class_names.emplace_back(workload::mem_class_name(static_cast<workload::MemClass>(k)));
+  s.memory_breakdown_by_pp_stage.clear();
+  s.memory_total_bytes_by_pp_stage.clear();
+  s.memory_capacity_bytes =
+      static_cast<std::int64_t>(cost::find_gpu(c.cluster.gpu).hbm_usable_bytes);
+  std::int64_t worst = -1;
+  workload::MemoryBreakdown at_worst;
+  for (std::int64_t stage = 0; stage < c.parallel.pp(); ++stage) {
+    const auto i = static_cast<std::size_t>(stage);
+    const workload::MemoryBreakdown b =
+        workload::memory_breakdown(c.model, c.parallel, stage, s.peak_memory_bytes_by_pp_stage[i],
+                                   s.peak_transient_bytes_by_pp_stage[i]);
+    s.memory_breakdown_by_pp_stage.emplace_back(b.bytes.begin(), b.bytes.end());
+    s.memory_total_bytes_by_pp_stage.push_back(b.total());
+    if (b.total() > worst) {
+      worst = b.total();
+      at_worst = b;
+      s.memory_tightest_stage = static_cast<std::uint32_t>(stage);
+      s.memory_tightest_rank = lay.rank(0, 0, stage);
+    }
+  }
+  s.memory_fits = worst <= s.memory_capacity_bytes;
+  s.memory_dominant_class = workload::mem_class_name(at_worst.dominant());
+}
+
+/// What run.on_oom asks for when the check fails: a warning, or a one-line error (no outputs).
+void act_on_memory(const emu::Summary& s, const io::ExperimentConfig& c, bool report) {
+  if (s.memory_fits) return;
+  const std::string what = fmt::format(
+      "{}: does not fit in memory: rank {} (pipeline stage {}) needs {:.2f} GiB, the {} has "
+      "{:.2f} GiB (largest class: {})",
+      c.path, s.memory_tightest_rank, s.memory_tightest_stage,
+      static_cast<double>(s.memory_total_bytes_by_pp_stage[s.memory_tightest_stage]) / (1 << 30),
+      s.gpu, static_cast<double>(s.memory_capacity_bytes) / (1 << 30), s.memory_dominant_class);
+  if (c.run.on_oom == "fail") throw_input("{} (run.on_oom=fail)", what);
+  if (report) std::cerr << "scalescope: warning: " << what << "\n";
 }
 
 /// The same for a distributed run: per-rank rows are set everywhere (pp_stage is a layout
@@ -100,6 +150,11 @@ void complete_summary(emu::DistributedResults& d, const io::ExperimentConfig& c,
   auto& peaks = d.local.summary.peak_memory_bytes_by_pp_stage;
   MPI_Allreduce(MPI_IN_PLACE, peaks.data(), static_cast<int>(peaks.size()), MPI_INT64_T, MPI_MAX,
                 comm);
+  // Every rank of a stage runs one template, so the ranks at a stage's peak all have the same
+  // workspace there: the max over processes is that value.
+  auto& transient = d.local.summary.peak_transient_bytes_by_pp_stage;
+  MPI_Allreduce(MPI_IN_PLACE, transient.data(), static_cast<int>(transient.size()), MPI_INT64_T,
+                MPI_MAX, comm);
 }
 
 /// The staging directory beside DIR that the result files are written into before they move in.
@@ -258,12 +313,16 @@ int run_command(const MpiSession& mpi, const std::string& config_path,
     emu::DistributedResults d =
         emu::emulate_distributed(*graph, emu::costs_of(cost), opt, MPI_COMM_WORLD);
     complete_summary(d, c, MPI_COMM_WORLD);
+    check_memory(d.local.summary, c);
+    act_on_memory(d.local.summary, c, mpi.rank() == 0);
     write_outputs(d, c.run.output, MPI_COMM_WORLD);
     if (mpi.rank() != 0) return 0;
     r = std::move(d.local);
   } else {
     r = emu::emulate(*graph, cost, opt);
     complete_summary(r, c);
+    check_memory(r.summary, c);
+    act_on_memory(r.summary, c, true);
     write_outputs(r, c.run.output);
   }
   if (!quiet) {

@@ -163,6 +163,21 @@ class Results:
             int(v) for v in self.dataset("summary/peak_memory_bytes_by_pp_stage")]
         return s
 
+    def memory_check(self):
+        """/memory_check as summary.json's "memory" object (None in files without it)."""
+        if "memory_check" not in self._f:
+            return None
+        a = self.attrs("memory_check")
+        stage = int(a["tightest_pp_stage"])
+        totals = [int(v) for v in self.dataset("memory_check/total_bytes_by_pp_stage")]
+        names = sorted(self._f["memory_check/breakdown"].keys())
+        breakdown = {n[:-len("_bytes_by_pp_stage")]:
+                     int(self.dataset(f"memory_check/breakdown/{n}")[stage]) for n in names}
+        return {"fits": bool(a["fits"]), "capacity_bytes": int(a["capacity_bytes"]),
+                "tightest_rank": int(a["tightest_rank"]), "tightest_pp_stage": stage,
+                "peak_total_bytes": totals[stage], "dominant_class": str(a["dominant_class"]),
+                "breakdown_bytes": breakdown, "total_bytes_by_pp_stage": totals}
+
     def ranks(self):
         """/ranks columns as numpy arrays (all of length world_size)."""
         cols = {c: self.dataset(f"ranks/{c}") for c in RANK_COLUMNS}

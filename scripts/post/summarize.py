@@ -30,6 +30,9 @@ def build(res):
     out["peak_flops_per_gpu"] = s["peak_flops_per_gpu"]
     out["traced_ranks"] = res.traced_ranks()
     out["stages"] = sr.stage_table(ranks)
+    memory = res.memory_check()
+    if memory is not None:
+        out["memory"] = memory
     return out
 
 

@@ -41,9 +41,10 @@ const std::vector<Row>& table() {
     {
       GpuSpec g;
       g.name = "A100-SXM4-80GB";
-      g.peak_tflops_bf16 = 312;       // A100 datasheet, dense BF16 (MODELING §6.1)
-      g.hbm_bytes = 80e9;             // A100 datasheet "80GB HBM2e", decimal (§6.1)
-      g.hbm_bandwidth_TBps = 2.039;   // A100 80GB SXM datasheet (§6.1)
+      g.peak_tflops_bf16 = 312;                  // A100 datasheet, dense BF16 (MODELING §6.1)
+      g.hbm_bytes = 80e9;                        // A100 datasheet "80GB HBM2e", decimal (§6.1)
+      g.hbm_usable_bytes = 81920.0 * (1 << 20);  // nvidia-smi memory.total 81920 MiB (A100 80GB)
+      g.hbm_bandwidth_TBps = 2.039;              // A100 80GB SXM datasheet (§6.1)
       g.nvlink_bandwidth_GBps = 300;  // 600 GB/s bidirectional (12 x NVLink3) / 2 (§6.1)
       g.sms = 108;                    // Ampere GA100 whitepaper, A100 config (§6.1)
       g.gemm_ceiling_tflops = 271.2;  // ml-engineering MAMF table, 86.9 % of peak (§6.2)
@@ -55,9 +56,10 @@ const std::vector<Row>& table() {
     {
       GpuSpec g;
       g.name = "H100-SXM";
-      g.peak_tflops_bf16 = 989.4;     // H100 whitepaper / hpctech table, dense BF16 (§6.1)
-      g.hbm_bytes = 80e9;             // H100 SXM5 "80 GB HBM3", decimal (§6.1)
-      g.hbm_bandwidth_TBps = 3.35;    // H100 SXM5 datasheet (§6.1)
+      g.peak_tflops_bf16 = 989.4;  // H100 whitepaper / hpctech table, dense BF16 (§6.1)
+      g.hbm_bytes = 80e9;          // H100 SXM5 "80 GB HBM3", decimal (§6.1)
+      g.hbm_usable_bytes = 81559.0 * (1 << 20);  // nvidia-smi memory.total 81559 MiB (79.6 GiB)
+      g.hbm_bandwidth_TBps = 3.35;               // H100 SXM5 datasheet (§6.1)
       g.nvlink_bandwidth_GBps = 450;  // 900 GB/s bidirectional (18 x NVLink4) / 2 (§6.1)
       g.sms = 132;                    // H100 whitepaper, SXM5 config (§6.1)
       g.gemm_ceiling_tflops = 794.5;  // ml-engineering MAMF table, 80.3 % of peak (§6.2)
@@ -69,8 +71,10 @@ const std::vector<Row>& table() {
     {
       GpuSpec g;
       g.name = "H200-SXM";
-      g.peak_tflops_bf16 = 989.4;     // same GH100 die as H100 (H200 spec pages, §6.1)
-      g.hbm_bytes = 141e9;            // H200 spec pages "141 GB HBM3e" (§6.1)
+      g.peak_tflops_bf16 = 989.4;  // same GH100 die as H100 (H200 spec pages, §6.1)
+      g.hbm_bytes = 141e9;         // H200 spec pages "141 GB HBM3e" (§6.1)
+      // torch.cuda.get_device_properties total_memory on our H200 (inputs/profiles/h200-torch).
+      g.hbm_usable_bytes = 150109880320.0;
       g.hbm_bandwidth_TBps = 4.8;     // H200 spec pages (§6.1)
       g.nvlink_bandwidth_GBps = 450;  // 900 GB/s bidirectional / 2 (§6.1)
       g.sms = 132;                    // same GH100 configuration as H100 SXM5 (§6.1)
@@ -85,6 +89,7 @@ const std::vector<Row>& table() {
       g.name = "B200";
       g.peak_tflops_bf16 = 2250;      // glennklockwood.com B200 HGX table, 1000 W, dense (§6.1)
       g.hbm_bytes = 180e9;            // 192 GB HBM3e, ~180 GB usable on HGX/DGX; vultr: 179 GB
+      g.hbm_usable_bytes = 179e9;     // vultr HGX B200 page: 179 GB visible (§6.1)
                                       // visible (§6.1). The usable figure, since it bounds memory.
       g.hbm_bandwidth_TBps = 8.0;     // glennklockwood.com B200 HGX table (§6.1)
       g.nvlink_bandwidth_GBps = 900;  // 1.8 TB/s bidirectional NVLink5 / 2 (§6.1)

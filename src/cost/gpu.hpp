@@ -13,6 +13,7 @@ struct GpuSpec {
   std::string name;                  ///< canonical name, e.g. "A100-SXM4-80GB"
   double peak_tflops_bf16 = 0;       ///< dense BF16/FP16 tensor-core peak, datasheet
   double hbm_bytes = 0;              ///< HBM capacity
+  double hbm_usable_bytes = 0;       ///< device memory the driver reports (cudaMemGetInfo total)
   double hbm_bandwidth_TBps = 0;     ///< datasheet HBM bandwidth
   double nvlink_bandwidth_GBps = 0;  ///< per direction (datasheet bidirectional / 2)
   int sms = 0;

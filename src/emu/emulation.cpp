@@ -118,11 +118,12 @@ void finish_results(RunResults& out, const Costs& cost) {
 }
 
 /// RankResult as int64 fields, for reductions over processes.
-constexpr int kRankFields = 12;
+constexpr int kRankFields = 13;
 std::array<std::int64_t, kRankFields> pack(const RankResult& r) {
-  return {r.finish,     r.compute,    r.exposed_tp,        r.exposed_pp,
-          r.exposed_dp, r.other_wait, r.peak_memory,       r.static_memory,
-          r.pp_stage,   r.rank_class, r.exposed_embedding, r.bubble};
+  return {r.finish,        r.compute,    r.exposed_tp,        r.exposed_pp,
+          r.exposed_dp,    r.other_wait, r.peak_memory,       r.static_memory,
+          r.pp_stage,      r.rank_class, r.exposed_embedding, r.bubble,
+          r.peak_transient};
 }
 RankResult unpack(const std::int64_t* v) {
   RankResult r;
@@ -138,6 +139,7 @@ RankResult unpack(const std::int64_t* v) {
   r.rank_class = static_cast<std::uint32_t>(v[9]);
   r.exposed_embedding = v[10];
   r.bubble = v[11];
+  r.peak_transient = v[12];
   return r;
 }
 

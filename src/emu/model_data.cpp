@@ -14,7 +14,10 @@ MemoryProfile memory_profile(const graph::RankProgram& p) {
     const graph::Op& op = p.ops[i];
     live += op.mem_alloc;
     m.after_alloc[i] = live;
-    m.peak = std::max(m.peak, live + op.mem_transient);
+    if (live + op.mem_transient > m.peak) {
+      m.peak = live + op.mem_transient;
+      m.peak_transient = op.mem_transient;
+    }
     live -= op.mem_free;
     m.after_free[i] = live;
   }

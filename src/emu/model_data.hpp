@@ -19,6 +19,7 @@ struct MemoryProfile {
   std::vector<std::int64_t> after_alloc;  ///< live bytes once op i has allocated
   std::vector<std::int64_t> after_free;   ///< live bytes once op i has released
   std::int64_t peak = 0;                  ///< max over ops of live + transient workspace
+  std::int64_t peak_transient = 0;        ///< the transient workspace of the op at the peak
 };
 
 MemoryProfile memory_profile(const graph::RankProgram& p);

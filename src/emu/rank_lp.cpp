@@ -214,6 +214,7 @@ void RankLP::finalize() {
   const graph::RankProgram& prog = *cls_->prog;
   RankResult& r = *rec_->result;
   r.peak_memory = cls_->mem->peak;
+  r.peak_transient = cls_->mem->peak_transient;
   r.static_memory = prog.static_memory;
   // The op that ends the rank: the latest finish, the first in program order among equals.
   std::uint32_t last_op = 0;

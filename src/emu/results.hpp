@@ -24,8 +24,9 @@ struct RankResult {
   SimTime exposed_embedding = 0;
   SimTime bubble = 0;
   SimTime other_wait = 0;
-  std::int64_t peak_memory = 0;    ///< peak allocated bytes (issue order, as PyTorch counts)
-  std::int64_t static_memory = 0;  ///< weights + grads + optimizer state
+  std::int64_t peak_memory = 0;     ///< peak allocated bytes (issue order, as PyTorch counts)
+  std::int64_t peak_transient = 0;  ///< of which the transient workspace of the op at the peak
+  std::int64_t static_memory = 0;   ///< weights + grads + optimizer state
   std::uint32_t pp_stage = 0;
   std::uint32_t rank_class = 0;
 };
@@ -69,6 +70,17 @@ struct Summary {
   double peak_flops_per_gpu = 0;         ///< datasheet dense bf16/fp16
   std::int64_t peak_memory_bytes = 0;    ///< max over ranks
   std::vector<std::int64_t> peak_memory_bytes_by_pp_stage;
+  std::vector<std::int64_t> peak_transient_bytes_by_pp_stage;  ///< workspace at each stage's peak
+  /// Capacity check (filled by the caller that knows the workload; docs/model.md): per stage and
+  /// memory class (workload::MemClass order) the bytes at the stage's peak, and the verdict.
+  std::vector<std::string> memory_class_names;
+  std::vector<std::vector<std::int64_t>> memory_breakdown_by_pp_stage;
+  std::vector<std::int64_t> memory_total_bytes_by_pp_stage;  ///< reserved + context + NCCL + …
+  std::int64_t memory_capacity_bytes = 0;                    ///< usable HBM of the GPU
+  bool memory_fits = true;
+  std::uint32_t memory_tightest_rank = 0;
+  std::uint32_t memory_tightest_stage = 0;
+  std::string memory_dominant_class;
   std::string model_name;
   std::string gpu;
 

@@ -35,6 +35,9 @@ expect_error unknown_set_key "parallel.tpp" run "$qs" --set parallel.tpp=2
 expect_error missing_file "no-such.yaml" run "$tmp/no-such.yaml"
 expect_error tp_heads "num_attention_heads" run "$qs" --set parallel.sequence_parallel=false --set parallel.tensor_model_parallel_size=3 --set cluster.num_gpus=48 --set parallel.data_parallel_size=8
 expect_error world_size "num_gpus" run "$qs" --set cluster.num_gpus=128
+# 8 sequences of 65,536 tokens per micro-batch: activations far beyond an H100 (run.on_oom=fail).
+expect_error oom_fail "does not fit in memory" run "$qs" --quiet --set run.on_oom=fail --set model.seq_length=65536 --set training.micro_batch_size=8
+expect_error bad_on_oom "run.on_oom" run "$qs" --set run.on_oom=ignore
 expect_error unknown_gpu "Z100" run "$qs" --set cluster.gpu=Z100
 printf 'model: [unclosed\n' >"$tmp/malformed.yaml"
 expect_error malformed_yaml "malformed.yaml" run "$tmp/malformed.yaml"
