@@ -49,7 +49,8 @@ const Keys kModelShapeKeys = {"name",
                               "untie_embeddings",
                               "add_bias_linear",
                               "hidden_dropout",
-                              "attention_dropout"};
+                              "attention_dropout",
+                              "position_embedding_type"};
 const Keys kParallelKeys = {"tensor_model_parallel_size",
                             "pipeline_model_parallel_size",
                             "data_parallel_size",
@@ -75,6 +76,10 @@ const Keys kClusterNetworkKeys = {"gpu",
                                   "nic_bandwidth_Gbps",
                                   "nics_per_node",
                                   "nic_latency_us",
+                                  "kernel_overhead_us",
+                                  "gemm_efficiency",
+                                  "attention_efficiency",
+                                  "hbm_efficiency",
                                   "compute_efficiency"};
 const Keys kRunKeys = {"engine",    "trace_ranks", "output", "coalesce_local_ops",
                        "partition", "on_oom"};
@@ -352,6 +357,10 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
   r.flag("add_bias_linear", m.add_bias_linear);
   r.number("hidden_dropout", m.hidden_dropout, 0.0, false, 1.0);
   r.number("attention_dropout", m.attention_dropout, 0.0, false, 1.0);
+  m.position_embedding_type =
+      r.choice("position_embedding_type", {"rope", "learned_absolute"}, "rope") == "rope"
+          ? workload::PositionEmbedding::Rope
+          : workload::PositionEmbedding::LearnedAbsolute;
   // Required after merging; checked after the reads so that a bad value is reported first.
   for (std::string_view k :
        {"num_layers", "hidden_size", "num_attention_heads", "vocab_size", "seq_length"})
@@ -406,6 +415,18 @@ cost::ClusterSpec build_cluster(const Section& inline_keys, const std::string& e
   r.positive("nics_per_node", c.nics_per_node);
   r.number("nic_latency_us", c.nic_latency_us, 0.0, false);
   r.number("compute_efficiency", c.compute_efficiency, 0.0, true, 1.0 + 1e-12);
+  // The kernel model (docs/cost-model.md §1.3); absent keys keep the GPU table's defaults.
+  const auto optional_number = [&](std::string_view k, std::optional<double>& out, bool positive,
+                                   double max) {
+    if (!r.find(k)) return;
+    double v = 0;
+    r.number(k, v, 0.0, positive, max);
+    out = v;
+  };
+  optional_number("kernel_overhead_us", c.kernel_overhead_us, false, 1e6);
+  optional_number("gemm_efficiency", c.gemm_efficiency, true, 1.0 + 1e-12);
+  optional_number("attention_efficiency", c.attention_efficiency, true, 1.0 + 1e-12);
+  optional_number("hbm_efficiency", c.hbm_efficiency, true, 1.0 + 1e-12);
   for (std::string_view k : {"gpu", "nvlink_bandwidth_GBps", "nvlink_latency_us",
                              "nic_bandwidth_Gbps", "nics_per_node", "nic_latency_us"})
     if (!get(merged, k))
@@ -669,6 +690,9 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
   out << YAML::Key << "add_bias_linear" << YAML::Value << m.add_bias_linear;
   out << YAML::Key << "hidden_dropout" << YAML::Value << num(m.hidden_dropout);
   out << YAML::Key << "attention_dropout" << YAML::Value << num(m.attention_dropout);
+  out << YAML::Key << "position_embedding_type" << YAML::Value
+      << (m.position_embedding_type == workload::PositionEmbedding::Rope ? "rope"
+                                                                         : "learned_absolute");
   out << YAML::EndMap;
 
   const auto& p = c.parallel;
@@ -722,6 +746,11 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
   out << YAML::Key << "nic_bandwidth_Gbps" << YAML::Value << num(cl.nic_bandwidth_Gbps);
   out << YAML::Key << "nics_per_node" << YAML::Value << cl.nics_per_node;
   out << YAML::Key << "nic_latency_us" << YAML::Value << num(cl.nic_latency_us);
+  for (const auto& [key, v] : {std::pair{"kernel_overhead_us", cl.kernel_overhead_us},
+                               std::pair{"gemm_efficiency", cl.gemm_efficiency},
+                               std::pair{"attention_efficiency", cl.attention_efficiency},
+                               std::pair{"hbm_efficiency", cl.hbm_efficiency}})
+    if (v) out << YAML::Key << key << YAML::Value << num(*v);
   out << YAML::Key << "compute_efficiency" << YAML::Value << num(cl.compute_efficiency);
   out << YAML::EndMap;
 

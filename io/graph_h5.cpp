@@ -44,6 +44,7 @@ void write_template(const h5::Group& templates, std::size_t k, const RankProgram
   t.write("name", column<std::uint8_t>(p, [](const Op& o) { return o.name; }));
   t.write("layer", column<std::uint16_t>(p, [](const Op& o) { return o.layer; }));
   t.write("microbatch", column<std::uint16_t>(p, [](const Op& o) { return o.microbatch; }));
+  t.write("attention_impl", column<std::uint8_t>(p, [](const Op& o) { return o.attention_impl; }));
   std::vector<std::uint32_t> shape;
   shape.reserve(p.ops.size() * 3);
   for (const Op& op : p.ops) shape.insert(shape.end(), op.shape.begin(), op.shape.end());
@@ -138,6 +139,11 @@ void read_template_ops(const h5::Group& t, RankProgram& p) {
       read_1d<std::uint8_t>(t, "name", n, static_cast<std::uint64_t>(graph::OpName::Count));
   const auto layer = read_1d<std::uint16_t>(t, "layer", n);
   const auto microbatch = read_1d<std::uint16_t>(t, "microbatch", n);
+  // Graphs written before attention_impl existed have fused attention only.
+  const auto attention_impl =
+      t.exists("attention_impl")
+          ? read_1d<std::uint8_t>(t, "attention_impl", n, graph::kNumAttentionImpls)
+          : std::vector<std::uint8_t>(n, 0);
   const auto shape = read_2d<std::uint32_t>(t, "shape", n, 3);
   const auto flops = read_1d<double>(t, "flops", n);
   const auto mem_bytes = read_1d<double>(t, "mem_bytes", n);
@@ -160,6 +166,7 @@ void read_template_ops(const h5::Group& t, RankProgram& p) {
     op.name = static_cast<graph::OpName>(name[i]);
     op.layer = layer[i];
     op.microbatch = microbatch[i];
+    op.attention_impl = static_cast<graph::AttentionImpl>(attention_impl[i]);
     op.shape = {shape[3 * i], shape[3 * i + 1], shape[3 * i + 2]};
     op.flops = flops[i];
     op.mem_bytes = mem_bytes[i];

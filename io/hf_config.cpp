@@ -104,6 +104,8 @@ YAML::Node hf_model_keys(const std::string& path) {
   // Llama-family models train without hidden-state dropout; attention dropout is a key.
   m["hidden_dropout"] = 0.0;
   m["attention_dropout"] = get_double(j, path, "attention_dropout").value_or(0.0);
+  // Llama, Mistral and Qwen2 all apply rotary embeddings to q and k (rope_theta).
+  m["position_embedding_type"] = "rope";
   return m;
 }
 
@@ -129,6 +131,7 @@ workload::ModelSpec load_hf_config(const std::string& path) {
   m.add_bias_linear = n["add_bias_linear"].as<bool>();
   m.hidden_dropout = n["hidden_dropout"].as<double>();
   m.attention_dropout = n["attention_dropout"].as<double>();
+  m.position_embedding_type = workload::PositionEmbedding::Rope;
   return m;
 }
 

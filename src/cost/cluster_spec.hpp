@@ -2,6 +2,7 @@
 /// The machine a job runs on: GPU type and the two-level network (NVLink inside a node, NICs
 /// between nodes). Bandwidths are per GPU, per direction.
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace scalescope::cost {
@@ -16,9 +17,14 @@ struct ClusterSpec {
   double nic_bandwidth_Gbps = 0;  ///< per NIC, per direction (HDR 200, NDR 400)
   std::int64_t nics_per_node = 0;
   double nic_latency_us = 0;
-  /// Fraction of isolated-kernel speed a training framework sustains across a step (launch gaps,
-  /// allocator, unfused glue kernels, clocks under the power cap); every compute op's roofline
-  /// time is divided by it. Calibrated against measured runs (docs/cost-model.md §1.5).
+  /// The kernel model's parameters (cost/gpu.hpp KernelCalibration); unset → the GPU table's
+  /// physical defaults. Cluster presets carry calibrated values (docs/cost-model.md §1.3).
+  std::optional<double> kernel_overhead_us;
+  std::optional<double> gemm_efficiency;
+  std::optional<double> attention_efficiency;
+  std::optional<double> hbm_efficiency;
+  /// An extra multiplier on every compute op's speed, in (0, 1]: the op's time is divided by it.
+  /// 1 by default; kept for configurations written before the kernel model.
   double compute_efficiency = 1.0;
 
   std::int64_t node_of(std::int64_t rank) const { return rank / gpus_per_node; }

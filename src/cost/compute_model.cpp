@@ -45,8 +45,7 @@ double gemm_efficiency(const GpuSpec& gpu, std::uint32_t m, std::uint32_t n, std
   return ceiling * std::min(1.0, gemm_quantization(gpu, m, n, k) / q_best);
 }
 
-double attention_tflops(const GpuSpec& gpu, double seq) {
-  const auto& t = gpu.attention_tflops;
+double table_tflops(const std::vector<double>& t, double seq) {
   SCALESCOPE_EXPECTS(!t.empty());
   // Table point i is s = 512·2^i (MODELING §6.3); x is the fractional index.
   const double x = seq > 0 ? std::log2(seq / 512.0) : 0.0;
@@ -59,29 +58,98 @@ double attention_tflops(const GpuSpec& gpu, double seq) {
   return frac == 0 ? t[i] : t[i] + (t[i + 1] - t[i]) * frac;
 }
 
-double compute_seconds(const GpuSpec& gpu, const graph::Op& op) {
+double attention_tflops(const GpuSpec& gpu, double seq) {
+  return table_tflops(gpu.attention_tflops, seq);
+}
+
+double attention_pass_tflops(const GpuSpec& gpu, double seq, bool backward) {
+  const auto& pass = backward ? gpu.attention_bwd_tflops : gpu.attention_fwd_tflops;
+  return pass.empty() ? attention_tflops(gpu, seq) : table_tflops(pass, seq);
+}
+
+std::vector<AttentionPass> unfused_attention_passes(const std::array<std::uint32_t, 3>& shape,
+                                                    bool backward, double total_bytes) {
+  const double B = shape[0], s = shape[1], dh = shape[2];
+  SCALESCOPE_EXPECTS(B * s < 4294967296.0);
+  const auto Bs = static_cast<std::uint32_t>(B * s);
+  const auto S = shape[1], D = shape[2];
+  const double flops = 2 * B * s * s * dh;  // one batched [s,·]×[·,·] product
+  const double scores = 2 * B * s * s;      // one fp16/bf16 [B, s, s] tensor
+  const double head = 2 * B * s * dh;       // one fp16/bf16 [B, s, dh] tensor
+  std::vector<AttentionPass> p;
+  // A batch of B m×n×k products has B·⌈m/tm⌉·⌈n/tn⌉ tiles, those of one (B·m)×n×k GEMM when m is
+  // a multiple of the tile (s is), so the GEMM model's quantization applies unchanged.
+  if (!backward) {
+    p.push_back({{Bs, S, D}, flops, 2 * head + scores});  // scores = QKᵀ: read Q, K; write s²
+    p.push_back({{Bs, D, S}, flops, scores + 2 * head});  // O = P·V: read P, V; write O
+  } else {
+    p.push_back({{Bs, S, D}, flops, 2 * head + scores});  // dP = dO·Vᵀ: read dO, V; write dP
+    p.push_back({{Bs, D, S}, flops, scores + 2 * head});  // dV = Pᵀ·dO: read P, dO; write dV
+    p.push_back({{Bs, D, S}, flops, scores + 2 * head});  // dQ = dS·K: read dS, K; write dQ
+    p.push_back({{Bs, D, S}, flops, scores + 2 * head});  // dK = dSᵀ·Q: read dS, Q; write dK
+  }
+  double gemm_bytes = 0;
+  for (const auto& x : p) gemm_bytes += x.bytes;
+  // Softmax (scale + causal mask fused) and dropout, or their backwards: whatever the op moves
+  // beyond the GEMMs, in two kernels.
+  const double rest = std::max(0.0, total_bytes - gemm_bytes);
+  p.push_back({{}, 0, rest / 2});
+  p.push_back({{}, 0, rest / 2});
+  return p;
+}
+
+namespace {
+
+// One kernel: the fixed overhead plus max(FLOP time at `flop_rate`, HBM time).
+double kernel_seconds(const GpuSpec& gpu, const KernelCalibration& cal, double flops,
+                      double flop_rate, double bytes) {
+  const double mem_s = bytes / (cal.hbm_efficiency * gpu.hbm_bandwidth_TBps * 1e12);
+  return cal.kernel_overhead_us * 1e-6 + std::max(flops / flop_rate, mem_s);
+}
+
+double gemm_rate(const GpuSpec& gpu, const KernelCalibration& cal,
+                 const std::array<std::uint32_t, 3>& shape) {
+  return gpu.peak_tflops_bf16 * 1e12 * cal.gemm_efficiency *
+         gemm_efficiency(gpu, shape[0], shape[1], shape[2]);
+}
+
+}  // namespace
+
+double compute_seconds(const GpuSpec& gpu, const KernelCalibration& cal, const graph::Op& op) {
   SCALESCOPE_EXPECTS(!graph::is_communication(op.kind));
   SCALESCOPE_EXPECTS(op.flops >= 0 && op.mem_bytes >= 0);
+  SCALESCOPE_EXPECTS(cal.kernel_overhead_us >= 0 && cal.gemm_efficiency > 0 &&
+                     cal.attention_efficiency > 0 && cal.hbm_efficiency > 0);
   const double peak = gpu.peak_tflops_bf16 * 1e12;
-  const double mem_s = op.mem_bytes / (kHbmEfficiency * gpu.hbm_bandwidth_TBps * 1e12);
-  double flop_s = 0;
   switch (op.kind) {
     case graph::OpKind::Gemm:
-      flop_s = op.flops / (peak * gemm_efficiency(gpu, op.shape[0], op.shape[1], op.shape[2]));
-      break;
-    case graph::OpKind::Attention:
-      // The FA2 rate already includes the kernel's own memory traffic; the memory term only
-      // matters for degenerate shapes.
-      flop_s = op.flops / (attention_tflops(gpu, op.shape[1]) * 1e12);
-      break;
+      return kernel_seconds(gpu, cal, op.flops, gemm_rate(gpu, cal, op.shape), op.mem_bytes);
+    case graph::OpKind::Attention: {
+      const bool backward = op.phase == graph::Phase::Backward;
+      if (op.attention_impl == graph::AttentionImpl::Unfused) {
+        double t = 0;
+        for (const AttentionPass& p : unfused_attention_passes(op.shape, backward, op.mem_bytes))
+          t += p.shape[2] > 0
+                   ? kernel_seconds(gpu, cal, p.flops, gemm_rate(gpu, cal, p.shape), p.bytes)
+                   : kernel_seconds(gpu, cal, 0, peak, p.bytes);
+        return t;
+      }
+      // One fused kernel at the measured rate, which already includes its own memory traffic;
+      // the memory term only matters for degenerate shapes.
+      const double rate =
+          attention_pass_tflops(gpu, op.shape[1], backward) * 1e12 * cal.attention_efficiency;
+      return kernel_seconds(gpu, cal, op.flops, rate, op.mem_bytes);
+    }
     default:
       // Elementwise, norm, embedding, loss, optimizer: memory-bound in practice. The tensor-core
       // peak is an optimistic FLOP bound for them (they run on CUDA cores); it only guards against
       // an op that carries FLOPs but no bytes.
-      flop_s = op.flops / peak;
-      break;
+      return kernel_seconds(gpu, cal, op.flops, peak, op.mem_bytes);
   }
-  return std::max(flop_s, mem_s) + kLaunchOverheadSeconds;
+}
+
+double compute_seconds(const GpuSpec& gpu, const graph::Op& op) {
+  return compute_seconds(gpu, gpu.kernel, op);
 }
 
 }  // namespace scalescope::cost

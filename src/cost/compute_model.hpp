@@ -1,20 +1,17 @@
 #pragma once
-/// Compute model: how long one kernel runs on one GPU. A roofline, max(FLOP time, HBM time), with a
-/// size-dependent GEMM efficiency and a measured FlashAttention rate, plus a launch overhead.
-/// Formulas and sources: docs/cost-model.md §1.
+/// Compute model: how long one op's kernels run on one GPU. Each kernel pays a fixed overhead
+/// plus its work at a sustained rate: max(FLOP time, HBM time) with a size-dependent GEMM
+/// efficiency, a measured fused-attention rate, and the unfused attention path as the passes it
+/// makes over the s² scores. Formulas and sources: docs/cost-model.md §1.
+#include <array>
 #include <cstdint>
+#include <vector>
 
 #include "cost/gpu.hpp"
 #include "graph/op.hpp"
 
 namespace scalescope::cost {
 
-/// Fraction of the HBM datasheet bandwidth that streaming kernels reach. An assumption: MODELING
-/// §6.4 gives 0.8–0.9 as unverified and NVIDIA's A100 text claims 95 %; to be measured.
-inline constexpr double kHbmEfficiency = 0.8;
-/// Time added to every kernel for its launch. An assumption inside MODELING §6.4's 1–5 µs budget
-/// (unverified), for eager PyTorch without CUDA graphs.
-inline constexpr double kLaunchOverheadSeconds = 2e-6;
 /// CTA output tiles the GEMM model may pick (NVIDIA "Matrix Multiplication Background User's
 /// Guide" §2.2–3.2, via MODELING §6.2: tiles are "typically 256×128, 128×128, …"). The model takes
 /// the one with the least quantization loss and assumes the same per-SM rate for all three.
@@ -31,10 +28,33 @@ double gemm_quantization(const GpuSpec& gpu, std::uint32_t m, std::uint32_t n, s
 /// quantization(shape) / quantization(MAMF best shape), capped at the ceiling. A zero dimension
 /// means "shape unknown" and gives the ceiling.
 double gemm_efficiency(const GpuSpec& gpu, std::uint32_t m, std::uint32_t n, std::uint32_t k);
-/// FlashAttention-2 fwd+bwd rate in TFLOP/s at sequence length `seq`: linear in log2(seq) between
-/// the table points s = 512·2^i, clamped at 512 and 16k.
+/// A rate table at s = 512·2^i read at sequence length `seq`: linear in log2(seq) between the
+/// points, clamped at 512 and 16k.
+double table_tflops(const std::vector<double>& table, double seq);
+/// FlashAttention-2 fwd+bwd rate in TFLOP/s at sequence length `seq` (`table_tflops`).
 double attention_tflops(const GpuSpec& gpu, double seq);
-/// Duration in seconds of a compute op (any kind but a communication).
+/// Fused-attention rate in TFLOP/s of one pass (forward or backward) at `seq`: the GPU's per-pass
+/// table where it has one, else its fwd+bwd table.
+double attention_pass_tflops(const GpuSpec& gpu, double seq, bool backward);
+
+/// One kernel of the unfused attention path: a batched GEMM, given as the equivalent single GEMM
+/// (batch·m)×n×k for tile counting, or (k = 0) a memory-bound pass over the scores.
+struct AttentionPass {
+  std::array<std::uint32_t, 3> shape{};  ///< GEMM m, n, k; zero for a memory-bound pass
+  double flops = 0;
+  double bytes = 0;
+};
+/// The kernels of Megatron's unfused core attention on `shape` = (batch·heads, s, head_dim), fp16
+/// /bf16 (docs/cost-model.md §1.4). Forward: QKᵀ and PV batched GEMMs, then the softmax and
+/// dropout passes; backward: dP = dO·Vᵀ, dV = Pᵀ·dO, dQ = dS·K, dK = dSᵀ·Q, then dropout and
+/// softmax backward. `total_bytes` is the op's whole HBM traffic; what the GEMMs do not move is
+/// split evenly over the two memory-bound passes.
+std::vector<AttentionPass> unfused_attention_passes(const std::array<std::uint32_t, 3>& shape,
+                                                    bool backward, double total_bytes);
+
+/// Duration in seconds of a compute op (any kind but a communication) under `cal`.
+double compute_seconds(const GpuSpec& gpu, const KernelCalibration& cal, const graph::Op& op);
+/// The same under the GPU's physical defaults (`gpu.kernel`).
 double compute_seconds(const GpuSpec& gpu, const graph::Op& op);
 
 }  // namespace scalescope::cost

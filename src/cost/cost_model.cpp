@@ -60,6 +60,15 @@ CostModel::CostModel(const ClusterSpec& cluster, const NetworkOptions& network)
   require_positive(cluster_.nic_bandwidth_Gbps, "nic_bandwidth_Gbps");
   require_non_negative(cluster_.nvlink_latency_us, "nvlink_latency_us");
   require_non_negative(cluster_.nic_latency_us, "nic_latency_us");
+  kernel_ = gpu_->kernel;
+  if (cluster_.kernel_overhead_us) kernel_.kernel_overhead_us = *cluster_.kernel_overhead_us;
+  if (cluster_.gemm_efficiency) kernel_.gemm_efficiency = *cluster_.gemm_efficiency;
+  if (cluster_.attention_efficiency) kernel_.attention_efficiency = *cluster_.attention_efficiency;
+  if (cluster_.hbm_efficiency) kernel_.hbm_efficiency = *cluster_.hbm_efficiency;
+  require_non_negative(kernel_.kernel_overhead_us, "kernel_overhead_us");
+  require_positive(kernel_.gemm_efficiency, "gemm_efficiency");
+  require_positive(kernel_.attention_efficiency, "attention_efficiency");
+  require_positive(kernel_.hbm_efficiency, "hbm_efficiency");
   SCALESCOPE_EXPECTS(network_.nvlink_efficiency > 0 && network_.nic_efficiency > 0);
   SCALESCOPE_EXPECTS(network_.p2p_nvlink_efficiency > 0 && network_.p2p_nic_efficiency > 0);
   arch_ = arch_of(*gpu_);
@@ -67,7 +76,7 @@ CostModel::CostModel(const ClusterSpec& cluster, const NetworkOptions& network)
 }
 
 SimTime CostModel::compute_ns(const graph::Op& op) const {
-  return seconds_to_ns(compute_seconds(*gpu_, op) / cluster_.compute_efficiency);
+  return seconds_to_ns(compute_seconds(*gpu_, kernel_, op) / cluster_.compute_efficiency);
 }
 
 double CostModel::bus_bandwidth_GBps(const CommShape& shape) const {

@@ -27,6 +27,8 @@ class CostModel {
   CostModel(const ClusterSpec& cluster, const NetworkOptions& network);
 
   const GpuSpec& gpu() const { return *gpu_; }
+  /// The kernel model in force: the GPU's physical defaults overridden by the cluster's keys.
+  const KernelCalibration& kernel() const { return kernel_; }
   const ClusterSpec& cluster() const { return cluster_; }
 
   /// Duration of a compute op (kind not a communication) on one GPU.
@@ -51,6 +53,7 @@ class CostModel {
  private:
   ClusterSpec cluster_;
   const GpuSpec* gpu_;
+  KernelCalibration kernel_;
   NetworkOptions network_;
   GpuArch arch_ = GpuArch::Ampere;
   CpuVendor cpu_ = CpuVendor::Intel;

@@ -24,6 +24,12 @@ struct Row {
 // figures shipped as flash-attention/assets/*.png and tabulated in MODELING §6.3.
 const std::vector<double> kFa2A100{99, 133, 155, 173, 182, 189};
 const std::vector<double> kFa2H100{163, 221, 265, 294, 308, 328};
+// FlashAttention-3 on H100, hd128, causal, per pass (MODELING §6.3): the forward from the FA3
+// paper figure shipped as flash-attention/assets/flash3_fp16_fwd.png; the backward as transcribed
+// from the paper by a third party (unverified). The rate of Hopper's fused attention (FA3, or
+// cuDNN through Transformer Engine: 315 … 539 forward, 305 … 516 backward, the same range).
+const std::vector<double> kFa3FwdH100{292, 423, 521, 579, 602, 616};
+const std::vector<double> kFa3BwdH100{316, 424, 501, 542, 559, 561};
 
 // No FA2 measurement on B200 was found: B200's row is H100's scaled by the ratio of their measured
 // GEMM ceilings (MAMF, MODELING §6.2), 1745 / 794.5 = 2.196. An estimate, to be replaced by a
@@ -60,10 +66,12 @@ const std::vector<Row>& table() {
       g.hbm_bytes = 80e9;          // H100 SXM5 "80 GB HBM3", decimal (§6.1)
       g.hbm_usable_bytes = 81559.0 * (1 << 20);  // nvidia-smi memory.total 81559 MiB (79.6 GiB)
       g.hbm_bandwidth_TBps = 3.35;               // H100 SXM5 datasheet (§6.1)
-      g.nvlink_bandwidth_GBps = 450;  // 900 GB/s bidirectional (18 x NVLink4) / 2 (§6.1)
-      g.sms = 132;                    // H100 whitepaper, SXM5 config (§6.1)
-      g.gemm_ceiling_tflops = 794.5;  // ml-engineering MAMF table, 80.3 % of peak (§6.2)
-      g.attention_tflops = kFa2H100;  // FA2 paper figure, H100 SXM5 (§6.3)
+      g.nvlink_bandwidth_GBps = 450;         // 900 GB/s bidirectional (18 x NVLink4) / 2 (§6.1)
+      g.sms = 132;                           // H100 whitepaper, SXM5 config (§6.1)
+      g.gemm_ceiling_tflops = 794.5;         // ml-engineering MAMF table, 80.3 % of peak (§6.2)
+      g.attention_tflops = kFa2H100;         // FA2 paper figure, H100 SXM5 (§6.3)
+      g.attention_fwd_tflops = kFa3FwdH100;  // FA3 figures (§6.3), see kFa3FwdH100
+      g.attention_bwd_tflops = kFa3BwdH100;
       r.push_back({g,
                    {2048, 2048, 13312},  // MAMF best shape (§6.2)
                    {"H100-SXM", "H100", "H100-SXM5", "H100-SXM5-80GB", "H100-80GB"}});
@@ -75,11 +83,13 @@ const std::vector<Row>& table() {
       g.hbm_bytes = 141e9;         // H200 spec pages "141 GB HBM3e" (§6.1)
       // torch.cuda.get_device_properties total_memory on our H200 (inputs/profiles/h200-torch).
       g.hbm_usable_bytes = 150109880320.0;
-      g.hbm_bandwidth_TBps = 4.8;     // H200 spec pages (§6.1)
-      g.nvlink_bandwidth_GBps = 450;  // 900 GB/s bidirectional / 2 (§6.1)
-      g.sms = 132;                    // same GH100 configuration as H100 SXM5 (§6.1)
-      g.gemm_ceiling_tflops = 794.5;  // MAMF table: H200 "same as H100" (§6.2)
-      g.attention_tflops = kFa2H100;  // same compute as H100; no separate FA2 figure (§6.3)
+      g.hbm_bandwidth_TBps = 4.8;            // H200 spec pages (§6.1)
+      g.nvlink_bandwidth_GBps = 450;         // 900 GB/s bidirectional / 2 (§6.1)
+      g.sms = 132;                           // same GH100 configuration as H100 SXM5 (§6.1)
+      g.gemm_ceiling_tflops = 794.5;         // MAMF table: H200 "same as H100" (§6.2)
+      g.attention_tflops = kFa2H100;         // same compute as H100; no separate FA2 figure (§6.3)
+      g.attention_fwd_tflops = kFa3FwdH100;  // same compute as H100 (§6.3)
+      g.attention_bwd_tflops = kFa3BwdH100;
       r.push_back({g,
                    {2048, 2048, 13312},  // H100's MAMF best shape (§6.2)
                    {"H200-SXM", "H200", "H200-SXM-141GB", "H200-141GB"}});

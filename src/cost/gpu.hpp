@@ -9,6 +9,17 @@
 
 namespace scalescope::cost {
 
+/// The sustained-rate model of one GPU's kernels (docs/cost-model.md §1.3): every kernel pays a
+/// fixed overhead, and each op class runs at a sustained fraction of its measured isolated rate.
+/// The defaults in the GPU table are the physical (uncalibrated) values; a cluster preset may
+/// carry values calibrated against measured training runs.
+struct KernelCalibration {
+  double kernel_overhead_us = 2.0;    ///< fixed time per kernel (launch gap, ramp-up, tail)
+  double gemm_efficiency = 1.0;       ///< sustained fraction of the shape-aware MAMF GEMM rate
+  double attention_efficiency = 1.0;  ///< sustained fraction of the fused-attention table rate
+  double hbm_efficiency = 0.8;        ///< fraction of the datasheet HBM bandwidth streams reach
+};
+
 struct GpuSpec {
   std::string name;                  ///< canonical name, e.g. "A100-SXM4-80GB"
   double peak_tflops_bf16 = 0;       ///< dense BF16/FP16 tensor-core peak, datasheet
@@ -20,6 +31,11 @@ struct GpuSpec {
   double gemm_ceiling_tflops = 0;  ///< best measured bf16 GEMM (MAMF), the large-GEMM ceiling
   /// FlashAttention-2 fwd+bwd measured TFLOP/s (hd128, causal) at s = 512, 1k, 2k, 4k, 8k, 16k.
   std::vector<double> attention_tflops;
+  /// Fused attention measured per pass (forward, backward) at the same points, where the GPU has
+  /// such a measurement (Hopper: FlashAttention-3); empty → `attention_tflops` serves both.
+  std::vector<double> attention_fwd_tflops;
+  std::vector<double> attention_bwd_tflops;
+  KernelCalibration kernel;  ///< physical defaults of the kernel model
 };
 
 /// Looks a GPU up by canonical name or alias ("A100", "H100", "h100-sxm", …); case-insensitive.

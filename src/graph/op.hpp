@@ -73,6 +73,12 @@ constexpr Stream stream_of(CommRole r) {
 
 enum class Phase : std::uint8_t { Forward, Backward, Recompute, Optimizer, Other };
 
+/// How core attention is computed, which sets the kernels the cost model charges
+/// (docs/cost-model.md §1.4): one fused kernel (FlashAttention / cuDNN) or the unfused path
+/// (batched QKᵀ GEMM, softmax, dropout, PV GEMM, each a pass over the s² scores).
+enum class AttentionImpl : std::uint8_t { Fused = 0, Unfused = 1 };
+inline constexpr int kNumAttentionImpls = 2;
+
 /// Names shown in traces; an op's `name` indexes this table.
 enum class OpName : std::uint8_t {
   Embedding,
@@ -109,7 +115,7 @@ std::string_view op_kind_name(OpKind k);
 std::string_view stream_name(Stream s);
 std::string_view phase_name(Phase p);
 
-/// An op as stored in a template. Plain data, 88 bytes; the cost model turns it into a duration.
+/// An op as stored in a template. Plain data, 80 bytes; the cost model turns it into a duration.
 struct Op {
   OpKind kind = OpKind::Elementwise;
   Stream stream = Stream::Compute;
@@ -117,8 +123,9 @@ struct Op {
   CommRole role2 = CommRole::None;  ///< SendRecv only: where the receive comes from
   Phase phase = Phase::Other;
   OpName name = OpName::Embedding;
-  std::uint16_t layer = 0xFFFF;          ///< transformer layer (global index), 0xFFFF if none
-  std::uint16_t microbatch = 0xFFFF;     ///< micro-batch index, 0xFFFF if none
+  std::uint16_t layer = 0xFFFF;       ///< transformer layer (global index), 0xFFFF if none
+  std::uint16_t microbatch = 0xFFFF;  ///< micro-batch index, 0xFFFF if none
+  AttentionImpl attention_impl = AttentionImpl::Fused;  ///< Attention ops only
   std::array<std::uint32_t, 3> shape{};  ///< GEMM m,n,k; attention (b·heads, seq, head_dim)
   double flops = 0;                      ///< floating-point operations executed on this rank
   double mem_bytes = 0;                  ///< bytes moved through HBM (roofline memory term)
@@ -131,6 +138,7 @@ struct Op {
   std::uint32_t instance = 0;
   std::uint32_t instance2 = 0;
 };
+static_assert(sizeof(Op) == 80, "attention_impl sits in the padding after microbatch");
 
 constexpr std::uint16_t kNoIndex = 0xFFFF;
 

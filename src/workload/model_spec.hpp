@@ -5,6 +5,10 @@
 
 namespace scalescope::workload {
 
+/// Megatron's --position-embedding-type: RoPE rotates q and k in every layer (Llama); learned
+/// absolute embeddings are added once to the token embeddings (GPT-2/3), no per-layer op.
+enum class PositionEmbedding : std::uint8_t { Rope, LearnedAbsolute };
+
 struct ModelSpec {
   std::string name = "model";
   std::int64_t num_layers = 0;
@@ -21,6 +25,9 @@ struct ModelSpec {
   bool add_bias_linear = true;     ///< GPT-3 has biases; Llama does not
   double hidden_dropout = 0.0;     ///< > 0 stores 1-byte dropout masks
   double attention_dropout = 0.0;
+  /// Megatron's own default is learned_absolute; scalescope's is RoPE, what every model had
+  /// before this key existed.
+  PositionEmbedding position_embedding_type = PositionEmbedding::Rope;
 
   std::int64_t ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
   std::int64_t query_groups() const {

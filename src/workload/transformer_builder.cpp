@@ -290,8 +290,8 @@ class StageBuilder {
     qkv.mem_alloc = alloc(2 * T * (q + 2 * kv) / t);
     attn_alloc += qkv.mem_alloc;
     chain(qkv);
-    Op rope = memory_bound(OpKind::Elementwise, OpName::Rope, phase, 2 * 2 * T * (q + kv) / t);
-    chain(rope);
+    if (m_.position_embedding_type == PositionEmbedding::Rope)
+      chain(memory_bound(OpKind::Elementwise, OpName::Rope, phase, 2 * 2 * T * (q + kv) / t));
     chain(attention(phase, 1.0, keep ? attention_saved() + 2 * T * q / t : 0, attn_alloc));
     Op proj = gemm(OpName::OutProjGemm, phase, T, h, q / t);
     proj.mem_transient = static_cast<std::int64_t>(2 * T * h);
@@ -344,8 +344,13 @@ class StageBuilder {
     return 4 * b * a * s;                                             // fp32 log-sum-exp
   }
 
-  /// Core attention: forward 4·b·s²·q/t FLOPs halved for the causal mask; the backward runs
-  /// 2.5× the forward (flash-attention benchmarks, MODELING §1.1).
+  /// Core attention. Fused (flash): forward 4·b·s²·q/t FLOPs halved for the causal mask, the
+  /// backward 2.5× the forward (flash-attention benchmarks, MODELING §1.1), one kernel each.
+  /// Unfused (Megatron's CoreAttention): batched GEMMs over the whole s×s square (no causal
+  /// skipping), forward QKᵀ and PV (4·b·s²·q/t), backward four GEMMs (twice that), and passes over
+  /// the fp16/bf16 scores: forward softmax r+w (4 B/score) and dropout r + w + 1-byte mask (5),
+  /// backward dropout (5) and softmax r dY, Y + w dX (6); the GEMMs read and write the scores
+  /// (docs/cost-model.md §1.4). `factor` is the fused backward's 2.5.
   Op attention(Phase phase, double factor, double saved, std::int64_t& attn_alloc) const {
     Op op = base(OpKind::Attention, OpName::Attention, phase);
     const double s = static_cast<double>(m_.seq_length);
@@ -356,10 +361,20 @@ class StageBuilder {
     const double kv = static_cast<double>(m_.kv_width());
     op.shape = {static_cast<std::uint32_t>(b * heads), static_cast<std::uint32_t>(s),
                 static_cast<std::uint32_t>(dh)};
-    op.flops = factor * 0.5 * 4 * b * s * s * q / tp_;
-    op.mem_bytes = factor * 2 * tokens_ * (2 * q + 2 * kv) / tp_;
-    if (t_.attention == AttentionBackend::Unfused)
-      op.mem_bytes += factor * 2 * 2 * b * heads * s * s;  // scores written and read back
+    if (t_.attention == AttentionBackend::Unfused) {
+      const bool bwd = phase == Phase::Backward;
+      const double scores = b * heads * s * s;     // elements of one [b·a/t, s, s] tensor
+      const double head = 2 * b * heads * s * dh;  // bytes of one [b·a/t, s, dh] tensor
+      const double dropout = m_.attention_dropout > 0 ? 5 : 0;
+      op.attention_impl = graph::AttentionImpl::Unfused;
+      op.flops = (bwd ? 2 : 1) * 4 * b * s * s * q / tp_;
+      // GEMMs: forward QKᵀ (Q, K → S) and PV (P, V → O); backward dP, dV, dQ, dK.
+      const double gemm_bytes = bwd ? 4 * (2 * head + 2 * scores) : 2 * (2 * head + 2 * scores);
+      op.mem_bytes = gemm_bytes + (bwd ? 6 + dropout : 4 + dropout) * scores;
+    } else {
+      op.flops = factor * 0.5 * 4 * b * s * s * q / tp_;
+      op.mem_bytes = factor * 2 * tokens_ * (2 * q + 2 * kv) / tp_;
+    }
     op.mem_alloc = static_cast<std::int64_t>(saved);
     attn_alloc += op.mem_alloc;
     return op;
@@ -441,8 +456,9 @@ class StageBuilder {
     }
     std::int64_t none = 0;
     chain(attention(Phase::Backward, 2.5, 0, none));
-    chain(
-        memory_bound(OpKind::Elementwise, OpName::Rope, Phase::Backward, 2 * 2 * T * (q + kv) / t));
+    if (m_.position_embedding_type == PositionEmbedding::Rope)
+      chain(memory_bound(OpKind::Elementwise, OpName::Rope, Phase::Backward,
+                         2 * 2 * T * (q + kv) / t));
     wg = column_backward(OpName::QkvGemm, T, (q + 2 * kv) / t, h);
     Op norm = memory_bound(OpKind::Norm, OpName::InputNorm, Phase::Backward, 6 * local, 10 * local);
     norm.mem_free = saved.first + input;

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 
 #include "core/error.hpp"
@@ -140,13 +141,107 @@ TEST(ComputeSeconds, FlopsBoundWhenAnOpCarriesNoBytes) {
 }
 
 TEST(ComputeSeconds, AttentionUsesTheInterpolatedFa2Rate) {
-  // 1e12 FLOP at s = 2048 on H100 (265 TFLOP/s): 3.7736 ms + 2 µs; memory term negligible.
+  // 1e12 FLOP at s = 2048 on A100 (FA2 fwd+bwd 155 TFLOP/s, no per-pass table): 6.4516 ms + 2 µs;
+  // memory term negligible.
   graph::Op op;
   op.kind = graph::OpKind::Attention;
   op.shape = {32, 2048, 128};
   op.flops = 1e12;
   op.mem_bytes = 4.0 * 32 * 2048 * 128 * 2;
-  EXPECT_NEAR(compute_seconds(find_gpu("H100"), op), 1e12 / 265e12 + 2e-6, 1e-15);
+  EXPECT_NEAR(compute_seconds(find_gpu("A100"), op), 1e12 / 155e12 + 2e-6, 1e-15);
+}
+
+TEST(ComputeSeconds, FusedAttentionOnHopperUsesTheFa3RatePerPass) {
+  // H100 at s = 2048: FA3 forward 521, backward 501 TFLOP/s (MODELING §6.3). A recompute is a
+  // forward.
+  graph::Op op;
+  op.kind = graph::OpKind::Attention;
+  op.shape = {32, 2048, 128};
+  op.flops = 1e12;
+  op.phase = graph::Phase::Forward;
+  EXPECT_NEAR(compute_seconds(find_gpu("H100"), op), 1e12 / 521e12 + 2e-6, 1e-15);
+  op.phase = graph::Phase::Recompute;
+  EXPECT_NEAR(compute_seconds(find_gpu("H200"), op), 1e12 / 521e12 + 2e-6, 1e-15);
+  op.phase = graph::Phase::Backward;
+  EXPECT_NEAR(compute_seconds(find_gpu("H100"), op), 1e12 / 501e12 + 2e-6, 1e-15);
+}
+
+TEST(UnfusedAttention, PassesDoTheBatchedGemmWork) {
+  // B = 32 heads·batch, s = 2048, dh = 128. Forward: QKᵀ and PV, 2·B·s²·dh each, 4·B·s²·dh in
+  // all; backward: dP, dV, dQ, dK, 8·B·s²·dh. Each GEMM moves one [B,s,s] tensor (2·B·s² bytes)
+  // and two [B,s,dh] ones (2·2·B·s·dh); the rest of the op's bytes go to two memory passes.
+  const std::array<std::uint32_t, 3> shape{32, 2048, 128};
+  const double B = 32, s = 2048, dh = 128;
+  const double gemm_bytes = 2 * B * s * s + 4 * B * s * dh;
+  for (bool backward : {false, true}) {
+    const double gemms = backward ? 4 : 2;
+    const double total = gemms * gemm_bytes + 1e9;
+    const auto passes = unfused_attention_passes(shape, backward, total);
+    ASSERT_EQ(passes.size(), gemms + 2);
+    double flops = 0, bytes = 0;
+    for (const auto& p : passes) {
+      flops += p.flops;
+      bytes += p.bytes;
+    }
+    EXPECT_DOUBLE_EQ(flops, gemms * 2 * B * s * s * dh);
+    EXPECT_DOUBLE_EQ(bytes, total);
+    EXPECT_DOUBLE_EQ(passes[passes.size() - 1].bytes, 0.5e9);
+    // The batch of B s×s×dh products tiles as one (B·s)×s×dh GEMM.
+    EXPECT_EQ(passes[0].shape, (std::array<std::uint32_t, 3>{65536, 2048, 128}));
+  }
+}
+
+TEST(ComputeSeconds, UnfusedAttentionForwardIsTheSumOfItsPasses) {
+  // A100, B = 32, s = 2048, dh = 128, forward with dropout: bytes = 2 GEMMs · (2·B·s² + 4·B·s·dh)
+  // + (4 softmax + 5 dropout)·B·s² = 604.0 MB + 1208.0 MB.
+  // QKᵀ as (65536)×2048×128: 128×256 tiles → 512·8 = 4096 tiles in 38 waves of 108 (4096/4104),
+  //   K factor 128/256; e = 0.8692 · 0.49903 / 0.96357 = 0.45017 → 140.45 TFLOP/s;
+  //   3.436e10 FLOP → 244.6 µs > memory 302.0 MB / (0.8 · 2.039 TB/s) = 185.1 µs.
+  // PV as 65536×128×2048: 128×128 tiles → 512 tiles in 5 waves (512/540), K 2048/2176;
+  //   e = 0.8692 · 0.89237 / 0.96357 = 0.80499 → 251.2 TFLOP/s → 136.8 µs < memory 185.1 µs.
+  // Softmax + dropout: 1208.0 MB / 1.6312 TB/s = 740.5 µs in two kernels.
+  // Total = 244.6 + 185.1 + 740.5 µs + 4 kernels · 2 µs = 1178.3 µs.
+  const double B = 32, s = 2048, dh = 128;
+  graph::Op op;
+  op.kind = graph::OpKind::Attention;
+  op.attention_impl = graph::AttentionImpl::Unfused;
+  op.phase = graph::Phase::Forward;
+  op.shape = {32, 2048, 128};
+  op.flops = 4 * B * s * s * dh;
+  op.mem_bytes = 2 * (2 * B * s * s + 4 * B * s * dh) + 9 * B * s * s;
+  const GpuSpec& a100 = find_gpu("A100");
+  const double hbm = 0.8 * 2.039e12;
+  const double qk = 2 * B * s * s * dh / (312e12 * gemm_efficiency(a100, 65536, 2048, 128));
+  const double pv = (2 * B * s * s + 4 * B * s * dh) / hbm;
+  const double rest = 9 * B * s * s / hbm;
+  EXPECT_NEAR(compute_seconds(a100, op), qk + pv + rest + 4 * 2e-6, 1e-12);
+  EXPECT_NEAR(compute_seconds(a100, op), 1178.3e-6, 0.1e-6);
+  EXPECT_NEAR(gemm_efficiency(a100, 65536, 2048, 128), 0.45017, 1e-5);
+}
+
+TEST(ComputeSeconds, KernelCalibrationScalesEachClass) {
+  // t0 = 5 µs, g = 0.5, η = 0.5. Large GEMM (MAMF shape, compute-bound even at g = 0.5:
+  // 1.0737e11 / (0.5 · 271.2e12) = 791.8 µs vs 136.3 MB / (0.5 · 2.039e12) = 133.7 µs).
+  // Elementwise 1 GiB: 2^30 / (0.5 · 2.039e12) = 1053.2 µs. Fused attention at e_a = 0.5 on
+  // A100, s = 2048: 1e12 / (0.5 · 155e12) = 12.903 ms.
+  const GpuSpec& a100 = find_gpu("A100");
+  KernelCalibration cal;
+  cal.kernel_overhead_us = 5;
+  cal.gemm_efficiency = 0.5;
+  cal.attention_efficiency = 0.5;
+  cal.hbm_efficiency = 0.5;
+  const graph::Op g = gemm(1024, 10240, 5120);
+  EXPECT_NEAR(compute_seconds(a100, cal, g), g.flops / (0.5 * 271.2e12) + 5e-6, 1e-15);
+  graph::Op e;
+  e.kind = graph::OpKind::Elementwise;
+  e.mem_bytes = 1024.0 * 1024 * 1024;
+  EXPECT_NEAR(compute_seconds(a100, cal, e), e.mem_bytes / (0.5 * 2.039e12) + 5e-6, 1e-15);
+  EXPECT_NEAR(compute_seconds(a100, cal, e), 1058.2e-6, 0.1e-6);
+  graph::Op a;
+  a.kind = graph::OpKind::Attention;
+  a.shape = {32, 2048, 128};
+  a.flops = 1e12;
+  EXPECT_NEAR(compute_seconds(a100, cal, a), 1e12 / (0.5 * 155e12) + 5e-6, 1e-15);
 }
 
 TEST(ComputeSeconds, RejectsCommunicationOps) {

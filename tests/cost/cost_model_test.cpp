@@ -109,6 +109,26 @@ TEST(CostModel, ComputeNsIsTheComputeModelRoundedToNanoseconds) {
   EXPECT_EQ(m.compute_ns(op), seconds_to_ns(compute_seconds(m.gpu(), op)));
 }
 
+TEST(CostModel, ClusterKeysOverrideTheKernelDefaults) {
+  // Unset keys keep the GPU table's physical defaults (2 µs, 1, 1, 0.8); a set key replaces its
+  // own value only, and compute_ns applies it.
+  ClusterSpec c = a100();
+  c.gemm_efficiency = 0.5;
+  const CostModel m(c);
+  EXPECT_EQ(m.kernel().gemm_efficiency, 0.5);
+  EXPECT_EQ(m.kernel().kernel_overhead_us, 2.0);
+  EXPECT_EQ(m.kernel().attention_efficiency, 1.0);
+  EXPECT_EQ(m.kernel().hbm_efficiency, 0.8);
+  graph::Op op;
+  op.kind = graph::OpKind::Gemm;
+  op.shape = {4096, 4096, 4096};
+  op.flops = 2.0 * 4096 * 4096 * 4096;
+  op.mem_bytes = 6.0 * 4096 * 4096;
+  EXPECT_EQ(m.compute_ns(op), seconds_to_ns(compute_seconds(m.gpu(), m.kernel(), op)));
+  c.kernel_overhead_us = -1.0;
+  EXPECT_THROW(CostModel{c}, InputError);
+}
+
 TEST(CostModel, BusBandwidthFollowsNvlinkAndTheRailShareOfNics) {
   const CostModel m(a100());
   // One node: 300 GB/s · 232/300 = 232 GB/s.

@@ -146,6 +146,7 @@ void expect_same_op(const Op& a, const Op& b, const std::string& where) {
   EXPECT_EQ(a.name, b.name);
   EXPECT_EQ(a.layer, b.layer);
   EXPECT_EQ(a.microbatch, b.microbatch);
+  EXPECT_EQ(a.attention_impl, b.attention_impl);
   EXPECT_EQ(a.shape, b.shape);
   // Exact: doubles are stored as f64 and must come back bit for bit.
   EXPECT_EQ(a.flops, b.flops);

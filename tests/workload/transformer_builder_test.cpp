@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <set>
 
 #include "core/error.hpp"
@@ -229,6 +230,50 @@ TEST(TransformerBuilder, UnevenEndStagesAsLlama3) {
       }
     EXPECT_EQ(std::make_pair(lo, hi), expected[s]) << "stage " << s;
   }
+}
+
+TEST(TransformerBuilder, RopeOpsOnlyWithRotaryEmbeddings) {
+  // RoPE: one forward and one backward op per layer and micro-batch (4 layers, PP 1, 8
+  // micro-batches, no recompute: 2 · 4 · 8 = 64). Learned absolute embeddings have none.
+  Job s = small(1, 1, 1);
+  auto count = [&] {
+    std::size_t n = 0;
+    const graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
+    for (const graph::Op& op : g.templates[0].ops) n += op.name == graph::OpName::Rope;
+    return n;
+  };
+  EXPECT_EQ(count(), 2u * 4 * 8);
+  s.m.position_embedding_type = PositionEmbedding::LearnedAbsolute;
+  EXPECT_EQ(count(), 0u);
+}
+
+TEST(TransformerBuilder, UnfusedAttentionCarriesItsPasses) {
+  // b = 1, s = 1024, a/t = 16/2 = 8 heads, dh = 64, attention dropout 0.1. Scores per op:
+  // E = 8 · 1024² elements; one [8, 1024, 64] tensor is H = 2 · 8 · 1024 · 64 bytes.
+  // Forward: 4·b·s²·q/t = 4 · 1024² · 512 FLOPs (the full square: the GEMMs skip nothing);
+  // bytes 2 GEMMs · (2H + 2E) + softmax 4E + dropout 5E. Backward: twice the FLOPs; bytes
+  // 4 GEMMs · (2H + 2E) + dropout 5E + softmax 6E.
+  Job s = small(2, 1, 1);
+  s.t.attention = AttentionBackend::Unfused;
+  s.m.attention_dropout = 0.1;
+  const double E = 8.0 * 1024 * 1024, H = 2.0 * 8 * 1024 * 64;
+  bool fwd = false, bwd = false;
+  const graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
+  for (const graph::Op& op : g.templates[0].ops) {
+    if (op.kind != graph::OpKind::Attention) continue;
+    EXPECT_EQ(op.attention_impl, graph::AttentionImpl::Unfused);
+    EXPECT_EQ(op.shape, (std::array<std::uint32_t, 3>{8, 1024, 64}));
+    if (op.phase == graph::Phase::Backward) {
+      EXPECT_DOUBLE_EQ(op.flops, 2 * 4.0 * 1024 * 1024 * 512);
+      EXPECT_DOUBLE_EQ(op.mem_bytes, 4 * (2 * H + 2 * E) + 11 * E);
+      bwd = true;
+    } else {
+      EXPECT_DOUBLE_EQ(op.flops, 4.0 * 1024 * 1024 * 512);
+      EXPECT_DOUBLE_EQ(op.mem_bytes, 2 * (2 * H + 2 * E) + 9 * E);
+      fwd = true;
+    }
+  }
+  EXPECT_TRUE(fwd && bwd);
 }
 
 }  // namespace
