@@ -344,6 +344,43 @@ int graph_command(const std::string& config_path, const std::string& out,
   return 0;
 }
 
+/// `scalescope memory CONFIG`: each pipeline stage's memory classes at its peak and the capacity
+/// check, from the graph's templates alone (no replay: memory is a property of the template).
+int memory_command(const std::string& config_path, const std::vector<std::string>& overrides) {
+  io::ExperimentConfig c = io::load_experiment(config_path, overrides);
+  const graph::SlicedGraph g = build(c);
+  emu::Summary s;
+  s.gpu = cost::find_gpu(c.cluster.gpu).name;
+  const workload::RankLayout lay{c.parallel.tp(), c.parallel.dp(), c.parallel.pp()};
+  for (std::int64_t stage = 0; stage < c.parallel.pp(); ++stage) {
+    const emu::MemoryProfile m =
+        emu::memory_profile(g.templates[g.rank_class[lay.rank(0, 0, stage)]]);
+    s.peak_memory_bytes_by_pp_stage.push_back(m.peak);
+    s.peak_transient_bytes_by_pp_stage.push_back(m.peak_transient);
+  }
+  check_memory(s, c);
+  std::cout << fmt::format("memory at each pipeline stage's peak (GiB), {} ({:.2f} GiB usable)\n",
+                           s.gpu, static_cast<double>(s.memory_capacity_bytes) / (1 << 30));
+  std::cout << fmt::format("  {:<18}", "class");
+  for (std::int64_t stage = 0; stage < c.parallel.pp(); ++stage)
+    std::cout << fmt::format("{:>9}", fmt::format("stage {}", stage));
+  std::cout << "\n";
+  auto row = [&](const std::string& label, auto value) {
+    std::cout << fmt::format("  {:<18}", label);
+    for (std::size_t stage = 0; stage < s.memory_breakdown_by_pp_stage.size(); ++stage)
+      std::cout << fmt::format("{:>9.2f}", static_cast<double>(value(stage)) / (1 << 30));
+    std::cout << "\n";
+  };
+  for (std::size_t k = 0; k < s.memory_class_names.size(); ++k)
+    row(s.memory_class_names[k],
+        [&](std::size_t st) { return s.memory_breakdown_by_pp_stage[st][k]; });
+  row("total", [&](std::size_t st) { return s.memory_total_bytes_by_pp_stage[st]; });
+  std::cout << fmt::format("fits: {} (tightest: rank {}, stage {}, largest class {})\n",
+                           s.memory_fits ? "yes" : "NO", s.memory_tightest_rank,
+                           s.memory_tightest_stage, s.memory_dominant_class);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -372,6 +409,13 @@ int main(int argc, char** argv) {
   gcmd->add_option("-o,--output", graph_out, "graph.h5 path")->required();
   gcmd->add_option("--set", graph_overrides, "Override a config key: key.path=value");
 
+  std::string memory_config;
+  std::vector<std::string> memory_overrides;
+  auto* mcmd = app.add_subcommand(
+      "memory", "Print each pipeline stage's memory at its peak and whether it fits, no replay");
+  mcmd->add_option("config", memory_config, "Experiment YAML")->required();
+  mcmd->add_option("--set", memory_overrides, "Override a config key: key.path=value");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -383,6 +427,7 @@ int main(int argc, char** argv) {
         throw_input("scalescope run: give an experiment CONFIG or --graph graph.h5");
       return run_command(mpi, config, graph_path, out, overrides, quiet, rollback_check);
     }
+    if (*mcmd) return memory_command(memory_config, memory_overrides);
     return graph_command(graph_config, graph_out, graph_overrides);
   } catch (const InputError& e) {
     // Input is read identically by every process, so every process fails here; one reports.
