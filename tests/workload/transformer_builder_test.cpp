@@ -75,19 +75,26 @@ TEST(TransformerBuilder, ForwardAllocationsOfALayerEqualTheClosedForm) {
   }
 }
 
+/// Allocated peak of a template in issue order (without transients); checks that every
+/// activation is freed again by the end of the iteration.
+std::int64_t activation_peak(const graph::RankProgram& t) {
+  std::int64_t live = t.static_memory, peak = live;
+  for (const graph::Op& op : t.ops) {
+    live += op.mem_alloc;
+    peak = std::max(peak, live);
+    live -= op.mem_free;
+  }
+  EXPECT_EQ(live, t.static_memory);
+  return peak;
+}
+
 TEST(TransformerBuilder, OneFOneBStageZeroHoldsPipelineDepthMicrobatches) {
   // Rank r of a 1F1B pipeline holds min(p − r, m) micro-batches of activations (MODELING §2.1),
   // so stage 0's peak is at least static + p · (L/p) · per-layer activations.
   Job s = small(1, 4, 1);
   s.m.num_layers = 8;
   graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
-  std::int64_t live = g.templates[0].static_memory, peak = live;
-  for (const graph::Op& op : g.templates[0].ops) {
-    live += op.mem_alloc;
-    peak = std::max(peak, live);
-    live -= op.mem_free;
-  }
-  EXPECT_EQ(live, g.templates[0].static_memory);  // every activation is freed again
+  const std::int64_t peak = activation_peak(g.templates[0]);
   const std::int64_t layer = activation_bytes_per_layer(s.m, s.p, s.t);
   const std::int64_t held = peak - g.templates[0].static_memory;
   EXPECT_GE(held, 4 * 2 * layer);
@@ -103,13 +110,7 @@ TEST(TransformerBuilder, InterleavedStageZeroHoldsKorthikantisFactor) {
   s.m.num_layers = 16;
   s.p.virtual_pipeline_model_parallel_size = 2;
   graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
-  std::int64_t live = g.templates[0].static_memory, peak = live;
-  for (const graph::Op& op : g.templates[0].ops) {
-    live += op.mem_alloc;
-    peak = std::max(peak, live);
-    live -= op.mem_free;
-  }
-  EXPECT_EQ(live, g.templates[0].static_memory);
+  const std::int64_t peak = activation_peak(g.templates[0]);
   const std::int64_t layer = activation_bytes_per_layer(s.m, s.p, s.t);
   const std::int64_t held = peak - g.templates[0].static_memory;
   EXPECT_GE(held, 22 * layer);
