@@ -66,7 +66,8 @@ const Keys kParallelKeys = {"tensor_model_parallel_size",
                             "account_for_embedding_in_pipeline_split",
                             "account_for_loss_in_pipeline_split",
                             "microbatch_group_size_per_vp_stage",
-                            "overlap_p2p_comm"};
+                            "overlap_p2p_comm",
+                            "grad_reduce_in_fp32"};
 const Keys kTrainingKeys = {"micro_batch_size", "global_batch_size", "precision", "attention"};
 const Keys kClusterNetworkKeys = {"gpu",
                                   "gpus_per_node",
@@ -89,7 +90,8 @@ const std::vector<std::pair<std::string_view, std::string_view>> kParallelAliase
     {"tp", "tensor_model_parallel_size"},
     {"pp", "pipeline_model_parallel_size"},
     {"dp", "data_parallel_size"},
-    {"vpp", "virtual_pipeline_model_parallel_size"}};
+    {"vpp", "virtual_pipeline_model_parallel_size"},
+    {"accumulate_allreduce_grads_in_fp32", "grad_reduce_in_fp32"}};
 
 Keys concat(Keys a, const Keys& b) {
   a.insert(a.end(), b.begin(), b.end());
@@ -444,6 +446,7 @@ workload::ParallelPlan build_parallel(const Section& s) {
   r.positive("virtual_pipeline_model_parallel_size", p.virtual_pipeline_model_parallel_size);
   r.positive("microbatch_group_size_per_vp_stage", p.microbatch_group_size_per_vp_stage);
   r.flag("overlap_p2p_comm", p.overlap_p2p_comm);
+  r.flag("grad_reduce_in_fp32", p.grad_reduce_in_fp32);
   r.flag("account_for_embedding_in_pipeline_split", p.account_for_embedding_in_pipeline_split);
   r.flag("account_for_loss_in_pipeline_split", p.account_for_loss_in_pipeline_split);
   r.flag("sequence_parallel", p.sequence_parallel);
@@ -467,9 +470,10 @@ workload::TrainingSpec build_training(const Section& s) {
   const Reader r(s, "training");
   r.positive("micro_batch_size", t.micro_batch_size);
   r.positive("global_batch_size", t.global_batch_size);
-  t.precision = r.choice("precision", {"bf16", "fp16"}, "bf16") == "fp16"
-                    ? workload::Precision::Fp16
-                    : workload::Precision::Bf16;
+  const std::string precision = r.choice("precision", {"bf16", "fp16", "fp8"}, "bf16");
+  t.precision = precision == "fp16"  ? workload::Precision::Fp16
+                : precision == "fp8" ? workload::Precision::Fp8
+                                     : workload::Precision::Bf16;
   t.attention = r.choice("attention", {"flash", "unfused"}, "flash") == "unfused"
                     ? workload::AttentionBackend::Unfused
                     : workload::AttentionBackend::Flash;
@@ -632,6 +636,9 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
         "{}: training.global_batch_size={} is not divisible by "
         "training.micro_batch_size·parallel.data_parallel_size={}·{}={}",
         f, tr.global_batch_size, tr.micro_batch_size, p.dp(), tr.micro_batch_size * p.dp());
+  if (tr.precision == workload::Precision::Fp8 && cost::find_gpu(cl.gpu).peak_tflops_fp8 <= 0)
+    throw_input("{}: training.precision=fp8 needs fp8 tensor cores, which cluster.gpu={} lacks", f,
+                cl.gpu);
   // Megatron-Core's forward_backward_pipelining_with_interleaving rules.
   if (p.interleaved()) {
     const std::int64_t mbs = tr.num_microbatches(p.dp());
@@ -724,6 +731,7 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
         << p.microbatch_group_size();
     out << YAML::Key << "overlap_p2p_comm" << YAML::Value << p.overlap_p2p_comm;
   }
+  out << YAML::Key << "grad_reduce_in_fp32" << YAML::Value << p.grad_reduce_in_fp32;
   out << YAML::EndMap;
 
   const auto& t = c.training;
@@ -731,7 +739,9 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
   out << YAML::Key << "micro_batch_size" << YAML::Value << t.micro_batch_size;
   out << YAML::Key << "global_batch_size" << YAML::Value << t.global_batch_size;
   out << YAML::Key << "precision" << YAML::Value
-      << (t.precision == workload::Precision::Fp16 ? "fp16" : "bf16");
+      << (t.precision == workload::Precision::Fp16  ? "fp16"
+          : t.precision == workload::Precision::Fp8 ? "fp8"
+                                                    : "bf16");
   out << YAML::Key << "attention" << YAML::Value
       << (t.attention == workload::AttentionBackend::Unfused ? "unfused" : "flash");
   out << YAML::EndMap;

@@ -114,9 +114,9 @@ void check_memory(emu::Summary& s, const io::ExperimentConfig& c) {
   workload::MemoryBreakdown at_worst;
   for (std::int64_t stage = 0; stage < c.parallel.pp(); ++stage) {
     const auto i = static_cast<std::size_t>(stage);
-    const workload::MemoryBreakdown b =
-        workload::memory_breakdown(c.model, c.parallel, stage, s.peak_memory_bytes_by_pp_stage[i],
-                                   s.peak_transient_bytes_by_pp_stage[i]);
+    const workload::MemoryBreakdown b = workload::memory_breakdown(
+        c.model, c.parallel, c.training, stage, s.peak_memory_bytes_by_pp_stage[i],
+        s.peak_transient_bytes_by_pp_stage[i]);
     s.memory_breakdown_by_pp_stage.emplace_back(b.bytes.begin(), b.bytes.end());
     s.memory_total_bytes_by_pp_stage.push_back(b.total());
     if (b.total() > worst) {

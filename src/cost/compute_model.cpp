@@ -108,7 +108,16 @@ double kernel_seconds(const GpuSpec& gpu, const KernelCalibration& cal, double f
 }
 
 double gemm_rate(const GpuSpec& gpu, const KernelCalibration& cal,
-                 const std::array<std::uint32_t, 3>& shape) {
+                 const std::array<std::uint32_t, 3>& shape,
+                 graph::GemmDtype dtype = graph::GemmDtype::Bf16) {
+  if (dtype == graph::GemmDtype::Fp8) {
+    // The fp8 ceiling (MAMF) with the same tile and wave quantization as bf16; the sustained
+    // fraction of the bf16 kernels is assumed for fp8 too (no fp8 training data to fit it).
+    SCALESCOPE_EXPECTS(gpu.peak_tflops_fp8 > 0 && gpu.gemm_ceiling_fp8_tflops > 0);
+    return gpu.gemm_ceiling_fp8_tflops * 1e12 * cal.gemm_efficiency *
+           gemm_efficiency(gpu, shape[0], shape[1], shape[2]) /
+           (gpu.gemm_ceiling_tflops / gpu.peak_tflops_bf16);
+  }
   return gpu.peak_tflops_bf16 * 1e12 * cal.gemm_efficiency *
          gemm_efficiency(gpu, shape[0], shape[1], shape[2]);
 }
@@ -123,7 +132,8 @@ double compute_seconds(const GpuSpec& gpu, const KernelCalibration& cal, const g
   const double peak = gpu.peak_tflops_bf16 * 1e12;
   switch (op.kind) {
     case graph::OpKind::Gemm:
-      return kernel_seconds(gpu, cal, op.flops, gemm_rate(gpu, cal, op.shape), op.mem_bytes);
+      return kernel_seconds(gpu, cal, op.flops, gemm_rate(gpu, cal, op.shape, op.gemm_dtype),
+                            op.mem_bytes);
     case graph::OpKind::Attention: {
       const bool backward = op.phase == graph::Phase::Backward;
       if (op.attention_impl == graph::AttentionImpl::Unfused) {

@@ -69,6 +69,8 @@ const std::vector<Row>& table() {
       g.nvlink_bandwidth_GBps = 450;         // 900 GB/s bidirectional (18 x NVLink4) / 2 (§6.1)
       g.sms = 132;                           // H100 whitepaper, SXM5 config (§6.1)
       g.gemm_ceiling_tflops = 794.5;         // ml-engineering MAMF table, 80.3 % of peak (§6.2)
+      g.peak_tflops_fp8 = 1978.9;            // H100 SXM5 dense FP8 (MODELING §6.1)
+      g.gemm_ceiling_fp8_tflops = 1402.6;    // ml-engineering MAMF table, FP8 (MODELING §6.2)
       g.attention_tflops = kFa2H100;         // FA2 paper figure, H100 SXM5 (§6.3)
       g.attention_fwd_tflops = kFa3FwdH100;  // FA3 figures (§6.3), see kFa3FwdH100
       g.attention_bwd_tflops = kFa3BwdH100;
@@ -87,6 +89,8 @@ const std::vector<Row>& table() {
       g.nvlink_bandwidth_GBps = 450;         // 900 GB/s bidirectional / 2 (§6.1)
       g.sms = 132;                           // same GH100 configuration as H100 SXM5 (§6.1)
       g.gemm_ceiling_tflops = 794.5;         // MAMF table: H200 "same as H100" (§6.2)
+      g.peak_tflops_fp8 = 1978.9;            // same GH100 die (MODELING §6.1)
+      g.gemm_ceiling_fp8_tflops = 1453.4;    // ml-engineering MAMF table, H200 FP8 (MODELING §6.2)
       g.attention_tflops = kFa2H100;         // same compute as H100; no separate FA2 figure (§6.3)
       g.attention_fwd_tflops = kFa3FwdH100;  // same compute as H100 (§6.3)
       g.attention_bwd_tflops = kFa3BwdH100;
@@ -106,7 +110,9 @@ const std::vector<Row>& table() {
       // Chips and Cheese, "Nvidia's B200: Keeping the CUDA Juggernaut Rolling" (2025): 74 SMs
       // enabled on each of the 2 dies. §6.1 marks the SM reports as conflicting.
       g.sms = 148;
-      g.gemm_ceiling_tflops = 1745;  // ml-engineering MAMF table, 77.6 % of peak (§6.2)
+      g.gemm_ceiling_tflops = 1745;        // ml-engineering MAMF table, 77.6 % of peak (§6.2)
+      g.peak_tflops_fp8 = 4500;            // HGX B200 dense FP8 (MODELING §6.1)
+      g.gemm_ceiling_fp8_tflops = 3432.5;  // ml-engineering MAMF table, B200 FP8 (MODELING §6.2)
       g.attention_tflops = scaled(kFa2H100, 1745.0 / 794.5);  // estimate, see scaled()
       r.push_back({g,
                    {1792, 16128, 3072},  // MAMF best shape (§6.2)

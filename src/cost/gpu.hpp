@@ -28,7 +28,9 @@ struct GpuSpec {
   double hbm_bandwidth_TBps = 0;     ///< datasheet HBM bandwidth
   double nvlink_bandwidth_GBps = 0;  ///< per direction (datasheet bidirectional / 2)
   int sms = 0;
-  double gemm_ceiling_tflops = 0;  ///< best measured bf16 GEMM (MAMF), the large-GEMM ceiling
+  double gemm_ceiling_tflops = 0;      ///< best measured bf16 GEMM (MAMF), the large-GEMM ceiling
+  double peak_tflops_fp8 = 0;          ///< dense FP8 tensor-core peak, datasheet; 0 = no fp8
+  double gemm_ceiling_fp8_tflops = 0;  ///< best measured fp8 GEMM (MAMF table)
   /// FlashAttention-2 fwd+bwd measured TFLOP/s (hd128, causal) at s = 512, 1k, 2k, 4k, 8k, 16k.
   std::vector<double> attention_tflops;
   /// Fused attention measured per pass (forward, backward) at the same points, where the GPU has

@@ -108,12 +108,20 @@ enum class OpName : std::uint8_t {
   EmbAllReduce,
   NormAllReduce,
   OptimizerStep,
+  Fp8Cast,            ///< Transformer Engine's cast to fp8 (activations, gradients, weights)
+  GradUnscale,        ///< fp16: unscale the main grads and look for inf/NaN
+  FoundInfAllReduce,  ///< fp16: the found-inf flag reduced over the model-parallel ranks
   Count
 };
 std::string_view op_name(OpName n);
 std::string_view op_kind_name(OpKind k);
 std::string_view stream_name(Stream s);
 std::string_view phase_name(Phase p);
+
+/// Operand precision of a GEMM: bf16/fp16 tensor cores, or fp8 (Transformer Engine's E4M3/E5M2
+/// GEMMs at the GPU's fp8 rate).
+enum class GemmDtype : std::uint8_t { Bf16 = 0, Fp8 = 1 };
+inline constexpr int kNumGemmDtypes = 2;
 
 /// An op as stored in a template. Plain data, 80 bytes; the cost model turns it into a duration.
 struct Op {
@@ -126,6 +134,7 @@ struct Op {
   std::uint16_t layer = 0xFFFF;       ///< transformer layer (global index), 0xFFFF if none
   std::uint16_t microbatch = 0xFFFF;  ///< micro-batch index, 0xFFFF if none
   AttentionImpl attention_impl = AttentionImpl::Fused;  ///< Attention ops only
+  GemmDtype gemm_dtype = GemmDtype::Bf16;               ///< GEMM ops only
   std::array<std::uint32_t, 3> shape{};  ///< GEMM m,n,k; attention (b·heads, seq, head_dim)
   double flops = 0;                      ///< floating-point operations executed on this rank
   double mem_bytes = 0;                  ///< bytes moved through HBM (roofline memory term)
@@ -138,7 +147,7 @@ struct Op {
   std::uint32_t instance = 0;
   std::uint32_t instance2 = 0;
 };
-static_assert(sizeof(Op) == 80, "attention_impl sits in the padding after microbatch");
+static_assert(sizeof(Op) == 80, "attention_impl, gemm_dtype sit in the padding after microbatch");
 
 constexpr std::uint16_t kNoIndex = 0xFFFF;
 

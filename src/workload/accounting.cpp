@@ -57,7 +57,23 @@ double parameters_on_rank(const ModelSpec& m, const ParallelPlan& p, std::int64_
 std::int64_t static_memory_bytes(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage) {
   const double n = parameters_on_rank(m, p, stage);
   const double optimizer = p.use_distributed_optimizer ? 12.0 / static_cast<double>(p.dp()) : 12.0;
-  return static_cast<std::int64_t>(std::ceil(n * (2.0 + 4.0 + optimizer)));
+  return static_cast<std::int64_t>(std::ceil(n * (2.0 + p.grad_bytes() + optimizer)));
+}
+
+double linear_parameters_on_rank(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage) {
+  const double h = static_cast<double>(m.hidden_size);
+  const double q = static_cast<double>(m.query_width());
+  const double kv = static_cast<double>(m.kv_width());
+  const double f = static_cast<double>(m.ffn());
+  const double layer =
+      (h * (q + 2 * kv) + q * h + h * f * glu(m) + f * h) / static_cast<double>(p.tp());
+  return layer * static_cast<double>(p.layers_on_stage(stage, m.num_layers));
+}
+
+std::int64_t fp8_weight_copy_bytes(const ModelSpec& m, const ParallelPlan& p, const TrainingSpec& t,
+                                   std::int64_t stage) {
+  if (t.precision != Precision::Fp8) return 0;
+  return static_cast<std::int64_t>(std::ceil(2 * linear_parameters_on_rank(m, p, stage)));
 }
 
 std::int64_t activation_bytes_per_layer(const ModelSpec& m, const ParallelPlan& p,

@@ -24,6 +24,15 @@ double parameters_on_rank(const ModelSpec& m, const ParallelPlan& p, std::int64_
 /// the last sharded over DP by the distributed optimizer: (6 + 12/DP) or 18 bytes per parameter.
 std::int64_t static_memory_bytes(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage);
 
+/// Weights of the transformer layers' linear layers (QKV, out-proj, FC1, FC2) on a rank of
+/// `stage`: the GEMMs Transformer Engine runs in fp8.
+double linear_parameters_on_rank(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage);
+
+/// fp8 training (Transformer Engine): the fp8 copy of each linear weight and its transpose that
+/// TE caches from the first micro-batch on, 2 bytes per linear parameter; 0 otherwise.
+std::int64_t fp8_weight_copy_bytes(const ModelSpec& m, const ParallelPlan& p, const TrainingSpec& t,
+                                   std::int64_t stage);
+
 /// Activation bytes one transformer layer keeps for its backward, per micro-batch, per rank
 /// (Korthikanti et al. 2022, §4, generalised to SwiGLU, GQA and flash attention; docs/model.md).
 std::int64_t activation_bytes_per_layer(const ModelSpec& m, const ParallelPlan& p,

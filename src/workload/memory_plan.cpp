@@ -61,14 +61,16 @@ int communicators_of_stage(const ModelSpec& m, const ParallelPlan& p, std::int64
   return n;
 }
 
-MemoryBreakdown memory_breakdown(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage,
-                                 std::int64_t peak_allocated, std::int64_t peak_workspace) {
+MemoryBreakdown memory_breakdown(const ModelSpec& m, const ParallelPlan& p, const TrainingSpec& t,
+                                 std::int64_t stage, std::int64_t peak_allocated,
+                                 std::int64_t peak_workspace) {
   MemoryBreakdown b;
-  // Static memory as static_memory_bytes splits it (MODELING §3.2).
+  // Static memory as static_memory_bytes splits it (MODELING §3.2), plus TE's fp8 weight copies.
   const double params = parameters_on_rank(m, p, stage);
-  const std::int64_t total_static = static_memory_bytes(m, p, stage);
-  b[MemClass::Weights] = static_cast<std::int64_t>(std::ceil(2 * params));
-  b[MemClass::MainGrads] = static_cast<std::int64_t>(std::ceil(4 * params));
+  const std::int64_t fp8_copies = fp8_weight_copy_bytes(m, p, t, stage);
+  const std::int64_t total_static = static_memory_bytes(m, p, stage) + fp8_copies;
+  b[MemClass::Weights] = static_cast<std::int64_t>(std::ceil(2 * params)) + fp8_copies;
+  b[MemClass::MainGrads] = static_cast<std::int64_t>(std::ceil(p.grad_bytes() * params));
   b[MemClass::Optimizer] = total_static - b[MemClass::Weights] - b[MemClass::MainGrads];
   b[MemClass::Workspace] = peak_workspace;
   b[MemClass::Activations] =

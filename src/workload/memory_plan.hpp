@@ -44,8 +44,9 @@ int communicators_of_stage(const ModelSpec& m, const ParallelPlan& p, std::int64
 
 /// The breakdown of a rank of pipeline stage `stage` at its allocated peak `peak_allocated`,
 /// of which `peak_workspace` is the transient workspace of the op at the peak.
-MemoryBreakdown memory_breakdown(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage,
-                                 std::int64_t peak_allocated, std::int64_t peak_workspace);
+MemoryBreakdown memory_breakdown(const ModelSpec& m, const ParallelPlan& p, const TrainingSpec& t,
+                                 std::int64_t stage, std::int64_t peak_allocated,
+                                 std::int64_t peak_workspace);
 
 /// Allocator fragmentation margin as a fraction of the allocated peak.
 inline constexpr double kFragmentationMargin = 0.05;

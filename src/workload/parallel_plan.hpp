@@ -36,6 +36,11 @@ struct ParallelPlan {
   std::int64_t virtual_pipeline_model_parallel_size = 1;
   std::int64_t microbatch_group_size_per_vp_stage = 0;
   bool overlap_p2p_comm = true;
+  /// Gradient buffer, its accumulation and its DP reduction in fp32 (Megatron-Core's
+  /// DistributedDataParallelConfig.grad_reduce_in_fp32, on unless --grad-reduce-in-bf16); false
+  /// keeps them in bf16/fp16: 2 bytes per parameter instead of 4 in memory and on the wire.
+  bool grad_reduce_in_fp32 = true;
+  double grad_bytes() const { return grad_reduce_in_fp32 ? 4.0 : 2.0; }
 
   std::int64_t tp() const { return tensor_model_parallel_size; }
   std::int64_t pp() const { return pipeline_model_parallel_size; }

@@ -49,10 +49,12 @@ class StageBuilder {
     h_ = static_cast<double>(m.hidden_size);
     hidden_bytes_ = 2 * tokens_ * h_;  // S of TP collectives: the full [T, h] bf16 tensor
     num_mb_ = t.num_microbatches(p.dp());
+    fp8_ = t.precision == Precision::Fp8;
   }
 
   graph::RankProgram build() {
-    prog_.static_memory = static_memory_bytes(m_, p_, stage_);
+    prog_.static_memory =
+        static_memory_bytes(m_, p_, stage_) + fp8_weight_copy_bytes(m_, p_, t_, stage_);
     plan_buckets();
     if (p_.use_distributed_optimizer && p_.overlap_param_gather && p_.dp() > 1) {
       // Steady state: the parameter all-gather of the previous step's update overlaps this
@@ -89,14 +91,26 @@ class StageBuilder {
     op.microbatch = cur_mb_ < 0 ? graph::kNoIndex : static_cast<std::uint16_t>(cur_mb_);
     return op;
   }
-  /// GEMM [m,k]×[k,n]: 2·m·n·k FLOPs, bf16 operands and result through HBM.
+  /// GEMM [m,k]×[k,n]: 2·m·n·k FLOPs, bf16 operands and result through HBM. Under fp8 the
+  /// transformer layers' linear GEMMs (QKV, out-proj, FC1, FC2, forward and backward) take fp8
+  /// operands (1 byte) and write bf16, as Transformer Engine runs them; the logits GEMM stays
+  /// bf16 (Megatron keeps the output layer out of fp8).
   Op gemm(OpName name, Phase phase, double m, double n, double k) const {
     Op op = base(OpKind::Gemm, name, phase);
     op.shape = {static_cast<std::uint32_t>(m), static_cast<std::uint32_t>(n),
                 static_cast<std::uint32_t>(k)};
     op.flops = 2 * m * n * k;
     op.mem_bytes = 2 * (m * k + k * n + m * n);
+    if (fp8_ && name != OpName::LogitsGemm) {
+      op.gemm_dtype = graph::GemmDtype::Fp8;
+      op.mem_bytes = m * k + k * n + 2 * m * n;
+    }
     return op;
+  }
+  /// Transformer Engine's cast of `elements` bf16 values to fp8 (read 2 B, write 1 B) with the
+  /// amax update fused in; under fp8 only.
+  void fp8_cast(Phase phase, double elements) {
+    if (fp8_) chain(memory_bound(OpKind::Elementwise, OpName::Fp8Cast, phase, 3 * elements));
   }
   Op memory_bound(OpKind kind, OpName name, Phase phase, double bytes, double flops = 0) const {
     Op op = base(kind, name, phase);
@@ -279,8 +293,18 @@ class StageBuilder {
     std::vector<std::uint32_t> extra;
     if (first_microbatch && phase == Phase::Forward && gather_of_.count(l))
       extra.push_back(gather_of_.at(l));
-    Op norm = memory_bound(OpKind::Norm, OpName::InputNorm, phase, 4 * local, 8 * local);
-    norm.mem_alloc = alloc(4 * local);  // its input and its output (the QKV GEMM input)
+    // Under fp8 TE's LayerNormLinear writes the norm output (the GEMM input) in fp8 and keeps it
+    // for the wgrad: 1 byte per element instead of 2.
+    const double out_bytes = fp8_ ? 1.0 : 2.0;
+    // The first micro-batch casts the layer's linear weights to fp8 and their transposes
+    // (read 2 B, write 1 + 1 B per weight); later micro-batches reuse the cached copies.
+    if (fp8_ && first_microbatch && phase == Phase::Forward)
+      chain(memory_bound(
+          OpKind::Elementwise, OpName::Fp8Cast, phase,
+          4 * linear_parameters_on_rank(m_, p_, stage_) / static_cast<double>(layers_)));
+    Op norm =
+        memory_bound(OpKind::Norm, OpName::InputNorm, phase, (2 + out_bytes) * local, 8 * local);
+    norm.mem_alloc = alloc((2 + out_bytes) * local);  // its input and its output (QKV input)
     if (p_.recompute == Recompute::Full && phase == Phase::Forward)
       norm.mem_alloc = static_cast<std::int64_t>(2 * local);  // only the layer input is kept
     attn_alloc += norm.mem_alloc;
@@ -293,6 +317,7 @@ class StageBuilder {
     if (m_.position_embedding_type == PositionEmbedding::Rope)
       chain(memory_bound(OpKind::Elementwise, OpName::Rope, phase, 2 * 2 * T * (q + kv) / t));
     chain(attention(phase, 1.0, keep ? attention_saved() + 2 * T * q / t : 0, attn_alloc));
+    fp8_cast(phase, T * q / t);  // the attention output, input of the out-projection
     Op proj = gemm(OpName::OutProjGemm, phase, T, h, q / t);
     proj.mem_transient = static_cast<std::int64_t>(2 * T * h);
     chain(proj);
@@ -302,8 +327,9 @@ class StageBuilder {
     attn_alloc += bda.mem_alloc;
     chain(bda);
 
-    Op norm2 = memory_bound(OpKind::Norm, OpName::PreMlpNorm, phase, 4 * local, 8 * local);
-    norm2.mem_alloc = alloc(4 * local);
+    Op norm2 =
+        memory_bound(OpKind::Norm, OpName::PreMlpNorm, phase, (2 + out_bytes) * local, 8 * local);
+    norm2.mem_alloc = alloc((2 + out_bytes) * local);
     mlp_alloc += norm2.mem_alloc;
     chain(norm2);
     sp_gather(phase);
@@ -312,9 +338,10 @@ class StageBuilder {
     mlp_alloc += fc1.mem_alloc;
     chain(fc1);
     // GELU reads and writes [T, f/t]; SwiGLU reads [T, 2f/t] and writes [T, f/t].
-    Op act = memory_bound(OpKind::Elementwise, OpName::Activation, phase, 2 * T * f / t * (glu + 1),
-                          8 * T * f / t);
-    act.mem_alloc = alloc(2 * T * f / t);
+    // GELU / SwiGLU read [T, φ₁·f/t] and write [T, f/t] (in fp8 under fp8: it is FC2's input).
+    Op act = memory_bound(OpKind::Elementwise, OpName::Activation, phase,
+                          2 * T * f / t * glu + out_bytes * T * f / t, 8 * T * f / t);
+    act.mem_alloc = alloc(out_bytes * T * f / t);
     mlp_alloc += act.mem_alloc;
     chain(act);
     Op fc2 = gemm(OpName::Fc2Gemm, phase, T, h, f / t);
@@ -391,6 +418,10 @@ class StageBuilder {
       gather = add_free(collective(OpKind::AllGather, CommRole::Tp, OpName::TpAllGather,
                                    Phase::Backward, hidden_bytes_),
                         {before});
+    if (fp8_) {
+      fp8_cast(Phase::Backward, m * n);  // the output gradient dY
+      before = chain_;
+    }
     Op dgrad = gemm(name, Phase::Backward, m, k, n);  // dX = dY·Wᵀ: [T, n]×[n, k]
     dgrad.mem_transient = static_cast<std::int64_t>(2 * m * k);
     std::uint32_t dg = add_free(dgrad, {before});
@@ -399,7 +430,7 @@ class StageBuilder {
     std::uint32_t reduce = kNone;
     if (tp_comm()) reduce = add_free(tp_reduce(Phase::Backward), after_dg);
     Op wgrad = gemm(name, Phase::Backward, k, n, m);  // dW = Xᵀ·dY: [k, T]×[T, n]
-    wgrad.mem_bytes += 8 * k * n;  // fp32 main_grad accumulation (MODELING §1.1)
+    wgrad.mem_bytes += 2 * p_.grad_bytes() * k * n;   // main_grad accumulation (MODELING §1.1)
     std::uint32_t wg = add_free(wgrad, after_dg);
     chain_ = wg;
     if (reduce != kNone) pending_reduce_ = reduce;
@@ -408,11 +439,12 @@ class StageBuilder {
   /// Row-parallel linear backward (out-proj, FC2): with SP the output grad is all-gathered first.
   std::uint32_t row_backward(OpName name, double m, double n, double k) {
     sp_gather(Phase::Backward);
+    fp8_cast(Phase::Backward, m * n);  // the output gradient dY
     Op dgrad = gemm(name, Phase::Backward, m, k, n);
     dgrad.mem_transient = static_cast<std::int64_t>(2 * m * k);
     chain(dgrad);
     Op wgrad = gemm(name, Phase::Backward, k, n, m);
-    wgrad.mem_bytes += 8 * k * n;
+    wgrad.mem_bytes += 2 * p_.grad_bytes() * k * n;
     return chain(wgrad);
   }
   /// The next op on the chain also waits for the overlapped TP reduction, if any.
@@ -505,7 +537,7 @@ class StageBuilder {
     Op dgrad = gemm(OpName::LogitsGemm, Phase::Backward, T, h, V / t);
     chain(dgrad);
     Op wgrad = gemm(OpName::LogitsGemm, Phase::Backward, V / t, h, T);
-    wgrad.mem_bytes += 8 * V / t * h;
+    wgrad.mem_bytes += 2 * p_.grad_bytes() * V / t * h;
     chain(wgrad);
     if (tp_comm() && p_.sequence_parallel)
       chain(collective(OpKind::ReduceScatter, CommRole::Tp, OpName::TpReduceScatter,
@@ -687,7 +719,7 @@ class StageBuilder {
         reductions.push_back(
             add_free(collective(rs ? OpKind::ReduceScatter : OpKind::AllReduce, CommRole::Dp,
                                 rs ? OpName::DpReduceScatter : OpName::DpAllReduce, Phase::Other,
-                                4 * b.params),
+                                p_.grad_bytes() * b.params),
                      {ready}));
       }
     }
@@ -707,10 +739,22 @@ class StageBuilder {
             std::exchange(wait, {}));
     const double shard = parameters_on_rank(m_, p_, stage_) /
                          (p_.use_distributed_optimizer ? static_cast<double>(p_.dp()) : 1.0);
-    // Adam on the fp32 master shard: read grad, master, m, v (16 B), write master, m, v (12 B)
-    // and the bf16 weight (2 B); ~12 FLOPs per parameter.
-    chain(memory_bound(OpKind::Optimizer, OpName::OptimizerStep, Phase::Optimizer, 30 * shard,
-                       12 * shard),
+    if (t_.precision == Precision::Fp16) {
+      // Mixed precision with loss scaling: unscale the main grads in place and look for inf/NaN
+      // (torch._amp_foreach_non_finite_check_and_unscale_), then reduce the flag (MAX) over the
+      // model-parallel ranks (Megatron optimizer.py _unscale_main_grads_and_check_for_nan). The
+      // model has no TP×PP communicator: the flag is reduced over TP, a 4-byte all-reduce.
+      chain(memory_bound(OpKind::Elementwise, OpName::GradUnscale, Phase::Optimizer,
+                         2 * p_.grad_bytes() * shard, shard),
+            std::exchange(wait, {}));
+      if (tp_comm())
+        chain(collective(OpKind::AllReduce, CommRole::Tp, OpName::FoundInfAllReduce,
+                         Phase::Optimizer, 4));
+    }
+    // Adam on the fp32 master shard: read grad, master, m, v (12 B + grad bytes), write master,
+    // m, v (12 B) and the bf16 weight (2 B); ~12 FLOPs per parameter.
+    chain(memory_bound(OpKind::Optimizer, OpName::OptimizerStep, Phase::Optimizer,
+                       (26 + p_.grad_bytes()) * shard, 12 * shard),
           std::exchange(wait, {}));
     if (p_.use_distributed_optimizer && !p_.overlap_param_gather && p_.dp() > 1) {
       const std::uint32_t step = chain_;
@@ -735,6 +779,7 @@ class StageBuilder {
   std::uint32_t pending_reduce_ = kNone;
   std::int64_t cur_layer_ = -1, cur_mb_ = -1;
   std::int64_t emb_alloc_ = 0, head_alloc_ = 0;
+  bool fp8_ = false;
   std::vector<Bucket> buckets_;
   std::map<std::int64_t, std::uint32_t> gather_of_;  ///< global layer → its parameter gather
   std::map<std::int64_t, std::uint32_t> last_wgrad_;

@@ -107,6 +107,20 @@ TEST(ComputeSeconds, LargeGemmRunsAtTheMamfCeiling) {
   EXPECT_NEAR(compute_seconds(a100, op), 397.9e-6, 0.1e-6);
 }
 
+TEST(ComputeSeconds, Fp8GemmRunsAtTheFp8MamfCeiling) {
+  // H100, fp8 at the MAMF best shape 2048×2048×13312: 2·m·n·k = 1.1166e11 FLOP at the fp8 MAMF
+  // ceiling 1402.6 TFLOP/s (ml-engineering, MODELING §6.2) = 79.6 µs; bf16 operands would take
+  // 794.5 TFLOP/s = 140.5 µs. Memory: fp8 operands (mk + kn) + bf16 output 2·mn = 62.9 MB /
+  // (0.8 · 3.35 TB/s) = 23.5 µs, smaller. Plus the 2 µs kernel overhead.
+  const GpuSpec& h100 = find_gpu("H100");
+  graph::Op op = gemm(2048, 2048, 13312);
+  op.gemm_dtype = graph::GemmDtype::Fp8;
+  op.mem_bytes = 2048.0 * 13312 * 2 + 2.0 * 2048 * 2048;
+  EXPECT_NEAR(compute_seconds(h100, op), op.flops / 1402.6e12 + 2e-6, 1e-12);
+  op.gemm_dtype = graph::GemmDtype::Bf16;
+  EXPECT_NEAR(compute_seconds(h100, op), op.flops / 794.5e12 + 2e-6, 1e-12);
+}
+
 TEST(ComputeSeconds, SmallKGemmIsMemoryBound) {
   // A100, 16384×16384×16: 8.6e9 FLOP; efficiency ≈ 0.869 · (16/144) / 0.9636 = 0.100 → 275 µs.
   // Memory: 2·(16384·16·2 + 16384²) = 538 MB / (0.8 · 2.039e12) = 329.8 µs, which wins.

@@ -553,7 +553,9 @@ TEST(ConfigError, EveryBadInputNamesFileAndKey) {
        "parallel.account_for_embedding/loss_in_pipeline_split"},
       {Yaml().set("parallel", "recompute", "some"), "parallel.recompute"},
       {Yaml().set("parallel", "schedule", "interleaved"), "parallel.schedule"},
-      {Yaml().set("training", "precision", "fp8"), "training.precision"},
+      {Yaml().set("training", "precision", "fp4"), "training.precision"},
+      // The dgx-a100 preset's A100 has no fp8 tensor cores.
+      {Yaml().set("training", "precision", "fp8"), "training.precision=fp8"},
       {Yaml().set("training", "attention", "sdpa"), "training.attention"},
       {Yaml().set("run", "engine", "parallel"), "run.engine"},
       {Yaml().set("run", "trace_ranks", "[0, 8]"), "run.trace_ranks"},

@@ -115,6 +115,29 @@ TEST(Accounting, DistributedOptimizerStaticMemory) {
             static_cast<std::int64_t>(std::ceil(parameters_on_rank(m, p, 1) * 18)));
 }
 
+TEST(Accounting, GradientPrecisionAndFp8WeightCopies) {
+  // Distributed optimizer, bytes per parameter (MODELING §3.2, Megatron dist_optimizer.md):
+  // bf16 weight 2 + main grad 4 (fp32, grad_reduce_in_fp32) or 2 (bf16) + fp32 master, m, v
+  // 12/DP: 6 + 12/DP and 4 + 12/DP. fp8 (Transformer Engine) adds 2 bytes per linear weight,
+  // the cached fp8 copy and its transpose; Llama 3 8B's linear weights per layer are
+  // h·(q + 2·kv) + q·h + 3·h·f = 4096·6144 + 4096² + 3·4096·14336 = 218,103,808, /TP.
+  ModelSpec m = llama3_8b();
+  ParallelPlan p;
+  p.tensor_model_parallel_size = 4;
+  p.pipeline_model_parallel_size = 4;
+  p.data_parallel_size = 8;
+  p.use_distributed_optimizer = true;
+  const double n = parameters_on_rank(m, p, 1);
+  EXPECT_EQ(static_memory_bytes(m, p, 1), static_cast<std::int64_t>(std::ceil(n * (6 + 1.5))));
+  p.grad_reduce_in_fp32 = false;
+  EXPECT_EQ(static_memory_bytes(m, p, 1), static_cast<std::int64_t>(std::ceil(n * (4 + 1.5))));
+  EXPECT_DOUBLE_EQ(linear_parameters_on_rank(m, p, 1), 218103808.0 / 4 * 8);  // 8 layers
+  TrainingSpec t;
+  EXPECT_EQ(fp8_weight_copy_bytes(m, p, t, 1), 0);
+  t.precision = Precision::Fp8;
+  EXPECT_EQ(fp8_weight_copy_bytes(m, p, t, 1), 2 * 218103808 / 4 * 8);
+}
+
 TEST(Accounting, ModelFlopsMatchMegatronFormula) {
   // GPT-3 175B, B = 1536, s = 2048: 6·B·s·[L·(4h²) + L·h·4h·2 + h·V] + 6·B·s²·h·L with
   // V = 51200 (50257 padded to 128·8). Sanity: ≈ 6 · 175e9 parameters · B·s tokens = 3.30e18

@@ -154,6 +154,37 @@ TEST(TransformerBuilder, InterleavedGraphsValidate) {
         }
 }
 
+TEST(TransformerBuilder, PrecisionSetsGemmDtypeAndGradientBytes) {
+  // Stage 0 of PP 2 with DP 2: the DP gradient reductions carry grad_bytes per parameter of the
+  // rank (4 in fp32, 2 with grad_reduce_in_fp32 = false); fp8 runs the four linear GEMMs of
+  // every layer in fp8 (forward, dgrad, wgrad: 12 per layer and micro-batch) and keeps the
+  // logits GEMM in bf16.
+  for (bool fp32 : {true, false}) {
+    Job s = small(2, 2, 2);
+    s.p.grad_reduce_in_fp32 = fp32;
+    graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
+    double reduced = 0;
+    for (const graph::Op& op : g.templates[0].ops)
+      if (op.name == graph::OpName::DpReduceScatter) reduced += op.comm_bytes;
+    EXPECT_DOUBLE_EQ(reduced, (fp32 ? 4 : 2) * parameters_on_rank(s.m, s.p, 0));
+  }
+  Job s = small(2, 2, 1);
+  s.t.precision = Precision::Fp8;
+  graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
+  const auto m = static_cast<int>(s.t.num_microbatches(1));
+  int fp8 = 0, logits_bf16 = 0;
+  for (const graph::Op& op : g.templates[1].ops) {
+    if (op.kind != graph::OpKind::Gemm) continue;
+    if (op.gemm_dtype == graph::GemmDtype::Fp8) ++fp8;
+    if (op.name == graph::OpName::LogitsGemm && op.gemm_dtype == graph::GemmDtype::Bf16)
+      ++logits_bf16;
+  }
+  EXPECT_EQ(fp8, 12 * 2 * m);  // 2 layers on stage 1
+  EXPECT_EQ(logits_bf16, 3 * m);
+  EXPECT_EQ(g.templates[1].static_memory,
+            static_memory_bytes(s.m, s.p, 1) + fp8_weight_copy_bytes(s.m, s.p, s.t, 1));
+}
+
 TEST(TransformerBuilder, GraphsValidateForEveryOption) {
   for (auto sched : {Schedule::OneFOneB, Schedule::GPipe})
     for (auto rc : {Recompute::None, Recompute::Selective, Recompute::Full})
