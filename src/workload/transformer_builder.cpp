@@ -518,8 +518,11 @@ class StageBuilder {
     // fp32 values (max, target logit, Σexp) over TP (core/tensor_parallel/cross_entropy.py).
     Op ce = memory_bound(OpKind::Loss, OpName::CrossEntropy, Phase::Forward,
                          (2 + 4 + 4) * T * V / t, 5 * T * V / t);
+    // The fp32 copy (exp-logits after the in-place softmax) is kept for the backward; the bf16
+    // logits stay referenced (GPTModel.forward's `logits`) until the loss is computed.
     ce.mem_alloc = static_cast<std::int64_t>(4 * T * V / t);
-    head_alloc_ += ce.mem_alloc;
+    ce.mem_transient = static_cast<std::int64_t>(2 * T * V / t);
+    ce_alloc_ = ce.mem_alloc;
     chain(ce);
     if (tp_comm())
       for (int i = 0; i < 3; ++i)
@@ -531,13 +534,19 @@ class StageBuilder {
     const double T = tokens_, t = tp_, h = h_;
     const double V = static_cast<double>(m_.padded_vocab(p_.tp()));
     const double local = T * h / seq_shard_;
+    // The gradient is computed in place in the fp32 buffer, then cast to a bf16 [T, V/t] gradient
+    // (the backward of `.float()`), which the output layer's dgrad and wgrad read; the fp32
+    // buffer is released after the cast.
     Op ce = memory_bound(OpKind::Loss, OpName::CrossEntropy, Phase::Backward, (4 + 2) * T * V / t,
                          2 * T * V / t);
+    ce.mem_alloc = static_cast<std::int64_t>(2 * T * V / t);
+    ce.mem_free = ce_alloc_;
     chain(ce);
     Op dgrad = gemm(OpName::LogitsGemm, Phase::Backward, T, h, V / t);
     chain(dgrad);
     Op wgrad = gemm(OpName::LogitsGemm, Phase::Backward, V / t, h, T);
     wgrad.mem_bytes += 2 * p_.grad_bytes() * V / t * h;
+    wgrad.mem_free = ce.mem_alloc;
     chain(wgrad);
     if (tp_comm() && p_.sequence_parallel)
       chain(collective(OpKind::ReduceScatter, CommRole::Tp, OpName::TpReduceScatter,
@@ -778,7 +787,7 @@ class StageBuilder {
   std::uint32_t chain_ = kNone;
   std::uint32_t pending_reduce_ = kNone;
   std::int64_t cur_layer_ = -1, cur_mb_ = -1;
-  std::int64_t emb_alloc_ = 0, head_alloc_ = 0;
+  std::int64_t emb_alloc_ = 0, head_alloc_ = 0, ce_alloc_ = 0;
   bool fp8_ = false;
   std::vector<Bucket> buckets_;
   std::map<std::int64_t, std::uint32_t> gather_of_;  ///< global layer → its parameter gather

@@ -1,0 +1,145 @@
+#!/usr/bin/python3
+"""Predicted vs measured H100 training throughput for public Megatron-Core / NeMo runs.
+
+Usage: scripts/validate/h100.py [--scalescope build/scalescope]
+                                [--csv inputs/validation/h100_megatron_throughput.csv]
+
+Every bf16 row becomes an experiment YAML (cluster preset dgx-h100) that `scalescope run --quiet`
+replays once into a temporary directory; summary.json gives iteration_time_s and
+model_tflops_per_gpu. A row measured as an iteration time is converted to TFLOP/s per GPU with
+scalescope's own model-FLOPs count for that row (measured_tflops = predicted_tflops *
+predicted_time / measured_time), so both sides use the same formula; a row measured as
+TFLOP/s is converted to an iteration time the same way. Error = predicted / measured - 1 on
+the iteration time (positive = scalescope too slow). fp8 rows and rows that scalescope cannot
+express (e.g. context parallelism, > 16k GPUs) are skipped with the reason.
+"""
+import argparse
+import csv
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def b(s):
+    return str(s).strip().lower() == "true"
+
+
+def experiment_yaml(r):
+    llama = b(r["swiglu"])
+    tp, pp, dp, vpp = (int(r[k]) for k in ("tp", "pp", "dp", "vpp"))
+    lines = [
+        "model:",
+        f"  name: {r['model']}",
+        f"  num_layers: {r['num_layers']}",
+        f"  hidden_size: {r['hidden']}",
+        f"  ffn_hidden_size: {r['ffn']}",
+        f"  num_attention_heads: {r['heads']}",
+        f"  num_query_groups: {r['groups']}",
+        f"  vocab_size: {r['vocab']}",
+        f"  seq_length: {r['seq']}",
+        f"  gated_linear_unit: {str(llama).lower()}",
+        f"  untie_embeddings: {str(b(r['untie'])).lower()}",
+        # Llama-style rows: no biases, no dropout, RoPE. GPT rows (Megatron functional tests):
+        # Megatron's defaults, biases, dropout 0.1, learned absolute positions.
+        f"  add_bias_linear: {str(not llama).lower()}",
+        f"  hidden_dropout: {0.0 if llama else 0.1}",
+        f"  attention_dropout: {0.0 if llama else 0.1}",
+        f"  position_embedding_type: {'rope' if llama else 'learned_absolute'}",
+        "parallel:",
+        f"  tp: {tp}",
+        f"  pp: {pp}",
+        f"  dp: {dp}",
+        f"  sequence_parallel: {str(b(r['sequence_parallel'])).lower()}",
+        f"  recompute: {r['recompute']}",
+        f"  use_distributed_optimizer: {str(b(r['distributed_optimizer'])).lower()}",
+    ]
+    if vpp > 1:
+        lines.append(f"  virtual_pipeline_model_parallel_size: {vpp}")
+    lines += [
+        "training:",
+        f"  micro_batch_size: {r['mbs']}",
+        f"  global_batch_size: {r['gbs']}",
+        "  precision: bf16",
+        f"  attention: {r.get('attention') or 'flash'}",
+        "cluster:",
+        "  preset: dgx-h100",
+        f"  num_gpus: {tp * pp * dp}",
+        "run:",
+        "  trace_ranks: [0]",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def why_skip(r):
+    if r["precision"] != "bf16":
+        return f"precision {r['precision']} (scalescope models bf16/fp16 only)"
+    if int(r["cp"]) != 1:
+        return f"context parallelism cp={r['cp']} not modelled"
+    if int(r["gpus"]) > 16384:
+        return f"{r['gpus']} GPUs > 16k"
+    if r["recompute"] not in ("none", "selective", "full"):
+        return f"recompute '{r['recompute']}' unknown"
+    return None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--scalescope", default=os.path.join(ROOT, "build", "scalescope"))
+    ap.add_argument("--csv", default=os.path.join(ROOT, "inputs", "validation",
+                                                  "h100_megatron_throughput.csv"))
+    ap.add_argument("--timeout", type=float, default=60.0, help="seconds per run")
+    args = ap.parse_args()
+
+    rows = list(csv.DictReader(open(args.csv)))
+    tmp = tempfile.mkdtemp(prefix="h100_validate_")
+    errs, skipped = [], []
+    print(f"{'model':<40} {'gpus':>5} {'meas s':>8} {'pred s':>8} {'meas TF':>8} {'pred TF':>8} "
+          f"{'err':>7}")
+    for i, r in enumerate(rows):
+        why = why_skip(r)
+        if why:
+            skipped.append((r["model"], r["gpus"], why))
+            continue
+        ypath = os.path.join(tmp, f"row{i}.yaml")
+        with open(ypath, "w") as f:
+            f.write(experiment_yaml(r))
+        out = os.path.join(tmp, f"row{i}")
+        try:
+            p = subprocess.run(["nice", "-n", "15", args.scalescope, "run", ypath, "--quiet",
+                                "-o", out], capture_output=True, text=True, timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            skipped.append((r["model"], r["gpus"], f"run took > {args.timeout:.0f} s"))
+            continue
+        if p.returncode != 0:
+            msg = (p.stderr or p.stdout).strip().splitlines()
+            skipped.append((r["model"], r["gpus"], msg[-1] if msg else f"exit {p.returncode}"))
+            print(f"SKIP {r['model']}: {skipped[-1][2]}", file=sys.stderr)
+            continue
+        s = json.load(open(os.path.join(out, "summary.json")))
+        pt, ptf = s["iteration_time_s"], s["model_tflops_per_gpu"]
+        meas = float(r["measured"])
+        if r["unit"] == "iteration_time_s":
+            mt, mtf = meas, ptf * pt / meas
+        else:
+            mtf, mt = meas, pt * ptf / meas
+        err = pt / mt - 1
+        errs.append(err)
+        print(f"{r['model']:<40} {r['gpus']:>5} {mt:8.4f} {pt:8.4f} {mtf:8.1f} {ptf:8.1f} "
+              f"{100 * err:+6.1f}%")
+    for m, g, why in skipped:
+        print(f"SKIPPED {m} ({g} GPUs): {why}")
+    if errs:
+        print(f"rows {len(errs)} (skipped {len(skipped)})  iteration-time error (pred/meas - 1): "
+              f"median {100 * statistics.median(errs):+.1f} %, median |err| "
+              f"{100 * statistics.median(abs(e) for e in errs):.1f} %, "
+              f"min {100 * min(errs):+.1f} %, max {100 * max(errs):+.1f} %")
+
+
+if __name__ == "__main__":
+    main()
