@@ -67,7 +67,8 @@ const Keys kParallelKeys = {"tensor_model_parallel_size",
                             "account_for_loss_in_pipeline_split",
                             "microbatch_group_size_per_vp_stage",
                             "overlap_p2p_comm",
-                            "grad_reduce_in_fp32"};
+                            "grad_reduce_in_fp32",
+                            "tp_comm_overlap"};
 const Keys kTrainingKeys = {"micro_batch_size", "global_batch_size", "precision", "attention"};
 const Keys kClusterNetworkKeys = {"gpu",
                                   "gpus_per_node",
@@ -447,6 +448,7 @@ workload::ParallelPlan build_parallel(const Section& s) {
   r.positive("microbatch_group_size_per_vp_stage", p.microbatch_group_size_per_vp_stage);
   r.flag("overlap_p2p_comm", p.overlap_p2p_comm);
   r.flag("grad_reduce_in_fp32", p.grad_reduce_in_fp32);
+  r.flag("tp_comm_overlap", p.tp_comm_overlap);
   r.flag("account_for_embedding_in_pipeline_split", p.account_for_embedding_in_pipeline_split);
   r.flag("account_for_loss_in_pipeline_split", p.account_for_loss_in_pipeline_split);
   r.flag("sequence_parallel", p.sequence_parallel);
@@ -526,6 +528,11 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
         "{}: parallel.tensor_model_parallel_size={} does not divide model.seq_length={} "
         "(required by sequence_parallel)",
         f, tp, m.seq_length);
+  if (p.tp_comm_overlap && !p.sequence_parallel)
+    throw_input(
+        "{}: parallel.tp_comm_overlap requires parallel.sequence_parallel (Megatron: TP "
+        "communication/GEMM overlap happens only with sequence parallelism)",
+        f);
   if (p.overlap_param_gather && !p.use_distributed_optimizer)
     throw_input("{}: parallel.overlap_param_gather requires parallel.use_distributed_optimizer", f);
   if (p.overlap_param_gather && !p.overlap_grad_reduce)
@@ -732,6 +739,7 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
     out << YAML::Key << "overlap_p2p_comm" << YAML::Value << p.overlap_p2p_comm;
   }
   out << YAML::Key << "grad_reduce_in_fp32" << YAML::Value << p.grad_reduce_in_fp32;
+  out << YAML::Key << "tp_comm_overlap" << YAML::Value << p.tp_comm_overlap;
   out << YAML::EndMap;
 
   const auto& t = c.training;

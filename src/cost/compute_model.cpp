@@ -131,9 +131,16 @@ double compute_seconds(const GpuSpec& gpu, const KernelCalibration& cal, const g
                      cal.attention_efficiency > 0 && cal.hbm_efficiency > 0);
   const double peak = gpu.peak_tflops_bf16 * 1e12;
   switch (op.kind) {
-    case graph::OpKind::Gemm:
-      return kernel_seconds(gpu, cal, op.flops, gemm_rate(gpu, cal, op.shape, op.gemm_dtype),
-                            op.mem_bytes);
+    case graph::OpKind::Gemm: {
+      // A communication kernel overlapped with the GEMM (TE userbuffers) takes comm_sms SMs; the
+      // GEMM's rate scales with the SMs left (TE's set_sm_margin).
+      const double sm_share =
+          op.comm_sms > 0 && op.comm_sms < gpu.sms
+              ? static_cast<double>(gpu.sms - op.comm_sms) / static_cast<double>(gpu.sms)
+              : 1.0;
+      return kernel_seconds(gpu, cal, op.flops,
+                            gemm_rate(gpu, cal, op.shape, op.gemm_dtype) * sm_share, op.mem_bytes);
+    }
     case graph::OpKind::Attention: {
       const bool backward = op.phase == graph::Phase::Backward;
       if (op.attention_impl == graph::AttentionImpl::Unfused) {

@@ -123,7 +123,7 @@ std::string_view phase_name(Phase p);
 enum class GemmDtype : std::uint8_t { Bf16 = 0, Fp8 = 1 };
 inline constexpr int kNumGemmDtypes = 2;
 
-/// An op as stored in a template. Plain data, 80 bytes; the cost model turns it into a duration.
+/// An op as stored in a template. Plain data, 88 bytes; the cost model turns it into a duration.
 struct Op {
   OpKind kind = OpKind::Elementwise;
   Stream stream = Stream::Compute;
@@ -146,8 +146,11 @@ struct Op {
   /// RankProgram::finalize(); for SendRecv, `instance` counts sends and `instance2` receives.
   std::uint32_t instance = 0;
   std::uint32_t instance2 = 0;
+  /// GEMM ops only: SMs a TP communication kernel overlapped with this GEMM takes from it
+  /// (Transformer Engine's userbuffers, `tp_comm_overlap`): the GEMM runs on the rest.
+  std::uint8_t comm_sms = 0;
 };
-static_assert(sizeof(Op) == 80, "attention_impl, gemm_dtype sit in the padding after microbatch");
+static_assert(sizeof(Op) == 88, "Op layout: plain data, 88 bytes");
 
 constexpr std::uint16_t kNoIndex = 0xFFFF;
 

@@ -40,6 +40,10 @@ struct ParallelPlan {
   /// DistributedDataParallelConfig.grad_reduce_in_fp32, on unless --grad-reduce-in-bf16); false
   /// keeps them in bf16/fp16: 2 bytes per parameter instead of 4 in memory and on the wire.
   bool grad_reduce_in_fp32 = true;
+  /// Transformer Engine's TP communication overlap (--tp-comm-overlap, userbuffers): the SP
+  /// all-gathers and reduce-scatters run chunk by chunk beside the linear GEMMs, taking SMs from
+  /// them. Needs sequence parallelism.
+  bool tp_comm_overlap = false;
   double grad_bytes() const { return grad_reduce_in_fp32 ? 4.0 : 2.0; }
 
   std::int64_t tp() const { return tensor_model_parallel_size; }

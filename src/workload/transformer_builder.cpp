@@ -49,6 +49,7 @@ class StageBuilder {
     h_ = static_cast<double>(m.hidden_size);
     hidden_bytes_ = 2 * tokens_ * h_;  // S of TP collectives: the full [T, h] bf16 tensor
     num_mb_ = t.num_microbatches(p.dp());
+    ub_ = p.tp_comm_overlap && p.sequence_parallel && p.tp() > 1;
     fp8_ = t.precision == Precision::Fp8;
   }
 
@@ -105,7 +106,45 @@ class StageBuilder {
       op.gemm_dtype = graph::GemmDtype::Fp8;
       op.mem_bytes = m * k + k * n + 2 * m * n;
     }
+    op.comm_sms = std::exchange(ub_sms_, std::uint8_t{0});
     return op;
+  }
+  /// Transformer Engine's userbuffers (`tp_comm_overlap`, TE module/base.py defaults): the SP
+  /// all-gather before a column-parallel GEMM runs as a ring exchange beside the GEMM (1 SM,
+  /// TP splits), the reduce-scatter after a row-parallel GEMM is pipelined with it (16 SMs,
+  /// 4 splits, the GEMM on the remaining SMs), and the backward's bulk all-gather / reduce-
+  /// scatter beside the column-parallel dgrad / wgrad take 16 SMs. The chunks' fill and drain
+  /// (a split of the shorter of the two) are not modelled.
+  static constexpr std::uint8_t kRingExchangeSms = 1;
+  static constexpr std::uint8_t kPipelineSms = 16;
+  /// The SP all-gather before a column-parallel GEMM: beside the GEMM under userbuffers (returns
+  /// the gather, which the op after the GEMM waits for), else blocking (returns kNone).
+  std::uint32_t gather_beside_gemm(Phase phase) {
+    if (!ub_) {
+      sp_gather(phase);
+      return kNone;
+    }
+    ub_sms_ = kRingExchangeSms;
+    return add_free(
+        collective(OpKind::AllGather, CommRole::Tp, OpName::TpAllGather, phase, hidden_bytes_),
+        {chain_});
+  }
+  void wait_for_overlapped(std::uint32_t comm) {
+    if (comm != kNone) wait_for(comm);
+  }
+  /// A row-parallel GEMM and its TP reduction: pipelined chunk by chunk under userbuffers (the
+  /// reduction starts with the GEMM, the op after both waits for both), else one after the other.
+  void gemm_then_reduce(Op gemm_op, Phase phase) {
+    if (!ub_) {
+      chain(gemm_op);
+      if (tp_comm()) chain(tp_reduce(phase));
+      return;
+    }
+    std::vector<std::uint32_t> start = wait_next_;
+    start.push_back(chain_);
+    gemm_op.comm_sms = kPipelineSms;
+    chain(gemm_op);
+    wait_for(add_free(tp_reduce(phase), start));
   }
   /// Transformer Engine's cast of `elements` bf16 values to fp8 (read 2 B, write 1 B) with the
   /// amax update fused in; under fp8 only.
@@ -309,19 +348,19 @@ class StageBuilder {
       norm.mem_alloc = static_cast<std::int64_t>(2 * local);  // only the layer input is kept
     attn_alloc += norm.mem_alloc;
     chain(norm, extra);
-    sp_gather(phase);
+    const std::uint32_t qkv_gather = gather_beside_gemm(phase);
     Op qkv = gemm(OpName::QkvGemm, phase, T, (q + 2 * kv) / t, h);
     qkv.mem_alloc = alloc(2 * T * (q + 2 * kv) / t);
     attn_alloc += qkv.mem_alloc;
     chain(qkv);
+    wait_for_overlapped(qkv_gather);
     if (m_.position_embedding_type == PositionEmbedding::Rope)
       chain(memory_bound(OpKind::Elementwise, OpName::Rope, phase, 2 * 2 * T * (q + kv) / t));
     chain(attention(phase, 1.0, keep ? attention_saved() + 2 * T * q / t : 0, attn_alloc));
     fp8_cast(phase, T * q / t);  // the attention output, input of the out-projection
     Op proj = gemm(OpName::OutProjGemm, phase, T, h, q / t);
     proj.mem_transient = static_cast<std::int64_t>(2 * T * h);
-    chain(proj);
-    if (tp_comm()) chain(tp_reduce(phase));
+    gemm_then_reduce(proj, phase);
     Op bda = memory_bound(OpKind::Elementwise, OpName::BiasDropoutAdd, phase, 3 * 2 * local);
     bda.mem_alloc = alloc(m_.hidden_dropout > 0 ? local : 0);
     attn_alloc += bda.mem_alloc;
@@ -332,11 +371,12 @@ class StageBuilder {
     norm2.mem_alloc = alloc((2 + out_bytes) * local);
     mlp_alloc += norm2.mem_alloc;
     chain(norm2);
-    sp_gather(phase);
+    const std::uint32_t fc1_gather = gather_beside_gemm(phase);
     Op fc1 = gemm(OpName::Fc1Gemm, phase, T, f * glu / t, h);
     fc1.mem_alloc = alloc(2 * T * f * glu / t);
     mlp_alloc += fc1.mem_alloc;
     chain(fc1);
+    wait_for_overlapped(fc1_gather);
     // GELU reads and writes [T, f/t]; SwiGLU reads [T, 2f/t] and writes [T, f/t].
     // GELU / SwiGLU read [T, φ₁·f/t] and write [T, f/t] (in fp8 under fp8: it is FC2's input).
     Op act = memory_bound(OpKind::Elementwise, OpName::Activation, phase,
@@ -346,8 +386,7 @@ class StageBuilder {
     chain(act);
     Op fc2 = gemm(OpName::Fc2Gemm, phase, T, h, f / t);
     fc2.mem_transient = static_cast<std::int64_t>(2 * T * h);
-    chain(fc2);
-    if (tp_comm()) chain(tp_reduce(phase));
+    gemm_then_reduce(fc2, phase);
     Op bda2 = memory_bound(OpKind::Elementwise, OpName::BiasDropoutAdd, phase, 3 * 2 * local);
     bda2.mem_alloc = alloc(m_.hidden_dropout > 0 ? local : 0);
     mlp_alloc += bda2.mem_alloc;
@@ -424,6 +463,7 @@ class StageBuilder {
     }
     Op dgrad = gemm(name, Phase::Backward, m, k, n);  // dX = dY·Wᵀ: [T, n]×[n, k]
     dgrad.mem_transient = static_cast<std::int64_t>(2 * m * k);
+    if (ub_) dgrad.comm_sms = kPipelineSms;  // beside the bulk all-gather of the input
     std::uint32_t dg = add_free(dgrad, {before});
     std::vector<std::uint32_t> after_dg{dg};
     if (gather != kNone) after_dg.push_back(gather);
@@ -431,6 +471,7 @@ class StageBuilder {
     if (tp_comm()) reduce = add_free(tp_reduce(Phase::Backward), after_dg);
     Op wgrad = gemm(name, Phase::Backward, k, n, m);  // dW = Xᵀ·dY: [k, T]×[T, n]
     wgrad.mem_bytes += 2 * p_.grad_bytes() * k * n;   // main_grad accumulation (MODELING §1.1)
+    if (ub_ && reduce != kNone) wgrad.comm_sms = kPipelineSms;  // beside the bulk reduce-scatter
     std::uint32_t wg = add_free(wgrad, after_dg);
     chain_ = wg;
     if (reduce != kNone) pending_reduce_ = reduce;
@@ -438,11 +479,12 @@ class StageBuilder {
   }
   /// Row-parallel linear backward (out-proj, FC2): with SP the output grad is all-gathered first.
   std::uint32_t row_backward(OpName name, double m, double n, double k) {
-    sp_gather(Phase::Backward);
+    const std::uint32_t gathered = gather_beside_gemm(Phase::Backward);
     fp8_cast(Phase::Backward, m * n);  // the output gradient dY
     Op dgrad = gemm(name, Phase::Backward, m, k, n);
     dgrad.mem_transient = static_cast<std::int64_t>(2 * m * k);
     chain(dgrad);
+    wait_for_overlapped(gathered);
     Op wgrad = gemm(name, Phase::Backward, k, n, m);
     wgrad.mem_bytes += 2 * p_.grad_bytes() * k * n;
     return chain(wgrad);
@@ -789,6 +831,8 @@ class StageBuilder {
   std::int64_t cur_layer_ = -1, cur_mb_ = -1;
   std::int64_t emb_alloc_ = 0, head_alloc_ = 0, ce_alloc_ = 0;
   bool fp8_ = false;
+  bool ub_ = false;                  ///< TE userbuffers TP overlap (tp_comm_overlap)
+  mutable std::uint8_t ub_sms_ = 0;  ///< SMs the next GEMM gives to an overlapped gather
   std::vector<Bucket> buckets_;
   std::map<std::int64_t, std::uint32_t> gather_of_;  ///< global layer → its parameter gather
   std::map<std::int64_t, std::uint32_t> last_wgrad_;

@@ -121,6 +121,16 @@ TEST(ComputeSeconds, Fp8GemmRunsAtTheFp8MamfCeiling) {
   EXPECT_NEAR(compute_seconds(h100, op), op.flops / 794.5e12 + 2e-6, 1e-12);
 }
 
+TEST(ComputeSeconds, OverlappedCommunicationTakesSmsFromTheGemm) {
+  // TE userbuffers' pipelined reduce-scatter takes 16 of the H100's 132 SMs (TE module/base.py
+  // default num_sm, set_sm_margin): the GEMM runs at 116/132 of its rate. MAMF shape: 1.1166e11
+  // FLOP / (794.5 TFLOP/s · 116/132) = 159.9 µs, plus the 2 µs kernel overhead.
+  const GpuSpec& h100 = find_gpu("H100");
+  graph::Op op = gemm(2048, 2048, 13312);
+  op.comm_sms = 16;
+  EXPECT_NEAR(compute_seconds(h100, op), op.flops / (794.5e12 * 116.0 / 132.0) + 2e-6, 1e-12);
+}
+
 TEST(ComputeSeconds, SmallKGemmIsMemoryBound) {
   // A100, 16384×16384×16: 8.6e9 FLOP; efficiency ≈ 0.869 · (16/144) / 0.9636 = 0.100 → 275 µs.
   // Memory: 2·(16384·16·2 + 16384²) = 538 MB / (0.8 · 2.039e12) = 329.8 µs, which wins.

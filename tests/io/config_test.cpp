@@ -552,6 +552,7 @@ TEST(ConfigError, EveryBadInputNamesFileAndKey) {
            .set("parallel", "account_for_embedding_in_pipeline_split", "true"),
        "parallel.account_for_embedding/loss_in_pipeline_split"},
       {Yaml().set("parallel", "recompute", "some"), "parallel.recompute"},
+      {Yaml().set("parallel", "tp_comm_overlap", "true"), "parallel.tp_comm_overlap"},
       {Yaml().set("parallel", "schedule", "interleaved"), "parallel.schedule"},
       {Yaml().set("training", "precision", "fp4"), "training.precision"},
       // The dgx-a100 preset's A100 has no fp8 tensor cores.
