@@ -68,7 +68,8 @@ const Keys kParallelKeys = {"tensor_model_parallel_size",
                             "microbatch_group_size_per_vp_stage",
                             "overlap_p2p_comm",
                             "grad_reduce_in_fp32",
-                            "tp_comm_overlap"};
+                            "tp_comm_overlap",
+                            "ddp_bucket_size"};
 const Keys kTrainingKeys = {"micro_batch_size", "global_batch_size", "precision", "attention"};
 const Keys kClusterNetworkKeys = {"gpu",
                                   "gpus_per_node",
@@ -449,6 +450,7 @@ workload::ParallelPlan build_parallel(const Section& s) {
   r.flag("overlap_p2p_comm", p.overlap_p2p_comm);
   r.flag("grad_reduce_in_fp32", p.grad_reduce_in_fp32);
   r.flag("tp_comm_overlap", p.tp_comm_overlap);
+  r.positive("ddp_bucket_size", p.ddp_bucket_size);
   r.flag("account_for_embedding_in_pipeline_split", p.account_for_embedding_in_pipeline_split);
   r.flag("account_for_loss_in_pipeline_split", p.account_for_loss_in_pipeline_split);
   r.flag("sequence_parallel", p.sequence_parallel);
@@ -740,6 +742,8 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
   }
   out << YAML::Key << "grad_reduce_in_fp32" << YAML::Value << p.grad_reduce_in_fp32;
   out << YAML::Key << "tp_comm_overlap" << YAML::Value << p.tp_comm_overlap;
+  if (p.ddp_bucket_size > 0)
+    out << YAML::Key << "ddp_bucket_size" << YAML::Value << p.ddp_bucket_size;
   out << YAML::EndMap;
 
   const auto& t = c.training;

@@ -44,6 +44,8 @@ struct ParallelPlan {
   /// all-gathers and reduce-scatters run chunk by chunk beside the linear GEMMs, taking SMs from
   /// them. Needs sequence parallelism.
   bool tp_comm_overlap = false;
+  /// Parameters per DP gradient bucket (--ddp-bucket-size); 0 = Megatron's max(4e7, 1e6·DP).
+  std::int64_t ddp_bucket_size = 0;
   double grad_bytes() const { return grad_reduce_in_fp32 ? 4.0 : 2.0; }
 
   std::int64_t tp() const { return tensor_model_parallel_size; }

@@ -24,11 +24,21 @@ namespace {
 
 constexpr std::uint32_t kNone = 0xFFFFFFFFu;
 
-/// A group of parameters whose gradients become ready together, in backward order.
+/// A parameter tensor (or a layer's group of them) whose gradient becomes ready at one op.
 struct ParamGroup {
   double params = 0;
-  std::int64_t layer = -1;  ///< local layer index, or -1 for embedding / -2 for output layer
+  std::int64_t key = -1;  ///< param_key(layer, part), or -1 embedding / -2 output layer
 };
+
+/// The weights of a transformer layer in backward order, the order in which Megatron-Core's
+/// param-and-grad buffer assigns them to buckets (parameters in reverse registration order).
+enum LayerPart : std::int64_t { kFc2, kFc1, kPreMlpNorm, kOutProj, kQkv, kInputNorm, kParts };
+constexpr std::int64_t param_key(std::int64_t layer, std::int64_t part) {
+  return layer * kParts + part;
+}
+constexpr std::int64_t layer_of_key(std::int64_t key) {
+  return key < 0 ? key : key / kParts;
+}
 
 /// Builds the program of one pipeline stage (every rank of the stage runs the same program).
 class StageBuilder {
@@ -67,7 +77,7 @@ class StageBuilder {
           std::uint32_t ag = add_free(collective(OpKind::AllGather, CommRole::Dp,
                                                  OpName::DpAllGather, Phase::Other, 2 * it->params),
                                       {});
-          for (std::int64_t l : it->layers) gather_of_[l] = ag;
+          for (std::int64_t key : it->keys) gather_of_[layer_of_key(key)].push_back(ag);
         }
     }
     if (p_.interleaved())
@@ -194,7 +204,7 @@ class StageBuilder {
   // ---- data-parallel buckets ----------------------------------------------------------------
   struct Bucket {
     double params = 0;
-    std::vector<std::int64_t> layers;  ///< global layers (−1 embedding, −2 output layer)
+    std::vector<std::int64_t> keys;  ///< param_key()s (−1 embedding, −2 output layer)
     std::int64_t chunk = 0;
   };
 
@@ -205,30 +215,48 @@ class StageBuilder {
     const double layer = parameters_on_rank(m_, p_, stage_) - (first_ ? vocab_shard() : 0) -
                          (last_ ? head_params() : 0);
     const double per_layer = layers_ > 0 ? layer / static_cast<double>(layers_) : 0;
+    // One layer's tensors on this rank (megatron/core/tensor_parallel/layers.py): column-parallel
+    // weights and biases split over TP, row-parallel biases and the norms replicated; the norms
+    // take what the layer's count leaves after the linear layers.
+    const double q = static_cast<double>(m_.query_width());
+    const double kv = static_cast<double>(m_.kv_width());
+    const double f = static_cast<double>(m_.ffn());
+    const double glu = m_.gated_linear_unit ? 2.0 : 1.0;
+    const double bias = m_.add_bias_linear ? 1.0 : 0.0;
+    std::array<double, kParts> part{};
+    part[kFc2] = f * h_ / tp_ + bias * h_;
+    part[kFc1] = h_ * f * glu / tp_ + bias * f * glu / tp_;
+    part[kOutProj] = q * h_ / tp_ + bias * h_;
+    part[kQkv] = h_ * (q + 2 * kv) / tp_ + bias * (q + 2 * kv) / tp_;
+    const double norms = per_layer - part[kFc2] - part[kFc1] - part[kOutProj] - part[kQkv];
+    part[kPreMlpNorm] = part[kInputNorm] = norms / 2;
+    const double bucket_size = p_.ddp_bucket_size > 0
+                                   ? static_cast<double>(p_.ddp_bucket_size)
+                                   : std::max(4e7, 1e6 * static_cast<double>(p_.dp()));
     for (std::int64_t c = 0; c < p_.vpp(); ++c) {
       std::vector<ParamGroup> groups;
       if (last_ && c == p_.vpp() - 1 && head_params() > 0) groups.push_back({head_params(), -2});
-      for (std::int64_t l = chunk_layers_[c] - 1; l >= 0; --l)
-        groups.push_back({per_layer, chunk_first_[c] + l});
+      for (std::int64_t l = chunk_first_[c] + chunk_layers_[c] - 1; l >= chunk_first_[c]; --l)
+        for (std::int64_t k = 0; k < kParts; ++k) groups.push_back({part[k], param_key(l, k)});
       if (first_ && c == 0) groups.push_back({vocab_shard(), -1});
-      // Megatron DDP: buckets of max(4e7, 1e6·DP) parameters when overlapping the reduction, one
-      // bucket otherwise, on pipeline stages > 0 and for model chunks > 0
-      // (distributed_data_parallel.py, training.py disable_bucketing).
-      const double bucket = (p_.overlap_grad_reduce && stage_ == 0 && c == 0)
-                                ? std::max(4e7, 1e6 * static_cast<double>(p_.dp()))
-                                : INFINITY;
+      // Megatron DDP: a bucket closes once it holds ddp_bucket_size parameters or more (default
+      // max(4e7, 1e6·DP)) when overlapping the reduction; one bucket otherwise, on pipeline
+      // stages > 0 and for model chunks > 0 (distributed_data_parallel.py, training.py
+      // disable_bucketing).
+      const double bucket =
+          (p_.overlap_grad_reduce && stage_ == 0 && c == 0) ? bucket_size : INFINITY;
       Bucket cur;
       cur.chunk = c;
       for (const ParamGroup& g : groups) {
         cur.params += g.params;
-        cur.layers.push_back(g.layer);
+        cur.keys.push_back(g.key);
         if (cur.params >= bucket) {
           buckets_.push_back(cur);
           cur = Bucket{};
           cur.chunk = c;
         }
       }
-      if (!cur.layers.empty()) buckets_.push_back(cur);
+      if (!cur.keys.empty()) buckets_.push_back(cur);
     }
   }
   double vocab_shard() const { return static_cast<double>(m_.padded_vocab(p_.tp())) * h_ / tp_; }
@@ -301,7 +329,7 @@ class StageBuilder {
                                              (m_.hidden_dropout > 0 ? local : 0));
     emb_alloc_ = op.mem_alloc;
     std::vector<std::uint32_t> extra;
-    if (cur_mb_ == 0 && gather_of_.count(-1)) extra.push_back(gather_of_.at(-1));
+    if (cur_mb_ == 0 && gather_of_.count(-1)) extra = gather_of_.at(-1);
     chain(op, extra);
     // Vocab-parallel lookup: AR of [T, h] (RS with SP) over TP (language_model_embedding.py).
     if (tp_comm()) chain(tp_reduce(Phase::Forward));
@@ -313,7 +341,7 @@ class StageBuilder {
     Op op = memory_bound(OpKind::Embedding, OpName::Embedding, Phase::Backward,
                          2 * tokens_ * h_ + 8 * tokens_ * h_);
     op.mem_free = emb_alloc_;
-    last_wgrad_[-1] = chain(op);
+    ready_[-1] = chain(op);
   }
 
   /// Forward of (global) layer l (also used to recompute it under full recomputation).
@@ -331,7 +359,7 @@ class StageBuilder {
 
     std::vector<std::uint32_t> extra;
     if (first_microbatch && phase == Phase::Forward && gather_of_.count(l))
-      extra.push_back(gather_of_.at(l));
+      extra = gather_of_.at(l);
     // Under fp8 TE's LayerNormLinear writes the norm output (the GEMM input) in fp8 and keeps it
     // for the wgrad: 1 byte per element instead of 2.
     const double out_bytes = fp8_ ? 1.0 : 2.0;
@@ -512,18 +540,18 @@ class StageBuilder {
 
     chain(
         memory_bound(OpKind::Elementwise, OpName::BiasDropoutAdd, Phase::Backward, 3 * 2 * local));
-    row_backward(OpName::Fc2Gemm, T, h, f / t);
+    ready_[param_key(l, kFc2)] = row_backward(OpName::Fc2Gemm, T, h, f / t);
     chain(memory_bound(OpKind::Elementwise, OpName::Activation, Phase::Backward,
                        2 * T * f / t * (glu + 2), 8 * T * f / t));
-    std::uint32_t wg = column_backward(OpName::Fc1Gemm, T, f * glu / t, h);
+    ready_[param_key(l, kFc1)] = column_backward(OpName::Fc1Gemm, T, f * glu / t, h);
     Op norm2 =
         memory_bound(OpKind::Norm, OpName::PreMlpNorm, Phase::Backward, 6 * local, 10 * local);
     norm2.mem_free = saved.second;
-    chain(norm2, take_reduce());
+    ready_[param_key(l, kPreMlpNorm)] = chain(norm2, take_reduce());
 
     chain(
         memory_bound(OpKind::Elementwise, OpName::BiasDropoutAdd, Phase::Backward, 3 * 2 * local));
-    row_backward(OpName::OutProjGemm, T, h, q / t);
+    ready_[param_key(l, kOutProj)] = row_backward(OpName::OutProjGemm, T, h, q / t);
     if (p_.recompute == Recompute::Selective) {
       std::int64_t none = 0;
       chain(attention(Phase::Recompute, 1.0, 0, none));
@@ -533,12 +561,10 @@ class StageBuilder {
     if (m_.position_embedding_type == PositionEmbedding::Rope)
       chain(memory_bound(OpKind::Elementwise, OpName::Rope, Phase::Backward,
                          2 * 2 * T * (q + kv) / t));
-    wg = column_backward(OpName::QkvGemm, T, (q + 2 * kv) / t, h);
+    ready_[param_key(l, kQkv)] = column_backward(OpName::QkvGemm, T, (q + 2 * kv) / t, h);
     Op norm = memory_bound(OpKind::Norm, OpName::InputNorm, Phase::Backward, 6 * local, 10 * local);
     norm.mem_free = saved.first + input;
-    chain(norm, take_reduce());
-    last_wgrad_[l] = chain_;
-    (void)wg;
+    ready_[param_key(l, kInputNorm)] = chain(norm, take_reduce());
   }
 
   void head_forward() {
@@ -550,7 +576,7 @@ class StageBuilder {
     norm.mem_alloc = static_cast<std::int64_t>(4 * local);
     head_alloc_ = norm.mem_alloc;
     std::vector<std::uint32_t> extra;
-    if (cur_mb_ == 0 && gather_of_.count(-2)) extra.push_back(gather_of_.at(-2));
+    if (cur_mb_ == 0 && gather_of_.count(-2)) extra = gather_of_.at(-2);
     chain(norm, extra);
     sp_gather(Phase::Forward);
     Op logits = gemm(OpName::LogitsGemm, Phase::Forward, T, V / t, h);
@@ -595,7 +621,7 @@ class StageBuilder {
                        Phase::Backward, hidden_bytes_));
     Op norm = memory_bound(OpKind::Norm, OpName::FinalNorm, Phase::Backward, 6 * local, 10 * local);
     norm.mem_free = head_alloc_;
-    last_wgrad_[-2] = chain(norm);
+    ready_[-2] = chain(norm);
   }
 
   // ---- schedules -------------------------------------------------------------------------
@@ -757,7 +783,7 @@ class StageBuilder {
         std::uint32_t ready = end_of_backward;
         if (p_.overlap_grad_reduce) {
           ready = 0;
-          for (std::int64_t l : buckets_[k].layers) ready = std::max(ready, last_wgrad_.at(l));
+          for (std::int64_t key : buckets_[k].keys) ready = std::max(ready, ready_.at(key));
         }
         order.emplace_back(ready, k);
       }
@@ -834,8 +860,11 @@ class StageBuilder {
   bool ub_ = false;                  ///< TE userbuffers TP overlap (tp_comm_overlap)
   mutable std::uint8_t ub_sms_ = 0;  ///< SMs the next GEMM gives to an overlapped gather
   std::vector<Bucket> buckets_;
-  std::map<std::int64_t, std::uint32_t> gather_of_;  ///< global layer → its parameter gather
-  std::map<std::int64_t, std::uint32_t> last_wgrad_;
+  /// Global layer (−1 embedding, −2 output layer) → the parameter gathers its first forward
+  /// waits for.
+  std::map<std::int64_t, std::vector<std::uint32_t>> gather_of_;
+  /// param_key → the op that finished its gradient (the last micro-batch's, once built).
+  std::map<std::int64_t, std::uint32_t> ready_;
   std::map<std::pair<std::int64_t, std::int64_t>, std::pair<std::int64_t, std::int64_t>>
       layer_saved_;
   std::map<std::pair<std::int64_t, std::int64_t>, std::int64_t> saved_input_;

@@ -185,6 +185,29 @@ TEST(TransformerBuilder, PrecisionSetsGemmDtypeAndGradientBytes) {
             static_memory_bytes(s.m, s.p, 1) + fp8_weight_copy_bytes(s.m, s.p, s.t, 1));
 }
 
+TEST(TransformerBuilder, DpBucketsSplitInsideLayersAsTheParamAndGradBuffer) {
+  // Megatron-Core's param-and-grad buffer takes the parameters in backward order and closes a
+  // bucket once it holds ddp_bucket_size parameters or more. small(1, 1, 2): h = 1024,
+  // f = 3584 SwiGLU, q = 1024, kv = 256, no biases, RMSNorm weights of h. Backward order: final
+  // norm 1024; then per layer (last first) FC2 3584·1024 = 3,670,016, FC1 1024·7168 = 7,340,032,
+  // pre-MLP norm 1024, out-proj 1,048,576, QKV 1024·1536 = 1,572,864, input norm 1024. With a
+  // bucket size of 5,000,000: bucket 1 = 1024 + 3,670,016 + 7,340,032 = 11,011,072 (closes
+  // inside layer 3); bucket 2 = 1024 + 1,048,576 + 1,572,864 + 1024 + 3,670,016 = 6,293,504.
+  // Each reduce-scatter carries 4 bytes (fp32) per parameter.
+  Job s = small(1, 1, 2);
+  s.p.ddp_bucket_size = 5'000'000;
+  graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
+  std::vector<double> bytes;
+  for (const graph::Op& op : g.templates[0].ops)
+    if (op.name == graph::OpName::DpReduceScatter) bytes.push_back(op.comm_bytes);
+  ASSERT_GE(bytes.size(), 2u);
+  EXPECT_DOUBLE_EQ(bytes[0], 4.0 * 11'011'072);
+  EXPECT_DOUBLE_EQ(bytes[1], 4.0 * 6'293'504);
+  double total = 0;
+  for (double b : bytes) total += b;
+  EXPECT_DOUBLE_EQ(total, 4 * parameters_on_rank(s.m, s.p, 0));
+}
+
 TEST(TransformerBuilder, GraphsValidateForEveryOption) {
   for (auto sched : {Schedule::OneFOneB, Schedule::GPipe})
     for (auto rc : {Recompute::None, Recompute::Selective, Recompute::Full})
