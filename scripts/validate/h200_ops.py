@@ -78,17 +78,20 @@ def read_gpu(name):
 
 def read_model_constants():
     src = open(MODEL_HPP).read()
+    gpu_hpp = open(os.path.join(os.path.dirname(MODEL_HPP), "gpu.hpp")).read()
 
-    def const(name):
-        m = re.search(rf"{name} = ([0-9.e\-']+);", src)
+    def const(text, name, where):
+        m = re.search(rf"{name} = ([0-9.e\-']+);", text)
         if not m:
-            raise SystemExit(f"{MODEL_HPP}: no {name}")
+            raise SystemExit(f"{where}: no {name}")
         return _num(m.group(1))
     m = re.search(r"kGemmTiles\[\d+\]\[2\] = \{(.*?)\};", src, re.S)
     tiles = [(int(a), int(b)) for a, b in re.findall(r"\{(\d+), (\d+)\}", m.group(1))]
-    return {"hbm_efficiency": const("kHbmEfficiency"),
-            "launch_s": const("kLaunchOverheadSeconds"),
-            "k_half": const("kGemmKHalf"), "tiles": tiles}
+    # The kernel model's physical defaults (cost::KernelCalibration in gpu.hpp): the values the
+    # Hopper presets use; the GEMM and attention efficiencies are 1 there.
+    return {"hbm_efficiency": const(gpu_hpp, "hbm_efficiency", "gpu.hpp"),
+            "launch_s": const(gpu_hpp, "kernel_overhead_us", "gpu.hpp") * 1e-6,
+            "k_half": const(src, "kGemmKHalf", MODEL_HPP), "tiles": tiles}
 
 
 # ------------------------------------------------------------------ the model (compute_model.cpp)
