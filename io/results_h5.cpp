@@ -192,9 +192,24 @@ void write_timelines(const h5::Group& root, const Share& share) {
   write_traced(g, timeline_type(), share.timelines, share.collective);
 }
 
-void write_memory(const h5::Group& root, const Share& share) {
+void write_memory(const h5::Group& root, const emu::RunResults& r, const Share& share) {
   const h5::Group g = root.create_group("memory");
   write_traced(g, memory_type(), share.memory, share.collective);
+  // /memory/breakdown: each traced rank's memory classes at its peak (its stage's, since the
+  // ranks of a stage share one template), one dataset per class in traced-rank order.
+  const emu::Summary& s = r.summary;
+  if (s.memory_breakdown_by_pp_stage.empty() || share.memory.empty()) return;
+  const h5::Group b = g.create_group("breakdown");
+  const hsize_t n = share.memory.size();
+  std::vector<std::uint32_t> ranks;
+  for (const auto& t : share.memory) ranks.push_back(t.rank);
+  put(b, "ranks", ranks, n, all_rows_if(share.first, n), share.collective);
+  for (std::size_t k = 0; k < s.memory_class_names.size(); ++k) {
+    std::vector<std::int64_t> v;
+    for (std::uint32_t rank : ranks)
+      v.push_back(s.memory_breakdown_by_pp_stage[r.ranks[rank].pp_stage][k]);
+    put(b, s.memory_class_names[k] + "_bytes", v, n, all_rows_if(share.first, n), share.collective);
+  }
 }
 
 void write_engine(const h5::Group& root, const emu::EngineStats& e) {
@@ -221,7 +236,7 @@ void write_file(h5::File& file, const emu::RunResults& r, const Share& share) {
     write_memory(root, r.summary, share);
     write_ranks(root, share);
     write_timelines(root, share);
-    write_memory(root, share);
+    write_memory(root, r, share);
     write_engine(root, r.engine);
   }
   file.close();
