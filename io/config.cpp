@@ -807,8 +807,7 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
 
 }  // namespace
 
-ExperimentConfig load_experiment(const std::string& path,
-                                 const std::vector<std::string>& overrides,
+ExperimentConfig load_experiment(const std::string& path, const std::vector<std::string>& overrides,
                                  const std::string& megatron_args) {
   const std::string name = path.empty() ? std::string(kCommandLine) : path;
   std::optional<Value> file_line;
@@ -838,8 +837,9 @@ ExperimentConfig load_experiment(const std::string& path,
       if (s.key == "virtual_pipeline_model_parallel_size") layers_per_vstage.reset();
     }
     if (line.layers_per_virtual_stage > 0) {
-      layers_per_vstage.emplace(line.layers_per_virtual_stage,
-                                fmt::format("{} '{}'", label, line.layers_per_virtual_stage_option));
+      layers_per_vstage.emplace(
+          line.layers_per_virtual_stage,
+          fmt::format("{} '{}'", label, line.layers_per_virtual_stage_option));
       t["parallel"].erase("virtual_pipeline_model_parallel_size");
     }
   }

@@ -18,14 +18,14 @@ namespace scalescope::io::detail {
 namespace {
 
 enum class Kind : std::uint8_t {
-  Value,         ///< --opt V sets section.key = V
-  Flag,          ///< --opt sets section.key = value
-  Special,       ///< --opt V, read below
-  SpecialFlag,   ///< --opt, read below
-  Ignored,       ///< --opt V: no effect on one iteration's performance
-  IgnoredFlag,   ///< --opt
-  IgnoredList,   ///< --opt V [V …] (argparse nargs='*')
-  Unmodelled,    ///< --opt V: changes the iteration in a way scalescope does not model
+  Value,        ///< --opt V sets section.key = V
+  Flag,         ///< --opt sets section.key = value
+  Special,      ///< --opt V, read below
+  SpecialFlag,  ///< --opt, read below
+  Ignored,      ///< --opt V: no effect on one iteration's performance
+  IgnoredFlag,  ///< --opt
+  IgnoredList,  ///< --opt V [V …] (argparse nargs='*')
+  Unmodelled,   ///< --opt V: changes the iteration in a way scalescope does not model
   UnmodelledFlag
 };
 
@@ -205,7 +205,10 @@ constexpr Option kOptions[] = {
     {"--cross-entropy-loss-fusion", Kind::IgnoredFlag},
     // ---- refused: they change the iteration in ways scalescope does not model
     {"--num-experts", Kind::Unmodelled, {}, {}, "mixture-of-experts layers"},
-    {"--tp-comm-overlap", Kind::UnmodelledFlag, {}, {},
+    {"--tp-comm-overlap",
+     Kind::UnmodelledFlag,
+     {},
+     {},
      "TP communication overlapped with GEMMs; scalescope exposes TP communication"},
     {"--multi-latent-attention", Kind::UnmodelledFlag, {}, {}, "multi-latent attention"},
     {"--qk-layernorm", Kind::UnmodelledFlag, {}, {}, "the extra norms on queries and keys"},
@@ -317,8 +320,7 @@ LaunchLine parse_megatron_args(std::string_view text, std::string_view label) {
     if (o == nullptr) {
       std::vector<std::string_view> known;
       for (const Option& k : kOptions) known.push_back(k.name);
-      throw_input("{}: unknown Megatron-LM option {}{}", label, name,
-                  did_you_mean(name, known));
+      throw_input("{}: unknown Megatron-LM option {}{}", label, name, did_you_mean(name, known));
     }
     Given g;
     if (takes_value(o->kind)) {
@@ -349,8 +351,8 @@ LaunchLine parse_megatron_args(std::string_view text, std::string_view label) {
   const auto at = [&](std::string_view n) -> const Given& { return given.find(n)->second; };
   const auto set = [&](std::string_view section, std::string_view key, std::string_view value,
                        const Given& g) {
-    line.settings.push_back({std::string(section), std::string(key),
-                             YAML::Node(std::string(value)), g.text});
+    line.settings.push_back(
+        {std::string(section), std::string(key), YAML::Node(std::string(value)), g.text});
   };
   const auto refuse = [&](std::string_view n, std::string_view why) {
     throw_input("{}: {}: {}", label, at(n).text, why);
@@ -428,8 +430,9 @@ LaunchLine parse_megatron_args(std::string_view text, std::string_view label) {
   for (std::string_view n :
        {"--context-parallel-size", "--expert-model-parallel-size", "--expert-tensor-parallel-size"})
     if (has(n) && at(n).value != "1")
-      refuse(n, "only 1 is accepted for now (scalescope does not model context or expert "
-                "parallelism)");
+      refuse(n,
+             "only 1 is accepted for now (scalescope does not model context or expert "
+             "parallelism)");
 
   // Precision: Megatron trains in fp32 without --bf16 or --fp16 (the loader refuses that when
   // nothing else sets training.precision); fp8 runs on top of bf16 / fp16.
@@ -490,7 +493,8 @@ std::int64_t megatron_virtual_stages(std::int64_t num_layers, std::int64_t pp,
   const std::int64_t layers = num_layers + (account_embedding ? 1 : 0) + (account_loss ? 1 : 0);
   if (layers % pp != 0)
     throw_input("{}: pipeline_model_parallel_size={} does not divide the {} layers{}", label, pp,
-                layers, account_embedding || account_loss ? " (counting the embedding / loss)" : "");
+                layers,
+                account_embedding || account_loss ? " (counting the embedding / loss)" : "");
   const std::int64_t per_stage = layers / pp;
   if (per_stage % layers_per_virtual_stage != 0)
     throw_input("{}: the {} layers per pipeline stage are not a multiple of {}", label, per_stage,

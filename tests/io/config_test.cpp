@@ -715,7 +715,7 @@ TEST(ConfigMegatron, EqualsFormAndShellQuoting) {
   const auto b = load_experiment("", cluster, quoted);
   EXPECT_EQ(body(a.resolved_yaml), body(b.resolved_yaml));
   EXPECT_EQ(b.model.seq_length, 128);
-  EXPECT_EQ(b.parallel.dp(), 2);  // 8 / (2·2)
+  EXPECT_EQ(b.parallel.dp(), 2);                               // 8 / (2·2)
   EXPECT_EQ(b.training.precision, workload::Precision::Bf16);  // "--fp16" was in the comment
   // A repeated option: the last one wins, as in argparse.
   EXPECT_EQ(load_experiment("", cluster, plain + " --num-layers 8").model.num_layers, 8);
@@ -742,12 +742,14 @@ TEST(ConfigMegatron, StoreTrueFlagsAndMegatronDefaults) {
 
   const auto f = load_experiment(
       "", cluster,
-      base + " --swiglu --untie-embeddings-and-output-weights --disable-bias-linear "
-             "--group-query-attention --num-query-groups 4 --sequence-parallel --use-distributed-optimizer "
-             "--overlap-grad-reduce --overlap-param-gather --recompute-granularity full "
-             "--recompute-method uniform --recompute-num-layers 1 --attention-backend local "
-             "--use-rotary-position-embeddings --num-layers-per-virtual-pipeline-stage 2 "
-             "--no-overlap-p2p-communication --microbatch-group-size-per-virtual-pipeline-stage 2");
+      base +
+          " --swiglu --untie-embeddings-and-output-weights --disable-bias-linear "
+          "--group-query-attention --num-query-groups 4 --sequence-parallel "
+          "--use-distributed-optimizer "
+          "--overlap-grad-reduce --overlap-param-gather --recompute-granularity full "
+          "--recompute-method uniform --recompute-num-layers 1 --attention-backend local "
+          "--use-rotary-position-embeddings --num-layers-per-virtual-pipeline-stage 2 "
+          "--no-overlap-p2p-communication --microbatch-group-size-per-virtual-pipeline-stage 2");
   // Megatron's SwiGLU width: int((4·4096·2/3) / 64)·64 = int(170.67)·64 = 10880.
   EXPECT_EQ(f.model.ffn_hidden_size, 10880);
   EXPECT_TRUE(f.model.gated_linear_unit);
@@ -767,9 +769,9 @@ TEST(ConfigMegatron, StoreTrueFlagsAndMegatronDefaults) {
 
   // --group-query-attention alone: Megatron's default of one group (MQA); TP 1 (the last
   // --tensor-model-parallel-size wins) so that TP divides the groups.
-  const auto mqa = load_experiment(
-      "", {"cluster.preset=dgx-h100", "cluster.num_gpus=4"},
-      base + " --group-query-attention --tensor-model-parallel-size 1");
+  const auto mqa =
+      load_experiment("", {"cluster.preset=dgx-h100", "cluster.num_gpus=4"},
+                      base + " --group-query-attention --tensor-model-parallel-size 1");
   EXPECT_EQ(mqa.model.num_query_groups, 1);
 
   // --recompute-activations is selective and wins over --recompute-granularity (arguments.py);
@@ -778,9 +780,10 @@ TEST(ConfigMegatron, StoreTrueFlagsAndMegatronDefaults) {
   no_vocab.erase(no_vocab.find("--vocab-size 32000 "), 19);
   const auto g = load_experiment(
       "", cluster,
-      no_vocab + " --recompute-activations --recompute-granularity full --padded-vocab-size 32768 "
-             "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split "
-             "--num-layers-per-virtual-pipeline-stage 5 --use-flash-attn");
+      no_vocab +
+          " --recompute-activations --recompute-granularity full --padded-vocab-size 32768 "
+          "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split "
+          "--num-layers-per-virtual-pipeline-stage 5 --use-flash-attn");
   EXPECT_EQ(g.parallel.recompute, workload::Recompute::Selective);
   EXPECT_EQ(g.parallel.vpp(), 1);
   EXPECT_EQ(g.model.vocab_size, 32768);
@@ -792,17 +795,14 @@ TEST(ConfigMegatron, PrecedenceYamlThenLaunchLinesThenSet) {
   const fs::path dir = scratch();
   // The file: TP 2, PP 2, DP 2 (8 GPUs), hidden_dropout 0.2, and its own launch line TP 4 · PP 1.
   const std::string file = put(
-      dir / "e.yaml", Yaml()
-                          .drop("parallel", "dp")
-                          .set("model", "hidden_dropout", "0.2")
-                          .text() +
+      dir / "e.yaml", Yaml().drop("parallel", "dp").set("model", "hidden_dropout", "0.2").text() +
                           "megatron_args: --tensor-model-parallel-size 4 "
                           "--pipeline-model-parallel-size 1 --bf16\n");
   const auto a = load_experiment(file);
   EXPECT_EQ(a.parallel.tp(), 4);  // the file's launch line over its parallel: section
   EXPECT_EQ(a.parallel.pp(), 1);
-  EXPECT_EQ(a.parallel.dp(), 2);               // 8 / (4·1)
-  EXPECT_DOUBLE_EQ(a.model.hidden_dropout, 0.2);  // set in the file: Megatron's 0.1 not applied
+  EXPECT_EQ(a.parallel.dp(), 2);                     // 8 / (4·1)
+  EXPECT_DOUBLE_EQ(a.model.hidden_dropout, 0.2);     // set in the file: Megatron's 0.1 not applied
   EXPECT_DOUBLE_EQ(a.model.attention_dropout, 0.1);  // set nowhere: Megatron's default
   // The command line's launch line over the file's; --set over both.
   const auto b = load_experiment(file, {}, "--tensor-model-parallel-size 8");
