@@ -16,6 +16,7 @@
 
 #include "core/error.hpp"
 #include "cost/gpu.hpp"
+#include "io/megatron_args.hpp"
 #include "io/yaml_util.hpp"
 
 namespace scalescope::io {
@@ -34,6 +35,10 @@ using Tree = std::map<std::string, Section, std::less<>>;
 using Keys = std::vector<std::string_view>;
 
 const Keys kSections = {"model", "parallel", "training", "cluster", "run"};
+/// The top-level key of an experiment file that holds a Megatron-LM launch line.
+constexpr std::string_view kLaunchLineKey = "megatron_args";
+/// The name of an experiment given without a file (a launch line and --set overrides only).
+constexpr std::string_view kCommandLine = "(command line)";
 
 const Keys kModelShapeKeys = {"name",
                               "num_layers",
@@ -169,8 +174,9 @@ Section read_section(const YAML::Node& map, const Origin& origin, std::string_vi
   return s;
 }
 
-/// Reads the experiment file into sections.
-Tree read_experiment(const std::string& path) {
+/// Reads the experiment file into sections; its top-level `megatron_args:` string, if any, into
+/// `launch_line`.
+Tree read_experiment(const std::string& path, std::optional<Value>& launch_line) {
   if (!fs::is_regular_file(path)) throw_input("{}: experiment file not found", path);
   const YAML::Node root = parse_file(path, "experiment file");
   const Origin origin{path, "", true};
@@ -179,14 +185,22 @@ Tree read_experiment(const std::string& path) {
   if (root.IsNull()) return t;
   if (!root.IsMap())
     fail(Value{root, origin}, "(top level)",
-         "expected a mapping with sections model, parallel, training, cluster, run");
+         "expected a mapping with sections model, parallel, training, cluster, run (and "
+         "megatron_args)");
   std::map<std::string, bool, std::less<>> seen;
   for (const auto& kv : root) {
     const Value key_at{kv.first, origin};
     if (!kv.first.IsScalar()) fail(key_at, "(top level)", "section names must be plain names");
     const std::string& name = kv.first.Scalar();
+    if (name == kLaunchLineKey) {
+      if (seen[name]) fail(key_at, name, "given twice");
+      if (!kv.second.IsNull()) launch_line = Value{kv.second, origin};
+      seen[name] = true;
+      continue;
+    }
     if (std::find(kSections.begin(), kSections.end(), name) == kSections.end())
-      fail(key_at, name, "unknown section" + detail::did_you_mean(name, kSections));
+      fail(key_at, name,
+           "unknown section" + detail::did_you_mean(name, concat(kSections, {kLaunchLineKey})));
     if (seen[name]) fail(key_at, name, "section given twice");
     seen[name] = true;
     t[name] = read_section(kv.second, origin, name, section_keys(name), false);
@@ -320,13 +334,19 @@ struct ModelSources {
   std::string hf_config;  ///< config.json path, if any
 };
 
+/// The model: `megatron_defaults` (a launch line was given) starts from Megatron-LM's defaults
+/// where they differ from scalescope's; then the preset, the HF config, the inline keys.
 workload::ModelSpec build_model(const Section& inline_keys, const std::string& experiment,
-                                ModelSources& sources) {
+                                ModelSources& sources, bool megatron_defaults) {
   const fs::path experiment_dir = fs::path(experiment).parent_path();
   Section merged;
+  if (megatron_defaults)
+    for (const auto& kv : detail::megatron_model_defaults())
+      merged.insert_or_assign(kv.first.Scalar(),
+                              Value{kv.second, Origin{"(Megatron-LM default)", "", false}});
   if (const Value* v = get(inline_keys, "preset")) {
     const fs::path p = find_preset(*v, "model.preset", "models", experiment_dir);
-    merged = read_preset(p, "model", kModelShapeKeys);
+    for (auto& [k, pv] : read_preset(p, "model", kModelShapeKeys)) merged.insert_or_assign(k, pv);
     sources.preset = v->node.Scalar();
   }
   if (const Value* v = get(inline_keys, "hf_config")) {
@@ -368,10 +388,20 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
   // Required after merging; checked after the reads so that a bad value is reported first.
   for (std::string_view k :
        {"num_layers", "hidden_size", "num_attention_heads", "vocab_size", "seq_length"})
-    if (!r.find(k))
+    if (!r.find(k)) {
+      // A launch line's tokenizer options are not read: the vocabulary must be given.
+      const std::string option = k == "vocab_size"
+                                     ? std::string("--vocab-size or --padded-vocab-size")
+                                     : std::string(detail::megatron_option_for("model", k));
       throw_input(
-          "{}: model.{} is required (set it inline, through model.preset or model.hf_config)",
-          experiment, k);
+          "{}: model.{} is required (set it inline, through model.preset or model.hf_config{})",
+          experiment, k,
+          megatron_defaults ? fmt::format(", or with {} on the launch line", option) : "");
+    }
+  // Megatron: with --swiglu and no --ffn-hidden-size, the MLP keeps ~8h/3 columns rounded down
+  // to a multiple of 64, so that it has the parameters of a 4h GELU MLP.
+  if (megatron_defaults && !r.find("ffn_hidden_size") && m.gated_linear_unit)
+    m.ffn_hidden_size = detail::megatron_swiglu_ffn_hidden_size(m.hidden_size);
 
   // Megatron: kv_channels defaults to hidden_size // num_attention_heads and asserts that it
   // divides; GQA needs whole groups of query heads (arguments.py, TransformerConfig).
@@ -799,23 +829,80 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
 
 }  // namespace
 
-ExperimentConfig load_experiment(const std::string& path,
-                                 const std::vector<std::string>& overrides) {
-  Tree t = read_experiment(path);
+ExperimentConfig load_experiment(const std::string& path, const std::vector<std::string>& overrides,
+                                 const std::string& megatron_args) {
+  const std::string name = path.empty() ? std::string(kCommandLine) : path;
+  std::optional<Value> file_line;
+  Tree t;
+  if (path.empty())
+    for (std::string_view s : kSections) t[std::string(s)];
+  else
+    t = read_experiment(path, file_line);
+
+  // Megatron-LM launch lines: the file's own, then the command line's, each over what came
+  // before it; each sets only the keys of the options it contains.
+  std::vector<std::pair<std::string, std::string>> lines;  // (label, text)
+  if (file_line)
+    lines.emplace_back(detail::where(*file_line, kLaunchLineKey),
+                       detail::read_string(*file_line, kLaunchLineKey));
+  if (!megatron_args.empty())
+    lines.emplace_back(path.empty() ? std::string("--megatron-args") : path + ": --megatron-args",
+                       megatron_args);
+  std::optional<std::pair<std::int64_t, std::string>> layers_per_vstage;
+  std::string launch_header;  // the lines are named in the resolved configuration's header
+  for (const auto& [label, text] : lines) {
+    const detail::LaunchLine line = detail::parse_megatron_args(text, label);
+    launch_header += fmt::format("# megatron_args ({}): {}\n", label, fmt::join(line.words, " "));
+    for (const detail::LaunchSetting& s : line.settings) {
+      t[s.section].insert_or_assign(
+          s.key, Value{s.value, Origin{fmt::format("{} '{}'", label, s.option), "", false}});
+      if (s.key == "virtual_pipeline_model_parallel_size") layers_per_vstage.reset();
+    }
+    if (line.layers_per_virtual_stage > 0) {
+      layers_per_vstage.emplace(
+          line.layers_per_virtual_stage,
+          fmt::format("{} '{}'", label, line.layers_per_virtual_stage_option));
+      t["parallel"].erase("virtual_pipeline_model_parallel_size");
+    }
+  }
   // Overrides go into the tree before presets are resolved, so `cluster.preset=…` picks
   // another preset file while the experiment's own inline keys still win over it.
-  for (const std::string& o : overrides) apply_override(t, o, path);
+  for (const std::string& o : overrides) apply_override(t, o, name);
+  if (const Value* v = get(t.at("parallel"), "virtual_pipeline_model_parallel_size");
+      v != nullptr && !v->origin.override_text.empty())
+    layers_per_vstage.reset();  // --set wins over the launch line
 
   ExperimentConfig c;
-  c.path = path;
+  c.path = name;
   ModelSources sources;
-  c.model = build_model(t.at("model"), path, sources);
+  c.model = build_model(t.at("model"), name, sources, !lines.empty());
   c.parallel = build_parallel(t.at("parallel"));
+  if (layers_per_vstage) {
+    auto& p = c.parallel;
+    p.virtual_pipeline_model_parallel_size = detail::megatron_virtual_stages(
+        c.model.num_layers, p.pp(), layers_per_vstage->first,
+        p.account_for_embedding_in_pipeline_split, p.account_for_loss_in_pipeline_split,
+        p.decoder_first_pipeline_num_layers > 0 || p.decoder_last_pipeline_num_layers > 0,
+        layers_per_vstage->second);
+  }
   c.training = build_training(t.at("training"));
-  c.cluster = build_cluster(t.at("cluster"), path);
+  if (!lines.empty() && get(t.at("training"), "precision") == nullptr)
+    throw_input(
+        "{}: training.precision: a Megatron-LM launch line without --bf16 or --fp16 trains in "
+        "fp32, which scalescope does not model (add --bf16 or --fp16, or set training.precision)",
+        name);
+  if (!lines.empty() && get(t.at("cluster"), "preset") == nullptr &&
+      get(t.at("cluster"), "gpu") == nullptr)
+    throw_input(
+        "{}: cluster.preset is required: a Megatron-LM launch line has no cluster (add a "
+        "cluster: section or --set cluster.preset=dgx-h100 --set cluster.num_gpus=N)",
+        name);
+  c.cluster = build_cluster(t.at("cluster"), name);
   c.run = build_run(t.at("run"));
   check_plan(c, t);
   c.resolved_yaml = emit(c, sources);
+  // The launch lines are merged in; like the presets, they are named in the header only.
+  c.resolved_yaml.insert(c.resolved_yaml.find('\n') + 1, launch_header);
   return c;
 }
 

@@ -33,8 +33,14 @@ struct ExperimentConfig {
 /// Reads an experiment file, merges presets (`model.preset`, `model.hf_config`,
 /// `cluster.preset`), applies overrides ("key.path=value", value parsed as YAML), checks every
 /// key and the plan. Throws InputError whose one-line message names the file and the key.
+///
+/// `megatron_args` is a Megatron-LM launch line (`--num-layers 80 --tensor-model-parallel-size 8
+/// …`, docs/config.md). Precedence, lowest first: the file's sections, the file's own
+/// `megatron_args:` line, `megatron_args`, then `overrides`. An empty `path` reads no file: the
+/// experiment is the launch line and the overrides alone.
 ExperimentConfig load_experiment(const std::string& path,
-                                 const std::vector<std::string>& overrides = {});
+                                 const std::vector<std::string>& overrides = {},
+                                 const std::string& megatron_args = {});
 
 /// Reads a Hugging Face config.json (Llama / Mistral / Qwen2 keys) into a ModelSpec.
 workload::ModelSpec load_hf_config(const std::string& path);

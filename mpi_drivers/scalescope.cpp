@@ -1,7 +1,9 @@
 // scalescope: emulate one training iteration of an LLM job at its full scale.
 //
-//   scalescope run CONFIG [-o DIR] [--set key.path=value]... [--graph graph.h5] [--quiet]
-//   scalescope graph CONFIG -o graph.h5 [--set key.path=value]...
+//   scalescope run [CONFIG] [--megatron-args "…"] [-o DIR] [--set key.path=value]...
+//                  [--graph graph.h5] [--quiet]
+//   scalescope graph [CONFIG] [--megatron-args "…"] -o graph.h5 [--set key.path=value]...
+//   scalescope memory [CONFIG] [--megatron-args "…"] [--set key.path=value]...
 #include <mpi.h>
 
 #include <unistd.h>
@@ -55,8 +57,9 @@ struct MpiSession {
 
 /// The configuration a run uses: from CONFIG, or the one embedded in graph.h5.
 io::ExperimentConfig load_config(const std::string& config_path, const graph::SlicedGraph* g,
-                                 const std::vector<std::string>& overrides) {
-  if (!config_path.empty()) return io::load_experiment(config_path, overrides);
+                                 const std::vector<std::string>& overrides,
+                                 const std::string& megatron_args) {
+  if (g == nullptr) return io::load_experiment(config_path, overrides, megatron_args);
   // The graph carries its resolved configuration; load it from a private temporary file.
   fs::path tmp =
       fs::temp_directory_path() / ("scalescope-config-" + std::to_string(::getpid()) + ".yaml");
@@ -65,7 +68,7 @@ io::ExperimentConfig load_config(const std::string& config_path, const graph::Sl
     f << g->config_text;
   }
   try {
-    io::ExperimentConfig c = io::load_experiment(tmp.string(), overrides);
+    io::ExperimentConfig c = io::load_experiment(tmp.string(), overrides, megatron_args);
     fs::remove(tmp);
     return c;
   } catch (...) {
@@ -255,16 +258,17 @@ pdes::ProgressReporter progress_reporter(const graph::SlicedGraph& g, bool coale
 
 int run_command(const MpiSession& mpi, const std::string& config_path,
                 const std::string& graph_path, const std::string& out_override,
-                const std::vector<std::string>& overrides, bool quiet, bool rollback_check) {
+                const std::vector<std::string>& overrides, const std::string& megatron_args,
+                bool quiet, bool rollback_check) {
   // The configuration first (from CONFIG, or the one graph.h5 carries): the engine decides how
   // the graph is read.
   std::optional<io::ExperimentConfig> loaded;
-  if (!config_path.empty()) {
-    loaded = load_config(config_path, nullptr, overrides);
+  if (!config_path.empty() || graph_path.empty()) {
+    loaded = load_config(config_path, nullptr, overrides, megatron_args);
   } else {
     graph::SlicedGraph meta;
     meta.config_text = io::read_graph_config_text(graph_path);
-    loaded = load_config(config_path, &meta, overrides);
+    loaded = load_config(config_path, &meta, overrides, megatron_args);
   }
   io::ExperimentConfig& c = *loaded;
   if (!out_override.empty()) c.run.output = out_override;
@@ -333,8 +337,8 @@ int run_command(const MpiSession& mpi, const std::string& config_path,
 }
 
 int graph_command(const std::string& config_path, const std::string& out,
-                  const std::vector<std::string>& overrides) {
-  io::ExperimentConfig c = io::load_experiment(config_path, overrides);
+                  const std::vector<std::string>& overrides, const std::string& megatron_args) {
+  io::ExperimentConfig c = io::load_experiment(config_path, overrides, megatron_args);
   graph::SlicedGraph g = build(c);
   io::write_graph_h5(g, out);
   std::size_t ops = 0;
@@ -346,8 +350,9 @@ int graph_command(const std::string& config_path, const std::string& out,
 
 /// `scalescope memory CONFIG`: each pipeline stage's memory classes at its peak and the capacity
 /// check, from the graph's templates alone (no replay: memory is a property of the template).
-int memory_command(const std::string& config_path, const std::vector<std::string>& overrides) {
-  io::ExperimentConfig c = io::load_experiment(config_path, overrides);
+int memory_command(const std::string& config_path, const std::vector<std::string>& overrides,
+                   const std::string& megatron_args) {
+  io::ExperimentConfig c = io::load_experiment(config_path, overrides, megatron_args);
   const graph::SlicedGraph g = build(c);
   emu::Summary s;
   s.gpu = cost::find_gpu(c.cluster.gpu).name;
@@ -386,14 +391,29 @@ int memory_command(const std::string& config_path, const std::vector<std::string
 int main(int argc, char** argv) {
   MpiSession mpi(&argc, &argv);
   CLI::App app{"scalescope: emulate LLM training at 1,024-16,384 GPUs"};
+  app.name("scalescope");
   app.require_subcommand(1);
   app.set_version_flag("--version", "scalescope 0.1.0");
 
-  std::string config, graph_path, out;
+  // A Megatron-LM launch line is one argument that starts with "--"; CLI11 would read it as an
+  // option, so `--megatron-args "…"` is joined into `--megatron-args=…` first.
+  std::vector<std::string> args(argv + 1, argv + argc);
+  for (std::size_t i = 0; i + 1 < args.size(); ++i)
+    if (args[i] == "--megatron-args") {
+      args[i] += "=" + args[i + 1];
+      args.erase(args.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+    }
+  std::reverse(args.begin(), args.end());  // CLI11 takes the arguments in reverse order
+
+  const char* launch_help =
+      "A Megatron-LM pretrain_gpt.py launch line (quoted), applied over CONFIG's keys; "
+      "--set wins over it";
+  std::string config, graph_path, out, megatron_args;
   std::vector<std::string> overrides;
   bool quiet = false, rollback_check = false;
   auto* run = app.add_subcommand("run", "Emulate one training iteration and write results");
-  run->add_option("config", config, "Experiment YAML (optional with --graph)");
+  run->add_option("config", config, "Experiment YAML (optional with --graph or --megatron-args)");
+  run->add_option("--megatron-args", megatron_args, launch_help);
   run->add_option("-o,--output", out, "Output directory (overrides run.output)");
   run->add_option("--set", overrides, "Override a config key: key.path=value (repeatable)");
   run->add_option("--graph", graph_path, "Replay this graph.h5 instead of building one");
@@ -405,7 +425,8 @@ int main(int argc, char** argv) {
   std::string graph_config, graph_out;
   std::vector<std::string> graph_overrides;
   auto* gcmd = app.add_subcommand("graph", "Build the sliced execution graph and write graph.h5");
-  gcmd->add_option("config", graph_config, "Experiment YAML")->required();
+  gcmd->add_option("config", graph_config, "Experiment YAML (optional with --megatron-args)");
+  gcmd->add_option("--megatron-args", megatron_args, launch_help);
   gcmd->add_option("-o,--output", graph_out, "graph.h5 path")->required();
   gcmd->add_option("--set", graph_overrides, "Override a config key: key.path=value");
 
@@ -413,22 +434,30 @@ int main(int argc, char** argv) {
   std::vector<std::string> memory_overrides;
   auto* mcmd = app.add_subcommand(
       "memory", "Print each pipeline stage's memory at its peak and whether it fits, no replay");
-  mcmd->add_option("config", memory_config, "Experiment YAML")->required();
+  mcmd->add_option("config", memory_config, "Experiment YAML (optional with --megatron-args)");
+  mcmd->add_option("--megatron-args", megatron_args, launch_help);
   mcmd->add_option("--set", memory_overrides, "Override a config key: key.path=value");
 
   try {
-    app.parse(argc, argv);
+    app.parse(args);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
   try {
     if (*run) {
-      if (config.empty() && graph_path.empty())
-        throw_input("scalescope run: give an experiment CONFIG or --graph graph.h5");
-      return run_command(mpi, config, graph_path, out, overrides, quiet, rollback_check);
+      if (config.empty() && graph_path.empty() && megatron_args.empty())
+        throw_input(
+            "scalescope run: give an experiment CONFIG, --megatron-args \"…\" or --graph "
+            "graph.h5");
+      return run_command(mpi, config, graph_path, out, overrides, megatron_args, quiet,
+                         rollback_check);
     }
-    if (*mcmd) return memory_command(memory_config, memory_overrides);
-    return graph_command(graph_config, graph_out, graph_overrides);
+    const std::string& cfg = *mcmd ? memory_config : graph_config;
+    if (cfg.empty() && megatron_args.empty())
+      throw_input("scalescope {}: give an experiment CONFIG or --megatron-args \"…\"",
+                  *mcmd ? "memory" : "graph");
+    if (*mcmd) return memory_command(memory_config, memory_overrides, megatron_args);
+    return graph_command(graph_config, graph_out, graph_overrides, megatron_args);
   } catch (const InputError& e) {
     // Input is read identically by every process, so every process fails here; one reports.
     if (mpi.rank() == 0) std::cerr << "scalescope: error: " << e.what() << "\n";

@@ -30,6 +30,10 @@ training: {micro_batch_size: 1, global_batch_size: 8}
 cluster: {preset: dgx-h100}
 YAML
 cp "$repo/inputs/models/llama3-8b.yaml" "$tmp/llama3-8b.yaml"
+cat >"$tmp/megatron.yaml" <<YAML
+megatron_args: --num-layers 4 --tensor-parallel 2
+cluster: {preset: dgx-h100, num_gpus: 8}
+YAML
 expect_error unknown_key "bogus_key" run "$tmp/unknown-key.yaml"
 expect_error unknown_set_key "parallel.tpp" run "$qs" --set parallel.tpp=2
 expect_error missing_file "no-such.yaml" run "$tmp/no-such.yaml"
@@ -39,6 +43,17 @@ expect_error world_size "num_gpus" run "$qs" --set cluster.num_gpus=128
 expect_error oom_fail "does not fit in memory" run "$qs" --quiet --set run.on_oom=fail --set model.seq_length=65536 --set training.micro_batch_size=8
 expect_error bad_on_oom "run.on_oom" run "$qs" --set run.on_oom=ignore
 expect_error unknown_gpu "Z100" run "$qs" --set cluster.gpu=Z100
+# A Megatron-LM launch line (`--megatron-args "…"`, one argument beginning with "--").
+ml="--num-layers 4 --hidden-size 256 --num-attention-heads 8 --vocab-size 1000 --seq-length 128 --bf16"
+h100=(--set cluster.preset=dgx-h100 --set cluster.num_gpus=8)
+expect_error megatron_unknown "unknown Megatron-LM option --hiden-size (did you mean '--hidden-size'?)" run --megatron-args "$ml --hiden-size 64" "${h100[@]}"
+expect_error megatron_missing_value "--global-batch-size expects a value" run --megatron-args "$ml --global-batch-size" "${h100[@]}"
+expect_error megatron_bad_value "'--hidden-size=big': model.hidden_size" run --megatron-args="$ml --hidden-size=big" "${h100[@]}"
+expect_error megatron_no_cluster "a Megatron-LM launch line has no cluster" run --megatron-args "$ml"
+expect_error megatron_yaml_key "megatron_args: unknown Megatron-LM option --tensor-parallel" run "$tmp/megatron.yaml"
+expect_error megatron_graph "--context-parallel-size 2: only 1" graph --megatron-args "$ml --context-parallel-size 2" "${h100[@]}"
+expect_error megatron_fp32 "trains in fp32" run --megatron-args "${ml% --bf16}" "${h100[@]}"
+expect_error run_nothing "give an experiment CONFIG" run
 printf 'model: [unclosed\n' >"$tmp/malformed.yaml"
 expect_error malformed_yaml "malformed.yaml" run "$tmp/malformed.yaml"
 

@@ -1,0 +1,503 @@
+// A Megatron-LM launch line → configuration keys. Option names, their defaults and the checks
+// made here follow megatron/training/arguments.py (argparse with allow_abbrev=False: no
+// abbreviations; a repeated option, the last one wins) and megatron/core TransformerConfig.
+#include "io/megatron_args.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <map>
+#include <optional>
+
+#include "core/error.hpp"
+#include "io/yaml_util.hpp"
+
+namespace scalescope::io::detail {
+
+namespace {
+
+enum class Kind : std::uint8_t {
+  Value,        ///< --opt V sets section.key = V
+  Flag,         ///< --opt sets section.key = value
+  Special,      ///< --opt V, read below
+  SpecialFlag,  ///< --opt, read below
+  Ignored,      ///< --opt V: no effect on one iteration's performance
+  IgnoredFlag,  ///< --opt
+  IgnoredList,  ///< --opt V [V …] (argparse nargs='*')
+  Unmodelled,   ///< --opt V: changes the iteration in a way scalescope does not model
+  UnmodelledFlag
+};
+
+struct Option {
+  std::string_view name;
+  Kind kind;
+  std::string_view section = {};
+  std::string_view key = {};
+  std::string_view value = {};  ///< Flag: the value it sets; Unmodelled*: why it is refused
+};
+
+// The order of this table is the order in which settings are applied; it does not matter, as
+// no two rows set the same key.
+constexpr Option kOptions[] = {
+    // ---- model (docs/config.md `model:`)
+    {"--num-layers", Kind::Value, "model", "num_layers"},
+    {"--hidden-size", Kind::Value, "model", "hidden_size"},
+    {"--ffn-hidden-size", Kind::Value, "model", "ffn_hidden_size"},
+    {"--num-attention-heads", Kind::Value, "model", "num_attention_heads"},
+    {"--kv-channels", Kind::Value, "model", "kv_channels"},
+    {"--vocab-size", Kind::Value, "model", "vocab_size"},
+    {"--make-vocab-size-divisible-by", Kind::Value, "model", "make_vocab_size_divisible_by"},
+    {"--seq-length", Kind::Value, "model", "seq_length"},
+    {"--hidden-dropout", Kind::Value, "model", "hidden_dropout"},
+    {"--attention-dropout", Kind::Value, "model", "attention_dropout"},
+    {"--position-embedding-type", Kind::Value, "model", "position_embedding_type"},
+    {"--use-rotary-position-embeddings", Kind::Flag, "model", "position_embedding_type", "rope"},
+    {"--swiglu", Kind::Flag, "model", "gated_linear_unit", "true"},
+    {"--untie-embeddings-and-output-weights", Kind::Flag, "model", "untie_embeddings", "true"},
+    {"--disable-bias-linear", Kind::Flag, "model", "add_bias_linear", "false"},
+    {"--group-query-attention", Kind::SpecialFlag},
+    {"--num-query-groups", Kind::Special},
+    {"--padded-vocab-size", Kind::Special},
+    // ---- parallel
+    {"--tensor-model-parallel-size", Kind::Value, "parallel", "tensor_model_parallel_size"},
+    {"--pipeline-model-parallel-size", Kind::Value, "parallel", "pipeline_model_parallel_size"},
+    {"--virtual-pipeline-model-parallel-size", Kind::Value, "parallel",
+     "virtual_pipeline_model_parallel_size"},
+    {"--num-virtual-stages-per-pipeline-rank", Kind::Value, "parallel",
+     "virtual_pipeline_model_parallel_size"},
+    {"--num-layers-per-virtual-pipeline-stage", Kind::Special},
+    {"--microbatch-group-size-per-virtual-pipeline-stage", Kind::Value, "parallel",
+     "microbatch_group_size_per_vp_stage"},
+    {"--no-overlap-p2p-communication", Kind::Flag, "parallel", "overlap_p2p_comm", "false"},
+    {"--overlap-p2p-communication", Kind::Flag, "parallel", "overlap_p2p_comm", "true"},
+    {"--decoder-first-pipeline-num-layers", Kind::Value, "parallel",
+     "decoder_first_pipeline_num_layers"},
+    {"--decoder-last-pipeline-num-layers", Kind::Value, "parallel",
+     "decoder_last_pipeline_num_layers"},
+    {"--account-for-embedding-in-pipeline-split", Kind::Flag, "parallel",
+     "account_for_embedding_in_pipeline_split", "true"},
+    {"--account-for-loss-in-pipeline-split", Kind::Flag, "parallel",
+     "account_for_loss_in_pipeline_split", "true"},
+    {"--sequence-parallel", Kind::Flag, "parallel", "sequence_parallel", "true"},
+    {"--use-distributed-optimizer", Kind::Flag, "parallel", "use_distributed_optimizer", "true"},
+    {"--overlap-grad-reduce", Kind::Flag, "parallel", "overlap_grad_reduce", "true"},
+    {"--overlap-param-gather", Kind::Flag, "parallel", "overlap_param_gather", "true"},
+    {"--tp-comm-overlap", Kind::Flag, "parallel", "tp_comm_overlap", "true"},
+    {"--grad-reduce-in-bf16", Kind::Flag, "parallel", "grad_reduce_in_fp32", "false"},
+    {"--ddp-bucket-size", Kind::Value, "parallel", "ddp_bucket_size"},
+    {"--recompute-activations", Kind::SpecialFlag},
+    {"--recompute-granularity", Kind::Special},
+    {"--recompute-method", Kind::Special},
+    {"--recompute-num-layers", Kind::Special},
+    {"--context-parallel-size", Kind::Special},
+    {"--expert-model-parallel-size", Kind::Special},
+    {"--expert-tensor-parallel-size", Kind::Special},
+    // ---- training
+    {"--micro-batch-size", Kind::Value, "training", "micro_batch_size"},
+    {"--global-batch-size", Kind::Value, "training", "global_batch_size"},
+    {"--bf16", Kind::SpecialFlag},
+    {"--fp16", Kind::SpecialFlag},
+    {"--fp8-format", Kind::Special},
+    {"--use-flash-attn", Kind::SpecialFlag},
+    {"--attention-backend", Kind::Special},
+    {"--optimizer", Kind::Special},
+    // ---- accepted and ignored: no effect on one training iteration's time or memory
+    // (docs/config.md lists them). Fusion switches are here too: scalescope models Megatron's
+    // default fused kernels.
+    {"--max-position-embeddings", Kind::Ignored},
+    {"--transformer-impl", Kind::Ignored},
+    {"--tokenizer-type", Kind::Ignored},
+    {"--tokenizer-model", Kind::Ignored},
+    {"--vocab-file", Kind::Ignored},
+    {"--merge-file", Kind::Ignored},
+    {"--train-iters", Kind::Ignored},
+    {"--train-samples", Kind::Ignored},
+    {"--exit-interval", Kind::Ignored},
+    {"--exit-duration-in-mins", Kind::Ignored},
+    {"--lr", Kind::Ignored},
+    {"--min-lr", Kind::Ignored},
+    {"--lr-decay-style", Kind::Ignored},
+    {"--lr-decay-iters", Kind::Ignored},
+    {"--lr-decay-samples", Kind::Ignored},
+    {"--lr-warmup-iters", Kind::Ignored},
+    {"--lr-warmup-samples", Kind::Ignored},
+    {"--lr-warmup-fraction", Kind::Ignored},
+    {"--lr-warmup-init", Kind::Ignored},
+    {"--weight-decay", Kind::Ignored},
+    {"--start-weight-decay", Kind::Ignored},
+    {"--end-weight-decay", Kind::Ignored},
+    {"--weight-decay-incr-style", Kind::Ignored},
+    {"--clip-grad", Kind::Ignored},
+    {"--adam-beta1", Kind::Ignored},
+    {"--adam-beta2", Kind::Ignored},
+    {"--adam-eps", Kind::Ignored},
+    {"--init-method-std", Kind::Ignored},
+    {"--seed", Kind::Ignored},
+    {"--loss-scale", Kind::Ignored},
+    {"--initial-loss-scale", Kind::Ignored},
+    {"--min-loss-scale", Kind::Ignored},
+    {"--loss-scale-window", Kind::Ignored},
+    {"--hysteresis", Kind::Ignored},
+    {"--rotary-base", Kind::Ignored},
+    {"--rotary-percent", Kind::Ignored},
+    {"--normalization", Kind::Ignored},
+    {"--norm-epsilon", Kind::Ignored},
+    {"--save", Kind::Ignored},
+    {"--load", Kind::Ignored},
+    {"--save-interval", Kind::Ignored},
+    {"--ckpt-format", Kind::Ignored},
+    {"--eval-interval", Kind::Ignored},
+    {"--eval-iters", Kind::Ignored},
+    {"--split", Kind::Ignored},
+    {"--data-cache-path", Kind::Ignored},
+    {"--num-workers", Kind::Ignored},
+    {"--dataloader-type", Kind::Ignored},
+    {"--log-interval", Kind::Ignored},
+    {"--tensorboard-dir", Kind::Ignored},
+    {"--tensorboard-log-interval", Kind::Ignored},
+    {"--wandb-project", Kind::Ignored},
+    {"--wandb-exp-name", Kind::Ignored},
+    {"--wandb-save-dir", Kind::Ignored},
+    {"--timing-log-level", Kind::Ignored},
+    {"--timing-log-option", Kind::Ignored},
+    {"--distributed-backend", Kind::Ignored},
+    {"--distributed-timeout-minutes", Kind::Ignored},
+    {"--manual-gc-interval", Kind::Ignored},
+    {"--data-path", Kind::IgnoredList},
+    {"--train-data-path", Kind::IgnoredList},
+    {"--valid-data-path", Kind::IgnoredList},
+    {"--test-data-path", Kind::IgnoredList},
+    {"--mock-data", Kind::IgnoredFlag},
+    {"--no-mmap-bin-files", Kind::IgnoredFlag},
+    {"--eod-mask-loss", Kind::IgnoredFlag},
+    {"--reset-position-ids", Kind::IgnoredFlag},
+    {"--reset-attention-mask", Kind::IgnoredFlag},
+    {"--no-create-attention-mask-in-dataloader", Kind::IgnoredFlag},
+    {"--use-mcore-models", Kind::IgnoredFlag},
+    {"--use-checkpoint-args", Kind::IgnoredFlag},
+    {"--no-load-optim", Kind::IgnoredFlag},
+    {"--no-load-rng", Kind::IgnoredFlag},
+    {"--finetune", Kind::IgnoredFlag},
+    {"--use-dist-ckpt", Kind::IgnoredFlag},
+    {"--async-save", Kind::IgnoredFlag},
+    {"--exit-signal-handler", Kind::IgnoredFlag},
+    {"--manual-gc", Kind::IgnoredFlag},
+    {"--use-cpu-initialization", Kind::IgnoredFlag},
+    {"--check-for-nan-in-loss-and-grad", Kind::IgnoredFlag},
+    {"--no-check-for-nan-in-loss-and-grad", Kind::IgnoredFlag},
+    {"--log-throughput", Kind::IgnoredFlag},
+    {"--log-progress", Kind::IgnoredFlag},
+    {"--log-params-norm", Kind::IgnoredFlag},
+    {"--log-num-zeros-in-grad", Kind::IgnoredFlag},
+    {"--log-timers-to-tensorboard", Kind::IgnoredFlag},
+    {"--log-validation-ppl-to-tensorboard", Kind::IgnoredFlag},
+    {"--log-memory-to-tensorboard", Kind::IgnoredFlag},
+    {"--init-method-xavier-uniform", Kind::IgnoredFlag},
+    {"--apply-query-key-layer-scaling", Kind::IgnoredFlag},
+    {"--attention-softmax-in-fp32", Kind::IgnoredFlag},
+    {"--accumulate-allreduce-grads-in-fp32", Kind::IgnoredFlag},
+    {"--fp16-lm-cross-entropy", Kind::IgnoredFlag},
+    {"--no-masked-softmax-fusion", Kind::IgnoredFlag},
+    {"--no-bias-gelu-fusion", Kind::IgnoredFlag},
+    {"--no-bias-swiglu-fusion", Kind::IgnoredFlag},
+    {"--no-bias-dropout-fusion", Kind::IgnoredFlag},
+    {"--no-rope-fusion", Kind::IgnoredFlag},
+    {"--no-gradient-accumulation-fusion", Kind::IgnoredFlag},
+    {"--no-persist-layer-norm", Kind::IgnoredFlag},
+    {"--cross-entropy-loss-fusion", Kind::IgnoredFlag},
+    // ---- refused: they change the iteration in ways scalescope does not model
+    {"--num-experts", Kind::Unmodelled, {}, {}, "mixture-of-experts layers"},
+    {"--multi-latent-attention", Kind::UnmodelledFlag, {}, {}, "multi-latent attention"},
+    {"--qk-layernorm", Kind::UnmodelledFlag, {}, {}, "the extra norms on queries and keys"},
+    {"--add-qkv-bias", Kind::UnmodelledFlag, {}, {}, "a bias on Q/K/V only"},
+    {"--use-torch-fsdp2", Kind::UnmodelledFlag, {}, {}, "FSDP"},
+    {"--cpu-offloading", Kind::UnmodelledFlag, {}, {}, "activation offloading to the CPU"},
+};
+
+const Option* find_option(std::string_view name) {
+  for (const Option& o : kOptions)
+    if (o.name == name) return &o;
+  return nullptr;
+}
+
+bool takes_value(Kind k) {
+  return k == Kind::Value || k == Kind::Special || k == Kind::Ignored || k == Kind::IgnoredList ||
+         k == Kind::Unmodelled;
+}
+
+/// An option as given: its value ("" for a flag) and its text as written, for messages.
+struct Given {
+  std::string value;
+  std::string text;
+};
+
+}  // namespace
+
+std::vector<std::string> split_shell_words(std::string_view text, std::string_view label) {
+  std::vector<std::string> words;
+  std::string word;
+  bool in_word = false;
+  std::size_t i = 0;
+  const auto end_word = [&] {
+    if (in_word) words.push_back(word);
+    word.clear();
+    in_word = false;
+  };
+  while (i < text.size()) {
+    const char ch = text[i];
+    if (ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r') {
+      end_word();
+      ++i;
+    } else if (ch == '#' && !in_word) {
+      while (i < text.size() && text[i] != '\n') ++i;
+    } else if (ch == '\\') {
+      if (i + 1 < text.size() && text[i + 1] == '\n') {  // line continuation
+        i += 2;
+        continue;
+      }
+      if (i + 1 < text.size()) word += text[i + 1];
+      in_word = true;
+      i += 2;
+    } else if (ch == '\'') {
+      const std::size_t close = text.find('\'', i + 1);
+      if (close == std::string_view::npos)
+        throw_input("{}: unterminated ' quote in the launch line", label);
+      word.append(text.substr(i + 1, close - i - 1));
+      in_word = true;
+      i = close + 1;
+    } else if (ch == '"') {
+      in_word = true;
+      ++i;
+      for (;;) {
+        if (i >= text.size()) throw_input("{}: unterminated \" quote in the launch line", label);
+        const char c = text[i];
+        if (c == '"') {
+          ++i;
+          break;
+        }
+        if (c == '\\' && i + 1 < text.size() &&
+            std::string_view("\"\\$`\n").find(text[i + 1]) != std::string_view::npos) {
+          if (text[i + 1] != '\n') word += text[i + 1];
+          i += 2;
+          continue;
+        }
+        word += c;
+        ++i;
+      }
+    } else {
+      word += ch;
+      in_word = true;
+      ++i;
+    }
+  }
+  end_word();
+  return words;
+}
+
+LaunchLine parse_megatron_args(std::string_view text, std::string_view label) {
+  std::vector<std::string> words = split_shell_words(text, label);
+  // `torchrun … pretrain_gpt.py --num-layers …`: the arguments start after the script.
+  const auto script = std::find_if(words.begin(), words.end(), [](const std::string& w) {
+    return w.size() > 3 && w.ends_with(".py");
+  });
+  if (script != words.end()) words.erase(words.begin(), script + 1);
+
+  std::map<std::string, Given, std::less<>> given;
+  for (std::size_t i = 0; i < words.size(); ++i) {
+    const std::string& w = words[i];
+    if (w.find('$') != std::string::npos)
+      throw_input("{}: '{}': shell variables are not expanded; paste their values", label, w);
+    if (!w.starts_with("--") || w.size() == 2)
+      throw_input("{}: unexpected argument '{}' (expected a Megatron-LM option --name)", label, w);
+    const std::size_t eq = w.find('=');
+    const std::string name = w.substr(0, eq);
+    const Option* o = find_option(name);
+    if (o == nullptr && name.starts_with("--moe-"))
+      throw_input("{}: {}: not modelled by scalescope (mixture-of-experts layers)", label, name);
+    if (o == nullptr) {
+      std::vector<std::string_view> known;
+      for (const Option& k : kOptions) known.push_back(k.name);
+      throw_input("{}: unknown Megatron-LM option {}{}", label, name, did_you_mean(name, known));
+    }
+    Given g;
+    if (takes_value(o->kind)) {
+      if (eq != std::string::npos) {
+        g.value = w.substr(eq + 1);
+        g.text = w;
+      } else {
+        if (i + 1 >= words.size() || words[i + 1].starts_with("--"))
+          throw_input("{}: {} expects a value after it", label, name);
+        g.value = words[++i];
+        g.text = name + " " + g.value;
+        if (o->kind == Kind::IgnoredList)  // nargs='*': every word up to the next option
+          while (i + 1 < words.size() && !words[i + 1].starts_with("--")) ++i;
+      }
+    } else {
+      if (eq != std::string::npos)
+        throw_input("{}: {} is a flag and takes no value (got '{}')", label, name, w);
+      g.text = name;
+    }
+    if (o->kind == Kind::Unmodelled || o->kind == Kind::UnmodelledFlag)
+      throw_input("{}: {}: not modelled by scalescope ({})", label, g.text, o->value);
+    given.insert_or_assign(name, std::move(g));
+  }
+
+  LaunchLine line;
+  line.words = std::move(words);
+  const auto has = [&](std::string_view n) { return given.find(n) != given.end(); };
+  const auto at = [&](std::string_view n) -> const Given& { return given.find(n)->second; };
+  const auto set = [&](std::string_view section, std::string_view key, std::string_view value,
+                       const Given& g) {
+    line.settings.push_back(
+        {std::string(section), std::string(key), YAML::Node(std::string(value)), g.text});
+  };
+  const auto refuse = [&](std::string_view n, std::string_view why) {
+    throw_input("{}: {}: {}", label, at(n).text, why);
+  };
+  const auto both = [&](std::string_view a, std::string_view b, std::string_view why) {
+    if (has(a) && has(b)) throw_input("{}: {} and {} cannot be combined ({})", label, a, b, why);
+  };
+
+  for (const Option& o : kOptions) {
+    if (!has(o.name)) continue;
+    if (o.kind == Kind::Value) set(o.section, o.key, at(o.name).value, at(o.name));
+    if (o.kind == Kind::Flag) set(o.section, o.key, o.value, at(o.name));
+  }
+
+  // Grouped-query attention: Megatron reads --num-query-groups (default 1) only with
+  // --group-query-attention; without it the model is MHA whatever --num-query-groups says.
+  if (has("--group-query-attention"))
+    set("model", "num_query_groups",
+        has("--num-query-groups") ? at("--num-query-groups").value : "1",
+        has("--num-query-groups") ? at("--num-query-groups") : at("--group-query-attention"));
+  else if (has("--num-query-groups"))
+    refuse("--num-query-groups",
+           "needs --group-query-attention (without it Megatron-LM ignores it and builds MHA)");
+
+  // A vocabulary already padded: no further rounding to make_vocab_size_divisible_by.
+  both("--vocab-size", "--padded-vocab-size", "give the vocabulary once");
+  both("--make-vocab-size-divisible-by", "--padded-vocab-size",
+       "a padded vocabulary is not padded again");
+  if (has("--padded-vocab-size")) {
+    set("model", "vocab_size", at("--padded-vocab-size").value, at("--padded-vocab-size"));
+    set("model", "make_vocab_size_divisible_by", "1", at("--padded-vocab-size"));
+  }
+
+  both("--virtual-pipeline-model-parallel-size", "--num-virtual-stages-per-pipeline-rank",
+       "both give the virtual pipeline size");
+  both("--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank",
+       "Megatron-LM: they are mutually exclusive");
+  both("--num-layers-per-virtual-pipeline-stage", "--virtual-pipeline-model-parallel-size",
+       "both give the virtual pipeline size");
+  if (has("--num-layers-per-virtual-pipeline-stage")) {
+    const Given& g = at("--num-layers-per-virtual-pipeline-stage");
+    std::int64_t n = 0;
+    const auto r = std::from_chars(g.value.data(), g.value.data() + g.value.size(), n);
+    if (r.ec != std::errc{} || r.ptr != g.value.data() + g.value.size() || n <= 0)
+      refuse("--num-layers-per-virtual-pipeline-stage", "expected an integer > 0");
+    line.layers_per_virtual_stage = n;
+    line.layers_per_virtual_stage_option = g.text;
+  }
+
+  // Recomputation: --recompute-activations is selective recomputation and wins over
+  // --recompute-granularity (arguments.py); full recomputation as scalescope models it is every
+  // layer, one at a time (docs/model.md): method uniform, one layer per checkpoint.
+  if (has("--recompute-activations")) {
+    set("parallel", "recompute", "selective", at("--recompute-activations"));
+  } else if (has("--recompute-granularity")) {
+    const Given& g = at("--recompute-granularity");
+    if (g.value == "selective") {
+      set("parallel", "recompute", "selective", g);
+    } else if (g.value == "full") {
+      if (!has("--recompute-method") || !has("--recompute-num-layers"))
+        refuse("--recompute-granularity",
+               "full recomputation needs --recompute-method uniform --recompute-num-layers 1 "
+               "(Megatron-LM requires a method and a layer count)");
+      if (at("--recompute-method").value != "uniform" || at("--recompute-num-layers").value != "1")
+        throw_input(
+            "{}: {} {}: not modelled by scalescope (its full recomputation is --recompute-method "
+            "uniform --recompute-num-layers 1: every layer recomputed)",
+            label, at("--recompute-method").text, at("--recompute-num-layers").text);
+      set("parallel", "recompute", "full", g);
+    } else {
+      refuse("--recompute-granularity", "expected full or selective");
+    }
+  }
+
+  for (std::string_view n :
+       {"--context-parallel-size", "--expert-model-parallel-size", "--expert-tensor-parallel-size"})
+    if (has(n) && at(n).value != "1")
+      refuse(n,
+             "only 1 is accepted for now (scalescope does not model context or expert "
+             "parallelism)");
+
+  // Precision: Megatron trains in fp32 without --bf16 or --fp16 (the loader refuses that when
+  // nothing else sets training.precision); fp8 runs on top of bf16 / fp16.
+  both("--bf16", "--fp16", "Megatron-LM: choose one");
+  if (has("--bf16")) set("training", "precision", "bf16", at("--bf16"));
+  if (has("--fp16")) set("training", "precision", "fp16", at("--fp16"));
+  if (has("--fp8-format")) set("training", "precision", "fp8", at("--fp8-format"));
+
+  // Attention: Megatron-Core's backends flash and fused (cuDNN) are fused-attention kernels,
+  // auto picks one of them on Ampere and Hopper; unfused and local (Megatron's own
+  // DotProductAttention) materialise the score matrix.
+  if (has("--attention-backend")) {
+    const Given& g = at("--attention-backend");
+    if (g.value == "flash" || g.value == "fused" || g.value == "auto")
+      set("training", "attention", "flash", g);
+    else if (g.value == "unfused" || g.value == "local")
+      set("training", "attention", "unfused", g);
+    else
+      refuse("--attention-backend", "expected flash, fused, unfused, local or auto");
+  } else if (has("--use-flash-attn")) {
+    set("training", "attention", "flash", at("--use-flash-attn"));
+  }
+
+  if (has("--optimizer") && at("--optimizer").value != "adam")
+    refuse("--optimizer", "not modelled by scalescope (its optimizer states are Adam's)");
+  return line;
+}
+
+std::string_view megatron_option_for(std::string_view section, std::string_view key) {
+  for (const Option& o : kOptions)
+    if (o.kind == Kind::Value && o.section == section && o.key == key) return o.name;
+  return {};
+}
+
+YAML::Node megatron_model_defaults() {
+  YAML::Node n;
+  n["hidden_dropout"] = "0.1";
+  n["attention_dropout"] = "0.1";
+  n["position_embedding_type"] = "learned_absolute";
+  return n;
+}
+
+std::int64_t megatron_swiglu_ffn_hidden_size(std::int64_t hidden_size) {
+  // int((4 * h * 2 / 3) / 64) * 64 in Python floating point; 8h/3 is exact enough in double
+  // for any realistic h (< 2^50), and truncation matches int().
+  return static_cast<std::int64_t>(static_cast<double>(4 * hidden_size) * 2 / 3 / 64) * 64;
+}
+
+std::int64_t megatron_virtual_stages(std::int64_t num_layers, std::int64_t pp,
+                                     std::int64_t layers_per_virtual_stage, bool account_embedding,
+                                     bool account_loss, bool uneven_end_stages,
+                                     std::string_view label) {
+  if (uneven_end_stages)
+    throw_input(
+        "{}: with decoder_first/last_pipeline_num_layers, give the virtual pipeline size with "
+        "--num-virtual-stages-per-pipeline-rank (Megatron-LM)",
+        label);
+  const std::int64_t layers = num_layers + (account_embedding ? 1 : 0) + (account_loss ? 1 : 0);
+  if (layers % pp != 0)
+    throw_input("{}: pipeline_model_parallel_size={} does not divide the {} layers{}", label, pp,
+                layers,
+                account_embedding || account_loss ? " (counting the embedding / loss)" : "");
+  const std::int64_t per_stage = layers / pp;
+  if (per_stage % layers_per_virtual_stage != 0)
+    throw_input("{}: the {} layers per pipeline stage are not a multiple of {}", label, per_stage,
+                layers_per_virtual_stage);
+  return per_stage / layers_per_virtual_stage;
+}
+
+}  // namespace scalescope::io::detail
