@@ -45,8 +45,17 @@ void CommLP::forward(pdes::Event& e, pdes::Context& ctx) {
   SCALESCOPE_EXPECTS(m.kind == MsgKind::Arrive && m.channel < 2);
   const int ch = m.channel;
   // Every member issues a communicator's instances in the same order (graph::validate), and a
-  // stream waits for an instance to complete before it issues the next one.
-  SCALESCOPE_EXPECTS(m.instance == expected_[ch]);
+  // stream waits for an instance to complete before it issues the next one, so in every
+  // consistent history an arrival is for the awaited instance. Under Time Warp an arrival for a
+  // later instance can be processed in a state that is about to be rolled back (a member acted
+  // on a COMPLETE this LP has since cancelled, and the anti-message for its arrival has not
+  // come yet): it is ignored, reversibly, and rolled back with that state. The sequential
+  // engine never takes this path (a committed ignored arrival would leave the run unfinished,
+  // which the emulation reports).
+  if (m.instance != expected_[ch]) {
+    m.undo_completed = 2;
+    return;
+  }
   m.undo_completed = 0;
   const std::uint32_t needed = kind_ == graph::CommKind::PpPair ? 2 : size_;
   if (++arrived_[ch] < needed) return;
@@ -67,6 +76,7 @@ void CommLP::forward(pdes::Event& e, pdes::Context& ctx) {
 void CommLP::reverse(pdes::Event& e, pdes::Context&) {
   const EmuMsg& m = e.as<EmuMsg>();
   const int ch = m.channel;
+  if (m.undo_completed == 2) return;  // ignored in forward
   if (m.undo_completed) {
     --expected_[ch];
     arrived_[ch] = (kind_ == graph::CommKind::PpPair ? 2 : size_) - 1;

@@ -27,12 +27,13 @@ inline constexpr std::uint8_t kChannelUp = 1;
 
 struct EmuMsg {
   MsgKind kind = MsgKind::Start;
-  std::uint8_t stream = 0;          ///< Complete / OpDone: the stream whose head op it finishes
-  std::uint8_t channel = 0;         ///< Arrive: communicator channel
-  std::uint8_t undo_issued = 0;     ///< RankLP: issued-stream bitmask before forward
-  std::uint32_t op = 0;             ///< Arrive: the sender's op index in its template
-  std::uint32_t instance = 0;       ///< Arrive: instance number of the op on that channel
-  std::uint8_t undo_completed = 0;  ///< CommLP: forward completed an instance
+  std::uint8_t stream = 0;       ///< Complete / OpDone: the stream whose head op it finishes
+  std::uint8_t channel = 0;      ///< Arrive: communicator channel
+  std::uint8_t undo_issued = 0;  ///< RankLP: issued-stream bitmask before forward
+  std::uint32_t op = 0;          ///< Arrive: the sender's op index in its template
+  std::uint32_t instance = 0;    ///< Arrive: instance number of the op on that channel
+  /// CommLP: 1 = forward completed an instance, 2 = forward ignored the event (see CommLP)
+  std::uint8_t undo_completed = 0;
   std::array<std::uint8_t, graph::kNumStreams> undo_outstanding{};
   std::array<std::uint32_t, graph::kNumStreams> undo_cursor{};
 };

@@ -145,7 +145,10 @@ void RankLP::forward(pdes::Event& e, pdes::Context& ctx) {
     check = (1u << graph::kNumStreams) - 1;
   } else if (m.kind == MsgKind::Complete || m.kind == MsgKind::OpDone) {
     const int s = m.stream;
-    SCALESCOPE_EXPECTS((issued_ & (1u << s)) && outstanding_[s] > 0);
+    // A completion for a stream with nothing issued belongs to a history that is being rolled
+    // back (its CommLP cancelled the op it completes, see CommLP::forward): ignore it; reverse
+    // then restores the unchanged state. It never happens in a consistent history.
+    if (!(issued_ & (1u << s)) || outstanding_[s] == 0) return;
     if (--outstanding_[s] == 0) {
       const std::uint32_t i = cls_->prog->stream_ops[s][cursor_[s]];
       time_[i] = ctx.now();

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The sequential engine and the optimistic engine at np 1, 2, 4 with block and METIS partitions
+# The sequential engine and the optimistic engine at np 1, 2, 3, 4 with block and METIS partitions
 # write identical results: summary.json without the engine statistics, and every dataset of
 # results.h5 except /engine, for every shipped experiment (llama3-8b-hf shrunk to 64 GPUs, the
 # interleaved Llama 3 405B to TP 2 · DP 2 · its PP 16 with 8 model chunks) and the quickstart
@@ -21,7 +21,7 @@ for exp in quickstart llama3-8b-hf gpt3-175b-1024 llama3-405b-16k quickstart-vpp
     set_small=(--set parallel.vpp=4 --set parallel.overlap_p2p_comm=false)
   fi
   "$bin" run "$cfg" -o "$tmp/$exp-seq" --quiet "${set_small[@]}"
-  for np in 1 2 4; do
+  for np in 1 2 3 4; do
     for part in block metis; do
       mpirun -np $np "$bin" run "$cfg" -o "$tmp/$exp-$np-$part" --quiet "${set_small[@]}" \
         --set run.engine=optimistic --set run.partition=$part
