@@ -6,8 +6,8 @@ Usage: scripts/validate/megatron_memory.py [--scalescope build/scalescope]
 
 For every row it writes an experiment YAML (cluster preset dgx-h100: all rows' golden values are
 the dgx_h100 ones), runs `scalescope memory`, and compares the PyTorch-allocated part of the
-prediction (weights + main_grads + optimizer + activations + workspace, the classes that
-torch.cuda.max_memory_allocated sees; not fragmentation, CUDA context, cuBLAS workspace or NCCL
+prediction (weights + main_grads + optimizer + activations + workspace + cuBLAS workspace, the
+classes that torch.cuda.max_memory_allocated sees; not fragmentation, CUDA context or NCCL
 buffers) with Megatron's `mem-max-allocated-bytes` (allocated_bytes.all.peak).
 
 Megatron logs that metric from its TensorBoard writer, which exists on rank world_size - 1 only
@@ -28,7 +28,7 @@ import sys
 import tempfile
 
 GIB = 1024 ** 3
-ALLOCATED = ["weights", "main_grads", "optimizer", "activations", "workspace"]
+ALLOCATED = ["weights", "main_grads", "optimizer", "activations", "workspace", "cublas_workspace"]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))

@@ -24,11 +24,16 @@ double layer_parameters(const ModelSpec& m) {
   return w + 2 * norm_params(m);
 }
 
+double position_parameters(const ModelSpec& m) {
+  if (m.position_embedding_type != PositionEmbedding::LearnedAbsolute) return 0;
+  return static_cast<double>(m.seq_length) * static_cast<double>(m.hidden_size);
+}
+
 double total_parameters(const ModelSpec& m) {
   const double h = static_cast<double>(m.hidden_size);
   const double v = static_cast<double>(m.vocab_size);
   return static_cast<double>(m.num_layers) * layer_parameters(m) + norm_params(m) +
-         v * h * (m.untie_embeddings ? 2.0 : 1.0);
+         v * h * (m.untie_embeddings ? 2.0 : 1.0) + position_parameters(m);
 }
 
 double parameters_on_rank(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage) {
@@ -44,7 +49,7 @@ double parameters_on_rank(const ModelSpec& m, const ParallelPlan& p, std::int64_
   if (m.add_bias_linear) layer += (q + 2 * kv + f * glu(m)) / t + 2 * h;
   double n = layer * static_cast<double>(p.layers_on_stage(stage, m.num_layers));
   const double vocab_shard = static_cast<double>(m.padded_vocab(p.tp())) * h / t;
-  if (stage == 0) n += vocab_shard;
+  if (stage == 0) n += vocab_shard + position_parameters(m);
   if (stage == p.pp() - 1) {
     n += norm_params(m);
     // The output layer: its own weight when untied; with tied weights and PP > 1 the last stage

@@ -10,7 +10,13 @@ namespace scalescope::workload {
 
 /// Parameters of one transformer layer, whole (not sharded).
 double layer_parameters(const ModelSpec& m);
-/// Parameters of the whole model: layers, final norm, word embedding, output layer if untied.
+/// Learned absolute position embeddings (GPT-style): a [max positions, h] table on the first
+/// stage, replicated over TP (megatron/core/models/common/embeddings/language_model_embedding.py);
+/// max positions = seq_length. 0 with rotary embeddings.
+double position_parameters(const ModelSpec& m);
+
+/// Parameters of the whole model: layers, final norm, word embedding, output layer if untied,
+/// learned position embeddings.
 /// Uses the unpadded vocabulary, as published counts do.
 double total_parameters(const ModelSpec& m);
 

@@ -14,9 +14,11 @@ constexpr std::int64_t kMiB = 1 << 20;
 // before any tensor (PyTorch forums, "What is the reason for pytorch's GPU memory floor?": 723
 // MiB; "High gpu memory overhead": "~700+MB", depending on CUDA version and device).
 constexpr std::int64_t kCudaContext = 768 * kMiB;
-// cuBLAS/cuBLASLt workspace: 32 MiB per handle on Hopper (PyTorch's default
-// CUBLAS_WORKSPACE_CONFIG is ":4096:8" = 8 × 4 MiB), one handle for the compute stream and one
-// for the side stream Megatron's TP overlap uses.
+// cuBLAS/cuBLASLt workspace: 32 MiB per handle and stream on Hopper (PyTorch's default
+// workspace size for H100, pytorch/pytorch#139442), one for the compute stream and one for the
+// side stream of TP overlap or Transformer Engine. PyTorch allocates them through its caching
+// allocator since pytorch/pytorch#85447, so they count in memory_allocated
+// (pytorch/benchmark#1226).
 constexpr std::int64_t kCublasWorkspace = 2 * 32 * kMiB;
 // NCCL: NCCL_BUFFSIZE (Simple protocol) is 4 MiB per channel and peer (nccl init.cc, MODELING
 // §7.1); a ring channel has a send and a receive peer, and NCCL opens up to 16 channels on
@@ -35,7 +37,8 @@ std::string_view mem_class_name(MemClass c) {
 
 std::int64_t MemoryBreakdown::allocated() const {
   return (*this)[MemClass::Weights] + (*this)[MemClass::MainGrads] + (*this)[MemClass::Optimizer] +
-         (*this)[MemClass::Activations] + (*this)[MemClass::Workspace];
+         (*this)[MemClass::Activations] + (*this)[MemClass::Workspace] +
+         (*this)[MemClass::CublasWorkspace];
 }
 
 std::int64_t MemoryBreakdown::total() const {

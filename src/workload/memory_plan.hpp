@@ -30,7 +30,7 @@ struct MemoryBreakdown {
   std::array<std::int64_t, kNumMemClasses> bytes{};
   std::int64_t& operator[](MemClass c) { return bytes[static_cast<int>(c)]; }
   std::int64_t operator[](MemClass c) const { return bytes[static_cast<int>(c)]; }
-  /// What torch.cuda.max_memory_allocated would report.
+  /// What torch.cuda.max_memory_allocated would report (the cuBLAS workspaces included).
   std::int64_t allocated() const;
   /// What the process holds on the device (PyTorch reserved + context, cuBLAS, NCCL): the
   /// number that must fit.

@@ -212,7 +212,8 @@ class StageBuilder {
   /// wraps each chunk (megatron/training/training.py::get_model). Within a chunk, parameter
   /// groups in backward order: output layer, layers last to first, embedding.
   void plan_buckets() {
-    const double layer = parameters_on_rank(m_, p_, stage_) - (first_ ? vocab_shard() : 0) -
+    const double embedding = vocab_shard() + position_parameters(m_);
+    const double layer = parameters_on_rank(m_, p_, stage_) - (first_ ? embedding : 0) -
                          (last_ ? head_params() : 0);
     const double per_layer = layers_ > 0 ? layer / static_cast<double>(layers_) : 0;
     // One layer's tensors on this rank (megatron/core/tensor_parallel/layers.py): column-parallel
@@ -238,7 +239,7 @@ class StageBuilder {
       if (last_ && c == p_.vpp() - 1 && head_params() > 0) groups.push_back({head_params(), -2});
       for (std::int64_t l = chunk_first_[c] + chunk_layers_[c] - 1; l >= chunk_first_[c]; --l)
         for (std::int64_t k = 0; k < kParts; ++k) groups.push_back({part[k], param_key(l, k)});
-      if (first_ && c == 0) groups.push_back({vocab_shard(), -1});
+      if (first_ && c == 0) groups.push_back({embedding, -1});
       // Megatron DDP: a bucket closes once it holds ddp_bucket_size parameters or more (default
       // max(4e7, 1e6·DP)) when overlapping the reduction; one bucket otherwise, on pipeline
       // stages > 0 and for model chunks > 0 (distributed_data_parallel.py, training.py
