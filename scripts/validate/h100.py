@@ -78,7 +78,8 @@ def experiment_yaml(r):
 
 def why_skip(r):
     if r["precision"] != "bf16":
-        return f"precision {r['precision']} (scalescope models bf16/fp16 only)"
+        return (f"precision {r['precision']}: the row gives NeMo's model TFLOP/s, whose FLOP count "
+                "is not converted here")
     if int(r["cp"]) != 1:
         return f"context parallelism cp={r['cp']} not modelled"
     if int(r["gpus"]) > 16384:
