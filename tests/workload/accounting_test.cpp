@@ -86,6 +86,9 @@ TEST(Accounting, ActivationsWithTpSpSelectiveMatchKorthikanti) {
   // Full recomputation keeps only the layer input, 2·s·b·h.
   p.recompute = Recompute::Full;
   EXPECT_EQ(activation_bytes_per_layer(m, p, t), 2LL * 2048 * 2048);
+  // With SP the saved layer input is the rank's sequence shard: 2·s·b·h/t.
+  p.sequence_parallel = true;
+  EXPECT_EQ(activation_bytes_per_layer(m, p, t), 2LL * 2048 * 2048 / 8);
 }
 
 TEST(Accounting, DistributedOptimizerStaticMemory) {
@@ -133,6 +136,8 @@ TEST(Accounting, GradientPrecisionAndFp8WeightCopies) {
   EXPECT_EQ(static_memory_bytes(m, p, 1), static_cast<std::int64_t>(std::ceil(n * (4 + 1.5))));
   EXPECT_DOUBLE_EQ(linear_parameters_on_rank(m, p, 1), 218103808.0 / 4 * 8);  // 8 layers
   TrainingSpec t;
+  EXPECT_EQ(fp8_weight_copy_bytes(m, p, t, 1), 0);
+  t.precision = Precision::Fp16;  // fp16 weights and fp32 main grads: the bf16 byte counts
   EXPECT_EQ(fp8_weight_copy_bytes(m, p, t, 1), 0);
   t.precision = Precision::Fp8;
   EXPECT_EQ(fp8_weight_copy_bytes(m, p, t, 1), 2 * 218103808 / 4 * 8);
