@@ -22,58 +22,34 @@ import subprocess
 import sys
 import tempfile
 
+import experiment_yaml as ey
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
-def b(s):
-    return str(s).strip().lower() == "true"
+b = ey.flag
 
 
 def experiment_yaml(r):
     llama = b(r["swiglu"])
-    tp, pp, dp, vpp = (int(r[k]) for k in ("tp", "pp", "dp", "vpp"))
-    lines = [
-        "model:",
-        f"  name: {r['model']}",
-        f"  num_layers: {r['num_layers']}",
-        f"  hidden_size: {r['hidden']}",
-        f"  ffn_hidden_size: {r['ffn']}",
-        f"  num_attention_heads: {r['heads']}",
-        f"  num_query_groups: {r['groups']}",
-        f"  vocab_size: {r['vocab']}",
-        f"  seq_length: {r['seq']}",
-        f"  gated_linear_unit: {str(llama).lower()}",
-        f"  untie_embeddings: {str(b(r['untie'])).lower()}",
-        # Llama-style rows: no biases, no dropout, RoPE. GPT rows (Megatron functional tests):
-        # Megatron's defaults, biases, dropout 0.1, learned absolute positions.
-        f"  add_bias_linear: {str(not llama).lower()}",
-        f"  hidden_dropout: {0.0 if llama else 0.1}",
-        f"  attention_dropout: {0.0 if llama else 0.1}",
-        f"  position_embedding_type: {'rope' if llama else 'learned_absolute'}",
-        "parallel:",
-        f"  tp: {tp}",
-        f"  pp: {pp}",
-        f"  dp: {dp}",
-        f"  sequence_parallel: {str(b(r['sequence_parallel'])).lower()}",
-        f"  recompute: {r['recompute']}",
-        f"  use_distributed_optimizer: {str(b(r['distributed_optimizer'])).lower()}",
-    ]
-    if vpp > 1:
-        lines.append(f"  virtual_pipeline_model_parallel_size: {vpp}")
-    lines += [
-        "training:",
-        f"  micro_batch_size: {r['mbs']}",
-        f"  global_batch_size: {r['gbs']}",
-        "  precision: bf16",
-        f"  attention: {r.get('attention') or 'flash'}",
-        "cluster:",
-        "  preset: dgx-h100",
-        f"  num_gpus: {tp * pp * dp}",
-        "run:",
-        "  trace_ranks: [0]",
-    ]
-    return "\n".join(lines) + "\n"
+    tp, pp, dp = (int(r[k]) for k in ("tp", "pp", "dp"))
+    # Llama-style rows: no biases, no dropout, RoPE. GPT rows (Megatron functional tests):
+    # Megatron's defaults, biases, dropout 0.1, learned absolute positions.
+    model = {"name": r["model"], "num_layers": r["num_layers"], "hidden_size": r["hidden"],
+             "ffn_hidden_size": r["ffn"], "num_attention_heads": r["heads"],
+             "num_query_groups": r["groups"], "vocab_size": r["vocab"], "seq_length": r["seq"],
+             "gated_linear_unit": llama, "untie_embeddings": b(r["untie"]),
+             "add_bias_linear": not llama, "hidden_dropout": 0.0 if llama else 0.1,
+             "attention_dropout": 0.0 if llama else 0.1,
+             "position_embedding_type": "rope" if llama else "learned_absolute"}
+    parallel = {"tp": tp, "pp": pp, "dp": dp, "sequence_parallel": b(r["sequence_parallel"]),
+                "recompute": r["recompute"],
+                "use_distributed_optimizer": b(r["distributed_optimizer"]),
+                "virtual_pipeline_model_parallel_size": r["vpp"]}
+    training = {"micro_batch_size": r["mbs"], "global_batch_size": r["gbs"], "precision": "bf16",
+                "attention": r.get("attention") or "flash"}
+    return ey.experiment_yaml(model, parallel, training, tp * pp * dp)
 
 
 def why_skip(r):

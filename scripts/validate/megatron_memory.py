@@ -27,6 +27,8 @@ import subprocess
 import sys
 import tempfile
 
+import experiment_yaml as ey
+
 GIB = 1024 ** 3
 ALLOCATED = ["weights", "main_grads", "optimizer", "activations", "workspace", "cublas_workspace"]
 
@@ -34,53 +36,29 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
-def b(s):
-    return s.strip().lower() == "true"
+b = ey.flag
 
 
 def experiment_yaml(r):
-    tp, pp, dp, vpp = (int(r[k]) for k in ("tp", "pp", "dp", "vpp"))
-    untie = b(r["untie"])
-    lines = [
-        "model:",
-        f"  name: {r['case']}",
-        f"  num_layers: {r['num_layers']}",
-        f"  hidden_size: {r['hidden_size']}",
-        f"  ffn_hidden_size: {r['ffn_hidden_size']}",
-        f"  num_attention_heads: {r['num_attention_heads']}",
-        f"  num_query_groups: {r['num_query_groups']}",
-        f"  vocab_size: {r['vocab_size']}",
-        f"  seq_length: {r['seq_length']}",
-        f"  gated_linear_unit: {str(b(r['swiglu'])).lower()}",
-        f"  untie_embeddings: {str(untie).lower()}",
-        "  add_bias_linear: true",            # Megatron default; no row sets --disable-bias-linear
-        "  hidden_dropout: 0.1",              # Megatron defaults (no row overrides them)
-        "  attention_dropout: 0.1",
-        "  position_embedding_type: learned_absolute",   # Megatron default; no row sets rope
-        "parallel:",
-        f"  tp: {tp}",
-        f"  pp: {pp}",
-        f"  dp: {dp}",
-        f"  sequence_parallel: {str(b(r['sequence_parallel'])).lower()}",
-        f"  recompute: {r['recompute']}",
-        f"  use_distributed_optimizer: {str(b(r['distributed_optimizer'])).lower()}",
-        f"  overlap_grad_reduce: {str(b(r['overlap_grad_reduce'])).lower()}",
-        f"  overlap_param_gather: {str(b(r['overlap_param_gather'])).lower()}",
-    ]
-    if vpp > 1:
-        lines.append(f"  virtual_pipeline_model_parallel_size: {vpp}")
-    lines += [
-        "training:",
-        f"  micro_batch_size: {r['micro_batch_size']}",
-        f"  global_batch_size: {r['global_batch_size']}",
-        f"  precision: {r['precision']}",
-        f"  attention: {r.get('attention') or 'flash'}",
-        "cluster:",
-        "  preset: dgx-h100",
-        f"  num_gpus: {tp * pp * dp}",
-    ]
-    return "\n".join(lines) + "\n"
-
+    tp, pp, dp = (int(r[k]) for k in ("tp", "pp", "dp"))
+    # Megatron defaults where no row overrides them: biases, dropout 0.1, learned positions.
+    model = {"name": r["case"], "num_layers": r["num_layers"], "hidden_size": r["hidden_size"],
+             "ffn_hidden_size": r["ffn_hidden_size"],
+             "num_attention_heads": r["num_attention_heads"],
+             "num_query_groups": r["num_query_groups"], "vocab_size": r["vocab_size"],
+             "seq_length": r["seq_length"], "gated_linear_unit": b(r["swiglu"]),
+             "untie_embeddings": b(r["untie"]), "add_bias_linear": True, "hidden_dropout": 0.1,
+             "attention_dropout": 0.1, "position_embedding_type": "learned_absolute"}
+    parallel = {"tp": tp, "pp": pp, "dp": dp, "sequence_parallel": b(r["sequence_parallel"]),
+                "recompute": r["recompute"],
+                "use_distributed_optimizer": b(r["distributed_optimizer"]),
+                "overlap_grad_reduce": b(r["overlap_grad_reduce"]),
+                "overlap_param_gather": b(r["overlap_param_gather"]),
+                "virtual_pipeline_model_parallel_size": r["vpp"]}
+    training = {"micro_batch_size": r["micro_batch_size"],
+                "global_batch_size": r["global_batch_size"], "precision": r["precision"],
+                "attention": r.get("attention") or "flash"}
+    return ey.experiment_yaml(model, parallel, training, tp * pp * dp)
 
 def parse_memory(out):
     """Returns {class: [GiB per stage]} from `scalescope memory` stdout."""

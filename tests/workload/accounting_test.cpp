@@ -91,17 +91,23 @@ TEST(Accounting, ActivationsWithTpSpSelectiveMatchKorthikanti) {
   EXPECT_EQ(activation_bytes_per_layer(m, p, t), 2LL * 2048 * 2048 / 8);
 }
 
+/// TP 4 · PP 4 · DP 8 with the distributed optimizer (Llama 3 8B's static-memory checks).
+ParallelPlan tp4_pp4_dp8_distributed() {
+  ParallelPlan p;
+  p.tensor_model_parallel_size = 4;
+  p.pipeline_model_parallel_size = 4;
+  p.data_parallel_size = 8;
+  p.use_distributed_optimizer = true;
+  return p;
+}
+
 TEST(Accounting, DistributedOptimizerStaticMemory) {
   // Derivation: bf16 weights 2 B + fp32 main grads 4 B + (fp32 master, Adam m, v) 12 B sharded
   // over DP → (2 + 4 + 12/DP) bytes per parameter held by the rank; without the distributed
   // optimizer 18 B. The rank holds its TP shard of its stage's layers, so summed over TP ranks
   // and stages it is the model's parameters plus the TP-replicated norms and the padded vocab.
   ModelSpec m = llama3_8b();
-  ParallelPlan p;
-  p.tensor_model_parallel_size = 4;
-  p.pipeline_model_parallel_size = 4;
-  p.data_parallel_size = 8;
-  p.use_distributed_optimizer = true;
+  ParallelPlan p = tp4_pp4_dp8_distributed();
   double sum = 0;
   for (std::int64_t stage = 0; stage < 4; ++stage) {
     const double n = parameters_on_rank(m, p, stage);
@@ -125,11 +131,7 @@ TEST(Accounting, GradientPrecisionAndFp8WeightCopies) {
   // the cached fp8 copy and its transpose; Llama 3 8B's linear weights per layer are
   // h·(q + 2·kv) + q·h + 3·h·f = 4096·6144 + 4096² + 3·4096·14336 = 218,103,808, /TP.
   ModelSpec m = llama3_8b();
-  ParallelPlan p;
-  p.tensor_model_parallel_size = 4;
-  p.pipeline_model_parallel_size = 4;
-  p.data_parallel_size = 8;
-  p.use_distributed_optimizer = true;
+  ParallelPlan p = tp4_pp4_dp8_distributed();
   const double n = parameters_on_rank(m, p, 1);
   EXPECT_EQ(static_memory_bytes(m, p, 1), static_cast<std::int64_t>(std::ceil(n * (6 + 1.5))));
   p.grad_reduce_in_fp32 = false;
