@@ -59,6 +59,8 @@ const Keys kModelShapeKeys = {"name",
 const Keys kParallelKeys = {"tensor_model_parallel_size",
                             "pipeline_model_parallel_size",
                             "data_parallel_size",
+                            "context_parallel_size",
+                            "cp_comm_type",
                             "virtual_pipeline_model_parallel_size",
                             "sequence_parallel",
                             "recompute",
@@ -97,6 +99,7 @@ const std::vector<std::pair<std::string_view, std::string_view>> kParallelAliase
     {"tp", "tensor_model_parallel_size"},
     {"pp", "pipeline_model_parallel_size"},
     {"dp", "data_parallel_size"},
+    {"cp", "context_parallel_size"},
     {"vpp", "virtual_pipeline_model_parallel_size"},
     {"accumulate_allreduce_grads_in_fp32", "grad_reduce_in_fp32"}};
 
@@ -475,6 +478,17 @@ workload::ParallelPlan build_parallel(const Section& s) {
   r.positive("tensor_model_parallel_size", p.tensor_model_parallel_size);
   r.positive("pipeline_model_parallel_size", p.pipeline_model_parallel_size);
   r.positive("data_parallel_size", p.data_parallel_size);
+  r.positive("context_parallel_size", p.context_parallel_size);
+  if (const Value* v = r.find("cp_comm_type")) {
+    const std::string type =
+        r.choice("cp_comm_type", {"p2p", "all_gather", "a2a", "a2a+p2p"}, "p2p");
+    if (type == "a2a" || type == "a2a+p2p")
+      fail(*v, r.key("cp_comm_type"),
+           fmt::format("'{}' (Ulysses-style all-to-all) is not modelled yet; use p2p or all_gather",
+                       type));
+    p.cp_comm_type =
+        type == "all_gather" ? workload::CpCommType::AllGather : workload::CpCommType::P2p;
+  }
   r.positive("virtual_pipeline_model_parallel_size", p.virtual_pipeline_model_parallel_size);
   r.positive("microbatch_group_size_per_vp_stage", p.microbatch_group_size_per_vp_stage);
   r.flag("overlap_p2p_comm", p.overlap_p2p_comm);
@@ -641,25 +655,47 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
                     stage == 0 ? "first" : "last", stage == 0 ? "embedding" : "loss");
   }
 
-  // World size: DP is derived from the GPU count when omitted, the GPU count from TP·PP·DP.
+  // Context parallelism (Megatron attn_forward_func_with_cp / DualChunkSwap): the sequence
+  // splits into 2·CP chunks, each rank's share (s/CP) further by TP with SP; fused attention only.
+  const std::int64_t cp = p.cp();
+  if (cp > 1) {
+    if (m.seq_length % (2 * cp) != 0)
+      throw_input(
+          "{}: parallel.context_parallel_size={} needs model.seq_length={} divisible by "
+          "2·context_parallel_size (load-balanced causal chunks)",
+          f, cp, m.seq_length);
+    if (p.sequence_parallel && (m.seq_length / cp) % tp != 0)
+      throw_input(
+          "{}: parallel.tensor_model_parallel_size={} does not divide the context-parallel "
+          "share model.seq_length/context_parallel_size={} (required by sequence_parallel)",
+          f, tp, m.seq_length / cp);
+    if (c.training.attention == workload::AttentionBackend::Unfused)
+      throw_input(
+          "{}: parallel.context_parallel_size={} needs fused attention (training.attention: "
+          "flash), as Megatron's context parallelism does",
+          f, cp);
+  }
+
+  // World size: DP is derived from the GPU count when omitted, the GPU count from TP·CP·PP·DP.
   const bool has_dp = get(t.at("parallel"), "data_parallel_size") != nullptr;
   const bool has_gpus = cl.num_gpus > 0;
   if (!has_dp && !has_gpus)
     throw_input("{}: cluster.num_gpus or parallel.data_parallel_size is required", f);
   if (!has_dp) {
-    if (cl.num_gpus % (tp * pp) != 0)
+    if (cl.num_gpus % (tp * cp * pp) != 0)
       throw_input(
-          "{}: cluster.num_gpus={} is not a multiple of "
-          "parallel.tensor_model_parallel_size·pipeline_model_parallel_size={}",
-          f, cl.num_gpus, tp * pp);
-    p.data_parallel_size = cl.num_gpus / (tp * pp);
+          "{}: cluster.num_gpus={} is not a multiple of parallel.tensor_model_parallel_size·"
+          "context_parallel_size·pipeline_model_parallel_size={}",
+          f, cl.num_gpus, tp * cp * pp);
+    p.data_parallel_size = cl.num_gpus / (tp * cp * pp);
   }
   if (!has_gpus) cl.num_gpus = p.world();
   if (p.world() != cl.num_gpus)
     throw_input(
-        "{}: parallel.tensor_model_parallel_size·pipeline_model_parallel_size·"
-        "data_parallel_size={}·{}·{}={} differs from cluster.num_gpus={}",
-        f, tp, pp, p.dp(), p.world(), cl.num_gpus);
+        "{}: parallel.tensor_model_parallel_size·context_parallel_size·"
+        "pipeline_model_parallel_size·data_parallel_size={}·{}·{}·{}={} differs from "
+        "cluster.num_gpus={}",
+        f, tp, cp, pp, p.dp(), p.world(), cl.num_gpus);
   if (cl.num_gpus % cl.gpus_per_node != 0 && cl.num_gpus > cl.gpus_per_node)
     throw_input(
         "{}: cluster.num_gpus={} is not a multiple of cluster.gpus_per_node={} (only a "
@@ -747,6 +783,11 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
   out << YAML::Key << "pipeline_model_parallel_size" << YAML::Value
       << p.pipeline_model_parallel_size;
   out << YAML::Key << "data_parallel_size" << YAML::Value << p.data_parallel_size;
+  if (p.cp() > 1) {
+    out << YAML::Key << "context_parallel_size" << YAML::Value << p.cp();
+    out << YAML::Key << "cp_comm_type" << YAML::Value
+        << (p.cp_comm_type == workload::CpCommType::AllGather ? "all_gather" : "p2p");
+  }
   out << YAML::Key << "sequence_parallel" << YAML::Value << p.sequence_parallel;
   out << YAML::Key << "recompute" << YAML::Value << name_of(p.recompute);
   out << YAML::Key << "use_distributed_optimizer" << YAML::Value << p.use_distributed_optimizer;

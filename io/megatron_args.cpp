@@ -91,6 +91,7 @@ constexpr Option kOptions[] = {
     {"--recompute-method", Kind::Special},
     {"--recompute-num-layers", Kind::Special},
     {"--context-parallel-size", Kind::Special},
+    {"--cp-comm-type", Kind::Value, "parallel", "cp_comm_type"},
     {"--expert-model-parallel-size", Kind::Special},
     {"--expert-tensor-parallel-size", Kind::Special},
     // ---- training
@@ -425,12 +426,12 @@ LaunchLine parse_megatron_args(std::string_view text, std::string_view label) {
     }
   }
 
-  for (std::string_view n :
-       {"--context-parallel-size", "--expert-model-parallel-size", "--expert-tensor-parallel-size"})
+  if (has("--context-parallel-size"))
+    set("parallel", "context_parallel_size", at("--context-parallel-size").value,
+        at("--context-parallel-size"));
+  for (std::string_view n : {"--expert-model-parallel-size", "--expert-tensor-parallel-size"})
     if (has(n) && at(n).value != "1")
-      refuse(n,
-             "only 1 is accepted for now (scalescope does not model context or expert "
-             "parallelism)");
+      refuse(n, "only 1 is accepted for now (scalescope does not model expert parallelism)");
 
   // Precision: Megatron trains in fp32 without --bf16 or --fp16 (the loader refuses that when
   // nothing else sets training.precision); fp8 runs on top of bf16 / fp16.

@@ -81,6 +81,7 @@ void write_summary_json(const emu::RunResults& r, const std::string& path) {
                                {"exposed_pp", ns_to_seconds(last.exposed_pp)},
                                {"exposed_dp", ns_to_seconds(last.exposed_dp)},
                                {"exposed_embedding", ns_to_seconds(last.exposed_embedding)},
+                               {"exposed_cp", ns_to_seconds(last.exposed_cp)},
                                {"bubble", ns_to_seconds(last.bubble)},
                                {"other_wait", ns_to_seconds(last.other_wait)}};
   const emu::EngineStats& e = r.engine;
@@ -136,6 +137,7 @@ std::string format_summary_table(const emu::RunResults& r) {
     part("exposed PP", last.exposed_pp);
     part("exposed DP", last.exposed_dp);
     part("exposed embedding AR", last.exposed_embedding);
+    part("exposed CP", last.exposed_cp);
     part("bubble / idle", last.bubble);
     part("other wait", last.other_wait);
     part("total (finish)", last.finish);

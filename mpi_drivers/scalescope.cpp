@@ -83,7 +83,7 @@ graph::SlicedGraph build(const io::ExperimentConfig& c) {
 
 /// Adds the workload's figures (tokens, model FLOPs, pipeline stages) to the engine's results.
 void complete_summary(emu::RunResults& r, const io::ExperimentConfig& c) {
-  const workload::RankLayout lay{c.parallel.tp(), c.parallel.dp(), c.parallel.pp()};
+  const workload::RankLayout lay = workload::layout_of(c.parallel);
   emu::Summary& s = r.summary;
   s.model_name = c.model.name;
   s.tokens_per_iteration = static_cast<double>(c.training.global_batch_size * c.model.seq_length);
@@ -105,7 +105,7 @@ void complete_summary(emu::RunResults& r, const io::ExperimentConfig& c) {
 /// The capacity check (docs/model.md "Memory capacity"): each stage's breakdown at its peak,
 /// the tightest stage's first rank, and whether peak total memory fits the GPU's usable HBM.
 void check_memory(emu::Summary& s, const io::ExperimentConfig& c) {
-  const workload::RankLayout lay{c.parallel.tp(), c.parallel.dp(), c.parallel.pp()};
+  const workload::RankLayout lay = workload::layout_of(c.parallel);
   s.memory_class_names.clear();
   for (int k = 0; k < workload::kNumMemClasses; ++k)
     s.memory_class_names.emplace_back(workload::mem_class_name(static_cast<workload::MemClass>(k)));
@@ -126,7 +126,7 @@ void check_memory(emu::Summary& s, const io::ExperimentConfig& c) {
       worst = b.total();
       at_worst = b;
       s.memory_tightest_stage = static_cast<std::uint32_t>(stage);
-      s.memory_tightest_rank = lay.rank(0, 0, stage);
+      s.memory_tightest_rank = lay.rank(0, 0, 0, stage);
     }
   }
   s.memory_fits = worst <= s.memory_capacity_bytes;
@@ -356,10 +356,10 @@ int memory_command(const std::string& config_path, const std::vector<std::string
   const graph::SlicedGraph g = build(c);
   emu::Summary s;
   s.gpu = cost::find_gpu(c.cluster.gpu).name;
-  const workload::RankLayout lay{c.parallel.tp(), c.parallel.dp(), c.parallel.pp()};
+  const workload::RankLayout lay = workload::layout_of(c.parallel);
   for (std::int64_t stage = 0; stage < c.parallel.pp(); ++stage) {
     const emu::MemoryProfile m =
-        emu::memory_profile(g.templates[g.rank_class[lay.rank(0, 0, stage)]]);
+        emu::memory_profile(g.templates[g.rank_class[lay.rank(0, 0, 0, stage)]]);
     s.peak_memory_bytes_by_pp_stage.push_back(m.peak);
     s.peak_transient_bytes_by_pp_stage.push_back(m.peak_transient);
   }

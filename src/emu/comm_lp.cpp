@@ -17,7 +17,8 @@ CommLP::CommLP(std::uint32_t comm, const ModelData& data)
   // (role PpNext) and its downstream member's PpPrevComm.
   for (std::uint32_t i = 0; i < size_ && i < stream_.size(); ++i) {
     graph::Stream s = graph::Stream::DpComm;
-    if (kind_ == graph::CommKind::TpGroup) s = graph::Stream::TpComm;
+    if (kind_ == graph::CommKind::TpGroup || kind_ == graph::CommKind::CpGroup)
+      s = graph::Stream::TpComm;
     if (kind_ == graph::CommKind::PpPair)
       s = data.graph->comm_of(members_[i], graph::CommRole::PpNext) ==
                   static_cast<std::int32_t>(comm)

@@ -12,6 +12,7 @@ namespace {
 /// The exposed-communication bucket of a communication op.
 SimTime& exposed_bucket(RankResult& r, const graph::Op& op) {
   if (op.role == graph::CommRole::Embedding) return r.exposed_embedding;
+  if (op.role == graph::CommRole::Cp) return r.exposed_cp;
   switch (op.stream) {
     case Stream::TpComm:
       return r.exposed_tp;

@@ -6,14 +6,14 @@ namespace scalescope::graph {
 
 std::string_view op_name(OpName n) {
   static constexpr std::array<std::string_view, static_cast<int>(OpName::Count)> kNames = {
-      "embedding",         "input_norm",          "qkv_gemm",          "rope",
-      "attention",         "out_proj_gemm",       "bias_dropout_add",  "pre_mlp_norm",
-      "fc1_gemm",          "activation",          "fc2_gemm",          "final_norm",
-      "logits_gemm",       "cross_entropy",       "tp_all_reduce",     "tp_all_gather",
-      "tp_reduce_scatter", "ce_all_reduce",       "pp_send",           "pp_recv",
-      "pp_send_recv",      "dp_all_reduce",       "dp_reduce_scatter", "dp_all_gather",
-      "emb_all_reduce",    "norm_all_reduce",     "optimizer_step",    "fp8_cast",
-      "grad_unscale",      "found_inf_all_reduce"};
+      "embedding",         "input_norm",           "qkv_gemm",          "rope",
+      "attention",         "out_proj_gemm",        "bias_dropout_add",  "pre_mlp_norm",
+      "fc1_gemm",          "activation",           "fc2_gemm",          "final_norm",
+      "logits_gemm",       "cross_entropy",        "tp_all_reduce",     "tp_all_gather",
+      "tp_reduce_scatter", "ce_all_reduce",        "pp_send",           "pp_recv",
+      "pp_send_recv",      "dp_all_reduce",        "dp_reduce_scatter", "dp_all_gather",
+      "emb_all_reduce",    "norm_all_reduce",      "optimizer_step",    "fp8_cast",
+      "grad_unscale",      "found_inf_all_reduce", "cp_kv_exchange"};
   auto i = static_cast<std::size_t>(n);
   return i < kNames.size() ? kNames[i] : "?";
 }

@@ -53,14 +53,16 @@ enum class CommRole : std::uint8_t {
   PpPrev = 3,     ///< pair (previous stage, me)
   PpNext = 4,     ///< pair (me, next stage)
   Embedding = 5,  ///< first + last pipeline stage, for tied-embedding gradients
+  Cp = 6,         ///< context-parallel group (key/value exchange of attention)
 };
-inline constexpr int kNumRoles = 6;
+inline constexpr int kNumRoles = 7;
 
 /// The stream a role's communication runs on: TP collectives on their own stream, pipeline
 /// transfers on their pair's, DP and tied-embedding gradient reductions on the DP stream.
 constexpr Stream stream_of(CommRole r) {
   switch (r) {
     case CommRole::Tp:
+    case CommRole::Cp:  // CP's exchange runs inside attention, between the SP collectives
       return Stream::TpComm;
     case CommRole::PpPrev:
       return Stream::PpPrevComm;
@@ -111,6 +113,7 @@ enum class OpName : std::uint8_t {
   Fp8Cast,            ///< Transformer Engine's cast to fp8 (activations, gradients, weights)
   GradUnscale,        ///< fp16: unscale the main grads and look for inf/NaN
   FoundInfAllReduce,  ///< fp16: the found-inf flag reduced over the model-parallel ranks
+  CpKvExchange,       ///< context parallelism: keys/values (and their gradients) among CP ranks
   Count
 };
 std::string_view op_name(OpName n);

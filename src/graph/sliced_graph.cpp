@@ -80,6 +80,8 @@ std::string_view comm_kind_name(CommKind k) {
       return "pp";
     case CommKind::EmbeddingGroup:
       return "embedding";
+    case CommKind::CpGroup:
+      return "cp";
   }
   return "?";
 }
@@ -133,6 +135,8 @@ CommRole role_of(CommKind k) {
       return CommRole::Embedding;
     case CommKind::PpPair:
       return CommRole::PpNext;
+    case CommKind::CpGroup:
+      return CommRole::Cp;
   }
   return CommRole::None;
 }

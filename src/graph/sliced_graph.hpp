@@ -10,7 +10,7 @@
 
 namespace scalescope::graph {
 
-enum class CommKind : std::uint8_t { TpGroup, DpGroup, PpPair, EmbeddingGroup };
+enum class CommKind : std::uint8_t { TpGroup, DpGroup, PpPair, EmbeddingGroup, CpGroup };
 std::string_view comm_kind_name(CommKind k);
 
 /// Every communicator of the job; members as CSR, ordered by rank.

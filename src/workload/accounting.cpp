@@ -61,7 +61,9 @@ double parameters_on_rank(const ModelSpec& m, const ParallelPlan& p, std::int64_
 
 std::int64_t static_memory_bytes(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage) {
   const double n = parameters_on_rank(m, p, stage);
-  const double optimizer = p.use_distributed_optimizer ? 12.0 / static_cast<double>(p.dp()) : 12.0;
+  // The distributed optimizer shards over the DP × CP group (Megatron's dp-cp group).
+  const double optimizer =
+      p.use_distributed_optimizer ? 12.0 / static_cast<double>(p.dp_cp()) : 12.0;
   return static_cast<std::int64_t>(std::ceil(n * (2.0 + p.grad_bytes() + optimizer)));
 }
 
@@ -83,7 +85,8 @@ std::int64_t fp8_weight_copy_bytes(const ModelSpec& m, const ParallelPlan& p, co
 
 std::int64_t activation_bytes_per_layer(const ModelSpec& m, const ParallelPlan& p,
                                         const TrainingSpec& t) {
-  const double s = static_cast<double>(m.seq_length);
+  const double s =
+      static_cast<double>(m.seq_length) / static_cast<double>(p.cp());  // this rank's share
   const double b = static_cast<double>(t.micro_batch_size);
   const double h = static_cast<double>(m.hidden_size);
   const double a = static_cast<double>(m.num_attention_heads);

@@ -55,7 +55,8 @@ MemClass MemoryBreakdown::dominant() const {
 int communicators_of_stage(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage) {
   int n = 0;
   if (p.tp() > 1) ++n;
-  if (p.dp() > 1) ++n;
+  if (p.dp_cp() > 1) ++n;  // DP × CP gradient group
+  if (p.cp() > 1) ++n;     // CP group
   if (p.pp() > 1) {
     const bool wrap = p.interleaved();
     n += (stage > 0 || wrap ? 1 : 0) + (stage < p.pp() - 1 || wrap ? 1 : 0);

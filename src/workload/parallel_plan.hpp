@@ -5,6 +5,9 @@
 namespace scalescope::workload {
 
 enum class Recompute : std::uint8_t { None, Selective, Full };
+/// How context-parallel attention exchanges keys and values (Megatron's --cp-comm-type): a ring
+/// of point-to-point transfers overlapped with the attention blocks, or one all-gather first.
+enum class CpCommType : std::uint8_t { P2p, AllGather };
 enum class Schedule : std::uint8_t { OneFOneB, GPipe };
 enum class Precision : std::uint8_t { Bf16, Fp16, Fp8 };
 enum class AttentionBackend : std::uint8_t { Flash, Unfused };
@@ -13,6 +16,10 @@ struct ParallelPlan {
   std::int64_t tensor_model_parallel_size = 1;
   std::int64_t pipeline_model_parallel_size = 1;
   std::int64_t data_parallel_size = 0;  ///< 0 → derived from the GPU count
+  /// Context parallelism (--context-parallel-size): each sequence split over c ranks, causal
+  /// load-balanced (DualChunkSwap), attention exchanging keys and values among them.
+  std::int64_t context_parallel_size = 1;
+  CpCommType cp_comm_type = CpCommType::P2p;
   bool sequence_parallel = false;
   Recompute recompute = Recompute::None;
   bool use_distributed_optimizer = false;
@@ -52,7 +59,10 @@ struct ParallelPlan {
   std::int64_t pp() const { return pipeline_model_parallel_size; }
   std::int64_t dp() const { return data_parallel_size; }
   std::int64_t vpp() const { return virtual_pipeline_model_parallel_size; }
-  std::int64_t world() const { return tp() * pp() * dp(); }
+  std::int64_t cp() const { return context_parallel_size; }
+  /// The gradient-reduction and optimizer-sharding group: DP × CP (Megatron's dp-cp group).
+  std::int64_t dp_cp() const { return dp() * cp(); }
+  std::int64_t world() const { return tp() * cp() * pp() * dp(); }
   bool interleaved() const { return vpp() > 1; }
   std::int64_t microbatch_group_size() const {
     return microbatch_group_size_per_vp_stage > 0 ? microbatch_group_size_per_vp_stage : pp();

@@ -53,7 +53,9 @@ class StageBuilder {
       chunk_layers_.push_back(p.layers_in_chunk(stage, c, m.num_layers));
       chunk_first_.push_back(p.first_layer_of_chunk(stage, c, m.num_layers));
     }
-    tokens_ = static_cast<double>(m.seq_length * t.micro_batch_size);
+    // With context parallelism each rank holds s/c tokens of each sequence.
+    cp_ = static_cast<double>(p.cp());
+    tokens_ = static_cast<double>(m.seq_length * t.micro_batch_size) / cp_;
     seq_shard_ = p.sequence_parallel ? static_cast<double>(p.tp()) : 1.0;
     tp_ = static_cast<double>(p.tp());
     h_ = static_cast<double>(m.hidden_size);
@@ -67,7 +69,7 @@ class StageBuilder {
     prog_.static_memory =
         static_memory_bytes(m_, p_, stage_) + fp8_weight_copy_bytes(m_, p_, t_, stage_);
     plan_buckets();
-    if (p_.use_distributed_optimizer && p_.overlap_param_gather && p_.dp() > 1) {
+    if (p_.use_distributed_optimizer && p_.overlap_param_gather && p_.dp_cp() > 1) {
       // Steady state: the parameter all-gather of the previous step's update overlaps this
       // iteration's first forward; each bucket's first layer waits for it (MODELING §3.1).
       // Issued in forward order: model chunk 0 first, each chunk's buckets last to first.
@@ -156,6 +158,39 @@ class StageBuilder {
     chain(gemm_op);
     wait_for(add_free(tp_reduce(phase), start));
   }
+  /// Context parallelism's key/value exchange around a core attention op (Megatron
+  /// AttnFuncWithCPAndKVP2P, MODELING §4.2): the c − 1 ring transfers of this rank's K and V
+  /// block (2·b·(s/c)·kv/t bf16 values each) are an all-gather over the CP group of c blocks
+  /// (a ring all-gather moves c − 1 of them per rank). With cp_comm_type p2p it runs beside the
+  /// attention (each step computes on the block it has while the next one arrives) and the op
+  /// after the attention waits for it; with all_gather it completes first. The backward ring
+  /// also carries dK, dV back: a reduce-scatter of the same size.
+  double kv_block_bytes() const {
+    return 2 * 2 * tokens_ * static_cast<double>(m_.kv_width()) / tp_;
+  }
+  void attention_with_cp(const Op& attn, bool backward) {
+    if (cp_ <= 1) {
+      chain(attn);
+      return;
+    }
+    const double bytes = cp_ * kv_block_bytes();
+    const Phase phase = attn.phase;
+    Op gather = collective(OpKind::AllGather, CommRole::Cp, OpName::CpKvExchange, phase, bytes);
+    Op reduce = collective(OpKind::ReduceScatter, CommRole::Cp, OpName::CpKvExchange, phase, bytes);
+    if (p_.cp_comm_type == CpCommType::AllGather) {
+      chain(gather);
+      chain(attn);
+      if (backward) chain(reduce);
+      return;
+    }
+    std::vector<std::uint32_t> start = wait_next_;
+    start.push_back(chain_);
+    const std::uint32_t kv = add_free(gather, start);
+    const std::uint32_t dkv = backward ? add_free(reduce, {kv}) : kNone;
+    chain(attn);
+    wait_for(kv);
+    if (dkv != kNone) wait_for(dkv);
+  }
   /// Transformer Engine's cast of `elements` bf16 values to fp8 (read 2 B, write 1 B) with the
   /// amax update fused in; under fp8 only.
   void fp8_cast(Phase phase, double elements) {
@@ -213,8 +248,8 @@ class StageBuilder {
   /// groups in backward order: output layer, layers last to first, embedding.
   void plan_buckets() {
     const double embedding = vocab_shard() + position_parameters(m_);
-    const double layer = parameters_on_rank(m_, p_, stage_) - (first_ ? embedding : 0) -
-                         (last_ ? head_params() : 0);
+    const double layer =
+        parameters_on_rank(m_, p_, stage_) - (first_ ? embedding : 0) - (last_ ? head_params() : 0);
     const double per_layer = layers_ > 0 ? layer / static_cast<double>(layers_) : 0;
     // One layer's tensors on this rank (megatron/core/tensor_parallel/layers.py): column-parallel
     // weights and biases split over TP, row-parallel biases and the norms replicated; the norms
@@ -233,7 +268,7 @@ class StageBuilder {
     part[kPreMlpNorm] = part[kInputNorm] = norms / 2;
     const double bucket_size = p_.ddp_bucket_size > 0
                                    ? static_cast<double>(p_.ddp_bucket_size)
-                                   : std::max(4e7, 1e6 * static_cast<double>(p_.dp()));
+                                   : std::max(4e7, 1e6 * static_cast<double>(p_.dp_cp()));
     for (std::int64_t c = 0; c < p_.vpp(); ++c) {
       std::vector<ParamGroup> groups;
       if (last_ && c == p_.vpp() - 1 && head_params() > 0) groups.push_back({head_params(), -2});
@@ -385,7 +420,8 @@ class StageBuilder {
     wait_for_overlapped(qkv_gather);
     if (m_.position_embedding_type == PositionEmbedding::Rope)
       chain(memory_bound(OpKind::Elementwise, OpName::Rope, phase, 2 * 2 * T * (q + kv) / t));
-    chain(attention(phase, 1.0, keep ? attention_saved() + 2 * T * q / t : 0, attn_alloc));
+    attention_with_cp(
+        attention(phase, 1.0, keep ? attention_saved() + 2 * T * q / t : 0, attn_alloc), false);
     fp8_cast(phase, T * q / t);  // the attention output, input of the out-projection
     Op proj = gemm(OpName::OutProjGemm, phase, T, h, q / t);
     proj.mem_transient = static_cast<std::int64_t>(2 * T * h);
@@ -432,7 +468,7 @@ class StageBuilder {
   double attention_saved() const {
     if (p_.recompute == Recompute::Selective) return 0;  // recomputed in the backward
     const double a = static_cast<double>(m_.num_attention_heads) / tp_;
-    const double s = static_cast<double>(m_.seq_length);
+    const double s = static_cast<double>(m_.seq_length) / cp_;  // this rank's queries
     const double b = static_cast<double>(t_.micro_batch_size);
     if (t_.attention == AttentionBackend::Unfused)
       return (m_.attention_dropout > 0 ? 5.0 : 2.0) * a * s * s * b;  // Korthikanti §4.1
@@ -467,8 +503,13 @@ class StageBuilder {
       const double gemm_bytes = bwd ? 4 * (2 * head + 2 * scores) : 2 * (2 * head + 2 * scores);
       op.mem_bytes = gemm_bytes + (bwd ? 6 + dropout : 4 + dropout) * scores;
     } else {
-      op.flops = factor * 0.5 * 4 * b * s * s * q / tp_;
-      op.mem_bytes = factor * 2 * tokens_ * (2 * q + 2 * kv) / tp_;
+      // With context parallelism (causal, load-balanced DualChunkSwap) the rank's s/c queries
+      // attend to keys of the whole sequence in c blocks of s/c: 1/c of the work, the kernel
+      // running on blocks of s/c (the rate table's length), every key/value block read once.
+      const double local = s / cp_;
+      op.shape[1] = static_cast<std::uint32_t>(local);
+      op.flops = factor * 0.5 * 4 * b * s * local * q / tp_;
+      op.mem_bytes = factor * 2 * tokens_ * (2 * q + 2 * kv * cp_) / tp_;
     }
     op.mem_alloc = static_cast<std::int64_t>(saved);
     attn_alloc += op.mem_alloc;
@@ -555,10 +596,10 @@ class StageBuilder {
     ready_[param_key(l, kOutProj)] = row_backward(OpName::OutProjGemm, T, h, q / t);
     if (p_.recompute == Recompute::Selective) {
       std::int64_t none = 0;
-      chain(attention(Phase::Recompute, 1.0, 0, none));
+      attention_with_cp(attention(Phase::Recompute, 1.0, 0, none), false);
     }
     std::int64_t none = 0;
-    chain(attention(Phase::Backward, 2.5, 0, none));
+    attention_with_cp(attention(Phase::Backward, 2.5, 0, none), true);
     if (m_.position_embedding_type == PositionEmbedding::Rope)
       chain(memory_bound(OpKind::Elementwise, OpName::Rope, Phase::Backward,
                          2 * 2 * T * (q + kv) / t));
@@ -776,7 +817,7 @@ class StageBuilder {
     cur_mb_ = -1;
     const std::uint32_t end_of_backward = chain_;
     std::vector<std::uint32_t> reductions;
-    if (p_.dp() > 1) {
+    if (p_.dp_cp() > 1) {
       // A bucket's reduction starts when its gradients are ready; the DP stream takes them in
       // that order (with several model chunks, the last chunk's buckets are ready first).
       std::vector<std::pair<std::uint32_t, std::size_t>> order;
@@ -816,7 +857,7 @@ class StageBuilder {
                        4 * vocab_shard()),
             std::exchange(wait, {}));
     const double shard = parameters_on_rank(m_, p_, stage_) /
-                         (p_.use_distributed_optimizer ? static_cast<double>(p_.dp()) : 1.0);
+                         (p_.use_distributed_optimizer ? static_cast<double>(p_.dp_cp()) : 1.0);
     if (t_.precision == Precision::Fp16) {
       // Mixed precision with loss scaling: unscale the main grads in place and look for inf/NaN
       // (torch._amp_foreach_non_finite_check_and_unscale_), then reduce the flag (MAX) over the
@@ -834,7 +875,7 @@ class StageBuilder {
     chain(memory_bound(OpKind::Optimizer, OpName::OptimizerStep, Phase::Optimizer,
                        (26 + p_.grad_bytes()) * shard, 12 * shard),
           std::exchange(wait, {}));
-    if (p_.use_distributed_optimizer && !p_.overlap_param_gather && p_.dp() > 1) {
+    if (p_.use_distributed_optimizer && !p_.overlap_param_gather && p_.dp_cp() > 1) {
       const std::uint32_t step = chain_;
       for (auto it = buckets_.rbegin(); it != buckets_.rend(); ++it)
         add_free(collective(OpKind::AllGather, CommRole::Dp, OpName::DpAllGather, Phase::Other,
@@ -852,7 +893,7 @@ class StageBuilder {
   std::int64_t layers_ = 0, num_mb_ = 0;
   std::vector<std::int64_t> chunk_layers_, chunk_first_;  ///< per model chunk
   std::vector<std::uint32_t> wait_next_;  ///< ops the next chained op also waits for
-  double tokens_ = 0, seq_shard_ = 1, tp_ = 1, h_ = 0, hidden_bytes_ = 0;
+  double tokens_ = 0, seq_shard_ = 1, tp_ = 1, cp_ = 1, h_ = 0, hidden_bytes_ = 0;
   std::uint32_t chain_ = kNone;
   std::uint32_t pending_reduce_ = kNone;
   std::int64_t cur_layer_ = -1, cur_mb_ = -1;
@@ -878,7 +919,7 @@ graph::SlicedGraph build_graph(const ModelSpec& model, const ParallelPlan& plan,
   SCALESCOPE_EXPECTS(plan.tp() > 0 && plan.pp() > 0 && plan.dp() > 0);
   SCALESCOPE_EXPECTS(plan.total_layers(model.num_layers) == model.num_layers);
   SCALESCOPE_EXPECTS(training.num_microbatches(plan.dp()) > 0);
-  const RankLayout lay{plan.tp(), plan.dp(), plan.pp()};
+  const RankLayout lay = layout_of(plan);
   graph::SlicedGraph g;
   g.world_size = lay.world();
   g.config_text = config_text;
@@ -891,48 +932,67 @@ graph::SlicedGraph build_graph(const ModelSpec& model, const ParallelPlan& plan,
         static_cast<std::int32_t>(comm);
   };
   for (std::uint32_t r = 0; r < g.world_size; ++r) g.rank_class[r] = lay.stage_of(r);
+  const std::int64_t T = plan.tp(), C = plan.cp(), D = plan.dp(), P = plan.pp();
   std::vector<std::uint32_t> members;
-  if (plan.tp() > 1)
-    for (std::int64_t pp = 0; pp < plan.pp(); ++pp)
-      for (std::int64_t dp = 0; dp < plan.dp(); ++dp) {
+  auto group = [&](CommKind kind, CommRole role) {
+    std::sort(members.begin(), members.end());
+    auto c = g.comms.add(kind, members);
+    for (auto r : members) set_role(r, role, c);
+  };
+  if (T > 1)
+    for (std::int64_t pp = 0; pp < P; ++pp)
+      for (std::int64_t dp = 0; dp < D; ++dp)
+        for (std::int64_t cp = 0; cp < C; ++cp) {
+          members.clear();
+          for (std::int64_t tp = 0; tp < T; ++tp) members.push_back(lay.rank(tp, cp, dp, pp));
+          group(CommKind::TpGroup, CommRole::Tp);
+        }
+  if (C > 1)
+    for (std::int64_t pp = 0; pp < P; ++pp)
+      for (std::int64_t dp = 0; dp < D; ++dp)
+        for (std::int64_t tp = 0; tp < T; ++tp) {
+          members.clear();
+          for (std::int64_t cp = 0; cp < C; ++cp) members.push_back(lay.rank(tp, cp, dp, pp));
+          group(CommKind::CpGroup, CommRole::Cp);
+        }
+  // Gradients reduce (and the distributed optimizer shards) over DP × CP.
+  if (D * C > 1)
+    for (std::int64_t pp = 0; pp < P; ++pp)
+      for (std::int64_t tp = 0; tp < T; ++tp) {
         members.clear();
-        for (std::int64_t tp = 0; tp < plan.tp(); ++tp) members.push_back(lay.rank(tp, dp, pp));
-        auto c = g.comms.add(CommKind::TpGroup, members);
-        for (auto r : members) set_role(r, CommRole::Tp, c);
+        for (std::int64_t dp = 0; dp < D; ++dp)
+          for (std::int64_t cp = 0; cp < C; ++cp) members.push_back(lay.rank(tp, cp, dp, pp));
+        group(CommKind::DpGroup, CommRole::Dp);
       }
-  if (plan.dp() > 1)
-    for (std::int64_t pp = 0; pp < plan.pp(); ++pp)
-      for (std::int64_t tp = 0; tp < plan.tp(); ++tp) {
-        members.clear();
-        for (std::int64_t dp = 0; dp < plan.dp(); ++dp) members.push_back(lay.rank(tp, dp, pp));
-        auto c = g.comms.add(CommKind::DpGroup, members);
-        for (auto r : members) set_role(r, CommRole::Dp, c);
-      }
-  for (std::int64_t pp = 0; pp + 1 < plan.pp(); ++pp)
-    for (std::int64_t dp = 0; dp < plan.dp(); ++dp)
-      for (std::int64_t tp = 0; tp < plan.tp(); ++tp) {
-        const auto up = lay.rank(tp, dp, pp), down = lay.rank(tp, dp, pp + 1);
-        auto c = g.comms.add(CommKind::PpPair, {up, down});
-        set_role(up, CommRole::PpNext, c);
-        set_role(down, CommRole::PpPrev, c);
-      }
-  // Interleaving: the last rank's chunk j feeds the first rank's chunk j + 1.
-  if (plan.interleaved() && plan.pp() > 1)
-    for (std::int64_t dp = 0; dp < plan.dp(); ++dp)
-      for (std::int64_t tp = 0; tp < plan.tp(); ++tp) {
-        const auto up = lay.rank(tp, dp, plan.pp() - 1), down = lay.rank(tp, dp, 0);
-        auto c = g.comms.add(CommKind::PpPair, {std::min(up, down), std::max(up, down)});
-        set_role(up, CommRole::PpNext, c);
-        set_role(down, CommRole::PpPrev, c);
-      }
-  if (!model.untie_embeddings && plan.pp() > 1)
-    for (std::int64_t dp = 0; dp < plan.dp(); ++dp)
-      for (std::int64_t tp = 0; tp < plan.tp(); ++tp) {
-        const auto a = lay.rank(tp, dp, 0), b = lay.rank(tp, dp, plan.pp() - 1);
-        auto c = g.comms.add(CommKind::EmbeddingGroup, {a, b});
-        set_role(a, CommRole::Embedding, c);
-        set_role(b, CommRole::Embedding, c);
-      }
+  // Pipeline pairs, wrap-around pairs (interleaving: the last rank's chunk j feeds the first
+  // rank's chunk j + 1) and tied-embedding pairs, in the order of the rank layout.
+  for (std::int64_t pp = 0; pp + 1 < P; ++pp)
+    for (std::int64_t dp = 0; dp < D; ++dp)
+      for (std::int64_t cp = 0; cp < C; ++cp)
+        for (std::int64_t tp = 0; tp < T; ++tp) {
+          const auto up = lay.rank(tp, cp, dp, pp), down = lay.rank(tp, cp, dp, pp + 1);
+          auto c = g.comms.add(CommKind::PpPair, {up, down});
+          set_role(up, CommRole::PpNext, c);
+          set_role(down, CommRole::PpPrev, c);
+        }
+  if (plan.interleaved() && P > 1)
+    for (std::int64_t dp = 0; dp < D; ++dp)
+      for (std::int64_t cp = 0; cp < C; ++cp)
+        for (std::int64_t tp = 0; tp < T; ++tp) {
+          const auto up = lay.rank(tp, cp, dp, P - 1), down = lay.rank(tp, cp, dp, 0);
+          auto c = g.comms.add(CommKind::PpPair, {std::min(up, down), std::max(up, down)});
+          set_role(up, CommRole::PpNext, c);
+          set_role(down, CommRole::PpPrev, c);
+        }
+  if (!model.untie_embeddings && P > 1)
+    for (std::int64_t dp = 0; dp < D; ++dp)
+      for (std::int64_t cp = 0; cp < C; ++cp)
+        for (std::int64_t tp = 0; tp < T; ++tp) {
+          const auto a = lay.rank(tp, cp, dp, 0), b = lay.rank(tp, cp, dp, P - 1);
+          auto c = g.comms.add(CommKind::EmbeddingGroup, {a, b});
+          set_role(a, CommRole::Embedding, c);
+          set_role(b, CommRole::Embedding, c);
+        }
   graph::validate(g);
   return g;
 }

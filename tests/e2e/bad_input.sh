@@ -51,7 +51,7 @@ expect_error megatron_missing_value "--global-batch-size expects a value" run --
 expect_error megatron_bad_value "'--hidden-size=big': model.hidden_size" run --megatron-args="$ml --hidden-size=big" "${h100[@]}"
 expect_error megatron_no_cluster "a Megatron-LM launch line has no cluster" run --megatron-args "$ml"
 expect_error megatron_yaml_key "megatron_args: unknown Megatron-LM option --tensor-parallel" run "$tmp/megatron.yaml"
-expect_error megatron_graph "--context-parallel-size 2: only 1" graph --megatron-args "$ml --context-parallel-size 2" "${h100[@]}"
+expect_error megatron_graph "--expert-model-parallel-size 2: only 1" graph --megatron-args "$ml --expert-model-parallel-size 2" "${h100[@]}"
 expect_error megatron_fp32 "trains in fp32" run --megatron-args "${ml% --bf16}" "${h100[@]}"
 expect_error run_nothing "give an experiment CONFIG" run
 printf 'model: [unclosed\n' >"$tmp/malformed.yaml"

@@ -854,7 +854,7 @@ TEST(ConfigMegatron, BadLaunchLinesAreOneLineErrorsNamingTheOption) {
   expect(ok + "$GPT_ARGS", "--megatron-args", "$GPT_ARGS");
   expect(ok + "80", "--megatron-args", "'80'");
   expect(ok + "--num-query-groups 2", "--num-query-groups 2", "--group-query-attention");
-  expect(ok + "--context-parallel-size 2", "--context-parallel-size 2", "only 1");
+  expect(ok + "--expert-tensor-parallel-size 2", "--expert-tensor-parallel-size 2", "only 1");
   expect(ok + "--expert-model-parallel-size=4", "--expert-model-parallel-size=4", "only 1");
   expect(ok + "--num-experts 8", "--num-experts 8", "not modelled");
   expect(ok + "--moe-router-topk 2", "--moe-router-topk", "not modelled");

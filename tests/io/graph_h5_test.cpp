@@ -275,8 +275,8 @@ TEST_F(GraphH5, EveryEnumColumnIsRangeChecked) {
   }
   const std::string path = file("comms.h5");
   write_graph_h5(make_graph(), path);
-  overwrite<std::uint8_t>(path, "/comms/kind", 1, 4, H5T_NATIVE_UINT8);
-  EXPECT_NE(read_error(path).find("/comms/kind: value 4 out of range"), std::string::npos);
+  overwrite<std::uint8_t>(path, "/comms/kind", 1, 5, H5T_NATIVE_UINT8);  // 5 kinds: 0..4
+  EXPECT_NE(read_error(path).find("/comms/kind: value 5 out of range"), std::string::npos);
 }
 
 TEST_F(GraphH5, MissingDatasetIsNamed) {
@@ -324,13 +324,13 @@ TEST_F(GraphH5, UnsupportedFormatVersionIsRejected) {
   // Through the group: HDF5 1.10's H5Awrite fails on an attribute from H5Aopen_by_name.
   hid_t g = H5Gopen2(f, "/meta", H5P_DEFAULT);
   hid_t a = H5Aopen(g, "format_version", H5P_DEFAULT);
-  const std::uint32_t version = 2;
+  const std::uint32_t version = 1;  // before per-pair pipeline streams and the CP role
   ASSERT_GE(H5Awrite(a, H5T_NATIVE_UINT32, &version), 0);
   H5Aclose(a);
   H5Gclose(g);
   ASSERT_GE(H5Fclose(f), 0);
   const std::string msg = read_error(path);
-  EXPECT_NE(msg.find("/meta: format_version 2 is not supported"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("/meta: format_version 1 is not supported"), std::string::npos) << msg;
 }
 
 TEST_F(GraphH5, StructuralErrorsBecomeIoErrorsNamingTheFile) {

@@ -89,6 +89,11 @@ TEST(Accounting, ActivationsWithTpSpSelectiveMatchKorthikanti) {
   // With SP the saved layer input is the rank's sequence shard: 2·s·b·h/t.
   p.sequence_parallel = true;
   EXPECT_EQ(activation_bytes_per_layer(m, p, t), 2LL * 2048 * 2048 / 8);
+  // Context parallelism: every term is per token, and a rank holds s/c of them; TP + SP +
+  // selective with c = 4 keeps 34·(s/c)·b·h/t.
+  p.recompute = Recompute::Selective;
+  p.context_parallel_size = 4;
+  EXPECT_EQ(activation_bytes_per_layer(m, p, t), 34LL * 512 * 1 * 2048 / 8);
 }
 
 /// TP 4 · PP 4 · DP 8 with the distributed optimizer (Llama 3 8B's static-memory checks).
@@ -136,6 +141,11 @@ TEST(Accounting, GradientPrecisionAndFp8WeightCopies) {
   EXPECT_EQ(static_memory_bytes(m, p, 1), static_cast<std::int64_t>(std::ceil(n * (6 + 1.5))));
   p.grad_reduce_in_fp32 = false;
   EXPECT_EQ(static_memory_bytes(m, p, 1), static_cast<std::int64_t>(std::ceil(n * (4 + 1.5))));
+  // The distributed optimizer shards over DP × CP: 12/(8·2) with CP 2.
+  p.grad_reduce_in_fp32 = true;
+  p.context_parallel_size = 2;
+  EXPECT_EQ(static_memory_bytes(m, p, 1), static_cast<std::int64_t>(std::ceil(n * (6 + 0.75))));
+  p.context_parallel_size = 1;
   EXPECT_DOUBLE_EQ(linear_parameters_on_rank(m, p, 1), 218103808.0 / 4 * 8);  // 8 layers
   TrainingSpec t;
   EXPECT_EQ(fp8_weight_copy_bytes(m, p, t, 1), 0);

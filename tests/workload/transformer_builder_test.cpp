@@ -208,6 +208,51 @@ TEST(TransformerBuilder, DpBucketsSplitInsideLayersAsTheParamAndGradBuffer) {
   EXPECT_DOUBLE_EQ(total, 4 * parameters_on_rank(s.m, s.p, 0));
 }
 
+TEST(TransformerBuilder, ContextParallelAttentionAndGroups) {
+  // CP c = 4, TP 2 with SP, s = 1024, b = 1 (small(): h = 1024, 16 heads, 4 query groups of
+  // dh 64: q = 1024, kv = 256). Each rank holds s/c = 256 tokens; causal attention with load
+  // balancing does 1/c of the work: ½·4·b·s·(s/c)·q/t = ½·4·1024·256·1024/2 FLOPs. Keys and
+  // values move in a ring: c − 1 transfers of this rank's block of 2·b·(s/c)·kv/t bf16 values
+  // (K and V) = 2·2·256·256/2 = 131,072 bytes, i.e. an all-gather of S = c·block over the CP
+  // group (a ring all-gather moves (c − 1)/c·S per rank); the backward adds a reduce-scatter of
+  // dK, dV of the same size. Pipeline messages shrink by c: 2·(s/c)·b·h/t bytes. Gradients
+  // reduce over DP × CP.
+  Job s = small(2, 2, 1);
+  s.p.context_parallel_size = 4;
+  s.t.global_batch_size = 4;  // m = 4 micro-batches
+  graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
+  EXPECT_EQ(g.world_size, 2u * 4 * 2);
+  int gathers = 0, scatters = 0, attention_fwd = 0;
+  for (const graph::Op& op : g.templates[0].ops) {
+    if (op.name == graph::OpName::CpKvExchange) {
+      EXPECT_EQ(op.role, graph::CommRole::Cp);
+      EXPECT_DOUBLE_EQ(op.comm_bytes, 4 * 131072.0);
+      (op.kind == graph::OpKind::AllGather ? gathers : scatters)++;
+    }
+    if (op.kind == graph::OpKind::Attention && op.phase == graph::Phase::Forward) {
+      ++attention_fwd;
+      EXPECT_DOUBLE_EQ(op.flops, 0.5 * 4 * 1024.0 * 256 * 1024 / 2);
+      EXPECT_EQ(op.shape[1], 256u);
+    }
+    if (op.kind == graph::OpKind::SendRecv) {
+      EXPECT_DOUBLE_EQ(op.comm_bytes, 2.0 * 256 * 1024 / 2);
+    }
+  }
+  // 2 layers on stage 0, 4 micro-batches: one gather per forward, one gather and one
+  // reduce-scatter per backward.
+  EXPECT_EQ(attention_fwd, 2 * 4);
+  EXPECT_EQ(gathers, 2 * 4 * 2);
+  EXPECT_EQ(scatters, 2 * 4);
+  // Rank 0's communicators: TP {0, 1}, CP {0, 2, 4, 6} (tp-cp-dp-pp order), DP × CP = CP here.
+  auto members = [&](graph::CommRole role) {
+    const auto c = static_cast<std::uint32_t>(g.comm_of(0, role));
+    return std::vector<std::uint32_t>(g.comms.members_begin(c), g.comms.members_end(c));
+  };
+  EXPECT_EQ(members(graph::CommRole::Tp), (std::vector<std::uint32_t>{0, 1}));
+  EXPECT_EQ(members(graph::CommRole::Cp), (std::vector<std::uint32_t>{0, 2, 4, 6}));
+  EXPECT_EQ(members(graph::CommRole::Dp), (std::vector<std::uint32_t>{0, 2, 4, 6}));
+}
+
 TEST(TransformerBuilder, GraphsValidateForEveryOption) {
   for (auto sched : {Schedule::OneFOneB, Schedule::GPipe})
     for (auto rc : {Recompute::None, Recompute::Selective, Recompute::Full})
