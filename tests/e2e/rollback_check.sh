@@ -12,6 +12,10 @@ e=$repo/inputs/experiments
   --set model.num_layers=4 --set training.global_batch_size=32
 "$bin" run "$e/gpt3-175b-1024.yaml" -o "$tmp/c" --quiet --rollback-check \
   --set model.num_layers=16 --set training.global_batch_size=128
+# The interleaved schedule; context parallelism with TP overlap and fp8.
+"$bin" run "$e/quickstart.yaml" -o "$tmp/e" --quiet --rollback-check --set parallel.vpp=4
+"$bin" run "$e/quickstart.yaml" -o "$tmp/f" --quiet --rollback-check --set parallel.cp=2 \
+  --set parallel.dp=4 --set parallel.tp_comm_overlap=true --set training.precision=fp8
 # The check must not change results: compare with a normal run.
 "$bin" run "$e/quickstart.yaml" -o "$tmp/d" --quiet
 /usr/bin/python3 -c "
