@@ -118,7 +118,27 @@ SimTime CostModel::collective_ns(graph::OpKind kind, double bytes, const CommSha
   SCALESCOPE_EXPECTS(graph::is_collective(kind));
   // A one-member communicator, or nothing to move: NCCL returns without communicating.
   if (shape.ranks <= 1 || !(bytes > 0)) return 0;
+  if (kind == graph::OpKind::AllToAll) return all_to_all_ns(bytes, shape);
   return seconds_to_ns(collective_estimate(kind, bytes, shape).time_us * 1e-6);
+}
+
+SimTime CostModel::all_to_all_ns(double bytes, const CommShape& shape) const {
+  // NCCL runs all-to-all as grouped point-to-point transfers, which its tuner does not model
+  // (MODELING §7.5): per member, `bytes` (the send buffer, nccl-tests' size) goes 1/n to each
+  // member. The share for the other members of its node crosses NVLink, the share for members on
+  // other nodes the GPU's share of the node's NICs; both run at once, the slower sets the time,
+  // plus one link latency.
+  const double n = shape.ranks;
+  const double on_node = std::min<double>(shape.ranks_per_node, n);
+  const double intra = bytes * (on_node - 1) / n;
+  const double inter = bytes * (n - on_node) / n;
+  const double nvlink =
+      cluster_.nvlink_bandwidth_GBps * units::kGB * network_.p2p_nvlink_efficiency;
+  const double nic = cluster_.nic_bandwidth_Gbps * units::kGbitToBytes *
+                     static_cast<double>(cluster_.nics_per_node) /
+                     static_cast<double>(cluster_.gpus_per_node) * network_.p2p_nic_efficiency;
+  const double latency_us = shape.nodes > 1 ? cluster_.nic_latency_us : cluster_.nvlink_latency_us;
+  return seconds_to_ns(latency_us * 1e-6 + std::max(intra / nvlink, inter / nic));
 }
 
 SimTime CostModel::p2p_ns(double bytes, bool same_node) const {

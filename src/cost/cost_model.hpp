@@ -37,6 +37,9 @@ class CostModel {
   /// NCCL picks the fastest (algorithm, protocol); all-reduce considers ring and tree.
   SimTime collective_ns(graph::OpKind kind, double bytes, const CommShape& shape) const;
   /// One point-to-point transfer between two GPUs.
+  /// All-to-all of `bytes` per member (the send buffer, nccl-tests' size): NVLink for the
+  /// members on the node, the GPU's NIC share for the rest, whichever is slower, plus a latency.
+  SimTime all_to_all_ns(double bytes, const CommShape& shape) const;
   SimTime p2p_ns(double bytes, bool same_node) const;
   /// Shape of a communicator given its sorted member ranks.
   CommShape shape_of(const std::uint32_t* members_begin, const std::uint32_t* members_end) const;

@@ -21,7 +21,7 @@ std::string_view op_name(OpName n) {
 std::string_view op_kind_name(OpKind k) {
   static constexpr std::array<std::string_view, kNumOpKinds> kNames = {
       "gemm",      "attention",  "elementwise", "norm",           "embedding", "loss",
-      "optimizer", "all_reduce", "all_gather",  "reduce_scatter", "send_recv"};
+      "optimizer", "all_reduce", "all_gather",  "reduce_scatter", "send_recv", "all_to_all"};
   auto i = static_cast<std::size_t>(k);
   return i < kNames.size() ? kNames[i] : "?";
 }

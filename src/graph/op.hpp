@@ -18,11 +18,13 @@ enum class OpKind : std::uint8_t {
   AllGather,
   ReduceScatter,
   SendRecv,  ///< batched P2P: an optional send and an optional receive that complete together
+  AllToAll,  ///< every member sends 1/n of its buffer to each member (MoE token dispatch)
 };
-inline constexpr int kNumOpKinds = 11;
+inline constexpr int kNumOpKinds = 12;
 
 constexpr bool is_collective(OpKind k) {
-  return k == OpKind::AllReduce || k == OpKind::AllGather || k == OpKind::ReduceScatter;
+  return k == OpKind::AllReduce || k == OpKind::AllGather || k == OpKind::ReduceScatter ||
+         k == OpKind::AllToAll;
 }
 constexpr bool is_communication(OpKind k) {
   return is_collective(k) || k == OpKind::SendRecv;

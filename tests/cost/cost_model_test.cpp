@@ -368,5 +368,23 @@ TEST(CostModel, PointToPointIsLatencyPlusBytesOverBandwidth) {
   EXPECT_NEAR(static_cast<double>(m.p2p_ns(1, true)), 1.5e3, 1.0);
 }
 
+TEST(CostModel, AllToAllIsTheSlowerOfNvlinkAndNicShares) {
+  // 16 members on 2 nodes of 8 (a100(): NVLink 300 GB/s, 1.5 µs; 200 Gb/s NICs, 3 µs), 64 MiB
+  // sent per member, 1/16 to each: 7/16 over NVLink at 300e9 · 0.88 B/s = 111.2 µs, 8/16 over
+  // the GPU's NIC share (nics_per_node / gpus_per_node NICs of 25e9 B/s, efficiency 0.96) =
+  // 1398.1 µs at one NIC per GPU: the NIC sets the time, plus the 3 µs inter-node latency.
+  const ClusterSpec c = a100();
+  const CostModel m(c);
+  const double S = 64.0 * 1024 * 1024;
+  const double nic =
+      25e9 * static_cast<double>(c.nics_per_node) / static_cast<double>(c.gpus_per_node) * 0.96;
+  const double expected_ns = 3e3 + std::max(S * 7 / 16 / (300e9 * 0.88), S * 8 / 16 / nic) * 1e9;
+  EXPECT_NEAR(static_cast<double>(m.collective_ns(graph::OpKind::AllToAll, S, {16, 2, 8})),
+              expected_ns, 1.0);
+  // One node of 8: NVLink only, 7/8 of the buffer, 1.5 µs.
+  EXPECT_NEAR(static_cast<double>(m.collective_ns(graph::OpKind::AllToAll, S, {8, 1, 8})),
+              1.5e3 + S * 7 / 8 / (300e9 * 0.88) * 1e9, 1.0);
+}
+
 }  // namespace
 }  // namespace scalescope::cost
