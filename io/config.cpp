@@ -76,7 +76,11 @@ const Keys kParallelKeys = {"tensor_model_parallel_size",
                             "overlap_p2p_comm",
                             "grad_reduce_in_fp32",
                             "tp_comm_overlap",
-                            "ddp_bucket_size"};
+                            "ddp_bucket_size",
+                            "zero_stage",
+                            "fsdp",
+                            "reshard_after_forward",
+                            "fsdp_reduce_every_microbatch"};
 const Keys kTrainingKeys = {"micro_batch_size", "global_batch_size", "precision", "attention"};
 const Keys kClusterNetworkKeys = {"gpu",
                                   "gpus_per_node",
@@ -508,6 +512,26 @@ workload::ParallelPlan build_parallel(const Section& s) {
                    : workload::Schedule::OneFOneB;
   r.flag("overlap_grad_reduce", p.overlap_grad_reduce);
   r.flag("overlap_param_gather", p.overlap_param_gather);
+  // ZeRO stages; use_distributed_optimizer is Megatron's name for stage 1 (and Megatron-FSDP
+  // requires it beside its sharding), fsdp PyTorch FSDP2's = stage 3.
+  if (const Value* v = r.find("zero_stage")) {
+    p.zero_stage = std::stoll(r.choice("zero_stage", {"0", "1", "2", "3"}, "0"));
+    if (p.zero_stage == 0 && p.use_distributed_optimizer)
+      fail(*v, r.key("zero_stage"),
+           "0 (plain DDP) contradicts parallel.use_distributed_optimizer: true (ZeRO-1)");
+  }
+  r.flag("fsdp", p.fsdp);
+  if (p.fsdp) {
+    if (const Value* v = r.find("zero_stage"); v && p.zero_stage != 3)
+      fail(*v, r.key("zero_stage"), "parallel.fsdp: true is ZeRO-3; set zero_stage: 3 or omit it");
+    p.zero_stage = 3;
+  }
+  if (p.zero_stage >= 1) p.use_distributed_optimizer = true;
+  for (const char* k : {"reshard_after_forward", "fsdp_reduce_every_microbatch"})
+    if (const Value* v = r.find(k); v && p.zero() < 3)
+      fail(*v, r.key(k), "applies to ZeRO-3 only (parallel.fsdp: true or zero_stage: 3)");
+  r.flag("reshard_after_forward", p.reshard_after_forward);
+  r.flag("fsdp_reduce_every_microbatch", p.fsdp_reduce_every_microbatch);
   r.positive("decoder_first_pipeline_num_layers", p.decoder_first_pipeline_num_layers);
   r.positive("decoder_last_pipeline_num_layers", p.decoder_last_pipeline_num_layers);
   return p;
@@ -581,6 +605,16 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
         f);
   if (p.overlap_param_gather && !p.use_distributed_optimizer)
     throw_input("{}: parallel.overlap_param_gather requires parallel.use_distributed_optimizer", f);
+  if (p.zero() >= 3 && pp > 1)
+    throw_input(
+        "{}: parallel.zero_stage=3 / fsdp with pipeline_model_parallel_size > 1 is not modelled "
+        "(Megatron-FSDP's pipeline variant); use pipeline_model_parallel_size: 1",
+        f);
+  if (p.zero() >= 3 && p.overlap_param_gather)
+    throw_input(
+        "{}: parallel.overlap_param_gather is the distributed optimizer's gather; ZeRO-3 / fsdp "
+        "gathers per layer (omit overlap_param_gather)",
+        f);
   if (p.overlap_param_gather && !p.overlap_grad_reduce)
     throw_input("{}: parallel.overlap_param_gather requires parallel.overlap_grad_reduce", f);
   if (m.num_attention_heads % tp != 0)
@@ -795,6 +829,13 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
       << (p.schedule == workload::Schedule::GPipe ? "gpipe" : "1f1b");
   out << YAML::Key << "overlap_grad_reduce" << YAML::Value << p.overlap_grad_reduce;
   out << YAML::Key << "overlap_param_gather" << YAML::Value << p.overlap_param_gather;
+  if (p.zero_stage > 0) out << YAML::Key << "zero_stage" << YAML::Value << p.zero_stage;
+  if (p.fsdp) out << YAML::Key << "fsdp" << YAML::Value << true;
+  if (p.zero() >= 3) {
+    out << YAML::Key << "reshard_after_forward" << YAML::Value << p.reshard_after_forward;
+    out << YAML::Key << "fsdp_reduce_every_microbatch" << YAML::Value
+        << p.fsdp_reduce_every_microbatch;
+  }
   if (p.decoder_first_pipeline_num_layers > 0)
     out << YAML::Key << "decoder_first_pipeline_num_layers" << YAML::Value
         << p.decoder_first_pipeline_num_layers;

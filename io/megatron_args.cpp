@@ -84,6 +84,7 @@ constexpr Option kOptions[] = {
     {"--overlap-grad-reduce", Kind::Flag, "parallel", "overlap_grad_reduce", "true"},
     {"--overlap-param-gather", Kind::Flag, "parallel", "overlap_param_gather", "true"},
     {"--tp-comm-overlap", Kind::Flag, "parallel", "tp_comm_overlap", "true"},
+    {"--use-torch-fsdp2", Kind::SpecialFlag},
     {"--grad-reduce-in-bf16", Kind::Flag, "parallel", "grad_reduce_in_fp32", "false"},
     {"--ddp-bucket-size", Kind::Value, "parallel", "ddp_bucket_size"},
     {"--recompute-activations", Kind::SpecialFlag},
@@ -212,7 +213,6 @@ constexpr Option kOptions[] = {
     {"--multi-latent-attention", Kind::UnmodelledFlag, {}, {}, "multi-latent attention"},
     {"--qk-layernorm", Kind::UnmodelledFlag, {}, {}, "the extra norms on queries and keys"},
     {"--add-qkv-bias", Kind::UnmodelledFlag, {}, {}, "a bias on Q/K/V only"},
-    {"--use-torch-fsdp2", Kind::UnmodelledFlag, {}, {}, "FSDP"},
     {"--cpu-offloading", Kind::UnmodelledFlag, {}, {}, "activation offloading to the CPU"},
 };
 
@@ -426,6 +426,11 @@ LaunchLine parse_megatron_args(std::string_view text, std::string_view label) {
     }
   }
 
+  // PyTorch FSDP2 through Megatron: fully sharded (ZeRO-3) layers.
+  if (has("--use-torch-fsdp2")) {
+    set("parallel", "fsdp", "true", at("--use-torch-fsdp2"));
+    set("parallel", "zero_stage", "3", at("--use-torch-fsdp2"));
+  }
   if (has("--context-parallel-size"))
     set("parallel", "context_parallel_size", at("--context-parallel-size").value,
         at("--context-parallel-size"));

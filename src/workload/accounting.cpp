@@ -36,7 +36,7 @@ double total_parameters(const ModelSpec& m) {
          v * h * (m.untie_embeddings ? 2.0 : 1.0) + position_parameters(m);
 }
 
-double parameters_on_rank(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage) {
+double layer_parameters_on_rank(const ModelSpec& m, const ParallelPlan& p) {
   const double t = static_cast<double>(p.tp());
   const double h = static_cast<double>(m.hidden_size);
   const double q = static_cast<double>(m.query_width());
@@ -47,7 +47,14 @@ double parameters_on_rank(const ModelSpec& m, const ParallelPlan& p, std::int64_
   // (megatron/core/tensor_parallel/layers.py).
   double layer = (h * (q + 2 * kv) + q * h + h * f * glu(m) + f * h) / t + 2 * norm_params(m);
   if (m.add_bias_linear) layer += (q + 2 * kv + f * glu(m)) / t + 2 * h;
-  double n = layer * static_cast<double>(p.layers_on_stage(stage, m.num_layers));
+  return layer;
+}
+
+double parameters_on_rank(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage) {
+  const double t = static_cast<double>(p.tp());
+  const double h = static_cast<double>(m.hidden_size);
+  double n =
+      layer_parameters_on_rank(m, p) * static_cast<double>(p.layers_on_stage(stage, m.num_layers));
   const double vocab_shard = static_cast<double>(m.padded_vocab(p.tp())) * h / t;
   if (stage == 0) n += vocab_shard + position_parameters(m);
   if (stage == p.pp() - 1) {
@@ -59,12 +66,46 @@ double parameters_on_rank(const ModelSpec& m, const ParallelPlan& p, std::int64_
   return n;
 }
 
+double weight_bytes_per_parameter(const ParallelPlan& p) {
+  return p.zero() >= 3 ? 2.0 / static_cast<double>(p.dp_cp()) : 2.0;
+}
+double grad_bytes_per_parameter(const ParallelPlan& p) {
+  return p.zero() >= 2 ? p.grad_bytes() / static_cast<double>(p.dp_cp()) : p.grad_bytes();
+}
+double optimizer_bytes_per_parameter(const ParallelPlan& p) {
+  return p.zero() >= 1 ? 12.0 / static_cast<double>(p.dp_cp()) : 12.0;
+}
+
 std::int64_t static_memory_bytes(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage) {
   const double n = parameters_on_rank(m, p, stage);
-  // The distributed optimizer shards over the DP × CP group (Megatron's dp-cp group).
-  const double optimizer =
-      p.use_distributed_optimizer ? 12.0 / static_cast<double>(p.dp_cp()) : 12.0;
-  return static_cast<std::int64_t>(std::ceil(n * (2.0 + p.grad_bytes() + optimizer)));
+  // ZeRO shards over the DP × CP group (Megatron's dp-cp group), MODELING §3.2.
+  return static_cast<std::int64_t>(
+      std::ceil(n * (weight_bytes_per_parameter(p) + grad_bytes_per_parameter(p) +
+                     optimizer_bytes_per_parameter(p))));
+}
+
+std::int64_t zero3_unsharded_param_bytes(const ModelSpec& m, const ParallelPlan& p,
+                                         std::int64_t stage) {
+  if (p.zero() < 3 || p.dp_cp() == 1) return 0;
+  const double layer = layer_parameters_on_rank(m, p);
+  const double root = parameters_on_rank(m, p, stage) -
+                      layer * static_cast<double>(p.layers_on_stage(stage, m.num_layers));
+  if (!p.reshard_after_forward)
+    return static_cast<std::int64_t>(std::ceil(2 * parameters_on_rank(m, p, stage)));
+  // The root unit stays gathered through the micro-batch; two layer units besides it.
+  return static_cast<std::int64_t>(std::ceil(2 * (root + 2 * layer)));
+}
+
+std::int64_t zero3_unsharded_grad_bytes(const ModelSpec& m, const ParallelPlan& p,
+                                        const TrainingSpec& t, std::int64_t stage) {
+  if (p.zero() < 3 || p.dp_cp() == 1) return 0;
+  if (t.num_microbatches(p.dp()) > 1 && !p.fsdp_reduce_every_microbatch)
+    return static_cast<std::int64_t>(std::ceil(p.grad_bytes() * parameters_on_rank(m, p, stage)));
+  const double layer = layer_parameters_on_rank(m, p);
+  const double root = parameters_on_rank(m, p, stage) -
+                      layer * static_cast<double>(p.layers_on_stage(stage, m.num_layers));
+  // The root's gradients (produced first, in the head's backward, reduced last) and the layer's.
+  return static_cast<std::int64_t>(std::ceil(p.grad_bytes() * (root + layer)));
 }
 
 double linear_parameters_on_rank(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage) {

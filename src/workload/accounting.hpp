@@ -25,10 +25,30 @@ double total_parameters(const ModelSpec& m);
 /// the output layer (or the tied embedding's copy when PP > 1) on the last.
 double parameters_on_rank(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage);
 
-/// Weights + gradients + optimizer state of one rank (MODELING §3.2, Megatron
-/// dist_optimizer.md): bf16/fp16 weights 2 B, fp32 main grads 4 B, fp32 master + Adam m, v 12 B,
-/// the last sharded over DP by the distributed optimizer: (6 + 12/DP) or 18 bytes per parameter.
+/// Parameters of one transformer layer held by one rank (its TP shard).
+double layer_parameters_on_rank(const ModelSpec& m, const ParallelPlan& p);
+
+/// Persistent bytes per parameter by ZeRO stage (MODELING §3.2, ZeRO §5, Megatron
+/// dist_optimizer.md), D = DP × CP: bf16/fp16 weights 2 (2/D under ZeRO-3), main grads
+/// grad_bytes (/D from ZeRO-2), fp32 master + Adam m, v 12 (/D from ZeRO-1).
+double weight_bytes_per_parameter(const ParallelPlan& p);
+double grad_bytes_per_parameter(const ParallelPlan& p);
+double optimizer_bytes_per_parameter(const ParallelPlan& p);
+
+/// Weights + gradients + optimizer state of one rank: parameters × the three figures above, e.g.
+/// 18, 6 + 12/D (ZeRO-1), 2 + 16/D (ZeRO-2), 18/D (ZeRO-3) with fp32 grads.
 std::int64_t static_memory_bytes(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage);
+
+/// ZeRO-3 / FSDP: the unsharded bf16 parameters live at the peak, beside the shards: the root
+/// unit (embedding, final norm, output layer; FSDP2 keeps the root gathered through the
+/// backward) and two layer units (the current one and the prefetched one, FSDP's
+/// limit_all_gathers); all of the rank's parameters without reshard_after_forward. 0 otherwise.
+std::int64_t zero3_unsharded_param_bytes(const ModelSpec& m, const ParallelPlan& p,
+                                         std::int64_t stage);
+/// ZeRO-3 / FSDP: unsharded gradients live at the peak: the root's and one layer's until their
+/// reduce-scatter, or every parameter's when micro-batches accumulate before the reduction.
+std::int64_t zero3_unsharded_grad_bytes(const ModelSpec& m, const ParallelPlan& p,
+                                        const TrainingSpec& t, std::int64_t stage);
 
 /// Weights of the transformer layers' linear layers (QKV, out-proj, FC1, FC2) on a rank of
 /// `stage`: the GEMMs Transformer Engine runs in fp8.

@@ -73,12 +73,23 @@ MemoryBreakdown memory_breakdown(const ModelSpec& m, const ParallelPlan& p, cons
   const double params = parameters_on_rank(m, p, stage);
   const std::int64_t fp8_copies = fp8_weight_copy_bytes(m, p, t, stage);
   const std::int64_t total_static = static_memory_bytes(m, p, stage) + fp8_copies;
-  b[MemClass::Weights] = static_cast<std::int64_t>(std::ceil(2 * params)) + fp8_copies;
-  b[MemClass::MainGrads] = static_cast<std::int64_t>(std::ceil(p.grad_bytes() * params));
+  b[MemClass::Weights] =
+      static_cast<std::int64_t>(std::ceil(weight_bytes_per_parameter(p) * params)) + fp8_copies;
+  b[MemClass::MainGrads] =
+      static_cast<std::int64_t>(std::ceil(grad_bytes_per_parameter(p) * params));
   b[MemClass::Optimizer] = total_static - b[MemClass::Weights] - b[MemClass::MainGrads];
   b[MemClass::Workspace] = peak_workspace;
-  b[MemClass::Activations] =
-      std::max<std::int64_t>(0, peak_allocated - total_static - peak_workspace);
+  // ZeRO-3 / FSDP: the gathered parameters and the unsharded gradients the graph allocates are
+  // counted as weights and main grads (their closed form at the peak, capped by what is there).
+  std::int64_t dynamic = std::max<std::int64_t>(0, peak_allocated - total_static - peak_workspace);
+  const std::int64_t gathered = std::min(dynamic, zero3_unsharded_param_bytes(m, p, stage));
+  dynamic -= gathered;
+  const std::int64_t unsharded_grads =
+      std::min(dynamic, zero3_unsharded_grad_bytes(m, p, t, stage));
+  dynamic -= unsharded_grads;
+  b[MemClass::Weights] += gathered;
+  b[MemClass::MainGrads] += unsharded_grads;
+  b[MemClass::Activations] = dynamic;
   b[MemClass::Fragmentation] =
       static_cast<std::int64_t>(kFragmentationMargin * static_cast<double>(peak_allocated));
   b[MemClass::CudaContext] = kCudaContext;

@@ -23,6 +23,20 @@ struct ParallelPlan {
   bool sequence_parallel = false;
   Recompute recompute = Recompute::None;
   bool use_distributed_optimizer = false;
+  /// ZeRO stage (Rajbhandari et al. SC'20, §5): 0 plain DDP, 1 optimizer state sharded over
+  /// DP × CP (Megatron's distributed optimizer; use_distributed_optimizer is its Megatron name),
+  /// 2 gradients too (reduce-scattered every micro-batch), 3 parameters too (gathered per
+  /// transformer layer, FSDP's schedule). zero() reads the stage from either key.
+  std::int64_t zero_stage = 0;
+  /// PyTorch FSDP2 (fully_shard per transformer layer and on the root module): ZeRO-3.
+  bool fsdp = false;
+  /// FSDP's reshard_after_forward: true frees a layer's gathered parameters after its forward
+  /// and gathers them again for its backward (FULL_SHARD); false keeps them (SHARD_GRAD_OP).
+  bool reshard_after_forward = true;
+  /// ZeRO-3 with gradient accumulation: reduce-scatter every micro-batch (FSDP2's default)
+  /// instead of only the last (set_requires_gradient_sync(False), Megatron's no_sync), which
+  /// keeps unsharded gradients between micro-batches.
+  bool fsdp_reduce_every_microbatch = false;
   Schedule schedule = Schedule::OneFOneB;
   bool overlap_grad_reduce = false;   ///< DP reduction overlapped with the last backward
   bool overlap_param_gather = false;  ///< param all-gather overlapped with the next forward
@@ -54,6 +68,10 @@ struct ParallelPlan {
   /// Parameters per DP gradient bucket (--ddp-bucket-size); 0 = Megatron's max(4e7, 1e6·DP).
   std::int64_t ddp_bucket_size = 0;
   double grad_bytes() const { return grad_reduce_in_fp32 ? 4.0 : 2.0; }
+  /// The ZeRO stage in effect: zero_stage, or 1 when only use_distributed_optimizer is set.
+  std::int64_t zero() const {
+    return zero_stage > 0 ? zero_stage : (use_distributed_optimizer ? 1 : 0);
+  }
 
   std::int64_t tp() const { return tensor_model_parallel_size; }
   std::int64_t pp() const { return pipeline_model_parallel_size; }

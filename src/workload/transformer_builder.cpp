@@ -63,13 +63,18 @@ class StageBuilder {
     num_mb_ = t.num_microbatches(p.dp());
     ub_ = p.tp_comm_overlap && p.sequence_parallel && p.tp() > 1;
     fp8_ = t.precision == Precision::Fp8;
+    // ZeRO-3 / FSDP units: each transformer layer, and the root (embedding, final norm, output
+    // layer), as fully_shard wraps them (MODELING §3.3).
+    zero3_ = p.zero() >= 3 && p.dp_cp() > 1;
+    layer_unit_ = layer_parameters_on_rank(m, p);
+    root_unit_ = parameters_on_rank(m, p, stage) - layer_unit_ * static_cast<double>(layers_);
   }
 
   graph::RankProgram build() {
     prog_.static_memory =
         static_memory_bytes(m_, p_, stage_) + fp8_weight_copy_bytes(m_, p_, t_, stage_);
     plan_buckets();
-    if (p_.use_distributed_optimizer && p_.overlap_param_gather && p_.dp_cp() > 1) {
+    if (p_.zero() >= 1 && p_.zero() <= 2 && p_.overlap_param_gather && p_.dp_cp() > 1) {
       // Steady state: the parameter all-gather of the previous step's update overlaps this
       // iteration's first forward; each bucket's first layer waits for it (MODELING §3.1).
       // Issued in forward order: model chunk 0 first, each chunk's buckets last to first.
@@ -210,12 +215,18 @@ class StageBuilder {
     return op;
   }
   /// Adds an op on the main chain: it depends on the previous chain op, and becomes the chain.
-  std::uint32_t chain(const Op& op, std::vector<std::uint32_t> extra = {}) {
+  /// It also takes the pending allocation (ZeRO-3's unsharded gradients of a unit).
+  std::uint32_t chain(Op op, std::vector<std::uint32_t> extra = {}) {
     if (chain_ != kNone) extra.push_back(chain_);
     extra.insert(extra.end(), wait_next_.begin(), wait_next_.end());
     wait_next_.clear();
+    op.mem_alloc += std::exchange(pending_alloc_, 0);
     chain_ = add_free(op, extra);
     return chain_;
+  }
+  /// Frees `bytes` when the chain's last op is issued (host order).
+  void free_at_chain(double bytes) {
+    prog_.ops[chain_].mem_free += static_cast<std::int64_t>(std::ceil(bytes));
   }
   std::uint32_t add_free(const Op& op, std::vector<std::uint32_t> deps) {
     std::sort(deps.begin(), deps.end());
@@ -338,23 +349,92 @@ class StageBuilder {
   // ---- forward / backward of one micro-batch ------------------------------------------------
   /// Forward of micro-batch mb through model chunk `chunk` (the embedding runs in the first
   /// virtual stage, the head and loss in the last).
+  /// Under ZeRO-3 / FSDP (pipeline parallelism is rejected with it, so one chunk holding the
+  /// embedding and the head) each unit's parameters are all-gathered before use, one layer
+  /// ahead (FSDP's prefetch: the gather of layer l + 1 is issued before layer l computes and
+  /// after layer l − 1 is freed, so two layer units are gathered at most, limit_all_gathers).
   void forward(std::int64_t mb, std::int64_t chunk = 0) {
     cur_mb_ = mb;
-    if (first_ && chunk == 0) embedding_forward();
     const std::int64_t first = chunk_first_[chunk];
-    for (std::int64_t l = first; l < first + chunk_layers_[chunk]; ++l)
+    const std::int64_t end = first + chunk_layers_[chunk];
+    std::uint32_t next = kNone;
+    if (zero3_) {
+      wait_for(unit_gather(-1, root_unit_, Phase::Forward));
+      if (end > first) next = unit_gather(first, layer_unit_, Phase::Forward);
+    }
+    if (first_ && chunk == 0) embedding_forward();
+    for (std::int64_t l = first; l < end; ++l) {
+      if (zero3_) {
+        const std::uint32_t gathered = next;
+        next = l + 1 < end ? unit_gather(l + 1, layer_unit_, Phase::Forward) : kNone;
+        wait_for(gathered);
+      }
       layer_forward(l, Phase::Forward, mb == 0);
+      if (zero3_ && p_.reshard_after_forward) free_at_chain(2 * layer_unit_);
+    }
     if (last_ && chunk == p_.vpp() - 1) head_forward();
   }
+  /// ZeRO-3 / FSDP: the backward gathers each layer again (with reshard_after_forward), the
+  /// gather of layer l − 1 issued before layer l's backward (BACKWARD_PRE prefetch); after a
+  /// unit's backward its parameters are freed and its gradients reduce-scattered (on the last
+  /// micro-batch only, unless fsdp_reduce_every_microbatch); the root (FSDP2 does not reshard
+  /// it after the forward) after the embedding's backward.
   void backward(std::int64_t mb, std::int64_t chunk = 0) {
     cur_mb_ = mb;
-    if (last_ && chunk == p_.vpp() - 1) head_backward();
+    const bool reduce = mb == num_mb_ - 1 || p_.fsdp_reduce_every_microbatch;
+    const bool alloc_grads = mb == 0 || p_.fsdp_reduce_every_microbatch;
+    const double gb = p_.grad_bytes();
     const std::int64_t first = chunk_first_[chunk];
-    for (std::int64_t l = first + chunk_layers_[chunk] - 1; l >= first; --l) {
+    const std::int64_t last = first + chunk_layers_[chunk] - 1;
+    const bool regather = zero3_ && p_.reshard_after_forward;
+    std::uint32_t next = kNone;
+    if (regather && last >= first) next = unit_gather(last, layer_unit_, Phase::Backward);
+    if (zero3_ && alloc_grads) pending_alloc_ += static_cast<std::int64_t>(gb * root_unit_);
+    if (last_ && chunk == p_.vpp() - 1) head_backward();
+    for (std::int64_t l = last; l >= first; --l) {
+      if (regather) {
+        const std::uint32_t gathered = next;
+        next = l > first ? unit_gather(l - 1, layer_unit_, Phase::Backward) : kNone;
+        wait_for(gathered);
+      }
+      cur_layer_ = l;
+      if (zero3_ && alloc_grads) pending_alloc_ += static_cast<std::int64_t>(gb * layer_unit_);
       if (p_.recompute == Recompute::Full) layer_forward(l, Phase::Recompute, false);
       layer_backward(l, mb);
+      if (zero3_) {
+        free_at_chain(2 * layer_unit_);
+        if (reduce) unit_reduce(l, layer_unit_);
+      }
     }
     if (first_ && chunk == 0) embedding_backward();
+    if (zero3_) {
+      free_at_chain(2 * root_unit_);
+      if (reduce) unit_reduce(-1, root_unit_);
+    }
+    // ZeRO-2: the gradients are sharded, so each micro-batch's are reduce-scattered into the
+    // shard (DeepSpeed ZeRO-2); the last micro-batch's in finish_iteration.
+    if (p_.zero() == 2 && p_.dp_cp() > 1 && mb != num_mb_ - 1) reduce_buckets(chunk, chain_);
+  }
+  /// ZeRO-3: all-gather of a unit's bf16 parameters over DP × CP (S = 2 · unit parameters,
+  /// the gathered tensor) into a buffer allocated when it is issued; issued after the chain.
+  std::uint32_t unit_gather(std::int64_t layer, double params, Phase phase) {
+    const std::int64_t saved = std::exchange(cur_layer_, layer);
+    Op op = collective(OpKind::AllGather, CommRole::Dp, OpName::DpAllGather, phase, 2 * params);
+    op.mem_alloc = static_cast<std::int64_t>(std::ceil(2 * params));
+    cur_layer_ = saved;
+    std::vector<std::uint32_t> deps;
+    if (chain_ != kNone) deps.push_back(chain_);
+    return add_free(op, deps);
+  }
+  /// ZeRO-3: reduce-scatter of a unit's gradients (S = grad bytes · unit parameters) once its
+  /// backward is done, beside the next unit's backward; the unsharded gradients are freed.
+  void unit_reduce(std::int64_t layer, double params) {
+    const std::int64_t saved = std::exchange(cur_layer_, layer);
+    Op op = collective(OpKind::ReduceScatter, CommRole::Dp, OpName::DpReduceScatter,
+                       Phase::Backward, p_.grad_bytes() * params);
+    op.mem_free = static_cast<std::int64_t>(p_.grad_bytes() * params);
+    cur_layer_ = saved;
+    zero3_reductions_.push_back(add_free(op, {chain_}));
   }
 
   void embedding_forward() {
@@ -811,37 +891,45 @@ class StageBuilder {
     SCALESCOPE_EXPECTS(recv_prev.empty() && recv_next.empty());
   }
 
+  /// The reductions of the buckets of model chunk `chunk` (−1: all): a bucket's starts when its
+  /// gradients are ready (with overlap_grad_reduce, else at `end_of_backward`); the DP stream
+  /// takes them in that order (with several model chunks, the last chunk's are ready first).
+  std::vector<std::uint32_t> reduce_buckets(std::int64_t chunk, std::uint32_t end_of_backward) {
+    const std::int64_t saved_layer = std::exchange(cur_layer_, -1);
+    std::vector<std::uint32_t> reductions;
+    std::vector<std::pair<std::uint32_t, std::size_t>> order;
+    for (std::size_t k = 0; k < buckets_.size(); ++k) {
+      if (chunk >= 0 && buckets_[k].chunk != chunk) continue;
+      std::uint32_t ready = end_of_backward;
+      if (p_.overlap_grad_reduce) {
+        ready = 0;
+        for (std::int64_t key : buckets_[k].keys) ready = std::max(ready, ready_.at(key));
+      }
+      order.emplace_back(ready, k);
+    }
+    std::stable_sort(order.begin(), order.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (const auto& [ready, k] : order) {
+      const Bucket& b = buckets_[k];
+      // fp32 gradients on the wire (accumulate_allreduce_grads_in_fp32, MODELING §3.1).
+      const bool rs = p_.zero() >= 1;
+      reductions.push_back(
+          add_free(collective(rs ? OpKind::ReduceScatter : OpKind::AllReduce, CommRole::Dp,
+                              rs ? OpName::DpReduceScatter : OpName::DpAllReduce, Phase::Other,
+                              p_.grad_bytes() * b.params),
+                   {ready}));
+    }
+    cur_layer_ = saved_layer;
+    return reductions;
+  }
+
   /// finalize_model_grads and the optimizer step (MODELING §1.3–1.4, §3.1).
   void finish_iteration() {
     cur_layer_ = -1;
     cur_mb_ = -1;
     const std::uint32_t end_of_backward = chain_;
-    std::vector<std::uint32_t> reductions;
-    if (p_.dp_cp() > 1) {
-      // A bucket's reduction starts when its gradients are ready; the DP stream takes them in
-      // that order (with several model chunks, the last chunk's buckets are ready first).
-      std::vector<std::pair<std::uint32_t, std::size_t>> order;
-      for (std::size_t k = 0; k < buckets_.size(); ++k) {
-        std::uint32_t ready = end_of_backward;
-        if (p_.overlap_grad_reduce) {
-          ready = 0;
-          for (std::int64_t key : buckets_[k].keys) ready = std::max(ready, ready_.at(key));
-        }
-        order.emplace_back(ready, k);
-      }
-      std::stable_sort(order.begin(), order.end(),
-                       [](const auto& a, const auto& b) { return a.first < b.first; });
-      for (const auto& [ready, k] : order) {
-        const Bucket& b = buckets_[k];
-        // fp32 gradients on the wire (accumulate_allreduce_grads_in_fp32, MODELING §3.1).
-        const bool rs = p_.use_distributed_optimizer;
-        reductions.push_back(
-            add_free(collective(rs ? OpKind::ReduceScatter : OpKind::AllReduce, CommRole::Dp,
-                                rs ? OpName::DpReduceScatter : OpName::DpAllReduce, Phase::Other,
-                                p_.grad_bytes() * b.params),
-                     {ready}));
-      }
-    }
+    std::vector<std::uint32_t> reductions = zero3_reductions_;
+    if (p_.dp_cp() > 1 && !zero3_) reductions = reduce_buckets(-1, end_of_backward);
     // The next op on the chain waits for every reduction (finish_grad_sync).
     std::vector<std::uint32_t> wait = reductions;
     // Sequence-parallel norm weights: all-reduced over TP once per iteration.
@@ -857,7 +945,7 @@ class StageBuilder {
                        4 * vocab_shard()),
             std::exchange(wait, {}));
     const double shard = parameters_on_rank(m_, p_, stage_) /
-                         (p_.use_distributed_optimizer ? static_cast<double>(p_.dp_cp()) : 1.0);
+                         (p_.zero() >= 1 ? static_cast<double>(p_.dp_cp()) : 1.0);
     if (t_.precision == Precision::Fp16) {
       // Mixed precision with loss scaling: unscale the main grads in place and look for inf/NaN
       // (torch._amp_foreach_non_finite_check_and_unscale_), then reduce the flag (MAX) over the
@@ -875,7 +963,7 @@ class StageBuilder {
     chain(memory_bound(OpKind::Optimizer, OpName::OptimizerStep, Phase::Optimizer,
                        (26 + p_.grad_bytes()) * shard, 12 * shard),
           std::exchange(wait, {}));
-    if (p_.use_distributed_optimizer && !p_.overlap_param_gather && p_.dp_cp() > 1) {
+    if (p_.zero() >= 1 && p_.zero() <= 2 && !p_.overlap_param_gather && p_.dp_cp() > 1) {
       const std::uint32_t step = chain_;
       for (auto it = buckets_.rbegin(); it != buckets_.rend(); ++it)
         add_free(collective(OpKind::AllGather, CommRole::Dp, OpName::DpAllGather, Phase::Other,
@@ -899,6 +987,10 @@ class StageBuilder {
   std::int64_t cur_layer_ = -1, cur_mb_ = -1;
   std::int64_t emb_alloc_ = 0, head_alloc_ = 0, ce_alloc_ = 0;
   bool fp8_ = false;
+  bool zero3_ = false;                     ///< ZeRO-3 / FSDP with a DP × CP group to shard over
+  double layer_unit_ = 0, root_unit_ = 0;  ///< parameters of a layer unit, of the root unit
+  std::int64_t pending_alloc_ = 0;         ///< bytes the next chained op allocates
+  std::vector<std::uint32_t> zero3_reductions_;
   bool ub_ = false;                  ///< TE userbuffers TP overlap (tp_comm_overlap)
   mutable std::uint8_t ub_sms_ = 0;  ///< SMs the next GEMM gives to an overlapped gather
   std::vector<Bucket> buckets_;

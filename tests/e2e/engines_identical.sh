@@ -4,19 +4,21 @@
 # results.h5 except /engine, for every shipped experiment (llama3-8b-hf shrunk to 64 GPUs, the
 # interleaved Llama 3 405B 16k and 8k to TP 2 · DP 2 · their PP 16 with 8 model chunks) and the quickstart
 # interleaved without overlapped transfers; Llama 3 70B (TP communication overlap) at DP 2; the
-# context-parallel Llama 3 405B at CP 2 · TP 2 with 8k sequences.
+# context-parallel Llama 3 405B at CP 2 · TP 2 with 8k sequences; the FSDP Llama 3 8B with 4 layers
+# at TP 2 · DP 4 and 4 micro-batches (gradients accumulated before the reduce-scatter).
 # Also from graph.h5 (`run --graph`): the optimistic engine reads it in parallel, each process
 # only its templates under block partitioning, all of them under METIS.
 set -euo pipefail
 bin=$1; repo=$2
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-for exp in quickstart llama3-8b-hf gpt3-175b-1024 llama3-405b-16k llama3-405b-8k quickstart-vpp llama3-70b-1k llama3-405b-128k-cp16; do
+for exp in quickstart llama3-8b-hf gpt3-175b-1024 llama3-405b-16k llama3-405b-8k quickstart-vpp llama3-70b-1k llama3-405b-128k-cp16 llama3-8b-fsdp; do
   cfg=$repo/inputs/experiments/$exp.yaml
   set_small=()
   [ "$exp" = llama3-8b-hf ] && set_small=(--set model.num_layers=4 --set training.global_batch_size=64 --set cluster.num_gpus=64 --set parallel.dp=8 --set parallel.tp=4 --set parallel.pp=2)
   [ "$exp" = llama3-405b-128k-cp16 ] && set_small=(--set model.seq_length=8192 --set parallel.cp=2 --set parallel.tp=2 --set parallel.dp=1 --set cluster.num_gpus=64 --set training.global_batch_size=16 --set run.trace_ranks=[0,60])
   [ "$exp" = llama3-405b-16k ] || [ "$exp" = llama3-405b-8k ] && set_small=(--set training.global_batch_size=32 --set cluster.num_gpus=64 --set parallel.dp=2 --set parallel.tp=2 --set run.trace_ranks=[0,60])
+  [ "$exp" = llama3-8b-fsdp ] && set_small=(--set model.num_layers=4 --set training.global_batch_size=16 --set cluster.num_gpus=8 --set parallel.tp=2 --set run.trace_ranks=[0,7])
   [ "$exp" = llama3-70b-1k ] && set_small=(--set training.global_batch_size=16 --set cluster.num_gpus=64 --set parallel.dp=2 --set run.trace_ranks=[0,56])
   if [ "$exp" = quickstart-vpp ]; then
     cfg=$repo/inputs/experiments/quickstart.yaml
@@ -52,7 +54,7 @@ def datasets(p):
     return out
 bad = 0
 for exp in ("quickstart", "llama3-8b-hf", "gpt3-175b-1024", "llama3-405b-16k", "llama3-405b-8k",
-            "quickstart-vpp", "llama3-70b-1k", "llama3-405b-128k-cp16"):
+            "quickstart-vpp", "llama3-70b-1k", "llama3-405b-128k-cp16", "llama3-8b-fsdp"):
     ref_s = summary(f"{d}/{exp}-seq/summary.json")
     ref_h = datasets(f"{d}/{exp}-seq/results.h5")
     for run in sorted(glob.glob(f"{d}/{exp}-[0-9]*")):

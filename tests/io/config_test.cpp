@@ -565,6 +565,17 @@ TEST(ConfigError, EveryBadInputNamesFileAndKey) {
       {Yaml().set("run", "trace_ranks", "{a: 1}"), "run.trace_ranks"},
       {Yaml().set("run", "coalesce_local_ops", "2"), "run.coalesce_local_ops"},
       {Yaml().set("parallel", "overlap_param_gather", "true"), "parallel.overlap_param_gather"},
+      // ZeRO: a stage other than 0–3, stage 0 beside the distributed optimizer (stage 1), fsdp with
+      // another stage, FSDP options without ZeRO-3, ZeRO-3 with pipeline parallelism (PP 2 here).
+      {Yaml().set("parallel", "zero_stage", "4"), "parallel.zero_stage"},
+      {Yaml()
+           .set("parallel", "use_distributed_optimizer", "true")
+           .set("parallel", "zero_stage", "0"),
+       "parallel.zero_stage"},
+      {Yaml().set("parallel", "fsdp", "true").set("parallel", "zero_stage", "2"),
+       "parallel.zero_stage"},
+      {Yaml().set("parallel", "reshard_after_forward", "false"), "parallel.reshard_after_forward"},
+      {Yaml().set("parallel", "fsdp", "true"), "parallel.zero_stage=3"},
       {Yaml().set("parallel", "tensor_model_parallel_size", "2"),
        "parallel.tensor_model_parallel_size"},  // given twice (alias tp too)
   };
@@ -577,6 +588,14 @@ TEST(ConfigError, EveryBadInputNamesFileAndKey) {
   // The reference experiment itself is valid, and so is the vpp value 1.
   EXPECT_EQ(error_of(dir, Yaml().text()), "");
   EXPECT_EQ(error_of(dir, Yaml().set("parallel", "vpp", "1").text()), "");
+  // FSDP without pipeline parallelism is valid.
+  EXPECT_EQ(error_of(dir, Yaml()
+                              .set("parallel", "pp", "1")
+                              .set("parallel", "dp", "4")
+                              .set("parallel", "fsdp", "true")
+                              .set("parallel", "reshard_after_forward", "false")
+                              .text()),
+            "");
 }
 
 TEST(ConfigError, MessagesCarryPositionAndHints) {
@@ -773,6 +792,14 @@ TEST(ConfigMegatron, StoreTrueFlagsAndMegatronDefaults) {
   EXPECT_TRUE(f.parallel.tp_comm_overlap);
   EXPECT_FALSE(f.parallel.grad_reduce_in_fp32);
   EXPECT_EQ(f.parallel.ddp_bucket_size, 1000000);
+
+  // --use-torch-fsdp2: PyTorch FSDP2, fully sharded (ZeRO-3) layers.
+  const auto fsdp2 = load_experiment("", {"cluster.preset=dgx-h100", "cluster.num_gpus=8"},
+                                     base +
+                                         " --use-torch-fsdp2 --tensor-model-parallel-size 1 "
+                                         "--pipeline-model-parallel-size 1");
+  EXPECT_TRUE(fsdp2.parallel.fsdp);
+  EXPECT_EQ(fsdp2.parallel.zero_stage, 3);
 
   // --group-query-attention alone: Megatron's default of one group (MQA); TP 1 (the last
   // --tensor-model-parallel-size wins) so that TP divides the groups.

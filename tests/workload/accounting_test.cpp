@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
+
 #include <cmath>
 
 namespace scalescope::workload {
@@ -153,6 +155,67 @@ TEST(Accounting, GradientPrecisionAndFp8WeightCopies) {
   EXPECT_EQ(fp8_weight_copy_bytes(m, p, t, 1), 0);
   t.precision = Precision::Fp8;
   EXPECT_EQ(fp8_weight_copy_bytes(m, p, t, 1), 2 * 218103808 / 4 * 8);
+}
+
+TEST(Accounting, ZeroStagesBytesPerParameter) {
+  // MODELING §3.2 (ZeRO §5, Megatron dist_optimizer.md) with bf16 weights 2 B, fp32 main grads
+  // 4 B, fp32 master + Adam m, v 12 B, sharded over D = DP · CP = 8 · 2 = 16:
+  //   stage 0 (DDP): 2 + 4 + 12 = 18;  stage 1: 2 + 4 + 12/16 = 6.75;
+  //   stage 2: 2 + (4 + 12)/16 = 3;    stage 3: (2 + 4 + 12)/16 = 1.125.
+  // With bf16 grads (grad_reduce_in_fp32: false) these are the ZeRO paper's fp16 figures with
+  // K = 12: 16, 4 + 12/D = 4.75, 2 + 14/D = 2.875, 16/D = 1.
+  ModelSpec m = llama3_8b();
+  ParallelPlan p = tp4_pp4_dp8_distributed();
+  p.context_parallel_size = 2;
+  const double n = parameters_on_rank(m, p, 1);
+  const std::array<double, 4> fp32 = {18, 6.75, 3, 1.125}, bf16 = {16, 4.75, 2.875, 1};
+  for (std::int64_t stage = 0; stage <= 3; ++stage) {
+    p.use_distributed_optimizer = false;
+    p.zero_stage = stage;
+    for (bool fp32_grads : {true, false}) {
+      p.grad_reduce_in_fp32 = fp32_grads;
+      const double per_param = (fp32_grads ? fp32 : bf16)[static_cast<std::size_t>(stage)];
+      EXPECT_DOUBLE_EQ(weight_bytes_per_parameter(p) + grad_bytes_per_parameter(p) +
+                           optimizer_bytes_per_parameter(p),
+                       per_param);
+      EXPECT_EQ(static_memory_bytes(m, p, 1), static_cast<std::int64_t>(std::ceil(n * per_param)));
+    }
+  }
+  // use_distributed_optimizer alone is stage 1.
+  p.zero_stage = 0;
+  p.use_distributed_optimizer = true;
+  EXPECT_EQ(p.zero(), 1);
+}
+
+TEST(Accounting, Zero3UnshardedParametersAndGradients) {
+  // FSDP keeps the root unit (embedding, final norm, output layer: the rank's parameters less
+  // its layers') gathered and two layer units (current + prefetched, limit_all_gathers):
+  // 2 · (R + 2 · layer) bytes; without reshard_after_forward all 2 · N. Unsharded gradients:
+  // grad bytes · (R + layer) when each micro-batch reduces, grad bytes · N when micro-batches
+  // accumulate before the reduce-scatter. Llama 3 8B, TP 1, PP 1, DP 64.
+  ModelSpec m = llama3_8b();
+  ParallelPlan p;
+  p.data_parallel_size = 64;
+  p.fsdp = true;
+  p.zero_stage = 3;
+  TrainingSpec t;
+  t.micro_batch_size = 1;
+  t.global_batch_size = 64;  // one micro-batch
+  const double n = parameters_on_rank(m, p, 0);
+  const double layer = layer_parameters_on_rank(m, p);
+  const double root = n - 32 * layer;
+  // The root is the padded embedding and output layer (128256 → 128256·4096 each) + the norm.
+  EXPECT_DOUBLE_EQ(root, 2.0 * 128256 * 4096 + 4096);
+  EXPECT_EQ(zero3_unsharded_param_bytes(m, p, 0),
+            static_cast<std::int64_t>(std::ceil(2 * (root + 2 * layer))));
+  EXPECT_EQ(zero3_unsharded_grad_bytes(m, p, t, 0),
+            static_cast<std::int64_t>(std::ceil(4 * (root + layer))));
+  t.global_batch_size = 128;  // two micro-batches, reduced on the last only
+  EXPECT_EQ(zero3_unsharded_grad_bytes(m, p, t, 0), static_cast<std::int64_t>(std::ceil(4 * n)));
+  p.reshard_after_forward = false;
+  EXPECT_EQ(zero3_unsharded_param_bytes(m, p, 0), static_cast<std::int64_t>(std::ceil(2 * n)));
+  p.zero_stage = 2;
+  EXPECT_EQ(zero3_unsharded_param_bytes(m, p, 0), 0);
 }
 
 TEST(Accounting, ModelFlopsMatchMegatronFormula) {

@@ -376,5 +376,103 @@ TEST(TransformerBuilder, UnfusedAttentionCarriesItsPasses) {
   EXPECT_TRUE(fwd && bwd);
 }
 
+/// Sums of the DP collectives' S (nccl-tests convention: the whole gathered / reduced tensor)
+/// of stage 0's program, by kind and phase.
+struct DpVolume {
+  double gather_forward = 0, gather_backward = 0, gather_other = 0, reduce_scatter = 0,
+         all_reduce = 0;
+};
+DpVolume dp_volume(const graph::SlicedGraph& g) {
+  DpVolume v;
+  for (const graph::Op& op : g.templates[0].ops) {
+    if (op.role != graph::CommRole::Dp) continue;
+    if (op.kind == graph::OpKind::AllGather)
+      (op.phase == graph::Phase::Forward    ? v.gather_forward
+       : op.phase == graph::Phase::Backward ? v.gather_backward
+                                            : v.gather_other) += op.comm_bytes;
+    if (op.kind == graph::OpKind::ReduceScatter) v.reduce_scatter += op.comm_bytes;
+    if (op.kind == graph::OpKind::AllReduce) v.all_reduce += op.comm_bytes;
+  }
+  return v;
+}
+
+TEST(TransformerBuilder, FsdpAllGatherVolumePerStep) {
+  // FSDP (ZeRO-3), TP 2 · DP 4, L = 4 layers, m = 8 micro-batches. Units: each layer (P_l =
+  // layer_parameters_on_rank) and the root R = N − L·P_l (embedding, final norm, output layer).
+  // With reshard_after_forward every micro-batch gathers every unit in its forward
+  // (S = 2 · unit parameters, bf16) and the layers again in its backward (the root stays
+  // gathered): forward m · 2 · N, backward m · 2 · L · P_l. Gradients are reduce-scattered on
+  // the last micro-batch only (S = 4 · N, fp32), or on each with fsdp_reduce_every_microbatch.
+  // Nothing is gathered after the optimizer step.
+  Job s = small(2, 1, 4);
+  s.p.fsdp = true;
+  s.p.zero_stage = 3;
+  const double mb = 8;
+  ASSERT_EQ(s.t.num_microbatches(4), 8);
+  const double n = parameters_on_rank(s.m, s.p, 0);
+  const double layers = 4 * layer_parameters_on_rank(s.m, s.p);
+  DpVolume v = dp_volume(build_graph(s.m, s.p, s.t));
+  EXPECT_DOUBLE_EQ(v.gather_forward, mb * 2 * n);
+  EXPECT_DOUBLE_EQ(v.gather_backward, mb * 2 * layers);
+  EXPECT_DOUBLE_EQ(v.gather_other, 0);
+  EXPECT_DOUBLE_EQ(v.reduce_scatter, 4 * n);
+  EXPECT_DOUBLE_EQ(v.all_reduce, 0);
+  s.p.fsdp_reduce_every_microbatch = true;
+  EXPECT_DOUBLE_EQ(dp_volume(build_graph(s.m, s.p, s.t)).reduce_scatter, mb * 4 * n);
+  // SHARD_GRAD_OP (reshard_after_forward: false) keeps the parameters for the backward.
+  s.p.reshard_after_forward = false;
+  v = dp_volume(build_graph(s.m, s.p, s.t));
+  EXPECT_DOUBLE_EQ(v.gather_forward, mb * 2 * n);
+  EXPECT_DOUBLE_EQ(v.gather_backward, 0);
+}
+
+TEST(TransformerBuilder, Zero3MovesOneAndAHalfTimesDdpBytes) {
+  // ZeRO §7: ZeRO-3 moves 1.5 × DDP's volume. One micro-batch, bf16 grads on the wire
+  // (grad_reduce_in_fp32: false), Ψ = N parameters on the rank, ρ = (D − 1)/D. A ring
+  // all-gather or reduce-scatter of S bytes puts ρ·S on each link, an all-reduce 2ρ·S.
+  // DDP: all-reduce of 2Ψ → 4ρΨ. ZeRO-3: forward gather 2Ψ + backward gather 2(Ψ − R) (the root
+  // unit R stays gathered) + reduce-scatter 2Ψ → ρ(6Ψ − 2R). So (wire + 2ρR) / DDP = 3/2.
+  Job s = small(2, 1, 4);
+  s.t.global_batch_size = 4;  // m = 1
+  s.p.grad_reduce_in_fp32 = false;
+  s.p.use_distributed_optimizer = false;
+  const DpVolume ddp = dp_volume(build_graph(s.m, s.p, s.t));
+  s.p.zero_stage = 3;
+  s.p.use_distributed_optimizer = true;
+  const DpVolume z3 = dp_volume(build_graph(s.m, s.p, s.t));
+  const double n = parameters_on_rank(s.m, s.p, 0);
+  const double root = n - 4 * layer_parameters_on_rank(s.m, s.p);
+  EXPECT_DOUBLE_EQ(ddp.all_reduce, 2 * n);
+  const double zero3_wire = z3.gather_forward + z3.gather_backward + z3.reduce_scatter;
+  EXPECT_NEAR((zero3_wire + 2 * root) / (2 * ddp.all_reduce), 1.5, 1e-12);
+}
+
+TEST(TransformerBuilder, Zero2ReduceScattersEveryMicrobatchAndFsdpBalancesMemory) {
+  // ZeRO-2 shards the gradients, so every micro-batch's are reduce-scattered: m · 4 · N, then
+  // the distributed optimizer's gather of the updated bf16 parameters, 2 · N.
+  Job s = small(2, 1, 4);
+  s.p.zero_stage = 2;
+  const double n = parameters_on_rank(s.m, s.p, 0);
+  const DpVolume v = dp_volume(build_graph(s.m, s.p, s.t));
+  EXPECT_DOUBLE_EQ(v.reduce_scatter, 8 * 4 * n);
+  EXPECT_DOUBLE_EQ(v.gather_other, 2 * n);
+  // ZeRO-3: every gathered buffer and unsharded gradient is freed again within the iteration,
+  // so the template allocates and frees the same bytes as the DDP one does.
+  auto balance = [](const graph::SlicedGraph& g) {
+    std::int64_t b = 0;
+    for (const graph::Op& op : g.templates[0].ops) b += op.mem_alloc - op.mem_free;
+    return b;
+  };
+  s.p.zero_stage = 0;
+  const std::int64_t ddp = balance(build_graph(s.m, s.p, s.t));
+  s.p.zero_stage = 3;
+  for (bool reshard : {true, false})
+    for (bool every : {true, false}) {
+      s.p.reshard_after_forward = reshard;
+      s.p.fsdp_reduce_every_microbatch = every;
+      EXPECT_EQ(balance(build_graph(s.m, s.p, s.t)), ddp);
+    }
+}
+
 }  // namespace
 }  // namespace scalescope::workload
