@@ -7,7 +7,6 @@
 #include <array>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -711,8 +710,9 @@ TEST(ConfigMegatron, LaunchLineLoadsToTheShippedExperiment) {
   std::string block = kLlama70bLine;
   for (std::size_t at = 0; (at = block.find(" --", at)) != std::string::npos; at += 5)
     block.replace(at, 1, " \\\n  ");  // " --x" → " \⏎  --x"
-  write(dir / "e.yaml", "megatron_args: |\n  # pasted from the job script\n  " +
-                            std::regex_replace(block, std::regex("\n"), "\n  ") +
+  for (std::size_t at = 0; (at = block.find('\n', at)) != std::string::npos; at += 3)
+    block.replace(at, 1, "\n  ");  // indent the continuation lines into the YAML block
+  write(dir / "e.yaml", "megatron_args: |\n  # pasted from the job script\n  " + block +
                             "\ncluster: {preset: dgx-h100, num_gpus: 1024}\n"
                             "run: {trace_ranks: [0, 768], output: out/llama3-70b-1k}\n"
                             "model: {name: llama3-70b}\n");
