@@ -80,7 +80,8 @@ const Keys kParallelKeys = {"tensor_model_parallel_size",
                             "zero_stage",
                             "fsdp",
                             "reshard_after_forward",
-                            "fsdp_reduce_every_microbatch"};
+                            "fsdp_reduce_every_microbatch",
+                            "fsdp_shard_size"};
 const Keys kTrainingKeys = {"micro_batch_size", "global_batch_size", "precision", "attention"};
 const Keys kClusterNetworkKeys = {"gpu",
                                   "gpus_per_node",
@@ -527,11 +528,12 @@ workload::ParallelPlan build_parallel(const Section& s) {
     p.zero_stage = 3;
   }
   if (p.zero_stage >= 1) p.use_distributed_optimizer = true;
-  for (const char* k : {"reshard_after_forward", "fsdp_reduce_every_microbatch"})
+  for (const char* k : {"reshard_after_forward", "fsdp_reduce_every_microbatch", "fsdp_shard_size"})
     if (const Value* v = r.find(k); v && p.zero() < 3)
       fail(*v, r.key(k), "applies to ZeRO-3 only (parallel.fsdp: true or zero_stage: 3)");
   r.flag("reshard_after_forward", p.reshard_after_forward);
   r.flag("fsdp_reduce_every_microbatch", p.fsdp_reduce_every_microbatch);
+  r.positive("fsdp_shard_size", p.fsdp_shard_size);
   r.positive("decoder_first_pipeline_num_layers", p.decoder_first_pipeline_num_layers);
   r.positive("decoder_last_pipeline_num_layers", p.decoder_last_pipeline_num_layers);
   return p;
@@ -748,6 +750,12 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
   if (tr.precision == workload::Precision::Fp8 && cost::find_gpu(cl.gpu).peak_tflops_fp8 <= 0)
     throw_input("{}: training.precision=fp8 needs fp8 tensor cores, which cluster.gpu={} lacks", f,
                 cl.gpu);
+  // HSDP: the shard groups tile DP × CP.
+  if (p.fsdp_shard_size > 0 && (p.dp_cp() % p.fsdp_shard_size != 0))
+    throw_input(
+        "{}: parallel.fsdp_shard_size={} does not divide data_parallel_size·"
+        "context_parallel_size={}",
+        f, p.fsdp_shard_size, p.dp_cp());
   // Megatron-Core's forward_backward_pipelining_with_interleaving rules.
   if (p.interleaved()) {
     const std::int64_t mbs = tr.num_microbatches(p.dp());
@@ -835,6 +843,8 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
     out << YAML::Key << "reshard_after_forward" << YAML::Value << p.reshard_after_forward;
     out << YAML::Key << "fsdp_reduce_every_microbatch" << YAML::Value
         << p.fsdp_reduce_every_microbatch;
+    if (p.fsdp_shard_size > 0)
+      out << YAML::Key << "fsdp_shard_size" << YAML::Value << p.fsdp_shard_size;
   }
   if (p.decoder_first_pipeline_num_layers > 0)
     out << YAML::Key << "decoder_first_pipeline_num_layers" << YAML::Value

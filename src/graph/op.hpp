@@ -50,14 +50,15 @@ constexpr bool is_pipeline_stream(Stream s) {
 /// so one template serves every rank of a class.
 enum class CommRole : std::uint8_t {
   None = 0,
-  Tp = 1,         ///< tensor-parallel group
-  Dp = 2,         ///< data-parallel group (gradient reduction, parameter gather)
-  PpPrev = 3,     ///< pair (previous stage, me)
-  PpNext = 4,     ///< pair (me, next stage)
-  Embedding = 5,  ///< first + last pipeline stage, for tied-embedding gradients
-  Cp = 6,         ///< context-parallel group (key/value exchange of attention)
+  Tp = 1,           ///< tensor-parallel group
+  Dp = 2,           ///< data-parallel group (gradient reduction, parameter gather)
+  PpPrev = 3,       ///< pair (previous stage, me)
+  PpNext = 4,       ///< pair (me, next stage)
+  Embedding = 5,    ///< first + last pipeline stage, for tied-embedding gradients
+  Cp = 6,           ///< context-parallel group (key/value exchange of attention)
+  DpReplicate = 7,  ///< HSDP: the ranks holding the same shard in the other replicas
 };
-inline constexpr int kNumRoles = 7;
+inline constexpr int kNumRoles = 8;
 
 /// The stream a role's communication runs on: TP collectives on their own stream, pipeline
 /// transfers on their pair's, DP and tied-embedding gradient reductions on the DP stream.

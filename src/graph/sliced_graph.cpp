@@ -82,6 +82,8 @@ std::string_view comm_kind_name(CommKind k) {
       return "embedding";
     case CommKind::CpGroup:
       return "cp";
+    case CommKind::DpReplicateGroup:
+      return "dp_replicate";
   }
   return "?";
 }
@@ -137,6 +139,8 @@ CommRole role_of(CommKind k) {
       return CommRole::PpNext;
     case CommKind::CpGroup:
       return CommRole::Cp;
+    case CommKind::DpReplicateGroup:
+      return CommRole::DpReplicate;
   }
   return CommRole::None;
 }

@@ -10,7 +10,14 @@
 
 namespace scalescope::graph {
 
-enum class CommKind : std::uint8_t { TpGroup, DpGroup, PpPair, EmbeddingGroup, CpGroup };
+enum class CommKind : std::uint8_t {
+  TpGroup,
+  DpGroup,
+  PpPair,
+  EmbeddingGroup,
+  CpGroup,
+  DpReplicateGroup
+};
 std::string_view comm_kind_name(CommKind k);
 
 /// Every communicator of the job; members as CSR, ordered by rank.

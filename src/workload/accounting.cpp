@@ -67,13 +67,13 @@ double parameters_on_rank(const ModelSpec& m, const ParallelPlan& p, std::int64_
 }
 
 double weight_bytes_per_parameter(const ParallelPlan& p) {
-  return p.zero() >= 3 ? 2.0 / static_cast<double>(p.dp_cp()) : 2.0;
+  return p.zero() >= 3 ? 2.0 / static_cast<double>(p.zero_shard()) : 2.0;
 }
 double grad_bytes_per_parameter(const ParallelPlan& p) {
-  return p.zero() >= 2 ? p.grad_bytes() / static_cast<double>(p.dp_cp()) : p.grad_bytes();
+  return p.zero() >= 2 ? p.grad_bytes() / static_cast<double>(p.zero_shard()) : p.grad_bytes();
 }
 double optimizer_bytes_per_parameter(const ParallelPlan& p) {
-  return p.zero() >= 1 ? 12.0 / static_cast<double>(p.dp_cp()) : 12.0;
+  return p.zero() >= 1 ? 12.0 / static_cast<double>(p.zero_shard()) : 12.0;
 }
 
 std::int64_t static_memory_bytes(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage) {
@@ -86,7 +86,7 @@ std::int64_t static_memory_bytes(const ModelSpec& m, const ParallelPlan& p, std:
 
 std::int64_t zero3_unsharded_param_bytes(const ModelSpec& m, const ParallelPlan& p,
                                          std::int64_t stage) {
-  if (p.zero() < 3 || p.dp_cp() == 1) return 0;
+  if (p.zero() < 3 || p.zero_shard() == 1) return 0;
   const double layer = layer_parameters_on_rank(m, p);
   const double root = parameters_on_rank(m, p, stage) -
                       layer * static_cast<double>(p.layers_on_stage(stage, m.num_layers));
@@ -98,7 +98,7 @@ std::int64_t zero3_unsharded_param_bytes(const ModelSpec& m, const ParallelPlan&
 
 std::int64_t zero3_unsharded_grad_bytes(const ModelSpec& m, const ParallelPlan& p,
                                         const TrainingSpec& t, std::int64_t stage) {
-  if (p.zero() < 3 || p.dp_cp() == 1) return 0;
+  if (p.zero() < 3 || p.zero_shard() == 1) return 0;
   if (t.num_microbatches(p.dp()) > 1 && !p.fsdp_reduce_every_microbatch)
     return static_cast<std::int64_t>(std::ceil(p.grad_bytes() * parameters_on_rank(m, p, stage)));
   const double layer = layer_parameters_on_rank(m, p);

@@ -55,8 +55,9 @@ MemClass MemoryBreakdown::dominant() const {
 int communicators_of_stage(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage) {
   int n = 0;
   if (p.tp() > 1) ++n;
-  if (p.dp_cp() > 1) ++n;  // DP × CP gradient group
-  if (p.cp() > 1) ++n;     // CP group
+  if (p.zero_shard() > 1) ++n;     // DP × CP gradient group (the shard group with HSDP)
+  if (p.zero_replicas() > 1) ++n;  // HSDP replicate group
+  if (p.cp() > 1) ++n;             // CP group
   if (p.pp() > 1) {
     const bool wrap = p.interleaved();
     n += (stage > 0 || wrap ? 1 : 0) + (stage < p.pp() - 1 || wrap ? 1 : 0);

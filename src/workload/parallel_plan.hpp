@@ -72,6 +72,14 @@ struct ParallelPlan {
   std::int64_t zero() const {
     return zero_stage > 0 ? zero_stage : (use_distributed_optimizer ? 1 : 0);
   }
+  /// HSDP (ZeRO-3 only): parameters, gradients and optimizer states shard over groups of
+  /// fsdp_shard_size ranks of DP × CP and replicate across the dp_cp / fsdp_shard_size groups
+  /// (torchtitan's dp_shard × dp_replicate mesh); 0 = shard over all of DP × CP.
+  std::int64_t fsdp_shard_size = 0;
+  std::int64_t zero_shard() const {
+    return zero() >= 3 && fsdp_shard_size > 0 ? fsdp_shard_size : dp() * cp();
+  }
+  std::int64_t zero_replicas() const { return dp() * cp() / zero_shard(); }
 
   std::int64_t tp() const { return tensor_model_parallel_size; }
   std::int64_t pp() const { return pipeline_model_parallel_size; }

@@ -65,7 +65,7 @@ class StageBuilder {
     fp8_ = t.precision == Precision::Fp8;
     // ZeRO-3 / FSDP units: each transformer layer, and the root (embedding, final norm, output
     // layer), as fully_shard wraps them (MODELING §3.3).
-    zero3_ = p.zero() >= 3 && p.dp_cp() > 1;
+    zero3_ = p.zero() >= 3 && p.zero_shard() > 1;
     layer_unit_ = layer_parameters_on_rank(m, p);
     root_unit_ = parameters_on_rank(m, p, stage) - layer_unit_ * static_cast<double>(layers_);
   }
@@ -433,8 +433,18 @@ class StageBuilder {
     Op op = collective(OpKind::ReduceScatter, CommRole::Dp, OpName::DpReduceScatter,
                        Phase::Backward, p_.grad_bytes() * params);
     op.mem_free = static_cast<std::int64_t>(p_.grad_bytes() * params);
+    const std::uint32_t rs = add_free(op, {chain_});
+    if (p_.zero_replicas() > 1) {
+      // HSDP: the reduced shard is then all-reduced across the replicas (torchtitan's
+      // dp_replicate dimension): S = grad bytes · unit parameters / shard size.
+      zero3_reductions_.push_back(add_free(
+          collective(OpKind::AllReduce, CommRole::DpReplicate, OpName::DpAllReduce, Phase::Backward,
+                     p_.grad_bytes() * params / static_cast<double>(p_.zero_shard())),
+          {rs}));
+    } else {
+      zero3_reductions_.push_back(rs);
+    }
     cur_layer_ = saved;
-    zero3_reductions_.push_back(add_free(op, {chain_}));
   }
 
   void embedding_forward() {
@@ -945,7 +955,7 @@ class StageBuilder {
                        4 * vocab_shard()),
             std::exchange(wait, {}));
     const double shard = parameters_on_rank(m_, p_, stage_) /
-                         (p_.zero() >= 1 ? static_cast<double>(p_.dp_cp()) : 1.0);
+                         (p_.zero() >= 1 ? static_cast<double>(p_.zero_shard()) : 1.0);
     if (t_.precision == Precision::Fp16) {
       // Mixed precision with loss scaling: unscale the main grads in place and look for inf/NaN
       // (torch._amp_foreach_non_finite_check_and_unscale_), then reduce the flag (MAX) over the
@@ -1047,14 +1057,29 @@ graph::SlicedGraph build_graph(const ModelSpec& model, const ParallelPlan& plan,
           for (std::int64_t cp = 0; cp < C; ++cp) members.push_back(lay.rank(tp, cp, dp, pp));
           group(CommKind::CpGroup, CommRole::Cp);
         }
-  // Gradients reduce (and the distributed optimizer shards) over DP × CP.
+  // Gradients reduce (and the distributed optimizer shards) over DP × CP; with HSDP the DP
+  // role is the shard group (consecutive ranks of DP × CP, k = cp + CP·dp, in blocks of the
+  // shard size) and the ranks holding the same shard form the replicate groups.
+  const std::int64_t shard = plan.zero_shard(), replicas = plan.zero_replicas();
+  auto rank_at = [&](std::int64_t tp, std::int64_t k, std::int64_t pp) {
+    return lay.rank(tp, k % C, k / C, pp);
+  };
   if (D * C > 1)
     for (std::int64_t pp = 0; pp < P; ++pp)
       for (std::int64_t tp = 0; tp < T; ++tp) {
-        members.clear();
-        for (std::int64_t dp = 0; dp < D; ++dp)
-          for (std::int64_t cp = 0; cp < C; ++cp) members.push_back(lay.rank(tp, cp, dp, pp));
-        group(CommKind::DpGroup, CommRole::Dp);
+        for (std::int64_t j = 0; j < replicas; ++j) {
+          members.clear();
+          for (std::int64_t k = j * shard; k < (j + 1) * shard; ++k)
+            members.push_back(rank_at(tp, k, pp));
+          if (members.size() > 1) group(CommKind::DpGroup, CommRole::Dp);
+        }
+        if (replicas > 1)
+          for (std::int64_t i = 0; i < shard; ++i) {
+            members.clear();
+            for (std::int64_t j = 0; j < replicas; ++j)
+              members.push_back(rank_at(tp, i + j * shard, pp));
+            group(CommKind::DpReplicateGroup, CommRole::DpReplicate);
+          }
       }
   // Pipeline pairs, wrap-around pairs (interleaving: the last rank's chunk j feeds the first
   // rank's chunk j + 1) and tied-embedding pairs, in the order of the rank layout.

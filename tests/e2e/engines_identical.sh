@@ -12,13 +12,17 @@ set -euo pipefail
 bin=$1; repo=$2
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-for exp in quickstart llama3-8b-hf gpt3-175b-1024 llama3-405b-16k llama3-405b-8k quickstart-vpp llama3-70b-1k llama3-405b-128k-cp16 llama3-8b-fsdp; do
+for exp in quickstart llama3-8b-hf gpt3-175b-1024 llama3-405b-16k llama3-405b-8k quickstart-vpp llama3-70b-1k llama3-405b-128k-cp16 llama3-8b-fsdp llama3-8b-hsdp; do
   cfg=$repo/inputs/experiments/$exp.yaml
   set_small=()
   [ "$exp" = llama3-8b-hf ] && set_small=(--set model.num_layers=4 --set training.global_batch_size=64 --set cluster.num_gpus=64 --set parallel.dp=8 --set parallel.tp=4 --set parallel.pp=2)
   [ "$exp" = llama3-405b-128k-cp16 ] && set_small=(--set model.seq_length=8192 --set parallel.cp=2 --set parallel.tp=2 --set parallel.dp=1 --set cluster.num_gpus=64 --set training.global_batch_size=16 --set run.trace_ranks=[0,60])
   [ "$exp" = llama3-405b-16k ] || [ "$exp" = llama3-405b-8k ] && set_small=(--set training.global_batch_size=32 --set cluster.num_gpus=64 --set parallel.dp=2 --set parallel.tp=2 --set run.trace_ranks=[0,60])
   [ "$exp" = llama3-8b-fsdp ] && set_small=(--set model.num_layers=4 --set training.global_batch_size=16 --set cluster.num_gpus=8 --set parallel.tp=2 --set run.trace_ranks=[0,7])
+  if [ "$exp" = llama3-8b-hsdp ]; then  # HSDP: shard groups of 2, 2 replicas
+    cfg=$repo/inputs/experiments/llama3-8b-fsdp.yaml
+    set_small=(--set model.num_layers=4 --set training.global_batch_size=16 --set cluster.num_gpus=8 --set parallel.tp=2 --set parallel.fsdp_shard_size=2 --set run.trace_ranks=[0,7])
+  fi
   [ "$exp" = llama3-70b-1k ] && set_small=(--set training.global_batch_size=16 --set cluster.num_gpus=64 --set parallel.dp=2 --set run.trace_ranks=[0,56])
   if [ "$exp" = quickstart-vpp ]; then
     cfg=$repo/inputs/experiments/quickstart.yaml
@@ -54,7 +58,8 @@ def datasets(p):
     return out
 bad = 0
 for exp in ("quickstart", "llama3-8b-hf", "gpt3-175b-1024", "llama3-405b-16k", "llama3-405b-8k",
-            "quickstart-vpp", "llama3-70b-1k", "llama3-405b-128k-cp16", "llama3-8b-fsdp"):
+            "quickstart-vpp", "llama3-70b-1k", "llama3-405b-128k-cp16", "llama3-8b-fsdp",
+            "llama3-8b-hsdp"):
     ref_s = summary(f"{d}/{exp}-seq/summary.json")
     ref_h = datasets(f"{d}/{exp}-seq/results.h5")
     for run in sorted(glob.glob(f"{d}/{exp}-[0-9]*")):

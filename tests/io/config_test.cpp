@@ -552,6 +552,13 @@ TEST(ConfigError, EveryBadInputNamesFileAndKey) {
            .set("parallel", "account_for_embedding_in_pipeline_split", "true"),
        "parallel.account_for_embedding/loss_in_pipeline_split"},
       {Yaml().set("parallel", "recompute", "some"), "parallel.recompute"},
+      // DP · CP = 2 · 1 does not split into shard groups of 3.
+      {Yaml()
+           .set("parallel", "fsdp", "true")
+           .set("parallel", "pp", "1")
+           .set("parallel", "tp", "4")
+           .set("parallel", "fsdp_shard_size", "3"),
+       "parallel.fsdp_shard_size"},
       {Yaml().set("parallel", "tp_comm_overlap", "true"), "parallel.tp_comm_overlap"},
       {Yaml().set("parallel", "schedule", "interleaved"), "parallel.schedule"},
       {Yaml().set("training", "precision", "fp4"), "training.precision"},

@@ -426,6 +426,37 @@ TEST(TransformerBuilder, FsdpAllGatherVolumePerStep) {
   EXPECT_DOUBLE_EQ(v.gather_backward, 0);
 }
 
+TEST(TransformerBuilder, HsdpShardsWithinGroupsAndAllReducesAcrossReplicas) {
+  // HSDP, TP 2 · DP 4 with shard groups of 2 (torchtitan's dp_shard 2 × dp_replicate 2): the
+  // FSDP traffic of FsdpAllGatherVolumePerStep stays on the shard group (the DP role), and each
+  // unit's reduced shard is then all-reduced across the 2 replicas: S = 4 · unit / 2 (fp32), N/2
+  // in all on the last micro-batch. Static bytes shard over 2: (2 + 4 + 12)/2 per parameter.
+  // Groups in rank order (rank = tp + 2·dp): shard {0, 2}, {4, 6}; replicate {0, 4}, {2, 6}.
+  Job s = small(2, 1, 4);
+  s.p.fsdp = true;
+  s.p.zero_stage = 3;
+  s.p.fsdp_shard_size = 2;
+  const double n = parameters_on_rank(s.m, s.p, 0);
+  graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
+  DpVolume v = dp_volume(g);
+  EXPECT_DOUBLE_EQ(v.gather_forward, 8 * 2 * n);
+  EXPECT_DOUBLE_EQ(v.reduce_scatter, 4 * n);
+  double replicated = 0;
+  for (const graph::Op& op : g.templates[0].ops)
+    if (op.role == graph::CommRole::DpReplicate) {
+      EXPECT_EQ(op.kind, graph::OpKind::AllReduce);
+      replicated += op.comm_bytes;
+    }
+  EXPECT_DOUBLE_EQ(replicated, 4 * n / 2);
+  auto members = [&](graph::CommRole role) {
+    const auto c = static_cast<std::uint32_t>(g.comm_of(0, role));
+    return std::vector<std::uint32_t>(g.comms.members_begin(c), g.comms.members_end(c));
+  };
+  EXPECT_EQ(members(graph::CommRole::Dp), (std::vector<std::uint32_t>{0, 2}));
+  EXPECT_EQ(members(graph::CommRole::DpReplicate), (std::vector<std::uint32_t>{0, 4}));
+  EXPECT_EQ(static_memory_bytes(s.m, s.p, 0), static_cast<std::int64_t>(std::ceil(n * 18 / 2)));
+}
+
 TEST(TransformerBuilder, Zero3MovesOneAndAHalfTimesDdpBytes) {
   // ZeRO §7: ZeRO-3 moves 1.5 × DDP's volume. One micro-batch, bf16 grads on the wire
   // (grad_reduce_in_fp32: false), Ψ = N parameters on the rank, ρ = (D − 1)/D. A ring
