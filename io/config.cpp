@@ -95,6 +95,7 @@ const Keys kClusterNetworkKeys = {"gpu",
                                   "gemm_efficiency",
                                   "attention_efficiency",
                                   "hbm_efficiency",
+                                  "norm_activation_efficiency",
                                   "compute_efficiency"};
 const Keys kRunKeys = {"engine",    "trace_ranks", "output", "coalesce_local_ops",
                        "partition", "on_oom"};
@@ -469,6 +470,7 @@ cost::ClusterSpec build_cluster(const Section& inline_keys, const std::string& e
   optional_number("gemm_efficiency", c.gemm_efficiency, true, 1.0 + 1e-12);
   optional_number("attention_efficiency", c.attention_efficiency, true, 1.0 + 1e-12);
   optional_number("hbm_efficiency", c.hbm_efficiency, true, 1.0 + 1e-12);
+  optional_number("norm_activation_efficiency", c.norm_activation_efficiency, true, 1.0 + 1e-12);
   for (std::string_view k : {"gpu", "nvlink_bandwidth_GBps", "nvlink_latency_us",
                              "nic_bandwidth_Gbps", "nics_per_node", "nic_latency_us"})
     if (!get(merged, k))
@@ -890,10 +892,12 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
   out << YAML::Key << "nic_bandwidth_Gbps" << YAML::Value << num(cl.nic_bandwidth_Gbps);
   out << YAML::Key << "nics_per_node" << YAML::Value << cl.nics_per_node;
   out << YAML::Key << "nic_latency_us" << YAML::Value << num(cl.nic_latency_us);
-  for (const auto& [key, v] : {std::pair{"kernel_overhead_us", cl.kernel_overhead_us},
-                               std::pair{"gemm_efficiency", cl.gemm_efficiency},
-                               std::pair{"attention_efficiency", cl.attention_efficiency},
-                               std::pair{"hbm_efficiency", cl.hbm_efficiency}})
+  for (const auto& [key, v] :
+       {std::pair{"kernel_overhead_us", cl.kernel_overhead_us},
+        std::pair{"gemm_efficiency", cl.gemm_efficiency},
+        std::pair{"attention_efficiency", cl.attention_efficiency},
+        std::pair{"hbm_efficiency", cl.hbm_efficiency},
+        std::pair{"norm_activation_efficiency", cl.norm_activation_efficiency}})
     if (v) out << YAML::Key << key << YAML::Value << num(*v);
   out << YAML::Key << "compute_efficiency" << YAML::Value << num(cl.compute_efficiency);
   out << YAML::EndMap;

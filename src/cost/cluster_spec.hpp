@@ -23,6 +23,9 @@ struct ClusterSpec {
   std::optional<double> gemm_efficiency;
   std::optional<double> attention_efficiency;
   std::optional<double> hbm_efficiency;
+  /// HBM efficiency of the norm and activation kernels alone (unset: hbm_efficiency): a
+  /// framework that runs them unfused (eager PyTorch) reaches far less than fused kernels.
+  std::optional<double> norm_activation_efficiency;
   /// An extra multiplier on every compute op's speed, in (0, 1]: the op's time is divided by it.
   /// 1 by default; kept for configurations written before the kernel model.
   double compute_efficiency = 1.0;

@@ -157,6 +157,15 @@ double compute_seconds(const GpuSpec& gpu, const KernelCalibration& cal, const g
           attention_pass_tflops(gpu, op.shape[1], backward) * 1e12 * cal.attention_efficiency;
       return kernel_seconds(gpu, cal, op.flops, rate, op.mem_bytes);
     }
+    case graph::OpKind::Norm:
+    case graph::OpKind::Elementwise:
+      if (cal.norm_activation_efficiency > 0 &&
+          (op.kind == graph::OpKind::Norm || op.name == graph::OpName::Activation)) {
+        KernelCalibration c = cal;
+        c.hbm_efficiency = cal.norm_activation_efficiency;
+        return kernel_seconds(gpu, c, op.flops, peak, op.mem_bytes);
+      }
+      return kernel_seconds(gpu, cal, op.flops, peak, op.mem_bytes);
     default:
       // Elementwise, norm, embedding, loss, optimizer: memory-bound in practice. The tensor-core
       // peak is an optimistic FLOP bound for them (they run on CUDA cores); it only guards against

@@ -65,6 +65,8 @@ CostModel::CostModel(const ClusterSpec& cluster, const NetworkOptions& network)
   if (cluster_.gemm_efficiency) kernel_.gemm_efficiency = *cluster_.gemm_efficiency;
   if (cluster_.attention_efficiency) kernel_.attention_efficiency = *cluster_.attention_efficiency;
   if (cluster_.hbm_efficiency) kernel_.hbm_efficiency = *cluster_.hbm_efficiency;
+  if (cluster_.norm_activation_efficiency)
+    kernel_.norm_activation_efficiency = *cluster_.norm_activation_efficiency;
   require_non_negative(kernel_.kernel_overhead_us, "kernel_overhead_us");
   require_positive(kernel_.gemm_efficiency, "gemm_efficiency");
   require_positive(kernel_.attention_efficiency, "attention_efficiency");

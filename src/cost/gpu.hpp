@@ -18,6 +18,8 @@ struct KernelCalibration {
   double gemm_efficiency = 1.0;       ///< sustained fraction of the shape-aware MAMF GEMM rate
   double attention_efficiency = 1.0;  ///< sustained fraction of the fused-attention table rate
   double hbm_efficiency = 0.8;        ///< fraction of the datasheet HBM bandwidth streams reach
+  /// The same for norm and activation ops; 0 → hbm_efficiency.
+  double norm_activation_efficiency = 0;
 };
 
 struct GpuSpec {

@@ -131,6 +131,25 @@ TEST(ComputeSeconds, OverlappedCommunicationTakesSmsFromTheGemm) {
   EXPECT_NEAR(compute_seconds(h100, op), op.flops / (794.5e12 * 116.0 / 132.0) + 2e-6, 1e-12);
 }
 
+TEST(ComputeSeconds, NormAndActivationCanHaveTheirOwnHbmEfficiency) {
+  // An RMSNorm moving 1 GB on an H100 (3.35 TB/s): at the default η = 0.8 it takes
+  // 1e9 / (0.8 · 3.35e12) = 373.1 µs; with norm_activation_efficiency 0.17 (eager PyTorch's
+  // unfused norm and SwiGLU on our H200, docs/h200-measurements.md) 1e9 / (0.17 · 3.35e12) =
+  // 1756 µs. Other memory-bound ops keep η.
+  const GpuSpec& h100 = find_gpu("H100");
+  KernelCalibration cal = h100.kernel;
+  graph::Op norm;
+  norm.kind = graph::OpKind::Norm;
+  norm.mem_bytes = 1e9;
+  graph::Op add = norm;
+  add.kind = graph::OpKind::Elementwise;
+  add.name = graph::OpName::BiasDropoutAdd;
+  EXPECT_NEAR(compute_seconds(h100, cal, norm), 2e-6 + 1e9 / (0.8 * 3.35e12), 1e-12);
+  cal.norm_activation_efficiency = 0.17;
+  EXPECT_NEAR(compute_seconds(h100, cal, norm), 2e-6 + 1e9 / (0.17 * 3.35e12), 1e-12);
+  EXPECT_NEAR(compute_seconds(h100, cal, add), 2e-6 + 1e9 / (0.8 * 3.35e12), 1e-12);
+}
+
 TEST(ComputeSeconds, SmallKGemmIsMemoryBound) {
   // A100, 16384×16384×16: 8.6e9 FLOP; efficiency ≈ 0.869 · (16/144) / 0.9636 = 0.100 → 275 µs.
   // Memory: 2·(16384·16·2 + 16384²) = 538 MB / (0.8 · 2.039e12) = 329.8 µs, which wins.
