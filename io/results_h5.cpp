@@ -122,7 +122,7 @@ void write_summary(const h5::Group& root, const emu::Summary& s, const Share& sh
 
 /// /memory_check: the capacity check and each stage's memory classes at its peak
 /// (docs/formats.md).
-void write_memory(const h5::Group& root, const emu::Summary& s, const Share& share) {
+void write_memory_check(const h5::Group& root, const emu::Summary& s, const Share& share) {
   if (s.memory_breakdown_by_pp_stage.empty()) return;
   const h5::Group g = root.create_group("memory_check");
   g.set_attribute("fits", static_cast<std::int32_t>(s.memory_fits ? 1 : 0));
@@ -234,7 +234,7 @@ void write_file(h5::File& file, const emu::RunResults& r, const Share& share) {
     meta.set_attribute("format_version", kFormatVersion);
     meta.set_attribute("config_text", r.config_text);
     write_summary(root, r.summary, share);
-    write_memory(root, r.summary, share);
+    write_memory_check(root, r.summary, share);
     write_ranks(root, share);
     write_timelines(root, share);
     write_memory(root, r, share);
