@@ -15,15 +15,12 @@ CommLP::CommLP(std::uint32_t comm, const ModelData& data)
       shape_(data.cost->shape(members_, members_ + size_)) {
   // The stream each member's op waits on: a pipeline pair is its upstream member's PpComm
   // (role PpNext) and its downstream member's PpPrevComm.
+  const graph::CommRole role = graph::role_of(kind_);
   for (std::uint32_t i = 0; i < size_ && i < stream_.size(); ++i) {
-    graph::Stream s = graph::Stream::DpComm;
-    if (kind_ == graph::CommKind::TpGroup || kind_ == graph::CommKind::CpGroup)
-      s = graph::Stream::TpComm;
-    if (kind_ == graph::CommKind::PpPair)
-      s = data.graph->comm_of(members_[i], graph::CommRole::PpNext) ==
-                  static_cast<std::int32_t>(comm)
-              ? graph::Stream::PpComm
-              : graph::Stream::PpPrevComm;
+    const bool downstream = kind_ == graph::CommKind::PpPair &&
+                            data.graph->comm_of(members_[i], graph::CommRole::PpNext) !=
+                                static_cast<std::int32_t>(comm);
+    const graph::Stream s = graph::stream_of(downstream ? graph::CommRole::PpPrev : role);
     stream_[i] = static_cast<std::uint8_t>(s);
   }
 }

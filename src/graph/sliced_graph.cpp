@@ -127,6 +127,8 @@ Signature signature(const RankProgram& p, CommRole role, Part part) {
   return s;
 }
 
+}  // namespace
+
 CommRole role_of(CommKind k) {
   switch (k) {
     case CommKind::TpGroup:
@@ -144,8 +146,6 @@ CommRole role_of(CommKind k) {
   }
   return CommRole::None;
 }
-
-}  // namespace
 
 void validate(const SlicedGraph& g) {
   const auto world = g.world_size;

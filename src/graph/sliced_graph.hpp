@@ -19,6 +19,9 @@ enum class CommKind : std::uint8_t {
   DpReplicateGroup
 };
 std::string_view comm_kind_name(CommKind k);
+/// The role under which a communicator of this kind is reached (PpNext for a pipeline pair:
+/// its upstream member holds it as PpNext, its downstream member as PpPrev).
+CommRole role_of(CommKind k);
 
 /// Every communicator of the job; members as CSR, ordered by rank.
 struct CommTable {
