@@ -31,9 +31,7 @@ SimTime CommLP::duration(const pdes::Event& arrival) const {
   if (op.kind != memo_kind_ || op.comm_bytes != memo_bytes_) {
     memo_kind_ = op.kind;
     memo_bytes_ = op.comm_bytes;
-    memo_ns_ = op.kind == graph::OpKind::SendRecv
-                   ? data_->cost->p2p(op.comm_bytes, shape_.nodes == 1)
-                   : data_->cost->collective(op.kind, op.comm_bytes, shape_);
+    memo_ns_ = data_->cost->wire(op, shape_);
   }
   return memo_ns_;
 }
@@ -59,7 +57,7 @@ void CommLP::forward(pdes::Event& e, pdes::Context& ctx) {
   if (++arrived_[ch] < needed) return;
   // Events arrive in timestamp order, so the last arrival is the latest: the instance starts now.
   // At least 1 ns, so COMPLETE sorts after this ARRIVE (see messages.hpp).
-  const SimTime end = ctx.now() + std::max<SimTime>(1, duration(e));
+  const SimTime end = ctx.now() + duration(e);
   EmuMsg done;
   done.kind = MsgKind::Complete;
   for (std::uint32_t i = 0; i < size_; ++i) {

@@ -1,6 +1,8 @@
 #include "emu/model_data.hpp"
 
 #include <algorithm>
+#include <array>
+#include <optional>
 
 namespace scalescope::emu {
 
@@ -79,6 +81,8 @@ ModelData::ModelData(const graph::SlicedGraph& g, const Costs& c, bool coalesce)
     if (!g.is_loaded(k) || first_rank[k] < 0) continue;
     const graph::RankProgram& p = g.templates[k];
     const auto rank = static_cast<std::uint32_t>(first_rank[k]);
+    // The shape of each of the rank's communicators, once (a template has many ops per role).
+    std::array<std::optional<cost::CommShape>, graph::kNumRoles> shapes;
     std::vector<SimTime>& w = wire[k];
     w.assign(p.size(), 0);
     for (std::uint32_t i = 0; i < p.size(); ++i) {
@@ -87,13 +91,12 @@ ModelData::ModelData(const graph::SlicedGraph& g, const Costs& c, bool coalesce)
       const graph::CommRole role = op.role != graph::CommRole::None ? op.role : op.role2;
       const std::int32_t comm = g.comm_of(rank, role);
       if (comm == graph::kNoComm) continue;
-      const std::uint32_t* mb = g.comms.members_begin(static_cast<std::uint32_t>(comm));
-      const cost::CommShape shape =
-          c.shape(mb, g.comms.members_end(static_cast<std::uint32_t>(comm)));
-      const SimTime t = op.kind == graph::OpKind::SendRecv
-                            ? c.p2p(op.comm_bytes, shape.nodes == 1)
-                            : c.collective(op.kind, op.comm_bytes, shape);
-      w[i] = std::max<SimTime>(1, t);  // as CommLP::forward
+      std::optional<cost::CommShape>& shape = shapes[static_cast<std::size_t>(role)];
+      if (!shape) {
+        const auto id = static_cast<std::uint32_t>(comm);
+        shape = c.shape(g.comms.members_begin(id), g.comms.members_end(id));
+      }
+      w[i] = c.wire(op, *shape);
     }
     std::vector<std::uint32_t>& prev = prev_on_stream[k];
     prev.assign(p.size(), kNoOp);

@@ -33,6 +33,14 @@ struct Costs {
   std::function<cost::CommShape(const std::uint32_t*, const std::uint32_t*)> shape;
   std::string gpu;
   double peak_flops = 0;  ///< per GPU, FLOP/s
+
+  /// A communication op's wire time on a communicator of this shape: a point-to-point transfer
+  /// or a collective, at least 1 ns so that its completion follows its start.
+  SimTime wire(const graph::Op& op, const cost::CommShape& s) const {
+    const SimTime t = op.kind == graph::OpKind::SendRecv ? p2p(op.comm_bytes, s.nodes == 1)
+                                                         : collective(op.kind, op.comm_bytes, s);
+    return t > 1 ? t : 1;
+  }
 };
 Costs costs_of(const cost::CostModel& model);
 
