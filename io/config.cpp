@@ -55,7 +55,19 @@ const Keys kModelShapeKeys = {"name",
                               "add_bias_linear",
                               "hidden_dropout",
                               "attention_dropout",
-                              "position_embedding_type"};
+                              "position_embedding_type",
+                              "num_experts",
+                              "moe_router_topk",
+                              "moe_ffn_hidden_size",
+                              "moe_shared_expert_intermediate_size",
+                              "moe_layer_freq",
+                              "moe_expert_capacity_factor",
+                              "multi_latent_attention",
+                              "q_lora_rank",
+                              "kv_lora_rank",
+                              "qk_head_dim",
+                              "qk_pos_emb_head_dim",
+                              "v_head_dim"};
 const Keys kParallelKeys = {"tensor_model_parallel_size",
                             "pipeline_model_parallel_size",
                             "data_parallel_size",
@@ -81,8 +93,13 @@ const Keys kParallelKeys = {"tensor_model_parallel_size",
                             "fsdp",
                             "reshard_after_forward",
                             "fsdp_reduce_every_microbatch",
-                            "fsdp_shard_size"};
-const Keys kTrainingKeys = {"micro_batch_size", "global_batch_size", "precision", "attention"};
+                            "fsdp_shard_size",
+                            "expert_model_parallel_size",
+                            "expert_tensor_parallel_size",
+                            "moe_token_dispatcher_type"};
+const Keys kTrainingKeys = {"micro_batch_size",     "global_batch_size",
+                            "precision",            "attention",
+                            "moe_expert_load_skew", "moe_expert_load_seed"};
 const Keys kClusterNetworkKeys = {"gpu",
                                   "gpus_per_node",
                                   "num_gpus",
@@ -107,6 +124,8 @@ const std::vector<std::pair<std::string_view, std::string_view>> kParallelAliase
     {"dp", "data_parallel_size"},
     {"cp", "context_parallel_size"},
     {"vpp", "virtual_pipeline_model_parallel_size"},
+    {"ep", "expert_model_parallel_size"},
+    {"etp", "expert_tensor_parallel_size"},
     {"accumulate_allreduce_grads_in_fp32", "grad_reduce_in_fp32"}};
 
 Keys concat(Keys a, const Keys& b) {
@@ -338,6 +357,72 @@ class Reader {
   std::string_view section_;
 };
 
+/// Megatron's --moe-layer-freq: an int N (layer l is MoE when l % N == 0), a list of 0/1 per
+/// layer, or Megatron's pattern string "([0]*3+[1]*58)". Absent: every layer.
+std::vector<std::uint8_t> moe_layer_pattern(const Value* v, std::int64_t layers,
+                                            const std::string& experiment) {
+  const std::string key = "model.moe_layer_freq";
+  std::vector<std::uint8_t> pattern;
+  const auto n = static_cast<std::size_t>(layers);
+  if (v == nullptr) return std::vector<std::uint8_t>(n, 1);
+  const auto bit = [&](std::int64_t x) {
+    if (x != 0 && x != 1) fail(*v, key, fmt::format("pattern entries must be 0 or 1, got {}", x));
+    return static_cast<std::uint8_t>(x);
+  };
+  if (v->node.IsSequence()) {
+    for (const auto& e : v->node) pattern.push_back(bit(detail::read_int(Value{e, v->origin}, key)));
+  } else {
+    const std::string text = detail::read_string(*v, key);
+    if (text.find('[') == std::string::npos) {
+      const std::int64_t freq = detail::read_positive_int(*v, key);
+      for (std::int64_t l = 0; l < layers; ++l) pattern.push_back(l % freq == 0 ? 1 : 0);
+      return pattern;
+    }
+    // "([a]*n+[b]*m+[c, d])": terms joined by '+', each a bracketed list times an optional count.
+    std::string body;
+    for (char c : text)
+      if (c != ' ' && c != '(' && c != ')') body += c;
+    std::size_t i = 0;
+    while (i < body.size()) {
+      if (body[i] != '[') fail(*v, key, fmt::format("cannot read pattern '{}'", text));
+      const std::size_t close = body.find(']', i);
+      if (close == std::string::npos) fail(*v, key, fmt::format("unclosed '[' in '{}'", text));
+      std::vector<std::uint8_t> items;
+      std::stringstream list(body.substr(i + 1, close - i - 1));
+      for (std::string item; std::getline(list, item, ',');) {
+        try {
+          items.push_back(bit(std::stoll(item)));
+        } catch (const std::logic_error&) {
+          fail(*v, key, fmt::format("cannot read '{}' in pattern '{}'", item, text));
+        }
+      }
+      i = close + 1;
+      std::int64_t times = 1;
+      if (i < body.size() && body[i] == '*') {
+        std::size_t end = body.find('+', i);
+        if (end == std::string::npos) end = body.size();
+        try {
+          times = std::stoll(body.substr(i + 1, end - i - 1));
+        } catch (const std::logic_error&) {
+          fail(*v, key, fmt::format("cannot read the repeat count in '{}'", text));
+        }
+        i = end;
+      }
+      for (std::int64_t r = 0; r < times; ++r) pattern.insert(pattern.end(), items.begin(), items.end());
+      if (i < body.size()) {
+        if (body[i] != '+') fail(*v, key, fmt::format("cannot read pattern '{}'", text));
+        ++i;
+      }
+    }
+  }
+  if (pattern.size() != n)
+    fail(*v, key,
+         fmt::format("the pattern has {} entries, model.num_layers is {}", pattern.size(), layers));
+  if (std::find(pattern.begin(), pattern.end(), 1) == pattern.end())
+    throw_input("{}: {}: no layer is MoE", experiment, key);
+  return pattern;
+}
+
 struct ModelSources {
   std::string preset;     ///< preset name, if any
   std::string hf_config;  ///< config.json path, if any
@@ -394,6 +479,30 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
       r.choice("position_embedding_type", {"rope", "learned_absolute"}, "rope") == "rope"
           ? workload::PositionEmbedding::Rope
           : workload::PositionEmbedding::LearnedAbsolute;
+  r.positive("num_experts", m.num_experts);
+  r.positive("moe_router_topk", m.moe_router_topk);
+  r.positive("moe_ffn_hidden_size", m.moe_ffn_hidden_size);
+  if (const Value* v = r.find("moe_shared_expert_intermediate_size"))
+    m.moe_shared_expert_intermediate_size =
+        detail::read_int(*v, r.key("moe_shared_expert_intermediate_size"));
+  r.number("moe_expert_capacity_factor", m.moe_expert_capacity_factor, 0.0, false);
+  r.flag("multi_latent_attention", m.multi_latent_attention);
+  if (const Value* v = r.find("q_lora_rank"))
+    m.q_lora_rank = detail::read_int(*v, r.key("q_lora_rank"));  // 0 = no query compression
+  r.positive("kv_lora_rank", m.kv_lora_rank);
+  r.positive("qk_head_dim", m.qk_head_dim);
+  r.positive("qk_pos_emb_head_dim", m.qk_pos_emb_head_dim);
+  r.positive("v_head_dim", m.v_head_dim);
+  for (const char* k : {"moe_router_topk", "moe_ffn_hidden_size",
+                        "moe_shared_expert_intermediate_size", "moe_layer_freq",
+                        "moe_expert_capacity_factor"})
+    if (const Value* v = r.find(k); v && m.num_experts == 0)
+      fail(*v, r.key(k), "applies to MoE models only (set model.num_experts)");
+  for (const char* k :
+       {"q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"})
+    if (const Value* v = r.find(k); v && !m.multi_latent_attention)
+      fail(*v, r.key(k), "applies to multi-latent attention only (set "
+                         "model.multi_latent_attention: true)");
   // Required after merging; checked after the reads so that a bad value is reported first.
   for (std::string_view k :
        {"num_layers", "hidden_size", "num_attention_heads", "vocab_size", "seq_length"})
@@ -422,6 +531,16 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
   if (m.num_attention_heads % m.query_groups() != 0)
     throw_input("{}: model.num_query_groups={} does not divide model.num_attention_heads={}",
                 experiment, m.query_groups(), m.num_attention_heads);
+  if (m.moe()) {
+    if (m.moe_router_topk > m.num_experts)
+      throw_input("{}: model.moe_router_topk={} exceeds model.num_experts={}", experiment,
+                  m.moe_router_topk, m.num_experts);
+    if (m.moe_shared_expert_intermediate_size < 0)
+      throw_input("{}: model.moe_shared_expert_intermediate_size must be >= 0", experiment);
+    m.moe_layer_pattern = moe_layer_pattern(r.find("moe_layer_freq"), m.num_layers, experiment);
+    m.moe_ffn_hidden_size = m.expert_ffn();
+  }
+  if (m.q_lora_rank < 0) throw_input("{}: model.q_lora_rank must be >= 0", experiment);
   // Resolve the "0 → derived" defaults so the spec and the emitted YAML say the same.
   m.ffn_hidden_size = m.ffn();
   m.num_query_groups = m.query_groups();
@@ -538,6 +657,12 @@ workload::ParallelPlan build_parallel(const Section& s) {
   r.positive("fsdp_shard_size", p.fsdp_shard_size);
   r.positive("decoder_first_pipeline_num_layers", p.decoder_first_pipeline_num_layers);
   r.positive("decoder_last_pipeline_num_layers", p.decoder_last_pipeline_num_layers);
+  r.positive("expert_model_parallel_size", p.expert_model_parallel_size);
+  r.positive("expert_tensor_parallel_size", p.expert_tensor_parallel_size);
+  p.moe_token_dispatcher_type =
+      r.choice("moe_token_dispatcher_type", {"alltoall", "allgather"}, "alltoall") == "allgather"
+          ? workload::MoeDispatcher::AllGather
+          : workload::MoeDispatcher::AllToAll;
   return p;
 }
 
@@ -553,6 +678,9 @@ workload::TrainingSpec build_training(const Section& s) {
   t.attention = r.choice("attention", {"flash", "unfused"}, "flash") == "unfused"
                     ? workload::AttentionBackend::Unfused
                     : workload::AttentionBackend::Flash;
+  r.number("moe_expert_load_skew", t.moe_expert_load_skew, 0.0, false, 20.0);
+  if (const Value* v = r.find("moe_expert_load_seed"))
+    t.moe_expert_load_seed = detail::read_int(*v, r.key("moe_expert_load_seed"));
   return t;
 }
 
@@ -740,6 +868,57 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
         "single partial node is allowed)",
         f, cl.num_gpus, cl.gpus_per_node);
 
+  // Mixture of experts (Megatron arguments.py and parallel_state.py rules).
+  const Tree::mapped_type& par = t.at("parallel");
+  if (!m.moe()) {
+    for (const char* k : {"expert_model_parallel_size", "expert_tensor_parallel_size",
+                          "moe_token_dispatcher_type"})
+      if (const Value* v = get(par, k); v && !(std::string_view(k) != "moe_token_dispatcher_type" &&
+                                             v->node.Scalar() == "1"))
+        fail(*v, std::string("parallel.") + k, "applies to MoE models only (set model.num_experts)");
+    for (const char* k : {"moe_expert_load_skew", "moe_expert_load_seed"})
+      if (const Value* v = get(t.at("training"), k))
+        fail(*v, std::string("training.") + k, "applies to MoE models only (set model.num_experts)");
+  } else {
+    const std::int64_t ep = p.ep(), etp = p.etp();
+    if (m.num_experts % ep != 0)
+      throw_input("{}: parallel.expert_model_parallel_size={} does not divide model.num_experts={}",
+                  f, ep, m.num_experts);
+    if ((tp * cp * p.dp()) % (etp * ep) != 0)
+      throw_input(
+          "{}: parallel.expert_tensor_parallel_size·expert_model_parallel_size={}·{} does not "
+          "divide tensor_model_parallel_size·context_parallel_size·data_parallel_size={} (the "
+          "ranks of a pipeline stage)",
+          f, etp, ep, tp * cp * p.dp());
+    if (m.moe_ffn_hidden_size % etp != 0)
+      throw_input(
+          "{}: parallel.expert_tensor_parallel_size={} does not divide model.moe_ffn_hidden_size={}",
+          f, etp, m.moe_ffn_hidden_size);
+    if (m.moe_shared_expert_intermediate_size % tp != 0)
+      throw_input(
+          "{}: parallel.tensor_model_parallel_size={} does not divide "
+          "model.moe_shared_expert_intermediate_size={}",
+          f, tp, m.moe_shared_expert_intermediate_size);
+    if (tp > 1 && !p.sequence_parallel)
+      throw_input(
+          "{}: MoE with tensor_model_parallel_size={} needs parallel.sequence_parallel: true "
+          "(Megatron: 'When using MoE and tensor parallelism, sequence parallelism must be used')",
+          f, tp);
+    if (p.moe_token_dispatcher_type == workload::MoeDispatcher::AllGather && (tp > 1 || etp > 1))
+      throw_input(
+          "{}: parallel.moe_token_dispatcher_type=allgather is modelled with "
+          "tensor_model_parallel_size = expert_tensor_parallel_size = 1 only (its TP × EP group); "
+          "use alltoall",
+          f);
+    if (p.zero() >= 2)
+      throw_input(
+          "{}: parallel.zero_stage={} with MoE is not modelled (expert parameters shard over the "
+          "expert-data-parallel group); use the distributed optimizer (ZeRO-1)",
+          f, p.zero());
+  }
+  if (m.multi_latent_attention && m.position_embedding_type != workload::PositionEmbedding::Rope)
+    throw_input("{}: model.multi_latent_attention needs position_embedding_type: rope", f);
+
   // Megatron: global_batch_size defaults to micro_batch_size · data_parallel_size.
   auto& tr = c.training;
   if (get(t.at("training"), "global_batch_size") == nullptr)
@@ -819,6 +998,25 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
   out << YAML::Key << "position_embedding_type" << YAML::Value
       << (m.position_embedding_type == workload::PositionEmbedding::Rope ? "rope"
                                                                          : "learned_absolute");
+  if (m.moe()) {
+    out << YAML::Key << "num_experts" << YAML::Value << m.num_experts;
+    out << YAML::Key << "moe_router_topk" << YAML::Value << m.moe_router_topk;
+    out << YAML::Key << "moe_ffn_hidden_size" << YAML::Value << m.moe_ffn_hidden_size;
+    out << YAML::Key << "moe_shared_expert_intermediate_size" << YAML::Value
+        << m.moe_shared_expert_intermediate_size;
+    std::vector<int> pattern(m.moe_layer_pattern.begin(), m.moe_layer_pattern.end());
+    out << YAML::Key << "moe_layer_freq" << YAML::Value << YAML::Flow << pattern;
+    out << YAML::Key << "moe_expert_capacity_factor" << YAML::Value
+        << num(m.moe_expert_capacity_factor);
+  }
+  if (m.multi_latent_attention) {
+    out << YAML::Key << "multi_latent_attention" << YAML::Value << true;
+    out << YAML::Key << "q_lora_rank" << YAML::Value << m.q_lora_rank;
+    out << YAML::Key << "kv_lora_rank" << YAML::Value << m.kv_lora_rank;
+    out << YAML::Key << "qk_head_dim" << YAML::Value << m.qk_head_dim;
+    out << YAML::Key << "qk_pos_emb_head_dim" << YAML::Value << m.qk_pos_emb_head_dim;
+    out << YAML::Key << "v_head_dim" << YAML::Value << m.v_head_dim;
+  }
   out << YAML::EndMap;
 
   const auto& p = c.parallel;
@@ -868,6 +1066,13 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
   out << YAML::Key << "tp_comm_overlap" << YAML::Value << p.tp_comm_overlap;
   if (p.ddp_bucket_size > 0)
     out << YAML::Key << "ddp_bucket_size" << YAML::Value << p.ddp_bucket_size;
+  if (c.model.moe()) {
+    out << YAML::Key << "expert_model_parallel_size" << YAML::Value << p.ep();
+    out << YAML::Key << "expert_tensor_parallel_size" << YAML::Value << p.etp();
+    out << YAML::Key << "moe_token_dispatcher_type" << YAML::Value
+        << (p.moe_token_dispatcher_type == workload::MoeDispatcher::AllGather ? "allgather"
+                                                                              : "alltoall");
+  }
   out << YAML::EndMap;
 
   const auto& t = c.training;
@@ -880,6 +1085,10 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
                                                     : "bf16");
   out << YAML::Key << "attention" << YAML::Value
       << (t.attention == workload::AttentionBackend::Unfused ? "unfused" : "flash");
+  if (c.model.moe()) {
+    out << YAML::Key << "moe_expert_load_skew" << YAML::Value << num(t.moe_expert_load_skew);
+    out << YAML::Key << "moe_expert_load_seed" << YAML::Value << t.moe_expert_load_seed;
+  }
   out << YAML::EndMap;
 
   const auto& cl = c.cluster;

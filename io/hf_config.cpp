@@ -1,6 +1,8 @@
-// Hugging Face config.json (LlamaConfig, MistralConfig, Qwen2Config) → model keys.
-// Field meanings: transformers/models/{llama,mistral,qwen2}/configuration_*.py; the Megatron
-// equivalents follow Megatron-LM's tools/checkpoint/loader_llama_mistral.py.
+// Hugging Face config.json (LlamaConfig, MistralConfig, Qwen2Config, MixtralConfig,
+// Qwen3MoeConfig, DeepseekV3Config) → model keys. Field meanings:
+// transformers/models/{llama,mistral,qwen2,mixtral,qwen3_moe,deepseek_v3}/configuration_*.py;
+// the Megatron equivalents follow Megatron-LM's tools/checkpoint/loader_llama_mistral.py and
+// Megatron-Bridge's DeepSeek / Qwen3 / Mixtral providers.
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -106,6 +108,68 @@ YAML::Node hf_model_keys(const std::string& path) {
   m["attention_dropout"] = get_double(j, path, "attention_dropout").value_or(0.0);
   // Llama, Mistral and Qwen2 all apply rotary embeddings to q and k (rope_theta).
   m["position_embedding_type"] = "rope";
+
+  // Mixture of experts. Mixtral: num_local_experts, every layer sparse. Qwen2/3-MoE: num_experts,
+  // moe_intermediate_size, layers sparse every decoder_sparse_step except mlp_only_layers, an
+  // optional shared_expert_intermediate_size. DeepSeek-V2/V3: n_routed_experts,
+  // n_shared_experts × moe_intermediate_size shared, the first first_k_dense_replace layers
+  // dense, then every moe_layer_freq-th.
+  const std::int64_t layers = m["num_layers"].as<std::int64_t>();
+  std::optional<std::int64_t> experts = get_int(j, path, "num_local_experts");
+  if (!experts) experts = get_int(j, path, "n_routed_experts");
+  if (!experts) experts = get_int(j, path, "num_experts");
+  if (experts) {
+    m["num_experts"] = *experts;
+    m["moe_router_topk"] = require_int(j, path, "num_experts_per_tok");
+    const auto moe_ffn = get_int(j, path, "moe_intermediate_size");
+    if (moe_ffn) m["moe_ffn_hidden_size"] = *moe_ffn;
+    if (auto shared = get_int(j, path, "n_shared_experts")) {
+      if (!moe_ffn) throw_input("{}: n_shared_experts needs moe_intermediate_size", path);
+      m["moe_shared_expert_intermediate_size"] = *shared * *moe_ffn;
+    }
+    if (auto shared = get_int(j, path, "shared_expert_intermediate_size"))
+      m["moe_shared_expert_intermediate_size"] = *shared;
+    std::vector<int> pattern(static_cast<std::size_t>(layers), 1);
+    const std::int64_t first_dense = [&]() -> std::int64_t {
+      const json* v = find(j, "first_k_dense_replace");
+      if (v == nullptr) return 0;
+      if (!v->is_number_integer() || v->get<std::int64_t>() < 0)
+        throw_input("{}: first_k_dense_replace: expected an integer >= 0, got {}", path,
+                    v->dump());
+      return v->get<std::int64_t>();
+    }();
+    const std::int64_t step = get_int(j, path, "decoder_sparse_step")
+                                  .value_or(get_int(j, path, "moe_layer_freq").value_or(1));
+    for (std::int64_t l = 0; l < layers; ++l) {
+      // DeepSeek: layer_idx >= first_k_dense_replace and layer_idx % moe_layer_freq == 0;
+      // Qwen-MoE: (layer_idx + 1) % decoder_sparse_step == 0 (modeling_*.py).
+      const bool deepseek = find(j, "n_routed_experts") != nullptr;
+      const bool sparse = l >= first_dense && (deepseek ? l % step == 0 : (l + 1) % step == 0);
+      pattern[static_cast<std::size_t>(l)] = sparse ? 1 : 0;
+    }
+    if (const json* only = find(j, "mlp_only_layers")) {
+      if (!only->is_array()) throw_input("{}: mlp_only_layers: expected a list", path);
+      for (const json& x : *only) {
+        if (!x.is_number_integer() || x.get<std::int64_t>() < 0 || x.get<std::int64_t>() >= layers)
+          throw_input("{}: mlp_only_layers: {} is not a layer index", path, x.dump());
+        pattern[static_cast<std::size_t>(x.get<std::int64_t>())] = 0;
+      }
+    }
+    YAML::Node list(YAML::NodeType::Sequence);
+    for (int x : pattern) list.push_back(x);
+    m["moe_layer_freq"] = list;
+  }
+  // Multi-latent attention (DeepSeek-V2/V3): kv_lora_rank marks it; q_lora_rank null means
+  // queries projected directly.
+  if (auto kvl = get_int(j, path, "kv_lora_rank")) {
+    m["multi_latent_attention"] = true;
+    m["kv_lora_rank"] = *kvl;
+    m["q_lora_rank"] = get_int(j, path, "q_lora_rank").value_or(0);
+    m["qk_head_dim"] = require_int(j, path, "qk_nope_head_dim");
+    m["qk_pos_emb_head_dim"] = require_int(j, path, "qk_rope_head_dim");
+    m["v_head_dim"] = require_int(j, path, "v_head_dim");
+    m.remove("kv_channels");
+  }
   return m;
 }
 
@@ -132,6 +196,21 @@ workload::ModelSpec load_hf_config(const std::string& path) {
   m.hidden_dropout = n["hidden_dropout"].as<double>();
   m.attention_dropout = n["attention_dropout"].as<double>();
   m.position_embedding_type = workload::PositionEmbedding::Rope;
+  set_int("num_experts", m.num_experts);
+  set_int("moe_router_topk", m.moe_router_topk);
+  set_int("moe_ffn_hidden_size", m.moe_ffn_hidden_size);
+  set_int("moe_shared_expert_intermediate_size", m.moe_shared_expert_intermediate_size);
+  if (n["moe_layer_freq"])
+    for (const auto& x : n["moe_layer_freq"])
+      m.moe_layer_pattern.push_back(static_cast<std::uint8_t>(x.as<int>()));
+  if (n["multi_latent_attention"]) {
+    m.multi_latent_attention = true;
+    set_int("q_lora_rank", m.q_lora_rank);
+    set_int("kv_lora_rank", m.kv_lora_rank);
+    set_int("qk_head_dim", m.qk_head_dim);
+    set_int("qk_pos_emb_head_dim", m.qk_pos_emb_head_dim);
+    set_int("v_head_dim", m.v_head_dim);
+  }
   return m;
 }
 

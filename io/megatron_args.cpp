@@ -93,8 +93,22 @@ constexpr Option kOptions[] = {
     {"--recompute-num-layers", Kind::Special},
     {"--context-parallel-size", Kind::Special},
     {"--cp-comm-type", Kind::Value, "parallel", "cp_comm_type"},
-    {"--expert-model-parallel-size", Kind::Special},
-    {"--expert-tensor-parallel-size", Kind::Special},
+    {"--expert-model-parallel-size", Kind::Value, "parallel", "expert_model_parallel_size"},
+    {"--expert-tensor-parallel-size", Kind::Value, "parallel", "expert_tensor_parallel_size"},
+    {"--moe-token-dispatcher-type", Kind::Value, "parallel", "moe_token_dispatcher_type"},
+    {"--num-experts", Kind::Value, "model", "num_experts"},
+    {"--moe-router-topk", Kind::Value, "model", "moe_router_topk"},
+    {"--moe-ffn-hidden-size", Kind::Value, "model", "moe_ffn_hidden_size"},
+    {"--moe-shared-expert-intermediate-size", Kind::Value, "model",
+     "moe_shared_expert_intermediate_size"},
+    {"--moe-layer-freq", Kind::Value, "model", "moe_layer_freq"},
+    {"--moe-expert-capacity-factor", Kind::Value, "model", "moe_expert_capacity_factor"},
+    {"--multi-latent-attention", Kind::Flag, "model", "multi_latent_attention", "true"},
+    {"--q-lora-rank", Kind::Value, "model", "q_lora_rank"},
+    {"--kv-lora-rank", Kind::Value, "model", "kv_lora_rank"},
+    {"--qk-head-dim", Kind::Value, "model", "qk_head_dim"},
+    {"--qk-pos-emb-head-dim", Kind::Value, "model", "qk_pos_emb_head_dim"},
+    {"--v-head-dim", Kind::Value, "model", "v_head_dim"},
     // ---- training
     {"--micro-batch-size", Kind::Value, "training", "micro_batch_size"},
     {"--global-batch-size", Kind::Value, "training", "global_batch_size"},
@@ -208,9 +222,19 @@ constexpr Option kOptions[] = {
     {"--no-gradient-accumulation-fusion", Kind::IgnoredFlag},
     {"--no-persist-layer-norm", Kind::IgnoredFlag},
     {"--cross-entropy-loss-fusion", Kind::IgnoredFlag},
+    {"--moe-grouped-gemm", Kind::IgnoredFlag},
+    {"--moe-permute-fusion", Kind::IgnoredFlag},
+    {"--moe-router-enable-expert-bias", Kind::IgnoredFlag},
+    {"--moe-router-load-balancing-type", Kind::Ignored},
+    {"--moe-aux-loss-coeff", Kind::Ignored},
+    {"--moe-z-loss-coeff", Kind::Ignored},
+    {"--moe-router-dtype", Kind::Ignored},
+    {"--moe-router-score-function", Kind::Ignored},
+    {"--moe-router-topk-scaling-factor", Kind::Ignored},
+    {"--moe-router-bias-update-rate", Kind::Ignored},
+    {"--moe-router-num-groups", Kind::Ignored},
+    {"--moe-router-group-topk", Kind::Ignored},
     // ---- refused: they change the iteration in ways scalescope does not model
-    {"--num-experts", Kind::Unmodelled, {}, {}, "mixture-of-experts layers"},
-    {"--multi-latent-attention", Kind::UnmodelledFlag, {}, {}, "multi-latent attention"},
     {"--qk-layernorm", Kind::UnmodelledFlag, {}, {}, "the extra norms on queries and keys"},
     {"--add-qkv-bias", Kind::UnmodelledFlag, {}, {}, "a bias on Q/K/V only"},
     {"--cpu-offloading", Kind::UnmodelledFlag, {}, {}, "activation offloading to the CPU"},
@@ -434,9 +458,6 @@ LaunchLine parse_megatron_args(std::string_view text, std::string_view label) {
   if (has("--context-parallel-size"))
     set("parallel", "context_parallel_size", at("--context-parallel-size").value,
         at("--context-parallel-size"));
-  for (std::string_view n : {"--expert-model-parallel-size", "--expert-tensor-parallel-size"})
-    if (has(n) && at(n).value != "1")
-      refuse(n, "only 1 is accepted for now (scalescope does not model expert parallelism)");
 
   // Precision: Megatron trains in fp32 without --bf16 or --fp16 (the loader refuses that when
   // nothing else sets training.precision); fp8 runs on top of bf16 / fp16.

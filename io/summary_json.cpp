@@ -82,6 +82,7 @@ void write_summary_json(const emu::RunResults& r, const std::string& path) {
                                {"exposed_dp", ns_to_seconds(last.exposed_dp)},
                                {"exposed_embedding", ns_to_seconds(last.exposed_embedding)},
                                {"exposed_cp", ns_to_seconds(last.exposed_cp)},
+                               {"exposed_ep", ns_to_seconds(last.exposed_ep)},
                                {"bubble", ns_to_seconds(last.bubble)},
                                {"other_wait", ns_to_seconds(last.other_wait)}};
   const emu::EngineStats& e = r.engine;
@@ -138,6 +139,7 @@ std::string format_summary_table(const emu::RunResults& r) {
     part("exposed DP", last.exposed_dp);
     part("exposed embedding AR", last.exposed_embedding);
     part("exposed CP", last.exposed_cp);
+    part("exposed EP", last.exposed_ep);
     part("bubble / idle", last.bubble);
     part("other wait", last.other_wait);
     part("total (finish)", last.finish);

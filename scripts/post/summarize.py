@@ -69,7 +69,8 @@ def text(d, path):
     lines += ["", f"time breakdown of rank {d['time_breakdown_rank']} (finishes last)"]
     total = sum(d["time_breakdown_s"].values())
     rows = [[k.replace("_", " ").replace("exposed tp", "exposed TP")
-             .replace("exposed pp", "exposed PP").replace("exposed dp", "exposed DP"),
+             .replace("exposed pp", "exposed PP").replace("exposed dp", "exposed DP")
+             .replace("exposed cp", "exposed CP").replace("exposed ep", "exposed EP"),
              f"{v:.6f}", f"{100 * v / total:.1f}" if total else "-"]
             for k, v in d["time_breakdown_s"].items()]
     rows.append(["total (finish)", f"{total:.6f}", "100.0" if total else "-"])
@@ -84,12 +85,12 @@ def text(d, path):
                      f"{st['compute_mean_s']:.6f}", f"{st['exposed_tp_mean_s']:.6f}",
                      f"{st['exposed_pp_mean_s']:.6f}", f"{st['exposed_dp_mean_s']:.6f}",
                      f"{st['exposed_embedding_mean_s']:.6f}", f"{st['exposed_cp_mean_s']:.6f}",
-                     f"{st['bubble_mean_s']:.6f}",
+                     f"{st['exposed_ep_mean_s']:.6f}", f"{st['bubble_mean_s']:.6f}",
                      f"{st['other_wait_mean_s']:.6f}",
                      f"{st['peak_memory_bytes'] / gib:.2f}",
                      f"{st['static_memory_bytes'] / gib:.2f}"])
     lines += fmt_table(["stage", "ranks", "rank ids", "finish max", "finish min", "compute",
-                        "exp TP", "exp PP", "exp DP", "exp emb", "exp CP", "bubble", "other",
+                        "exp TP", "exp PP", "exp DP", "exp emb", "exp CP", "exp EP", "bubble", "other",
                         "peak GiB",
                         "static GiB"],
                        rows, left=3)

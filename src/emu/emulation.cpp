@@ -118,12 +118,12 @@ void finish_results(RunResults& out, const Costs& cost) {
 }
 
 /// RankResult as int64 fields, for reductions over processes.
-constexpr int kRankFields = 14;
+constexpr int kRankFields = 15;
 std::array<std::int64_t, kRankFields> pack(const RankResult& r) {
   return {r.finish,         r.compute,    r.exposed_tp,        r.exposed_pp,
           r.exposed_dp,     r.other_wait, r.peak_memory,       r.static_memory,
           r.pp_stage,       r.rank_class, r.exposed_embedding, r.bubble,
-          r.peak_transient, r.exposed_cp};
+          r.peak_transient, r.exposed_cp, r.exposed_ep};
 }
 RankResult unpack(const std::int64_t* v) {
   RankResult r;
@@ -141,6 +141,7 @@ RankResult unpack(const std::int64_t* v) {
   r.bubble = v[11];
   r.peak_transient = v[12];
   r.exposed_cp = v[13];
+  r.exposed_ep = v[14];
   return r;
 }
 

@@ -10,7 +10,7 @@
 namespace scalescope::emu {
 
 /// Where one rank's iteration time went: finish = compute + exposed_tp + exposed_pp + exposed_dp
-/// + exposed_embedding + exposed_cp + bubble + other_wait. Compute-stream idle time is split along
+/// + exposed_embedding + exposed_cp + exposed_ep + bubble + other_wait. Compute-stream idle time is split along
 /// the communication op the next compute op waited for: the part while that op's data moved (its
 /// wire time) is exposed communication of its kind (TP, pipeline transfer, DP, tied-embedding
 /// all-reduce); the part while it waited for its peers to arrive is `bubble` (pipeline fill and
@@ -23,6 +23,7 @@ struct RankResult {
   SimTime exposed_dp = 0;
   SimTime exposed_embedding = 0;
   SimTime exposed_cp = 0;  ///< context parallelism's key/value exchange
+  SimTime exposed_ep = 0;  ///< MoE token dispatch / combine (EP and expert-TP collectives)
   SimTime bubble = 0;
   SimTime other_wait = 0;
   std::int64_t peak_memory = 0;     ///< peak allocated bytes (issue order, as PyTorch counts)

@@ -13,7 +13,12 @@ std::string_view op_name(OpName n) {
       "tp_reduce_scatter", "ce_all_reduce",        "pp_send",           "pp_recv",
       "pp_send_recv",      "dp_all_reduce",        "dp_reduce_scatter", "dp_all_gather",
       "emb_all_reduce",    "norm_all_reduce",      "optimizer_step",    "fp8_cast",
-      "grad_unscale",      "found_inf_all_reduce", "cp_kv_exchange"};
+      "grad_unscale",      "found_inf_all_reduce", "cp_kv_exchange",    "router",
+      "router_topk",       "moe_permute",          "moe_unpermute",     "ep_dispatch",
+      "ep_combine",        "etp_all_gather",       "etp_reduce_scatter", "expert_fc1_gemm",
+      "expert_activation", "expert_fc2_gemm",      "shared_fc1_gemm",   "shared_fc2_gemm",
+      "q_down_gemm",       "kv_down_gemm",         "latent_norm",       "q_up_gemm",
+      "kv_up_gemm",        "edp_all_reduce",       "edp_reduce_scatter", "edp_all_gather"};
   auto i = static_cast<std::size_t>(n);
   return i < kNames.size() ? kNames[i] : "?";
 }

@@ -57,15 +57,20 @@ enum class CommRole : std::uint8_t {
   Embedding = 5,    ///< first + last pipeline stage, for tied-embedding gradients
   Cp = 6,           ///< context-parallel group (key/value exchange of attention)
   DpReplicate = 7,  ///< HSDP: the ranks holding the same shard in the other replicas
+  Ep = 8,           ///< expert-parallel group (MoE token dispatch and combine)
+  Etp = 9,          ///< expert-tensor-parallel group (one expert's FFN split)
+  Edp = 10,         ///< expert-data-parallel group (expert gradient reduction)
 };
-inline constexpr int kNumRoles = 8;
+inline constexpr int kNumRoles = 11;
 
 /// The stream a role's communication runs on: TP collectives on their own stream, pipeline
 /// transfers on their pair's, DP and tied-embedding gradient reductions on the DP stream.
 constexpr Stream stream_of(CommRole r) {
   switch (r) {
     case CommRole::Tp:
-    case CommRole::Cp:  // CP's exchange runs inside attention, between the SP collectives
+    case CommRole::Cp:   // CP's exchange runs inside attention, between the SP collectives
+    case CommRole::Ep:   // MoE dispatch / combine: on the layer's critical path, like TP's
+    case CommRole::Etp:
       return Stream::TpComm;
     case CommRole::PpPrev:
       return Stream::PpPrevComm;
@@ -117,6 +122,27 @@ enum class OpName : std::uint8_t {
   GradUnscale,        ///< fp16: unscale the main grads and look for inf/NaN
   FoundInfAllReduce,  ///< fp16: the found-inf flag reduced over the model-parallel ranks
   CpKvExchange,       ///< context parallelism: keys/values (and their gradients) among CP ranks
+  Router,             ///< MoE router: the [T, h]·[h, E] gating GEMM
+  RouterTopk,         ///< MoE router: softmax / sigmoid, top-k and the aux loss over [T, E]
+  MoePermute,         ///< MoE: tokens gathered into expert order (k copies of each)
+  MoeUnpermute,       ///< MoE: expert outputs scattered back and summed with the router weights
+  EpDispatch,         ///< MoE: tokens to their experts' ranks (all-to-all / all-gather over EP)
+  EpCombine,          ///< MoE: expert outputs back (all-to-all / reduce-scatter over EP)
+  EtpAllGather,       ///< MoE: received tokens gathered over the expert-TP group
+  EtpReduceScatter,   ///< MoE: expert outputs reduce-scattered over the expert-TP group
+  ExpertFc1Gemm,      ///< MoE: grouped FC1 GEMM of the rank's local experts
+  ExpertActivation,   ///< MoE: the experts' SwiGLU / GELU
+  ExpertFc2Gemm,      ///< MoE: grouped FC2 GEMM of the rank's local experts
+  SharedFc1Gemm,      ///< MoE: shared experts' FC1
+  SharedFc2Gemm,      ///< MoE: shared experts' FC2
+  QDownGemm,          ///< MLA: h → q_lora_rank
+  KvDownGemm,         ///< MLA: h → kv_lora_rank + rotary key
+  LatentNorm,         ///< MLA: RMSNorms on the query and key/value latents
+  QUpGemm,            ///< MLA: q_lora_rank → heads · (dqk + dpe) (or h → that, no q LoRA)
+  KvUpGemm,           ///< MLA: kv_lora_rank → heads · (dqk + dv)
+  EdpAllReduce,       ///< MoE: expert gradients over the expert-data-parallel group
+  EdpReduceScatter,   ///< MoE: the same with the distributed optimizer
+  EdpAllGather,       ///< MoE: updated expert parameters gathered over expert DP
   Count
 };
 std::string_view op_name(OpName n);

@@ -84,6 +84,12 @@ std::string_view comm_kind_name(CommKind k) {
       return "cp";
     case CommKind::DpReplicateGroup:
       return "dp_replicate";
+    case CommKind::EpGroup:
+      return "ep";
+    case CommKind::EtpGroup:
+      return "etp";
+    case CommKind::EdpGroup:
+      return "edp";
   }
   return "?";
 }
@@ -143,6 +149,12 @@ CommRole role_of(CommKind k) {
       return CommRole::Cp;
     case CommKind::DpReplicateGroup:
       return CommRole::DpReplicate;
+    case CommKind::EpGroup:
+      return CommRole::Ep;
+    case CommKind::EtpGroup:
+      return CommRole::Etp;
+    case CommKind::EdpGroup:
+      return CommRole::Edp;
   }
   return CommRole::None;
 }

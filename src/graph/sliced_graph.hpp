@@ -16,7 +16,10 @@ enum class CommKind : std::uint8_t {
   PpPair,
   EmbeddingGroup,
   CpGroup,
-  DpReplicateGroup
+  DpReplicateGroup,
+  EpGroup,
+  EtpGroup,
+  EdpGroup
 };
 std::string_view comm_kind_name(CommKind k);
 /// The role under which a communicator of this kind is reached (PpNext for a pipeline pair:

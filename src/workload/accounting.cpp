@@ -12,16 +12,90 @@ double norm_params(const ModelSpec& m) {
 double glu(const ModelSpec& m) {
   return m.gated_linear_unit ? 2.0 : 1.0;
 }
+
+/// One layer's parameters by part, whole (not sharded).
+struct LayerParts {
+  double attn_w = 0;        ///< TP-split attention projection weights
+  double attn_rep_w = 0;    ///< MLA's down projections (TP-duplicated)
+  double latent_norms = 0;  ///< MLA's RMSNorms on the latents (TP-duplicated)
+  double mlp_w = 0;         ///< dense MLP or shared experts, TP-split
+  double router = 0;        ///< MoE router [E, h], replicated over TP
+  double expert_w = 0;      ///< one routed expert's weights
+  double expert_b = 0;      ///< one routed expert's biases
+  double col_bias = 0;      ///< column-parallel biases (split over TP)
+  double row_bias = 0;      ///< row-parallel biases (replicated over TP)
+  double norms = 0;         ///< the two layer norms
+};
+
+LayerParts layer_parts(const ModelSpec& m, std::int64_t layer) {
+  LayerParts x;
+  const double h = static_cast<double>(m.hidden_size);
+  const double bias = m.add_bias_linear ? 1.0 : 0.0;
+  if (m.multi_latent_attention) {
+    // megatron/core/transformer/multi_latent_attention.py: duplicated down projections
+    // h → q_lora and h → kv_lora + rope dim with RMSNorms on the latents; column-parallel up
+    // projections to a·(dqk + dpe) and a·(dqk + dv); row-parallel output a·dv → h.
+    const double a = static_cast<double>(m.num_attention_heads);
+    const double ql = static_cast<double>(m.q_lora_rank);
+    const double kvl = static_cast<double>(m.kv_lora_rank);
+    const double dpe = static_cast<double>(m.qk_pos_emb_head_dim);
+    const double qk = static_cast<double>(m.qk_dim());
+    const double dv = static_cast<double>(m.v_dim());
+    x.attn_rep_w = h * (kvl + dpe);
+    x.latent_norms = kvl;
+    if (m.q_lora_rank > 0) {
+      x.attn_rep_w += h * ql;
+      x.latent_norms += ql;
+      x.attn_w = ql * a * qk;
+    } else {
+      x.attn_w = h * a * qk;
+    }
+    x.attn_w += kvl * a * (static_cast<double>(m.qk_head_dim) + dv) + a * dv * h;
+  } else {
+    const double q = static_cast<double>(m.query_width());
+    const double kv = static_cast<double>(m.kv_width());
+    x.attn_w = h * (q + 2 * kv) + q * h;
+    x.col_bias += bias * (q + 2 * kv);
+  }
+  x.row_bias += bias * h;  // out-projection
+  const auto mlp = [&](double f) { return h * f * glu(m) + f * h; };
+  if (m.is_moe_layer(layer)) {
+    const double e = static_cast<double>(m.expert_ffn());
+    x.router = static_cast<double>(m.num_experts) * h;
+    x.expert_w = mlp(e);
+    x.expert_b = bias * (e * glu(m) + h);
+    if (const double fs = static_cast<double>(m.moe_shared_expert_intermediate_size); fs > 0) {
+      x.mlp_w = mlp(fs);
+      x.col_bias += bias * fs * glu(m);
+      x.row_bias += bias * h;
+    }
+  } else {
+    const double f = static_cast<double>(m.ffn());
+    x.mlp_w = mlp(f);
+    x.col_bias += bias * f * glu(m);
+    x.row_bias += bias * h;
+  }
+  x.norms = 2 * norm_params(m);
+  return x;
+}
+
+/// Everything of a layer but its routed experts.
+double layer_dense_common(const LayerParts& x) {
+  return x.attn_w + x.attn_rep_w + x.latent_norms + x.mlp_w + x.router + x.col_bias +
+         x.row_bias + x.norms;
+}
 }  // namespace
 
-double layer_parameters(const ModelSpec& m) {
-  const double h = static_cast<double>(m.hidden_size);
-  const double q = static_cast<double>(m.query_width());
-  const double kv = static_cast<double>(m.kv_width());
-  const double f = static_cast<double>(m.ffn());
-  double w = h * (q + 2 * kv) + q * h + h * f * glu(m) + f * h;
-  if (m.add_bias_linear) w += (q + 2 * kv) + h + f * glu(m) + h;
-  return w + 2 * norm_params(m);
+double layer_parameters(const ModelSpec& m, std::int64_t layer) {
+  const LayerParts x = layer_parts(m, layer);
+  return layer_dense_common(x) + static_cast<double>(m.num_experts) * (x.expert_w + x.expert_b);
+}
+
+double layer_active_parameters(const ModelSpec& m, std::int64_t layer) {
+  const LayerParts x = layer_parts(m, layer);
+  return layer_dense_common(x) +
+         (m.is_moe_layer(layer) ? static_cast<double>(m.moe_router_topk) : 0.0) *
+             (x.expert_w + x.expert_b);
 }
 
 double position_parameters(const ModelSpec& m) {
@@ -32,38 +106,83 @@ double position_parameters(const ModelSpec& m) {
 double total_parameters(const ModelSpec& m) {
   const double h = static_cast<double>(m.hidden_size);
   const double v = static_cast<double>(m.vocab_size);
-  return static_cast<double>(m.num_layers) * layer_parameters(m) + norm_params(m) +
-         v * h * (m.untie_embeddings ? 2.0 : 1.0) + position_parameters(m);
+  double layers = 0;
+  for (std::int64_t l = 0; l < m.num_layers; ++l) layers += layer_parameters(m, l);
+  return layers + norm_params(m) + v * h * (m.untie_embeddings ? 2.0 : 1.0) +
+         position_parameters(m);
+}
+
+double active_parameters(const ModelSpec& m, bool with_input_embedding) {
+  const double h = static_cast<double>(m.hidden_size);
+  const double v = static_cast<double>(m.vocab_size);
+  double layers = 0;
+  for (std::int64_t l = 0; l < m.num_layers; ++l) layers += layer_active_parameters(m, l);
+  // The output layer is a GEMM every token goes through; the input embedding is a row lookup.
+  return layers + norm_params(m) + v * h + (with_input_embedding ? v * h : 0.0) +
+         (with_input_embedding ? position_parameters(m) : 0.0);
+}
+
+double tp_replicated_parameters(const ModelSpec& m, std::int64_t layer) {
+  const LayerParts x = layer_parts(m, layer);
+  return x.norms + x.latent_norms + x.attn_rep_w + x.router;
+}
+
+RankParameters layer_parameters_on_rank(const ModelSpec& m, const ParallelPlan& p,
+                                        std::int64_t layer) {
+  const double t = static_cast<double>(p.tp());
+  const LayerParts x = layer_parts(m, layer);
+  // Column-parallel QKV and FC1 and row-parallel out-proj and FC2 weights are split over TP;
+  // column-parallel biases are split, row-parallel biases and norms are replicated
+  // (megatron/core/tensor_parallel/layers.py). Routed experts: E/EP per rank, each split over
+  // ETP (megatron/core/transformer/moe/experts.py TEGroupedMLP).
+  RankParameters r;
+  r.dense = (x.attn_w + x.mlp_w + x.col_bias) / t + x.attn_rep_w + x.latent_norms + x.router +
+            x.row_bias + x.norms;
+  if (m.is_moe_layer(layer)) {
+    const double local = static_cast<double>(m.num_experts / p.ep());
+    r.expert = local * (x.expert_w + x.expert_b) / static_cast<double>(p.etp());
+  }
+  return r;
 }
 
 double layer_parameters_on_rank(const ModelSpec& m, const ParallelPlan& p) {
+  return layer_parameters_on_rank(m, p, 0).total();
+}
+
+namespace {
+/// Global indices of the transformer layers on pipeline stage `stage`, all chunks.
+template <class F>
+void for_each_layer_on_stage(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage, F f) {
+  for (std::int64_t c = 0; c < p.vpp(); ++c) {
+    const std::int64_t first = p.first_layer_of_chunk(stage, c, m.num_layers);
+    const std::int64_t n = p.layers_in_chunk(stage, c, m.num_layers);
+    for (std::int64_t l = first; l < first + n; ++l) f(l);
+  }
+}
+}  // namespace
+
+RankParameters rank_parameters(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage) {
   const double t = static_cast<double>(p.tp());
   const double h = static_cast<double>(m.hidden_size);
-  const double q = static_cast<double>(m.query_width());
-  const double kv = static_cast<double>(m.kv_width());
-  const double f = static_cast<double>(m.ffn());
-  // Column-parallel QKV and FC1 and row-parallel out-proj and FC2 weights are split over TP;
-  // column-parallel biases are split, row-parallel biases and norms are replicated
-  // (megatron/core/tensor_parallel/layers.py).
-  double layer = (h * (q + 2 * kv) + q * h + h * f * glu(m) + f * h) / t + 2 * norm_params(m);
-  if (m.add_bias_linear) layer += (q + 2 * kv + f * glu(m)) / t + 2 * h;
-  return layer;
+  RankParameters r;
+  for_each_layer_on_stage(m, p, stage, [&](std::int64_t l) {
+    const RankParameters x = layer_parameters_on_rank(m, p, l);
+    r.dense += x.dense;
+    r.expert += x.expert;
+  });
+  const double vocab_shard = static_cast<double>(m.padded_vocab(p.tp())) * h / t;
+  if (stage == 0) r.dense += vocab_shard + position_parameters(m);
+  if (stage == p.pp() - 1) {
+    r.dense += norm_params(m);
+    // The output layer: its own weight when untied; with tied weights and PP > 1 the last stage
+    // keeps a copy of the embedding (megatron/core/models/common/language_module).
+    if (m.untie_embeddings || p.pp() > 1) r.dense += vocab_shard;
+  }
+  return r;
 }
 
 double parameters_on_rank(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage) {
-  const double t = static_cast<double>(p.tp());
-  const double h = static_cast<double>(m.hidden_size);
-  double n =
-      layer_parameters_on_rank(m, p) * static_cast<double>(p.layers_on_stage(stage, m.num_layers));
-  const double vocab_shard = static_cast<double>(m.padded_vocab(p.tp())) * h / t;
-  if (stage == 0) n += vocab_shard + position_parameters(m);
-  if (stage == p.pp() - 1) {
-    n += norm_params(m);
-    // The output layer: its own weight when untied; with tied weights and PP > 1 the last stage
-    // keeps a copy of the embedding (megatron/core/models/common/language_module).
-    if (m.untie_embeddings || p.pp() > 1) n += vocab_shard;
-  }
-  return n;
+  return rank_parameters(m, p, stage).total();
 }
 
 double weight_bytes_per_parameter(const ParallelPlan& p) {
@@ -76,12 +195,18 @@ double optimizer_bytes_per_parameter(const ParallelPlan& p) {
   return p.zero() >= 1 ? 12.0 / static_cast<double>(p.zero_shard()) : 12.0;
 }
 
+double expert_optimizer_bytes_per_parameter(const ParallelPlan& p) {
+  return p.zero() >= 1 ? 12.0 / static_cast<double>(p.edp()) : 12.0;
+}
+
 std::int64_t static_memory_bytes(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage) {
-  const double n = parameters_on_rank(m, p, stage);
-  // ZeRO shards over the DP × CP group (Megatron's dp-cp group), MODELING §3.2.
+  const RankParameters n = rank_parameters(m, p, stage);
+  // ZeRO shards over the DP × CP group (Megatron's dp-cp group), MODELING §3.2; the distributed
+  // optimizer shards expert parameters over the expert-data-parallel group.
   return static_cast<std::int64_t>(
-      std::ceil(n * (weight_bytes_per_parameter(p) + grad_bytes_per_parameter(p) +
-                     optimizer_bytes_per_parameter(p))));
+      std::ceil(n.total() * (weight_bytes_per_parameter(p) + grad_bytes_per_parameter(p)) +
+                n.dense * optimizer_bytes_per_parameter(p) +
+                n.expert * expert_optimizer_bytes_per_parameter(p)));
 }
 
 std::int64_t zero3_unsharded_param_bytes(const ModelSpec& m, const ParallelPlan& p,
@@ -109,13 +234,15 @@ std::int64_t zero3_unsharded_grad_bytes(const ModelSpec& m, const ParallelPlan& 
 }
 
 double linear_parameters_on_rank(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage) {
-  const double h = static_cast<double>(m.hidden_size);
-  const double q = static_cast<double>(m.query_width());
-  const double kv = static_cast<double>(m.kv_width());
-  const double f = static_cast<double>(m.ffn());
-  const double layer =
-      (h * (q + 2 * kv) + q * h + h * f * glu(m) + f * h) / static_cast<double>(p.tp());
-  return layer * static_cast<double>(p.layers_on_stage(stage, m.num_layers));
+  double n = 0;
+  for_each_layer_on_stage(m, p, stage, [&](std::int64_t l) {
+    const LayerParts x = layer_parts(m, l);
+    n += (x.attn_w + x.mlp_w) / static_cast<double>(p.tp()) + x.attn_rep_w;
+    if (m.is_moe_layer(l))
+      n += static_cast<double>(m.num_experts / p.ep()) * x.expert_w /
+           static_cast<double>(p.etp());
+  });
+  return n;
 }
 
 std::int64_t fp8_weight_copy_bytes(const ModelSpec& m, const ParallelPlan& p, const TrainingSpec& t,
@@ -160,18 +287,24 @@ std::int64_t activation_bytes_per_layer(const ModelSpec& m, const ParallelPlan& 
 }
 
 double model_flops_per_iteration(const ModelSpec& m, const TrainingSpec& t, std::int64_t tp) {
-  // F = 6·B·s·[L·(h·(q + 2·kv) + q·h) + L·h·f·φ + h·V] + 6·B·s²·q·L, φ = 3 (SwiGLU) or 2.
+  // F = 6·B·s·[Σ_l A_l + h·V] + 3·B·s²·Σ_l a·(dqk + dv), A_l the layer's active linear weights
+  // (attention projections; the dense MLP, or the router, the top-k routed and the shared
+  // experts), the causal attention term halved (κ = 6 for dqk = dv = dh: 6·B·s²·q·L), as
+  // Megatron's num_floating_point_operations counts MoE and MLA layers (training.py).
   const double B = static_cast<double>(t.global_batch_size);
   const double s = static_cast<double>(m.seq_length);
-  const double L = static_cast<double>(m.num_layers);
   const double h = static_cast<double>(m.hidden_size);
-  const double q = static_cast<double>(m.query_width());
-  const double kv = static_cast<double>(m.kv_width());
-  const double f = static_cast<double>(m.ffn());
   const double V = static_cast<double>(m.padded_vocab(tp));
-  const double phi = m.gated_linear_unit ? 3.0 : 2.0;
-  return 6 * B * s * (L * (h * (q + 2 * kv) + q * h) + L * h * f * phi + h * V) +
-         6 * B * s * s * q * L;
+  double linear = 0;
+  for (std::int64_t l = 0; l < m.num_layers; ++l) {
+    const LayerParts x = layer_parts(m, l);
+    linear += x.attn_w + x.attn_rep_w + x.mlp_w + x.router +
+              (m.is_moe_layer(l) ? static_cast<double>(m.moe_router_topk) * x.expert_w : 0.0);
+  }
+  const double attn = static_cast<double>(m.num_layers) *
+                      static_cast<double>(m.num_attention_heads) *
+                      static_cast<double>(m.qk_dim() + m.v_dim());
+  return 6 * B * s * (linear + h * V) + 3 * B * s * s * attn;
 }
 
 }  // namespace scalescope::workload

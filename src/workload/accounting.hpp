@@ -8,8 +8,10 @@
 
 namespace scalescope::workload {
 
-/// Parameters of one transformer layer, whole (not sharded).
-double layer_parameters(const ModelSpec& m);
+/// Parameters of transformer layer `layer`, whole (not sharded): with MoE, every routed expert.
+double layer_parameters(const ModelSpec& m, std::int64_t layer = 0);
+/// Parameters one token uses in layer `layer`: the top-k routed experts instead of all.
+double layer_active_parameters(const ModelSpec& m, std::int64_t layer = 0);
 /// Learned absolute position embeddings (GPT-style): a [max positions, h] table on the first
 /// stage, replicated over TP (megatron/core/models/common/embeddings/language_model_embedding.py);
 /// max positions = seq_length. 0 with rotary embeddings.
@@ -19,13 +21,33 @@ double position_parameters(const ModelSpec& m);
 /// learned position embeddings.
 /// Uses the unpadded vocabulary, as published counts do.
 double total_parameters(const ModelSpec& m);
+/// Parameters one token activates: the layers' active parameters, the final norm and the output
+/// layer, and the input embedding table when `with_input_embedding` (Mistral and Qwen count it
+/// in their published active counts; DeepSeek's 36.7 B does not reach it: docs/model.md).
+double active_parameters(const ModelSpec& m, bool with_input_embedding);
 
+/// One rank's parameters split by the group their gradients reduce over: dense (DP × CP, the
+/// distributed optimizer shards them there) and expert (the expert-data-parallel group).
+struct RankParameters {
+  double dense = 0;
+  double expert = 0;
+  double total() const { return dense + expert; }
+};
+RankParameters rank_parameters(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage);
+/// Weights of layer `layer` on one rank replicated over TP whose gradients (with sequence
+/// parallelism: each TP rank saw other tokens) are all-reduced over TP: norms, MLA's down
+/// projections and latent norms, the MoE router.
+double tp_replicated_parameters(const ModelSpec& m, std::int64_t layer);
 /// Parameters held by one rank of pipeline stage `stage`: its layers' linear weights sharded by
 /// TP, norms and row-parallel biases replicated, the padded embedding shard on the first stage,
 /// the output layer (or the tied embedding's copy when PP > 1) on the last.
 double parameters_on_rank(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage);
 
-/// Parameters of one transformer layer held by one rank (its TP shard).
+/// Parameters of transformer layer `layer` held by one rank (its TP shard; with MoE its EP share
+/// of the experts, each split over ETP).
+RankParameters layer_parameters_on_rank(const ModelSpec& m, const ParallelPlan& p,
+                                        std::int64_t layer);
+/// Dense (non-MoE) models: the parameters of any layer on one rank.
 double layer_parameters_on_rank(const ModelSpec& m, const ParallelPlan& p);
 
 /// Persistent bytes per parameter by ZeRO stage (MODELING §3.2, ZeRO §5, Megatron
@@ -36,7 +58,8 @@ double grad_bytes_per_parameter(const ParallelPlan& p);
 double optimizer_bytes_per_parameter(const ParallelPlan& p);
 
 /// Weights + gradients + optimizer state of one rank: parameters × the three figures above, e.g.
-/// 18, 6 + 12/D (ZeRO-1), 2 + 16/D (ZeRO-2), 18/D (ZeRO-3) with fp32 grads.
+/// 18, 6 + 12/D (ZeRO-1), 2 + 16/D (ZeRO-2), 18/D (ZeRO-3) with fp32 grads. Expert parameters
+/// shard their optimizer state over the expert-data-parallel group instead of DP × CP.
 std::int64_t static_memory_bytes(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage);
 
 /// ZeRO-3 / FSDP: the unsharded bf16 parameters live at the peak, beside the shards: the root
@@ -50,8 +73,8 @@ std::int64_t zero3_unsharded_param_bytes(const ModelSpec& m, const ParallelPlan&
 std::int64_t zero3_unsharded_grad_bytes(const ModelSpec& m, const ParallelPlan& p,
                                         const TrainingSpec& t, std::int64_t stage);
 
-/// Weights of the transformer layers' linear layers (QKV, out-proj, FC1, FC2) on a rank of
-/// `stage`: the GEMMs Transformer Engine runs in fp8.
+/// Weights of the transformer layers' linear layers (QKV, out-proj, FC1, FC2, MLA's projections,
+/// the experts) on a rank of `stage`: the GEMMs Transformer Engine runs in fp8.
 double linear_parameters_on_rank(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage);
 
 /// fp8 training (Transformer Engine): the fp8 copy of each linear weight and its transpose that

@@ -2,6 +2,7 @@
 /// Dense decoder-only transformer description. Key names follow Megatron-LM's arguments.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace scalescope::workload {
 
@@ -28,6 +29,49 @@ struct ModelSpec {
   /// Megatron's own default is learned_absolute; scalescope's is RoPE, what every model had
   /// before this key existed.
   PositionEmbedding position_embedding_type = PositionEmbedding::Rope;
+
+  // ---- mixture of experts (Megatron-Core TransformerConfig names) ----
+  std::int64_t num_experts = 0;      ///< routed experts per MoE layer; 0 = a dense model
+  std::int64_t moe_router_topk = 2;  ///< experts each token is routed to
+  std::int64_t moe_ffn_hidden_size = 0;  ///< one routed expert's FFN width; 0 → ffn_hidden_size
+  /// Width of the shared experts (all of them together, DeepSeek's n_shared_experts ×
+  /// moe_intermediate_size); 0 = none.
+  std::int64_t moe_shared_expert_intermediate_size = 0;
+  /// Which layers are MoE, one entry per layer (1 = MoE), resolved from Megatron's
+  /// --moe-layer-freq (an int N: every N-th layer from layer 0; or a pattern list). Empty with a
+  /// dense model, or before resolution (then every layer is MoE).
+  std::vector<std::uint8_t> moe_layer_pattern;
+  /// Megatron's --moe-expert-capacity-factor: each expert takes at most factor × T·k/E tokens
+  /// and drops the rest; 0 = dropless (the default).
+  double moe_expert_capacity_factor = 0;
+
+  // ---- multi-latent attention (DeepSeek-V2/V3; Megatron's MLATransformerConfig names) ----
+  bool multi_latent_attention = false;
+  std::int64_t q_lora_rank = 0;  ///< 0 = queries projected directly (no low-rank compression)
+  std::int64_t kv_lora_rank = 512;
+  std::int64_t qk_head_dim = 128;         ///< the non-rotary part of a query/key head
+  std::int64_t qk_pos_emb_head_dim = 64;  ///< the rotary part (one key shared by all heads)
+  std::int64_t v_head_dim = 128;
+
+  bool moe() const { return num_experts > 0; }
+  bool is_moe_layer(std::int64_t layer) const {
+    if (!moe()) return false;
+    if (moe_layer_pattern.empty()) return true;
+    return moe_layer_pattern[static_cast<std::size_t>(layer)] != 0;
+  }
+  std::int64_t moe_layers() const {
+    std::int64_t n = 0;
+    for (std::int64_t l = 0; l < num_layers; ++l) n += is_moe_layer(l) ? 1 : 0;
+    return n;
+  }
+  std::int64_t expert_ffn() const { return moe_ffn_hidden_size > 0 ? moe_ffn_hidden_size : ffn(); }
+  /// Width of a query / key head as attention's scores see it, and of a value head.
+  std::int64_t qk_dim() const {
+    return multi_latent_attention ? qk_head_dim + qk_pos_emb_head_dim : head_dim();
+  }
+  std::int64_t v_dim() const { return multi_latent_attention ? v_head_dim : head_dim(); }
+  /// Attention's value / output width a·dv (the out-projection's input).
+  std::int64_t attn_out_width() const { return num_attention_heads * v_dim(); }
 
   std::int64_t ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
   std::int64_t query_groups() const {

@@ -11,6 +11,9 @@ enum class CpCommType : std::uint8_t { P2p, AllGather };
 enum class Schedule : std::uint8_t { OneFOneB, GPipe };
 enum class Precision : std::uint8_t { Bf16, Fp16, Fp8 };
 enum class AttentionBackend : std::uint8_t { Flash, Unfused };
+/// Megatron's --moe-token-dispatcher-type: all-to-all among the EP ranks, or an all-gather of
+/// every token to every EP rank (each keeps its experts' tokens) and a reduce-scatter back.
+enum class MoeDispatcher : std::uint8_t { AllToAll, AllGather };
 
 struct ParallelPlan {
   std::int64_t tensor_model_parallel_size = 1;
@@ -67,6 +70,19 @@ struct ParallelPlan {
   bool tp_comm_overlap = false;
   /// Parameters per DP gradient bucket (--ddp-bucket-size); 0 = Megatron's max(4e7, 1e6·DP).
   std::int64_t ddp_bucket_size = 0;
+  /// Expert parallelism (MoE): experts split over expert_model_parallel_size ranks, each
+  /// expert's FFN over expert_tensor_parallel_size (0 → tensor_model_parallel_size, Megatron's
+  /// default). Megatron-Core lays the expert dimensions out as etp-ep-edp within each pipeline
+  /// stage (parallel_state.py, expert_decoder_rank_generator, order tp-cp-ep-dp-pp); expert
+  /// gradients reduce over the expert-data-parallel group of size (TP·CP·DP) / (ETP·EP).
+  std::int64_t expert_model_parallel_size = 1;
+  std::int64_t expert_tensor_parallel_size = 0;
+  MoeDispatcher moe_token_dispatcher_type = MoeDispatcher::AllToAll;
+  std::int64_t ep() const { return expert_model_parallel_size; }
+  std::int64_t etp() const {
+    return expert_tensor_parallel_size > 0 ? expert_tensor_parallel_size : tp();
+  }
+  std::int64_t edp() const { return tp() * cp() * dp() / (etp() * ep()); }
   double grad_bytes() const { return grad_reduce_in_fp32 ? 4.0 : 2.0; }
   /// The ZeRO stage in effect: zero_stage, or 1 when only use_distributed_optimizer is set.
   std::int64_t zero() const {
@@ -155,6 +171,11 @@ struct TrainingSpec {
   std::int64_t global_batch_size = 1;
   Precision precision = Precision::Bf16;
   AttentionBackend attention = AttentionBackend::Flash;
+  /// MoE router load imbalance: expert popularity drawn as exp(σ·z), z standard normal from a
+  /// seeded generator (σ = moe_expert_load_skew, 0 = every expert gets T·k/E tokens), so the
+  /// busiest expert's rank shows in the timeline. Same draw for every layer and micro-batch.
+  double moe_expert_load_skew = 0;
+  std::int64_t moe_expert_load_seed = 1;
   /// Micro-batches per iteration on one pipeline: GBS / (MBS · DP).
   std::int64_t num_microbatches(std::int64_t dp) const {
     return global_batch_size / (micro_batch_size * dp);

@@ -9,6 +9,7 @@
 
 #include "core/error.hpp"
 #include "workload/accounting.hpp"
+#include "workload/moe.hpp"
 
 namespace scalescope::workload {
 
@@ -32,7 +33,20 @@ struct ParamGroup {
 
 /// The weights of a transformer layer in backward order, the order in which Megatron-Core's
 /// param-and-grad buffer assigns them to buckets (parameters in reverse registration order).
-enum LayerPart : std::int64_t { kFc2, kFc1, kPreMlpNorm, kOutProj, kQkv, kInputNorm, kParts };
+/// MoE layers: kFc2 / kFc1 are the shared experts', kExperts the routed experts (reduced over the
+/// expert-data-parallel group), kRouter the gating weights. MLA: kQkv holds every projection
+/// before core attention (down and up projections, latent norms).
+enum LayerPart : std::int64_t {
+  kFc2,
+  kExperts,
+  kFc1,
+  kRouter,
+  kPreMlpNorm,
+  kOutProj,
+  kQkv,
+  kInputNorm,
+  kParts
+};
 constexpr std::int64_t param_key(std::int64_t layer, std::int64_t part) {
   return layer * kParts + part;
 }
@@ -43,9 +57,13 @@ constexpr std::int64_t layer_of_key(std::int64_t key) {
 /// Builds the program of one pipeline stage (every rank of the stage runs the same program).
 class StageBuilder {
  public:
-  StageBuilder(const ModelSpec& m, const ParallelPlan& p, const TrainingSpec& t, std::int64_t stage)
+  /// `ep_rank`: the expert-parallel rank whose expert load this program models, or −1 when every
+  /// EP rank gets the same load (no skew: one program per stage).
+  StageBuilder(const ModelSpec& m, const ParallelPlan& p, const TrainingSpec& t, std::int64_t stage,
+               std::int64_t ep_rank = -1)
       : m_(m), p_(p), t_(t), stage_(stage) {
     prog_.name = "pp_stage_" + std::to_string(stage);
+    if (ep_rank >= 0) prog_.name += "_ep_" + std::to_string(ep_rank);
     first_ = stage == 0;
     last_ = stage == p.pp() - 1;
     layers_ = p.layers_on_stage(stage, m.num_layers);
@@ -68,22 +86,34 @@ class StageBuilder {
     zero3_ = p.zero() >= 3 && p.zero_shard() > 1;
     layer_unit_ = layer_parameters_on_rank(m, p);
     root_unit_ = parameters_on_rank(m, p, stage) - layer_unit_ * static_cast<double>(layers_);
+    // Attention widths: scores over a·dqk, values and output a·dv; keys and values have g heads
+    // (GQA), or a with MLA's per-head up-projected keys and values.
+    const double a = static_cast<double>(m.num_attention_heads);
+    qk_w_ = a * static_cast<double>(m.qk_dim());
+    o_w_ = static_cast<double>(m.attn_out_width());
+    k_w_ = m.multi_latent_attention ? qk_w_ : static_cast<double>(m.kv_width());
+    v_w_ = m.multi_latent_attention ? o_w_ : static_cast<double>(m.kv_width());
+    if (m.moe()) {
+      // Each layer's MoE block sees the rank's SP share of its tokens (Megatron requires SP with
+      // TP); the EP-rank program models its own experts' load, the balanced one EP rank 0's.
+      load_ = moe_load(m, p, t, ep_rank < 0 ? 0 : ep_rank, tokens_ / seq_shard_);
+      local_experts_ = static_cast<double>(m.num_experts / p.ep());
+    }
   }
 
   graph::RankProgram build() {
     prog_.static_memory =
         static_memory_bytes(m_, p_, stage_) + fp8_weight_copy_bytes(m_, p_, t_, stage_);
     plan_buckets();
-    if (p_.zero() >= 1 && p_.zero() <= 2 && p_.overlap_param_gather && p_.dp_cp() > 1) {
+    if (p_.zero() >= 1 && p_.zero() <= 2 && p_.overlap_param_gather) {
       // Steady state: the parameter all-gather of the previous step's update overlaps this
       // iteration's first forward; each bucket's first layer waits for it (MODELING §3.1).
       // Issued in forward order: model chunk 0 first, each chunk's buckets last to first.
       for (std::int64_t c = 0; c < p_.vpp(); ++c)
         for (auto it = buckets_.rbegin(); it != buckets_.rend(); ++it) {
-          if (it->chunk != c) continue;
-          std::uint32_t ag = add_free(collective(OpKind::AllGather, CommRole::Dp,
-                                                 OpName::DpAllGather, Phase::Other, 2 * it->params),
-                                      {});
+          if (it->chunk != c || !reduces(*it)) continue;
+          std::uint32_t ag = add_free(
+              bucket_collective(*it, OpKind::AllGather, Phase::Other, 2 * it->params), {});
           for (std::int64_t key : it->keys) gather_of_[layer_of_key(key)].push_back(ag);
         }
     }
@@ -119,7 +149,7 @@ class StageBuilder {
                 static_cast<std::uint32_t>(k)};
     op.flops = 2 * m * n * k;
     op.mem_bytes = 2 * (m * k + k * n + m * n);
-    if (fp8_ && name != OpName::LogitsGemm) {
+    if (fp8_ && name != OpName::LogitsGemm && name != OpName::Router) {
       op.gemm_dtype = graph::GemmDtype::Fp8;
       op.mem_bytes = m * k + k * n + 2 * m * n;
     }
@@ -136,15 +166,15 @@ class StageBuilder {
   static constexpr std::uint8_t kPipelineSms = 16;
   /// The SP all-gather before a column-parallel GEMM: beside the GEMM under userbuffers (returns
   /// the gather, which the op after the GEMM waits for), else blocking (returns kNone).
-  std::uint32_t gather_beside_gemm(Phase phase) {
+  std::uint32_t gather_beside_gemm(Phase phase, double bytes = -1) {
     if (!ub_) {
-      sp_gather(phase);
+      sp_gather(phase, bytes);
       return kNone;
     }
     ub_sms_ = kRingExchangeSms;
-    return add_free(
-        collective(OpKind::AllGather, CommRole::Tp, OpName::TpAllGather, phase, hidden_bytes_),
-        {chain_});
+    return add_free(collective(OpKind::AllGather, CommRole::Tp, OpName::TpAllGather, phase,
+                               bytes < 0 ? hidden_bytes_ : bytes),
+                    {chain_});
   }
   void wait_for_overlapped(std::uint32_t comm) {
     if (comm != kNone) wait_for(comm);
@@ -170,9 +200,7 @@ class StageBuilder {
   /// attention (each step computes on the block it has while the next one arrives) and the op
   /// after the attention waits for it; with all_gather it completes first. The backward ring
   /// also carries dK, dV back: a reduce-scatter of the same size.
-  double kv_block_bytes() const {
-    return 2 * 2 * tokens_ * static_cast<double>(m_.kv_width()) / tp_;
-  }
+  double kv_block_bytes() const { return 2 * tokens_ * (k_w_ + v_w_) / tp_; }
   void attention_with_cp(const Op& attn, bool backward) {
     if (cp_ <= 1) {
       chain(attn);
@@ -235,16 +263,18 @@ class StageBuilder {
   }
   bool tp_comm() const { return p_.tp() > 1; }
   /// The sequence-parallel all-gather of [T, h] before a column-parallel GEMM (f operator).
-  void sp_gather(Phase phase) {
+  void sp_gather(Phase phase, double bytes = -1) {
     if (tp_comm() && p_.sequence_parallel)
-      chain(collective(OpKind::AllGather, CommRole::Tp, OpName::TpAllGather, phase, hidden_bytes_));
+      chain(collective(OpKind::AllGather, CommRole::Tp, OpName::TpAllGather, phase,
+                       bytes < 0 ? hidden_bytes_ : bytes));
   }
   /// The TP reduction of [T, h] after a row-parallel GEMM (g operator): reduce-scatter with
   /// sequence parallelism, all-reduce without.
-  Op tp_reduce(Phase phase) const {
-    return collective(
-        p_.sequence_parallel ? OpKind::ReduceScatter : OpKind::AllReduce, CommRole::Tp,
-        p_.sequence_parallel ? OpName::TpReduceScatter : OpName::TpAllReduce, phase, hidden_bytes_);
+  Op tp_reduce(Phase phase, double bytes = -1) const {
+    return collective(p_.sequence_parallel ? OpKind::ReduceScatter : OpKind::AllReduce,
+                      CommRole::Tp,
+                      p_.sequence_parallel ? OpName::TpReduceScatter : OpName::TpAllReduce, phase,
+                      bytes < 0 ? hidden_bytes_ : bytes);
   }
 
   // ---- data-parallel buckets ----------------------------------------------------------------
@@ -252,39 +282,55 @@ class StageBuilder {
     double params = 0;
     std::vector<std::int64_t> keys;  ///< param_key()s (−1 embedding, −2 output layer)
     std::int64_t chunk = 0;
+    bool expert = false;  ///< routed-expert parameters (reduced over expert DP)
   };
 
   /// Gradient buckets, one DDP instance (param-and-grad buffer) per model chunk as Megatron
   /// wraps each chunk (megatron/training/training.py::get_model). Within a chunk, parameter
   /// groups in backward order: output layer, layers last to first, embedding.
+  /// One layer's parameters on this rank by LayerPart: the linear layers from their shapes
+  /// (column-parallel weights and biases split over TP, row-parallel biases and norms
+  /// replicated), the rest of the attention (MLA's duplicated projections) under kQkv.
+  std::array<double, kParts> layer_parts(std::int64_t l) const {
+    const RankParameters r = layer_parameters_on_rank(m_, p_, l);
+    const double bias = m_.add_bias_linear ? 1.0 : 0.0;
+    const double glu = m_.gated_linear_unit ? 2.0 : 1.0;
+    const double f = static_cast<double>(
+        m_.is_moe_layer(l) ? m_.moe_shared_expert_intermediate_size : m_.ffn());
+    std::array<double, kParts> part{};
+    part[kInputNorm] = part[kPreMlpNorm] = h_ * (1 + bias);
+    if (f > 0) {
+      part[kFc2] = f * h_ / tp_ + bias * h_;
+      part[kFc1] = h_ * f * glu / tp_ + bias * f * glu / tp_;
+    }
+    if (m_.is_moe_layer(l)) part[kRouter] = static_cast<double>(m_.num_experts) * h_;
+    part[kExperts] = r.expert;
+    part[kOutProj] = o_w_ * h_ / tp_ + bias * h_;
+    part[kQkv] = r.dense - part[kInputNorm] - part[kPreMlpNorm] - part[kFc2] - part[kFc1] -
+                 part[kRouter] - part[kOutProj];
+    return part;
+  }
+
+  /// Gradient buckets, one DDP instance (param-and-grad buffer) per model chunk as Megatron
+  /// wraps each chunk (megatron/training/training.py::get_model). Within a chunk, parameter
+  /// groups in backward order: output layer, layers last to first, embedding. Expert parameters
+  /// have buckets of their own, reduced over the expert-data-parallel group (Megatron's
+  /// expert_parallel_buffers).
   void plan_buckets() {
     const double embedding = vocab_shard() + position_parameters(m_);
-    const double layer =
-        parameters_on_rank(m_, p_, stage_) - (first_ ? embedding : 0) - (last_ ? head_params() : 0);
-    const double per_layer = layers_ > 0 ? layer / static_cast<double>(layers_) : 0;
-    // One layer's tensors on this rank (megatron/core/tensor_parallel/layers.py): column-parallel
-    // weights and biases split over TP, row-parallel biases and the norms replicated; the norms
-    // take what the layer's count leaves after the linear layers.
-    const double q = static_cast<double>(m_.query_width());
-    const double kv = static_cast<double>(m_.kv_width());
-    const double f = static_cast<double>(m_.ffn());
-    const double glu = m_.gated_linear_unit ? 2.0 : 1.0;
-    const double bias = m_.add_bias_linear ? 1.0 : 0.0;
-    std::array<double, kParts> part{};
-    part[kFc2] = f * h_ / tp_ + bias * h_;
-    part[kFc1] = h_ * f * glu / tp_ + bias * f * glu / tp_;
-    part[kOutProj] = q * h_ / tp_ + bias * h_;
-    part[kQkv] = h_ * (q + 2 * kv) / tp_ + bias * (q + 2 * kv) / tp_;
-    const double norms = per_layer - part[kFc2] - part[kFc1] - part[kOutProj] - part[kQkv];
-    part[kPreMlpNorm] = part[kInputNorm] = norms / 2;
     const double bucket_size = p_.ddp_bucket_size > 0
                                    ? static_cast<double>(p_.ddp_bucket_size)
                                    : std::max(4e7, 1e6 * static_cast<double>(p_.dp_cp()));
     for (std::int64_t c = 0; c < p_.vpp(); ++c) {
-      std::vector<ParamGroup> groups;
+      std::vector<ParamGroup> groups, expert_groups;
       if (last_ && c == p_.vpp() - 1 && head_params() > 0) groups.push_back({head_params(), -2});
-      for (std::int64_t l = chunk_first_[c] + chunk_layers_[c] - 1; l >= chunk_first_[c]; --l)
-        for (std::int64_t k = 0; k < kParts; ++k) groups.push_back({part[k], param_key(l, k)});
+      for (std::int64_t l = chunk_first_[c] + chunk_layers_[c] - 1; l >= chunk_first_[c]; --l) {
+        const std::array<double, kParts> part = layer_parts(l);
+        for (std::int64_t k = 0; k < kParts; ++k) {
+          if (part[k] <= 0) continue;
+          (k == kExperts ? expert_groups : groups).push_back({part[k], param_key(l, k)});
+        }
+      }
       if (first_ && c == 0) groups.push_back({embedding, -1});
       // Megatron DDP: a bucket closes once it holds ddp_bucket_size parameters or more (default
       // max(4e7, 1e6·DP)) when overlapping the reduction; one bucket otherwise, on pipeline
@@ -292,19 +338,33 @@ class StageBuilder {
       // disable_bucketing).
       const double bucket =
           (p_.overlap_grad_reduce && stage_ == 0 && c == 0) ? bucket_size : INFINITY;
-      Bucket cur;
-      cur.chunk = c;
-      for (const ParamGroup& g : groups) {
-        cur.params += g.params;
-        cur.keys.push_back(g.key);
-        if (cur.params >= bucket) {
-          buckets_.push_back(cur);
-          cur = Bucket{};
-          cur.chunk = c;
+      for (const bool expert : {false, true}) {
+        Bucket cur;
+        cur.chunk = c;
+        cur.expert = expert;
+        for (const ParamGroup& g : expert ? expert_groups : groups) {
+          cur.params += g.params;
+          cur.keys.push_back(g.key);
+          if (cur.params >= bucket) {
+            buckets_.push_back(cur);
+            cur = Bucket{};
+            cur.chunk = c;
+            cur.expert = expert;
+          }
         }
+        if (!cur.keys.empty()) buckets_.push_back(cur);
       }
-      if (!cur.keys.empty()) buckets_.push_back(cur);
     }
+  }
+  /// Whether a bucket's reduction communicates: its group has more than one member.
+  bool reduces(const Bucket& b) const { return b.expert ? p_.edp() > 1 : p_.dp_cp() > 1; }
+  Op bucket_collective(const Bucket& b, OpKind kind, Phase phase, double bytes) const {
+    const bool rs = kind == OpKind::ReduceScatter, ag = kind == OpKind::AllGather;
+    const OpName name = b.expert ? (rs ? OpName::EdpReduceScatter
+                                       : (ag ? OpName::EdpAllGather : OpName::EdpAllReduce))
+                                 : (rs ? OpName::DpReduceScatter
+                                       : (ag ? OpName::DpAllGather : OpName::DpAllReduce));
+    return collective(kind, b.expert ? CommRole::Edp : CommRole::Dp, name, phase, bytes);
   }
   double vocab_shard() const { return static_cast<double>(m_.padded_vocab(p_.tp())) * h_ / tp_; }
   double head_params() const {
@@ -477,7 +537,6 @@ class StageBuilder {
     const double q = static_cast<double>(m_.query_width());
     const double kv = static_cast<double>(m_.kv_width());
     const double f = static_cast<double>(m_.ffn());
-    const double glu = m_.gated_linear_unit ? 2.0 : 1.0;
     const double local = T * h / seq_shard_;  // elements of [T, h] held by this rank
     const bool keep = p_.recompute != Recompute::Full || phase == Phase::Recompute;
     auto alloc = [&](double bytes) { return keep ? static_cast<std::int64_t>(bytes) : 0; };
@@ -502,18 +561,22 @@ class StageBuilder {
       norm.mem_alloc = static_cast<std::int64_t>(2 * local);  // only the layer input is kept
     attn_alloc += norm.mem_alloc;
     chain(norm, extra);
-    const std::uint32_t qkv_gather = gather_beside_gemm(phase);
-    Op qkv = gemm(OpName::QkvGemm, phase, T, (q + 2 * kv) / t, h);
-    qkv.mem_alloc = alloc(2 * T * (q + 2 * kv) / t);
-    attn_alloc += qkv.mem_alloc;
-    chain(qkv);
-    wait_for_overlapped(qkv_gather);
-    if (m_.position_embedding_type == PositionEmbedding::Rope)
-      chain(memory_bound(OpKind::Elementwise, OpName::Rope, phase, 2 * 2 * T * (q + kv) / t));
+    if (m_.multi_latent_attention) {
+      mla_projections_forward(phase, keep, attn_alloc);
+    } else {
+      const std::uint32_t qkv_gather = gather_beside_gemm(phase);
+      Op qkv = gemm(OpName::QkvGemm, phase, T, (q + 2 * kv) / t, h);
+      qkv.mem_alloc = alloc(2 * T * (q + 2 * kv) / t);
+      attn_alloc += qkv.mem_alloc;
+      chain(qkv);
+      wait_for_overlapped(qkv_gather);
+      if (m_.position_embedding_type == PositionEmbedding::Rope)
+        chain(memory_bound(OpKind::Elementwise, OpName::Rope, phase, 2 * 2 * T * (q + kv) / t));
+    }
     attention_with_cp(
-        attention(phase, 1.0, keep ? attention_saved() + 2 * T * q / t : 0, attn_alloc), false);
-    fp8_cast(phase, T * q / t);  // the attention output, input of the out-projection
-    Op proj = gemm(OpName::OutProjGemm, phase, T, h, q / t);
+        attention(phase, 1.0, keep ? attention_saved() + 2 * T * o_w_ / t : 0, attn_alloc), false);
+    fp8_cast(phase, T * o_w_ / t);  // the attention output, input of the out-projection
+    Op proj = gemm(OpName::OutProjGemm, phase, T, h, o_w_ / t);
     proj.mem_transient = static_cast<std::int64_t>(2 * T * h);
     gemm_then_reduce(proj, phase);
     Op bda = memory_bound(OpKind::Elementwise, OpName::BiasDropoutAdd, phase, 3 * 2 * local);
@@ -526,22 +589,14 @@ class StageBuilder {
     norm2.mem_alloc = alloc((2 + out_bytes) * local);
     mlp_alloc += norm2.mem_alloc;
     chain(norm2);
-    const std::uint32_t fc1_gather = gather_beside_gemm(phase);
-    Op fc1 = gemm(OpName::Fc1Gemm, phase, T, f * glu / t, h);
-    fc1.mem_alloc = alloc(2 * T * f * glu / t);
-    mlp_alloc += fc1.mem_alloc;
-    chain(fc1);
-    wait_for_overlapped(fc1_gather);
-    // GELU reads and writes [T, f/t]; SwiGLU reads [T, 2f/t] and writes [T, f/t].
-    // GELU / SwiGLU read [T, φ₁·f/t] and write [T, f/t] (in fp8 under fp8: it is FC2's input).
-    Op act = memory_bound(OpKind::Elementwise, OpName::Activation, phase,
-                          2 * T * f / t * glu + out_bytes * T * f / t, 8 * T * f / t);
-    act.mem_alloc = alloc(out_bytes * T * f / t);
-    mlp_alloc += act.mem_alloc;
-    chain(act);
-    Op fc2 = gemm(OpName::Fc2Gemm, phase, T, h, f / t);
-    fc2.mem_transient = static_cast<std::int64_t>(2 * T * h);
-    gemm_then_reduce(fc2, phase);
+    if (m_.is_moe_layer(l)) {
+      moe_forward(phase, keep, out_bytes, mlp_alloc);
+      if (m_.moe_shared_expert_intermediate_size > 0)
+        mlp_forward(static_cast<double>(m_.moe_shared_expert_intermediate_size), phase, keep,
+                    out_bytes, mlp_alloc, OpName::SharedFc1Gemm, OpName::SharedFc2Gemm);
+    } else {
+      mlp_forward(f, phase, keep, out_bytes, mlp_alloc, OpName::Fc1Gemm, OpName::Fc2Gemm);
+    }
     Op bda2 = memory_bound(OpKind::Elementwise, OpName::BiasDropoutAdd, phase, 3 * 2 * local);
     bda2.mem_alloc = alloc(m_.hidden_dropout > 0 ? local : 0);
     mlp_alloc += bda2.mem_alloc;
@@ -552,6 +607,240 @@ class StageBuilder {
     } else {
       layer_saved_[{l, cur_mb_}] = {attn_alloc, mlp_alloc};
     }
+  }
+
+  /// A TP-split MLP of width f (the dense MLP, or the shared experts): FC1, activation, FC2 with
+  /// the SP gather before and the TP reduction after.
+  void mlp_forward(double f, Phase phase, bool keep, double out_bytes, std::int64_t& mlp_alloc,
+                   OpName fc1_name, OpName fc2_name) {
+    const double T = tokens_, t = tp_, h = h_;
+    const double glu = m_.gated_linear_unit ? 2.0 : 1.0;
+    auto alloc = [&](double bytes) { return keep ? static_cast<std::int64_t>(bytes) : 0; };
+    const std::uint32_t fc1_gather = gather_beside_gemm(phase);
+    Op fc1 = gemm(fc1_name, phase, T, f * glu / t, h);
+    fc1.mem_alloc = alloc(2 * T * f * glu / t);
+    mlp_alloc += fc1.mem_alloc;
+    chain(fc1);
+    wait_for_overlapped(fc1_gather);
+    // GELU / SwiGLU read [T, φ₁·f/t] and write [T, f/t] (in fp8 under fp8: it is FC2's input).
+    Op act = memory_bound(OpKind::Elementwise, OpName::Activation, phase,
+                          2 * T * f / t * glu + out_bytes * T * f / t, 8 * T * f / t);
+    act.mem_alloc = alloc(out_bytes * T * f / t);
+    mlp_alloc += act.mem_alloc;
+    chain(act);
+    Op fc2 = gemm(fc2_name, phase, T, h, f / t);
+    fc2.mem_transient = static_cast<std::int64_t>(2 * T * h);
+    gemm_then_reduce(fc2, phase);
+  }
+  /// Backward of mlp_forward; returns the ops that finished FC2's and FC1's weight gradients.
+  std::pair<std::uint32_t, std::uint32_t> mlp_backward(double f, OpName fc1_name,
+                                                       OpName fc2_name) {
+    const double T = tokens_, t = tp_, h = h_;
+    const double glu = m_.gated_linear_unit ? 2.0 : 1.0;
+    const std::uint32_t fc2 = row_backward(fc2_name, T, h, f / t);
+    chain(memory_bound(OpKind::Elementwise, OpName::Activation, Phase::Backward,
+                       2 * T * f / t * (glu + 2), 8 * T * f / t));
+    const std::uint32_t fc1 = column_backward(fc1_name, T, f * glu / t, h);
+    return {fc2, fc1};
+  }
+
+  /// MLA's projections before core attention (megatron/core/transformer/multi_latent_attention.py):
+  /// TP-duplicated down projections on this rank's SP share of the tokens, RMSNorms on the
+  /// latents, then column-parallel up projections whose SP all-gather moves the latents (not
+  /// the hidden states), and RoPE on the rotary query and key parts.
+  void mla_projections_forward(Phase phase, bool keep, std::int64_t& attn_alloc) {
+    const double T = tokens_, t = tp_, h = h_, Tl = tokens_ / seq_shard_;
+    const double a = static_cast<double>(m_.num_attention_heads);
+    const double ql = static_cast<double>(m_.q_lora_rank);
+    const double kvl = static_cast<double>(m_.kv_lora_rank);
+    const double dpe = static_cast<double>(m_.qk_pos_emb_head_dim);
+    auto alloc = [&](double bytes) { return keep ? static_cast<std::int64_t>(bytes) : 0; };
+    const double latents = (ql + kvl) * Tl;
+    if (ql > 0) chain(gemm(OpName::QDownGemm, phase, Tl, ql, h));
+    chain(gemm(OpName::KvDownGemm, phase, Tl, kvl + dpe, h));
+    Op norm = memory_bound(OpKind::Norm, OpName::LatentNorm, phase, 4 * latents, 8 * latents);
+    norm.mem_alloc = alloc(4 * latents);  // the latents and their normalised copies
+    attn_alloc += norm.mem_alloc;
+    chain(norm);
+    // The query path: from the q latent, or straight from the hidden states without q LoRA.
+    const std::uint32_t qg = gather_beside_gemm(phase, ql > 0 ? 2 * T * ql : -1);
+    Op q = gemm(OpName::QUpGemm, phase, T, qk_w_ / t, ql > 0 ? ql : h);
+    q.mem_alloc = alloc(2 * T * qk_w_ / t);
+    attn_alloc += q.mem_alloc;
+    chain(q);
+    wait_for_overlapped(qg);
+    const std::uint32_t kvg = gather_beside_gemm(phase, 2 * T * (kvl + dpe));
+    Op kv = gemm(OpName::KvUpGemm, phase, T, (k_w_ - a * dpe + v_w_) / t, kvl);
+    kv.mem_alloc = alloc(2 * T * (k_w_ + v_w_) / t);  // K (with the shared rotary part) and V
+    attn_alloc += kv.mem_alloc;
+    chain(kv);
+    wait_for_overlapped(kvg);
+    chain(memory_bound(OpKind::Elementwise, OpName::Rope, phase, 2 * 2 * T * (a / t + 1) * dpe));
+  }
+  void mla_projections_backward(std::int64_t l) {
+    const double T = tokens_, t = tp_, h = h_, Tl = tokens_ / seq_shard_;
+    const double a = static_cast<double>(m_.num_attention_heads);
+    const double ql = static_cast<double>(m_.q_lora_rank);
+    const double kvl = static_cast<double>(m_.kv_lora_rank);
+    const double dpe = static_cast<double>(m_.qk_pos_emb_head_dim);
+    const double latents = (ql + kvl) * Tl;
+    chain(memory_bound(OpKind::Elementwise, OpName::Rope, Phase::Backward,
+                       2 * 2 * T * (a / t + 1) * dpe));
+    column_backward(OpName::KvUpGemm, T, (k_w_ - a * dpe + v_w_) / t, kvl, 2 * T * (kvl + dpe));
+    std::vector<std::uint32_t> reduces = take_reduce();
+    column_backward(OpName::QUpGemm, T, qk_w_ / t, ql > 0 ? ql : h, ql > 0 ? 2 * T * ql : -1);
+    for (std::uint32_t r : take_reduce()) reduces.push_back(r);
+    chain(memory_bound(OpKind::Norm, OpName::LatentNorm, Phase::Backward, 6 * latents,
+                       10 * latents),
+          reduces);
+    // Duplicated down projections: dgrad and wgrad on the local tokens, no TP communication
+    // (their weight gradients join the norms' all-reduce in finish_iteration).
+    chain(gemm(OpName::KvDownGemm, Phase::Backward, Tl, h, kvl + dpe));
+    Op wg = gemm(OpName::KvDownGemm, Phase::Backward, h, kvl + dpe, Tl);
+    wg.mem_bytes += 2 * p_.grad_bytes() * h * (kvl + dpe);
+    ready_[param_key(l, kQkv)] = chain(wg);
+    if (ql > 0) {
+      chain(gemm(OpName::QDownGemm, Phase::Backward, Tl, h, ql));
+      Op qw = gemm(OpName::QDownGemm, Phase::Backward, h, ql, Tl);
+      qw.mem_bytes += 2 * p_.grad_bytes() * h * ql;
+      ready_[param_key(l, kQkv)] = chain(qw);
+    }
+  }
+
+  /// An EP / expert-TP collective of the MoE block.
+  Op moe_collective(OpKind kind, CommRole role, OpName name, Phase phase, double bytes) const {
+    return collective(kind, role, name, phase, bytes);
+  }
+  bool ep_comm() const { return p_.ep() > 1; }
+  bool etp_comm() const { return p_.etp() > 1; }
+  /// The grouped expert GEMM [N, k]×[k, n] of the rank's local experts: N token copies in all,
+  /// N / E_local per expert (the shape the GEMM efficiency sees), one launch.
+  Op grouped_gemm(OpName name, Phase phase, double tokens, double n, double k) const {
+    Op op = gemm(name, phase, std::max(1.0, tokens / local_experts_), n, k);
+    op.flops = 2 * tokens * n * k;
+    const double weights = local_experts_ * k * n;
+    op.mem_bytes = fp8_ ? tokens * k + weights + 2 * tokens * n
+                        : 2 * (tokens * k + weights + tokens * n);
+    return op;
+  }
+  /// Dispatch (forward) or combine (backward of the combine: the same direction) of the token
+  /// copies over EP, with the all-to-all dispatcher: S = 2·h·(the busiest member's copies), the
+  /// send and receive buffers alive while it runs. The all-gather dispatcher gathers every
+  /// token of the EP group (and its routing) instead, and reduce-scatters the outputs back.
+  void ep_exchange(Phase phase, OpName name, bool towards_experts) {
+    if (!ep_comm()) return;
+    const double h = h_;
+    if (p_.moe_token_dispatcher_type == MoeDispatcher::AllGather) {
+      const double bytes = 2 * h * load_.local_tokens * static_cast<double>(p_.ep());
+      Op op = moe_collective(towards_experts ? OpKind::AllGather : OpKind::ReduceScatter,
+                             CommRole::Ep, name, phase, bytes);
+      op.mem_transient = static_cast<std::int64_t>(bytes);
+      chain(op);
+      return;
+    }
+    Op op = moe_collective(OpKind::AllToAll, CommRole::Ep, name, phase, 2 * h * load_.max_exchanged);
+    op.mem_transient = static_cast<std::int64_t>(2 * h * (load_.sent + load_.received));
+    chain(op);
+  }
+  /// The MoE block's forward (Megatron MoELayer with MoEAlltoAllTokenDispatcher: router,
+  /// permute → A2A(EP) → AG(ETP) → grouped FC1, activation, grouped FC2 → RS(ETP) → A2A(EP) →
+  /// unpermute; token_dispatcher.py).
+  void moe_forward(Phase phase, bool keep, double out_bytes, std::int64_t& mlp_alloc) {
+    const double h = h_, Tl = load_.local_tokens;
+    const double E = static_cast<double>(m_.num_experts);
+    const double k = static_cast<double>(m_.moe_router_topk);
+    const double glu = m_.gated_linear_unit ? 2.0 : 1.0;
+    const double f = static_cast<double>(m_.expert_ffn()) / static_cast<double>(p_.etp());
+    const double N = load_.computed;
+    auto alloc = [&](double bytes) { return keep ? static_cast<std::int64_t>(bytes) : 0; };
+    // Router: [Tl, h]·[h, E] logits (bf16 operands, the router's fp32 output kept), then the
+    // score function, top-k and the auxiliary loss over [Tl, E].
+    Op router = gemm(OpName::Router, phase, Tl, E, h);
+    router.gemm_dtype = graph::GemmDtype::Bf16;
+    router.mem_bytes = 2 * (Tl * h + E * h) + 4 * Tl * E;
+    router.mem_alloc = alloc(4 * Tl * E);
+    mlp_alloc += router.mem_alloc;
+    chain(router);
+    Op topk = memory_bound(OpKind::Elementwise, OpName::RouterTopk, phase, 3 * 4 * Tl * E,
+                           8 * Tl * E);
+    topk.mem_alloc = alloc(4 * Tl * E + 8 * Tl * k);  // probabilities and the routing map
+    mlp_alloc += topk.mem_alloc;
+    chain(topk);
+    Op permute = memory_bound(OpKind::Elementwise, OpName::MoePermute, phase,
+                              2 * Tl * h + 2 * load_.sent * h);
+    chain(permute);
+    ep_exchange(phase, OpName::EpDispatch, true);
+    if (etp_comm())
+      chain(moe_collective(OpKind::AllGather, CommRole::Etp, OpName::EtpAllGather, phase,
+                           2 * h * N));
+    fp8_cast(phase, N * h);
+    Op fc1 = grouped_gemm(OpName::ExpertFc1Gemm, phase, N, f * glu, h);
+    fc1.mem_alloc = alloc((fp8_ ? 1.0 : 2.0) * N * h + 2 * N * f * glu);  // its input and output
+    mlp_alloc += fc1.mem_alloc;
+    chain(fc1);
+    Op act = memory_bound(OpKind::Elementwise, OpName::ExpertActivation, phase,
+                          2 * N * f * glu + out_bytes * N * f, 8 * N * f);
+    act.mem_alloc = alloc(out_bytes * N * f);
+    mlp_alloc += act.mem_alloc;
+    chain(act);
+    Op fc2 = grouped_gemm(OpName::ExpertFc2Gemm, phase, N, h, f);
+    fc2.mem_transient = static_cast<std::int64_t>(2 * N * h);
+    chain(fc2);
+    if (etp_comm())
+      chain(moe_collective(OpKind::ReduceScatter, CommRole::Etp, OpName::EtpReduceScatter, phase,
+                           2 * h * N));
+    ep_exchange(phase, OpName::EpCombine, false);
+    // Unpermute: the k expert outputs of each token, weighted by their probabilities and summed;
+    // the expert outputs stay for the probabilities' gradient.
+    Op unpermute = memory_bound(OpKind::Elementwise, OpName::MoeUnpermute, phase,
+                                2 * load_.sent * h + 2 * Tl * h, 2 * load_.sent * h);
+    unpermute.mem_alloc = alloc(2 * load_.sent * h);
+    mlp_alloc += unpermute.mem_alloc;
+    chain(unpermute);
+  }
+  /// The MoE block's backward, the forward's collectives in reverse.
+  void moe_backward(std::int64_t l) {
+    const double h = h_, Tl = load_.local_tokens;
+    const double E = static_cast<double>(m_.num_experts);
+    const double glu = m_.gated_linear_unit ? 2.0 : 1.0;
+    const double f = static_cast<double>(m_.expert_ffn()) / static_cast<double>(p_.etp());
+    const double N = load_.computed;
+    const Phase B = Phase::Backward;
+    chain(memory_bound(OpKind::Elementwise, OpName::MoeUnpermute, B,
+                       2 * Tl * h + 2 * 2 * load_.sent * h));
+    ep_exchange(B, OpName::EpCombine, true);
+    if (etp_comm())
+      chain(moe_collective(OpKind::AllGather, CommRole::Etp, OpName::EtpAllGather, B, 2 * h * N));
+    fp8_cast(B, N * h);
+    Op fc2_dgrad = grouped_gemm(OpName::ExpertFc2Gemm, B, N, f, h);
+    chain(fc2_dgrad);
+    Op fc2_wgrad = grouped_gemm(OpName::ExpertFc2Gemm, B, N, h, f);
+    fc2_wgrad.shape = {static_cast<std::uint32_t>(f), static_cast<std::uint32_t>(h),
+                       static_cast<std::uint32_t>(std::max(1.0, N / local_experts_))};
+    fc2_wgrad.mem_bytes += 2 * p_.grad_bytes() * local_experts_ * f * h;
+    chain(fc2_wgrad);
+    chain(memory_bound(OpKind::Elementwise, OpName::ExpertActivation, B,
+                       2 * N * f * (glu + 2), 8 * N * f));
+    fp8_cast(B, N * f * glu);
+    Op fc1_dgrad = grouped_gemm(OpName::ExpertFc1Gemm, B, N, h, f * glu);
+    fc1_dgrad.mem_transient = static_cast<std::int64_t>(2 * N * h);
+    chain(fc1_dgrad);
+    Op fc1_wgrad = grouped_gemm(OpName::ExpertFc1Gemm, B, N, f * glu, h);
+    fc1_wgrad.shape = {static_cast<std::uint32_t>(h), static_cast<std::uint32_t>(f * glu),
+                       static_cast<std::uint32_t>(std::max(1.0, N / local_experts_))};
+    fc1_wgrad.mem_bytes += 2 * p_.grad_bytes() * local_experts_ * h * f * glu;
+    ready_[param_key(l, kExperts)] = chain(fc1_wgrad);
+    if (etp_comm())
+      chain(moe_collective(OpKind::ReduceScatter, CommRole::Etp, OpName::EtpReduceScatter, B,
+                           2 * h * N));
+    ep_exchange(B, OpName::EpDispatch, false);
+    chain(memory_bound(OpKind::Elementwise, OpName::MoePermute, B, 2 * load_.sent * h + 2 * Tl * h));
+    chain(memory_bound(OpKind::Elementwise, OpName::RouterTopk, B, 3 * 4 * Tl * E, 8 * Tl * E));
+    chain(gemm(OpName::Router, B, Tl, h, E));
+    Op rw = gemm(OpName::Router, B, h, E, Tl);
+    rw.gemm_dtype = graph::GemmDtype::Bf16;
+    rw.mem_bytes += 2 * p_.grad_bytes() * h * E;
+    ready_[param_key(l, kRouter)] = chain(rw);
   }
 
   /// Bytes core attention keeps for its backward beyond Q, K, V and its output.
@@ -577,9 +866,7 @@ class StageBuilder {
     const double s = static_cast<double>(m_.seq_length);
     const double b = static_cast<double>(t_.micro_batch_size);
     const double heads = static_cast<double>(m_.num_attention_heads) / tp_;
-    const double dh = static_cast<double>(m_.head_dim());
-    const double q = static_cast<double>(m_.query_width());
-    const double kv = static_cast<double>(m_.kv_width());
+    const double dh = static_cast<double>(m_.qk_dim());
     op.shape = {static_cast<std::uint32_t>(b * heads), static_cast<std::uint32_t>(s),
                 static_cast<std::uint32_t>(dh)};
     if (t_.attention == AttentionBackend::Unfused) {
@@ -588,7 +875,7 @@ class StageBuilder {
       const double head = 2 * b * heads * s * dh;  // bytes of one [b·a/t, s, dh] tensor
       const double dropout = m_.attention_dropout > 0 ? 5 : 0;
       op.attention_impl = graph::AttentionImpl::Unfused;
-      op.flops = (bwd ? 2 : 1) * 4 * b * s * s * q / tp_;
+      op.flops = (bwd ? 2 : 1) * 2 * b * s * s * (qk_w_ + o_w_) / tp_;
       // GEMMs: forward QKᵀ (Q, K → S) and PV (P, V → O); backward dP, dV, dQ, dK.
       const double gemm_bytes = bwd ? 4 * (2 * head + 2 * scores) : 2 * (2 * head + 2 * scores);
       op.mem_bytes = gemm_bytes + (bwd ? 6 + dropout : 4 + dropout) * scores;
@@ -598,8 +885,9 @@ class StageBuilder {
       // running on blocks of s/c (the rate table's length), every key/value block read once.
       const double local = s / cp_;
       op.shape[1] = static_cast<std::uint32_t>(local);
-      op.flops = factor * 0.5 * 4 * b * s * local * q / tp_;
-      op.mem_bytes = factor * 2 * tokens_ * (2 * q + 2 * kv * cp_) / tp_;
+      // QKᵀ over a·dqk and PV over a·dv: 2·b·s·local·(qk + o) FLOPs, causal half.
+      op.flops = factor * 0.5 * 2 * b * s * local * (qk_w_ + o_w_) / tp_;
+      op.mem_bytes = factor * 2 * tokens_ * (qk_w_ + o_w_ + (k_w_ + v_w_) * cp_) / tp_;
     }
     op.mem_alloc = static_cast<std::int64_t>(saved);
     attn_alloc += op.mem_alloc;
@@ -610,12 +898,13 @@ class StageBuilder {
   /// asynchronously while dgrad runs, then the input-grad reduce-scatter overlaps wgrad; without
   /// SP the input-grad all-reduce overlaps wgrad (Megatron
   /// LinearWithGradAccumulationAndAsyncCommunication.backward, MODELING §1.3).
-  std::uint32_t column_backward(OpName name, double m, double n, double k) {
+  std::uint32_t column_backward(OpName name, double m, double n, double k, double input_bytes = -1) {
+    const double bytes = input_bytes < 0 ? hidden_bytes_ : input_bytes;
     std::uint32_t before = chain_;
     std::uint32_t gather = kNone;
     if (tp_comm() && p_.sequence_parallel)
       gather = add_free(collective(OpKind::AllGather, CommRole::Tp, OpName::TpAllGather,
-                                   Phase::Backward, hidden_bytes_),
+                                   Phase::Backward, bytes),
                         {before});
     if (fp8_) {
       fp8_cast(Phase::Backward, m * n);  // the output gradient dY
@@ -628,7 +917,7 @@ class StageBuilder {
     std::vector<std::uint32_t> after_dg{dg};
     if (gather != kNone) after_dg.push_back(gather);
     std::uint32_t reduce = kNone;
-    if (tp_comm()) reduce = add_free(tp_reduce(Phase::Backward), after_dg);
+    if (tp_comm()) reduce = add_free(tp_reduce(Phase::Backward, bytes), after_dg);
     Op wgrad = gemm(name, Phase::Backward, k, n, m);  // dW = Xᵀ·dY: [k, T]×[T, n]
     wgrad.mem_bytes += 2 * p_.grad_bytes() * k * n;   // main_grad accumulation (MODELING §1.1)
     if (ub_ && reduce != kNone) wgrad.comm_sms = kPipelineSms;  // beside the bulk reduce-scatter
@@ -663,8 +952,6 @@ class StageBuilder {
     const double T = tokens_, t = tp_, h = h_;
     const double q = static_cast<double>(m_.query_width());
     const double kv = static_cast<double>(m_.kv_width());
-    const double f = static_cast<double>(m_.ffn());
-    const double glu = m_.gated_linear_unit ? 2.0 : 1.0;
     const double local = T * h / seq_shard_;
     auto saved = layer_saved_.at({l, mb});
     std::int64_t input = 0;
@@ -672,10 +959,15 @@ class StageBuilder {
 
     chain(
         memory_bound(OpKind::Elementwise, OpName::BiasDropoutAdd, Phase::Backward, 3 * 2 * local));
-    ready_[param_key(l, kFc2)] = row_backward(OpName::Fc2Gemm, T, h, f / t);
-    chain(memory_bound(OpKind::Elementwise, OpName::Activation, Phase::Backward,
-                       2 * T * f / t * (glu + 2), 8 * T * f / t));
-    ready_[param_key(l, kFc1)] = column_backward(OpName::Fc1Gemm, T, f * glu / t, h);
+    if (m_.is_moe_layer(l)) {
+      if (const auto fs = static_cast<double>(m_.moe_shared_expert_intermediate_size); fs > 0)
+        std::tie(ready_[param_key(l, kFc2)], ready_[param_key(l, kFc1)]) =
+            mlp_backward(fs, OpName::SharedFc1Gemm, OpName::SharedFc2Gemm);
+      moe_backward(l);
+    } else {
+      std::tie(ready_[param_key(l, kFc2)], ready_[param_key(l, kFc1)]) =
+          mlp_backward(static_cast<double>(m_.ffn()), OpName::Fc1Gemm, OpName::Fc2Gemm);
+    }
     Op norm2 =
         memory_bound(OpKind::Norm, OpName::PreMlpNorm, Phase::Backward, 6 * local, 10 * local);
     norm2.mem_free = saved.second;
@@ -683,17 +975,21 @@ class StageBuilder {
 
     chain(
         memory_bound(OpKind::Elementwise, OpName::BiasDropoutAdd, Phase::Backward, 3 * 2 * local));
-    ready_[param_key(l, kOutProj)] = row_backward(OpName::OutProjGemm, T, h, q / t);
+    ready_[param_key(l, kOutProj)] = row_backward(OpName::OutProjGemm, T, h, o_w_ / t);
     if (p_.recompute == Recompute::Selective) {
       std::int64_t none = 0;
       attention_with_cp(attention(Phase::Recompute, 1.0, 0, none), false);
     }
     std::int64_t none = 0;
     attention_with_cp(attention(Phase::Backward, 2.5, 0, none), true);
-    if (m_.position_embedding_type == PositionEmbedding::Rope)
-      chain(memory_bound(OpKind::Elementwise, OpName::Rope, Phase::Backward,
-                         2 * 2 * T * (q + kv) / t));
-    ready_[param_key(l, kQkv)] = column_backward(OpName::QkvGemm, T, (q + 2 * kv) / t, h);
+    if (m_.multi_latent_attention) {
+      mla_projections_backward(l);
+    } else {
+      if (m_.position_embedding_type == PositionEmbedding::Rope)
+        chain(memory_bound(OpKind::Elementwise, OpName::Rope, Phase::Backward,
+                           2 * 2 * T * (q + kv) / t));
+      ready_[param_key(l, kQkv)] = column_backward(OpName::QkvGemm, T, (q + 2 * kv) / t, h);
+    }
     Op norm = memory_bound(OpKind::Norm, OpName::InputNorm, Phase::Backward, 6 * local, 10 * local);
     norm.mem_free = saved.first + input;
     ready_[param_key(l, kInputNorm)] = chain(norm, take_reduce());
@@ -909,7 +1205,7 @@ class StageBuilder {
     std::vector<std::uint32_t> reductions;
     std::vector<std::pair<std::uint32_t, std::size_t>> order;
     for (std::size_t k = 0; k < buckets_.size(); ++k) {
-      if (chunk >= 0 && buckets_[k].chunk != chunk) continue;
+      if ((chunk >= 0 && buckets_[k].chunk != chunk) || !reduces(buckets_[k])) continue;
       std::uint32_t ready = end_of_backward;
       if (p_.overlap_grad_reduce) {
         ready = 0;
@@ -923,11 +1219,9 @@ class StageBuilder {
       const Bucket& b = buckets_[k];
       // fp32 gradients on the wire (accumulate_allreduce_grads_in_fp32, MODELING §3.1).
       const bool rs = p_.zero() >= 1;
-      reductions.push_back(
-          add_free(collective(rs ? OpKind::ReduceScatter : OpKind::AllReduce, CommRole::Dp,
-                              rs ? OpName::DpReduceScatter : OpName::DpAllReduce, Phase::Other,
-                              p_.grad_bytes() * b.params),
-                   {ready}));
+      reductions.push_back(add_free(bucket_collective(b, rs ? OpKind::ReduceScatter : OpKind::AllReduce,
+                                                      Phase::Other, p_.grad_bytes() * b.params),
+                                    {ready}));
     }
     cur_layer_ = saved_layer;
     return reductions;
@@ -939,12 +1233,17 @@ class StageBuilder {
     cur_mb_ = -1;
     const std::uint32_t end_of_backward = chain_;
     std::vector<std::uint32_t> reductions = zero3_reductions_;
-    if (p_.dp_cp() > 1 && !zero3_) reductions = reduce_buckets(-1, end_of_backward);
+    if (!zero3_) reductions = reduce_buckets(-1, end_of_backward);
     // The next op on the chain waits for every reduction (finish_grad_sync).
     std::vector<std::uint32_t> wait = reductions;
     // Sequence-parallel norm weights: all-reduced over TP once per iteration.
+    // With MLA and MoE also the other TP-replicated weights: down projections, latent norms,
+    // the router (tp_replicated_parameters).
     if (tp_comm() && p_.sequence_parallel) {
-      const double norms = static_cast<double>(layers_) * 2 * h_ * (m_.add_bias_linear ? 2 : 1);
+      double norms = 0;
+      for (std::int64_t c = 0; c < p_.vpp(); ++c)
+        for (std::int64_t l = chunk_first_[c]; l < chunk_first_[c] + chunk_layers_[c]; ++l)
+          norms += tp_replicated_parameters(m_, l);
       chain(collective(OpKind::AllReduce, CommRole::Tp, OpName::NormAllReduce, Phase::Other,
                        4 * norms),
             std::exchange(wait, {}));
@@ -954,8 +1253,12 @@ class StageBuilder {
       chain(collective(OpKind::AllReduce, CommRole::Embedding, OpName::EmbAllReduce, Phase::Other,
                        4 * vocab_shard()),
             std::exchange(wait, {}));
-    const double shard = parameters_on_rank(m_, p_, stage_) /
-                         (p_.zero() >= 1 ? static_cast<double>(p_.zero_shard()) : 1.0);
+    // The fp32 master shard: dense parameters over DP × CP, expert ones over expert DP.
+    const RankParameters params = rank_parameters(m_, p_, stage_);
+    const double shard =
+        p_.zero() >= 1 ? params.dense / static_cast<double>(p_.zero_shard()) +
+                             params.expert / static_cast<double>(p_.edp())
+                       : params.total();
     if (t_.precision == Precision::Fp16) {
       // Mixed precision with loss scaling: unscale the main grads in place and look for inf/NaN
       // (torch._amp_foreach_non_finite_check_and_unscale_), then reduce the flag (MAX) over the
@@ -973,12 +1276,12 @@ class StageBuilder {
     chain(memory_bound(OpKind::Optimizer, OpName::OptimizerStep, Phase::Optimizer,
                        (26 + p_.grad_bytes()) * shard, 12 * shard),
           std::exchange(wait, {}));
-    if (p_.zero() >= 1 && p_.zero() <= 2 && !p_.overlap_param_gather && p_.dp_cp() > 1) {
+    if (p_.zero() >= 1 && p_.zero() <= 2 && !p_.overlap_param_gather) {
       const std::uint32_t step = chain_;
       for (auto it = buckets_.rbegin(); it != buckets_.rend(); ++it)
-        add_free(collective(OpKind::AllGather, CommRole::Dp, OpName::DpAllGather, Phase::Other,
-                            2 * it->params),
-                 {step});
+        if (reduces(*it))
+          add_free(bucket_collective(*it, OpKind::AllGather, Phase::Other, 2 * it->params),
+                   {step});
     }
   }
 
@@ -992,6 +1295,10 @@ class StageBuilder {
   std::vector<std::int64_t> chunk_layers_, chunk_first_;  ///< per model chunk
   std::vector<std::uint32_t> wait_next_;  ///< ops the next chained op also waits for
   double tokens_ = 0, seq_shard_ = 1, tp_ = 1, cp_ = 1, h_ = 0, hidden_bytes_ = 0;
+  double qk_w_ = 0, o_w_ = 0, k_w_ = 0, v_w_ = 0;  ///< attention widths (all heads)
+  MoeLoad load_;                                   ///< MoE: this rank's tokens per layer
+  double local_experts_ = 0;
+
   std::uint32_t chain_ = kNone;
   std::uint32_t pending_reduce_ = kNone;
   std::int64_t cur_layer_ = -1, cur_mb_ = -1;
@@ -1016,6 +1323,10 @@ class StageBuilder {
 
 }  // namespace
 
+std::int64_t expert_load_classes(const ModelSpec& m, const ParallelPlan& p, const TrainingSpec& t) {
+  return m.moe() && p.ep() > 1 && t.moe_expert_load_skew > 0 ? p.ep() : 1;
+}
+
 graph::SlicedGraph build_graph(const ModelSpec& model, const ParallelPlan& plan,
                                const TrainingSpec& training, const std::string& config_text) {
   SCALESCOPE_EXPECTS(plan.tp() > 0 && plan.pp() > 0 && plan.dp() > 0);
@@ -1025,15 +1336,22 @@ graph::SlicedGraph build_graph(const ModelSpec& model, const ParallelPlan& plan,
   graph::SlicedGraph g;
   g.world_size = lay.world();
   g.config_text = config_text;
+  // One program per pipeline stage; with a skewed MoE router one per (stage, EP rank), since
+  // each EP rank's experts then receive their own number of tokens.
+  const std::int64_t ep_classes = expert_load_classes(model, plan, training);
   for (std::int64_t s = 0; s < plan.pp(); ++s)
-    g.templates.push_back(StageBuilder(model, plan, training, s).build());
+    for (std::int64_t e = 0; e < ep_classes; ++e)
+      g.templates.push_back(
+          StageBuilder(model, plan, training, s, ep_classes > 1 ? e : -1).build());
   g.rank_class.resize(g.world_size);
   g.rank_roles.assign(static_cast<std::size_t>(g.world_size) * graph::kNumRoles, graph::kNoComm);
   auto set_role = [&](std::uint32_t rank, CommRole role, std::uint32_t comm) {
     g.rank_roles[static_cast<std::size_t>(rank) * graph::kNumRoles + static_cast<int>(role)] =
         static_cast<std::int32_t>(comm);
   };
-  for (std::uint32_t r = 0; r < g.world_size; ++r) g.rank_class[r] = lay.stage_of(r);
+  for (std::uint32_t r = 0; r < g.world_size; ++r)
+    g.rank_class[r] = static_cast<std::uint32_t>(
+        lay.stage_of(r) * ep_classes + (ep_classes > 1 ? lay.ep_rank_of(r) : 0));
   const std::int64_t T = plan.tp(), C = plan.cp(), D = plan.dp(), P = plan.pp();
   std::vector<std::uint32_t> members;
   auto group = [&](CommKind kind, CommRole role) {
@@ -1081,6 +1399,33 @@ graph::SlicedGraph build_graph(const ModelSpec& model, const ParallelPlan& plan,
             group(CommKind::DpReplicateGroup, CommRole::DpReplicate);
           }
       }
+  // Expert groups (Megatron-Core's expert rank generator: etp-ep-edp within each stage).
+  if (model.moe()) {
+    const std::int64_t ET = plan.etp(), EP = plan.ep(), ED = plan.edp();
+    for (std::int64_t pp = 0; pp < P; ++pp) {
+      if (EP > 1)
+        for (std::int64_t ed = 0; ed < ED; ++ed)
+          for (std::int64_t et = 0; et < ET; ++et) {
+            members.clear();
+            for (std::int64_t e = 0; e < EP; ++e) members.push_back(lay.expert_rank(et, e, ed, pp));
+            group(CommKind::EpGroup, CommRole::Ep);
+          }
+      if (ET > 1)
+        for (std::int64_t ed = 0; ed < ED; ++ed)
+          for (std::int64_t e = 0; e < EP; ++e) {
+            members.clear();
+            for (std::int64_t et = 0; et < ET; ++et) members.push_back(lay.expert_rank(et, e, ed, pp));
+            group(CommKind::EtpGroup, CommRole::Etp);
+          }
+      if (ED > 1)
+        for (std::int64_t e = 0; e < EP; ++e)
+          for (std::int64_t et = 0; et < ET; ++et) {
+            members.clear();
+            for (std::int64_t ed = 0; ed < ED; ++ed) members.push_back(lay.expert_rank(et, e, ed, pp));
+            group(CommKind::EdpGroup, CommRole::Edp);
+          }
+    }
+  }
   // Pipeline pairs, wrap-around pairs (interleaving: the last rank's chunk j feeds the first
   // rank's chunk j + 1) and tied-embedding pairs, in the order of the rank layout.
   for (std::int64_t pp = 0; pp + 1 < P; ++pp)

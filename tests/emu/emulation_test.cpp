@@ -240,7 +240,7 @@ TEST(Emulation, TimeBreakdownAddsUpAndEveryTracedOpIsRecorded) {
   RunResults r = emulate(g, synthetic_costs(), options(true, {0, 7}));
   for (const RankResult& x : r.ranks)
     EXPECT_EQ(x.finish, x.compute + x.exposed_tp + x.exposed_pp + x.exposed_dp +
-                            x.exposed_embedding + x.exposed_cp + x.bubble + x.other_wait);
+                            x.exposed_embedding + x.exposed_cp + x.exposed_ep + x.bubble + x.other_wait);
   EXPECT_EQ(r.timelines[0].size(), g.templates[0].size());
   EXPECT_EQ(r.timelines[7].size(), g.templates[1].size());
   for (const TimelineRecord& t : r.timelines[0]) EXPECT_LE(t.start, t.end);

@@ -77,6 +77,7 @@ inline void expect_identical(const RunResults& a, const RunResults& b) {
     EXPECT_EQ(a.ranks[r].bubble, b.ranks[r].bubble) << "rank " << r;
     EXPECT_EQ(a.ranks[r].exposed_embedding, b.ranks[r].exposed_embedding) << "rank " << r;
     EXPECT_EQ(a.ranks[r].exposed_cp, b.ranks[r].exposed_cp) << "rank " << r;
+    EXPECT_EQ(a.ranks[r].exposed_ep, b.ranks[r].exposed_ep) << "rank " << r;
     EXPECT_EQ(a.ranks[r].exposed_dp, b.ranks[r].exposed_dp) << "rank " << r;
     EXPECT_EQ(a.ranks[r].other_wait, b.ranks[r].other_wait) << "rank " << r;
     EXPECT_EQ(a.ranks[r].peak_memory, b.ranks[r].peak_memory) << "rank " << r;

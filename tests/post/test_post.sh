@@ -86,7 +86,7 @@ if sum(s["ranks"] for s in stages) != ref["world_size"]:
     errors.append("stage rank counts do not add up to world_size")
 for s in stages:
     total = sum(s[f"{t}_mean_s"] for t in ("compute", "exposed_tp", "exposed_pp", "exposed_dp",
-                                           "exposed_embedding", "exposed_cp", "bubble",
+                                           "exposed_embedding", "exposed_cp", "exposed_ep", "bubble",
                                            "other_wait"))
     if not (s["finish_min_s"] - 1e-9 <= total <= s["finish_max_s"] + 1e-9):
         errors.append(f"stage {s['stage']}: mean breakdown {total} outside [finish min, max]")

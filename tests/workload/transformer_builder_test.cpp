@@ -7,6 +7,7 @@
 
 #include "core/error.hpp"
 #include "workload/accounting.hpp"
+#include "workload/moe.hpp"
 
 namespace scalescope::workload {
 namespace {
@@ -503,6 +504,168 @@ TEST(TransformerBuilder, Zero2ReduceScattersEveryMicrobatchAndFsdpBalancesMemory
       s.p.fsdp_reduce_every_microbatch = every;
       EXPECT_EQ(balance(build_graph(s.m, s.p, s.t)), ddp);
     }
+}
+
+}  // namespace
+}  // namespace scalescope::workload
+
+namespace scalescope::workload {
+namespace {
+
+/// A small Mixtral-like MoE job: 4 layers, 8 experts, top-2, EP over the stage's ranks.
+Job moe_job(std::int64_t tp, std::int64_t pp, std::int64_t dp, std::int64_t ep,
+            std::int64_t etp = 0) {
+  Job s = small(tp, pp, dp);
+  s.m.num_experts = 8;
+  s.m.moe_router_topk = 2;
+  s.m.moe_ffn_hidden_size = 1792;
+  s.p.expert_model_parallel_size = ep;
+  s.p.expert_tensor_parallel_size = etp;
+  s.p.overlap_grad_reduce = false;
+  return s;
+}
+
+std::vector<std::uint32_t> members(const graph::SlicedGraph& g, std::uint32_t rank,
+                                   graph::CommRole role) {
+  const auto c = static_cast<std::uint32_t>(g.comm_of(rank, role));
+  return {g.comms.members_begin(c), g.comms.members_end(c)};
+}
+
+TEST(MoeBuilder, AllToAllBytesPerLayerAreTokensTimesTopkTimesHidden) {
+  // Each MoE layer moves, per micro-batch and rank, T·k token copies of h bf16 values to the
+  // experts and back: the all-to-all's buffer S = T·k·h·2, of which (EP − 1)/EP crosses to
+  // other ranks (NCCL alltoall). Forward dispatch + combine and their backward: 4 per layer.
+  // T = s·b / TP with sequence parallelism = 1024 / 2.
+  Job s = moe_job(2, 1, 8, 4, 1);
+  const graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
+  const double T = 1024.0 / 2, k = 2, h = 1024;
+  int a2a = 0;
+  for (const graph::Op& op : g.templates[0].ops)
+    if (op.kind == graph::OpKind::AllToAll) {
+      ++a2a;
+      EXPECT_EQ(op.role, graph::CommRole::Ep);
+      EXPECT_DOUBLE_EQ(op.comm_bytes, T * k * h * 2);
+    }
+  EXPECT_EQ(a2a, 4 * 4 * 8);  // 4 per layer · 4 layers · 8 micro-batches
+  // No expert TP (ETP 1): no expert-TP collectives; TP's own stay.
+  for (const graph::Op& op : g.templates[0].ops) EXPECT_NE(op.role, graph::CommRole::Etp);
+  // Layout etp-ep-edp inside the stage (16 ranks, TP 2, ETP 1, EP 4, EDP 4): EP groups are
+  // consecutive blocks of 4, expert DP strides of 4.
+  EXPECT_EQ(members(g, 5, graph::CommRole::Ep), (std::vector<std::uint32_t>{4, 5, 6, 7}));
+  EXPECT_EQ(members(g, 5, graph::CommRole::Edp), (std::vector<std::uint32_t>{1, 5, 9, 13}));
+  EXPECT_EQ(members(g, 5, graph::CommRole::Tp), (std::vector<std::uint32_t>{4, 5}));
+}
+
+TEST(MoeBuilder, ExpertTensorParallelGathersAndScattersTheReceivedTokens) {
+  // ETP 2: the T·k copies each rank receives (balanced) are all-gathered over the expert-TP
+  // group (S = 2·T·k·h·ETP, the gathered tensor), FC1 runs on them with f/ETP columns.
+  Job s = moe_job(2, 1, 4, 2, 2);
+  const graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
+  const double T = 512, k = 2, h = 1024, f = 1792;
+  bool saw_fc1 = false;
+  for (const graph::Op& op : g.templates[0].ops) {
+    if (op.name == graph::OpName::EtpAllGather) {
+      EXPECT_DOUBLE_EQ(op.comm_bytes, 2 * T * k * h * 2);
+    }
+    if (op.name == graph::OpName::ExpertFc1Gemm && op.phase == graph::Phase::Forward) {
+      saw_fc1 = true;
+      // 4 experts per rank (8 / EP 2), 2·T·k·ETP copies in all, SwiGLU: 2·f/ETP columns.
+      EXPECT_DOUBLE_EQ(op.flops, 2 * (T * k * 2) * h * (2 * f / 2));
+      EXPECT_EQ(op.shape[0], static_cast<std::uint32_t>(T * k * 2 / 4));
+    }
+  }
+  EXPECT_TRUE(saw_fc1);
+  EXPECT_EQ(members(g, 0, graph::CommRole::Etp), (std::vector<std::uint32_t>{0, 1}));
+  EXPECT_EQ(members(g, 0, graph::CommRole::Ep), (std::vector<std::uint32_t>{0, 2}));
+}
+
+TEST(MoeBuilder, ExpertGradientsReduceOverExpertDataParallel) {
+  // Dense gradients reduce-scatter over DP (S = 4·dense parameters), expert gradients over
+  // expert DP (S = 4·expert parameters), each exactly once per iteration.
+  Job s = moe_job(1, 1, 8, 4);
+  const graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
+  double dense = 0, expert = 0;
+  for (const graph::Op& op : g.templates[0].ops) {
+    if (op.name == graph::OpName::DpReduceScatter) dense += op.comm_bytes;
+    if (op.name == graph::OpName::EdpReduceScatter) {
+      EXPECT_EQ(op.role, graph::CommRole::Edp);
+      expert += op.comm_bytes;
+    }
+  }
+  const RankParameters n = rank_parameters(s.m, s.p, 0);
+  EXPECT_DOUBLE_EQ(n.expert, 4 * 2 * 3 * 1024.0 * 1792);  // 2 experts per rank, 4 layers
+  EXPECT_DOUBLE_EQ(dense, 4 * n.dense);
+  EXPECT_DOUBLE_EQ(expert, 4 * n.expert);
+}
+
+TEST(MoeBuilder, SkewedRouterGivesEachEpRankItsOwnProgram) {
+  // σ > 0: one template per (stage, EP rank); EP rank r's grouped GEMMs process
+  // EP·T·k·Σ_{e ∈ r} w_e token copies, w the seeded shares.
+  Job s = moe_job(1, 2, 4, 4);
+  s.t.moe_expert_load_skew = 1.0;
+  s.t.moe_expert_load_seed = 3;
+  const graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
+  ASSERT_EQ(g.templates.size(), 8u);
+  const auto w = expert_load_shares(8, 1.0, 3);
+  const double T = 1024, k = 2, h = 1024, f = 1792;
+  double busiest = 0;
+  for (int r = 0; r < 4; ++r) busiest = std::max(busiest, w[2 * r] + w[2 * r + 1]);
+  for (std::uint32_t rank = 0; rank < 8; ++rank) {
+    // Stage = rank / 4 (4 ranks per stage), EP rank = rank % 4 (ETP 1): template stage·4 + ep.
+    const std::int64_t ep = rank % 4;
+    EXPECT_EQ(g.rank_class[rank], rank / 4 * 4 + ep);
+    const auto& prog = g.templates[g.rank_class[rank]];
+    const double copies = 4 * T * k * (w[2 * ep] + w[2 * ep + 1]);
+    for (const graph::Op& op : prog.ops) {
+      if (op.name == graph::OpName::ExpertFc1Gemm && op.phase == graph::Phase::Forward) {
+        EXPECT_NEAR(op.flops, 2 * copies * h * 2 * f, 1e-6 * op.flops);
+      }
+      if (op.kind == graph::OpKind::AllToAll) {  // the busiest member sets the exchange
+        EXPECT_NEAR(op.comm_bytes, 2 * h * std::max(T * k, 4 * T * k * busiest), 1e-3);
+      }
+    }
+  }
+}
+
+TEST(MlaBuilder, ProjectionsAndAttentionFollowTheLatentShapes) {
+  // DeepSeek-style MLA with TP 2, SP: down projections on the T/t local tokens, up projections
+  // to a·(dqk + dpe)/t and a·(dqk + dv)/t columns, attention FLOPs 2·b·s²·a(dqk + dpe + dv)/t
+  // (causal half of 4·…), latents all-gathered (2·T·q_lora and 2·T·(kv_lora + dpe) bytes).
+  Job s = small(2, 1, 2);
+  s.m.multi_latent_attention = true;
+  s.m.q_lora_rank = 384;
+  s.m.kv_lora_rank = 128;
+  s.m.qk_head_dim = 64;
+  s.m.qk_pos_emb_head_dim = 32;
+  s.m.v_head_dim = 64;
+  s.m.num_query_groups = 16;
+  const graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
+  const double T = 1024, a = 16, t = 2, h = 1024;
+  std::set<double> gathers;
+  bool q_up = false, kv_up = false, attn = false, q_down = false;
+  for (const graph::Op& op : g.templates[0].ops) {
+    if (op.phase != graph::Phase::Forward || op.layer != 1 || op.microbatch != 0) continue;
+    if (op.name == graph::OpName::QDownGemm) {
+      q_down = true;
+      EXPECT_EQ(op.shape, (std::array<std::uint32_t, 3>{512, 384, 1024}));
+    }
+    if (op.name == graph::OpName::QUpGemm) {
+      q_up = true;
+      EXPECT_EQ(op.shape, (std::array<std::uint32_t, 3>{1024, 16 * 96 / 2, 384}));
+    }
+    if (op.name == graph::OpName::KvUpGemm) {
+      kv_up = true;
+      EXPECT_EQ(op.shape, (std::array<std::uint32_t, 3>{1024, 16 * 128 / 2, 128}));
+    }
+    if (op.kind == graph::OpKind::Attention) {
+      attn = true;
+      EXPECT_DOUBLE_EQ(op.flops, 0.5 * 2 * T * T * a * (96 + 64) / t);
+    }
+    if (op.name == graph::OpName::TpAllGather) gathers.insert(op.comm_bytes);
+  }
+  EXPECT_TRUE(q_down && q_up && kv_up && attn);
+  EXPECT_TRUE(gathers.count(2 * T * 384) && gathers.count(2 * T * (128 + 32)) &&
+              gathers.count(2 * T * h));
 }
 
 }  // namespace

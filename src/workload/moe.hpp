@@ -1,0 +1,35 @@
+#pragma once
+/// Mixture-of-experts token routing as scalescope models it: how many tokens each expert and each
+/// expert-parallel rank receives (docs/model.md "Mixture of experts").
+#include <cstdint>
+#include <vector>
+
+#include "workload/model_spec.hpp"
+#include "workload/parallel_plan.hpp"
+
+namespace scalescope::workload {
+
+/// The share of the routed tokens each of `experts` experts receives: 1/E each when `skew` is 0,
+/// else exp(σ·z_e) normalised, z_e standard normal from mt19937_64(seed) through Box–Muller (both
+/// fully specified, so the draw is the same on every platform and process).
+std::vector<double> expert_load_shares(std::int64_t experts, double skew, std::int64_t seed);
+
+/// Tokens of one MoE layer's forward for one micro-batch, as seen by one rank.
+struct MoeLoad {
+  double local_tokens = 0;  ///< tokens entering the layer on this rank (its SP / CP share)
+  double sent = 0;          ///< token copies this rank dispatches (local_tokens · k, less drops)
+  double received = 0;      ///< token copies its local experts receive from its EP group
+  double computed = 0;      ///< token copies its expert GEMMs process (received · ETP)
+  /// The largest send or receive of any rank of the EP group: with NCCL's grouped point-to-point
+  /// all-to-all the busiest member sets the time, so every member's op carries it.
+  double max_exchanged = 0;
+};
+
+/// The load of EP rank `ep_rank` (its experts are [ep_rank·E/EP, (ep_rank + 1)·E/EP), Megatron's
+/// contiguous assignment); `local_tokens` tokens per rank. With a capacity factor c > 0 each
+/// expert keeps at most c·(EP·local_tokens·k)/E of the copies routed to it (Megatron's drop
+/// policy without padding).
+MoeLoad moe_load(const ModelSpec& m, const ParallelPlan& p, const TrainingSpec& t,
+                 std::int64_t ep_rank, double local_tokens);
+
+}  // namespace scalescope::workload
