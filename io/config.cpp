@@ -97,9 +97,8 @@ const Keys kParallelKeys = {"tensor_model_parallel_size",
                             "expert_model_parallel_size",
                             "expert_tensor_parallel_size",
                             "moe_token_dispatcher_type"};
-const Keys kTrainingKeys = {"micro_batch_size",     "global_batch_size",
-                            "precision",            "attention",
-                            "moe_expert_load_skew", "moe_expert_load_seed"};
+const Keys kTrainingKeys = {"micro_batch_size", "global_batch_size",    "precision",
+                            "attention",        "moe_expert_load_skew", "moe_expert_load_seed"};
 const Keys kClusterNetworkKeys = {"gpu",
                                   "gpus_per_node",
                                   "num_gpus",
@@ -370,7 +369,8 @@ std::vector<std::uint8_t> moe_layer_pattern(const Value* v, std::int64_t layers,
     return static_cast<std::uint8_t>(x);
   };
   if (v->node.IsSequence()) {
-    for (const auto& e : v->node) pattern.push_back(bit(detail::read_int(Value{e, v->origin}, key)));
+    for (const auto& e : v->node)
+      pattern.push_back(bit(detail::read_int(Value{e, v->origin}, key)));
   } else {
     const std::string text = detail::read_string(*v, key);
     if (text.find('[') == std::string::npos) {
@@ -408,7 +408,8 @@ std::vector<std::uint8_t> moe_layer_pattern(const Value* v, std::int64_t layers,
         }
         i = end;
       }
-      for (std::int64_t r = 0; r < times; ++r) pattern.insert(pattern.end(), items.begin(), items.end());
+      for (std::int64_t r = 0; r < times; ++r)
+        pattern.insert(pattern.end(), items.begin(), items.end());
       if (i < body.size()) {
         if (body[i] != '+') fail(*v, key, fmt::format("cannot read pattern '{}'", text));
         ++i;
@@ -493,16 +494,17 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
   r.positive("qk_head_dim", m.qk_head_dim);
   r.positive("qk_pos_emb_head_dim", m.qk_pos_emb_head_dim);
   r.positive("v_head_dim", m.v_head_dim);
-  for (const char* k : {"moe_router_topk", "moe_ffn_hidden_size",
-                        "moe_shared_expert_intermediate_size", "moe_layer_freq",
-                        "moe_expert_capacity_factor"})
+  for (const char* k :
+       {"moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size",
+        "moe_layer_freq", "moe_expert_capacity_factor"})
     if (const Value* v = r.find(k); v && m.num_experts == 0)
       fail(*v, r.key(k), "applies to MoE models only (set model.num_experts)");
   for (const char* k :
        {"q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"})
     if (const Value* v = r.find(k); v && !m.multi_latent_attention)
-      fail(*v, r.key(k), "applies to multi-latent attention only (set "
-                         "model.multi_latent_attention: true)");
+      fail(*v, r.key(k),
+           "applies to multi-latent attention only (set "
+           "model.multi_latent_attention: true)");
   // Required after merging; checked after the reads so that a bad value is reported first.
   for (std::string_view k :
        {"num_layers", "hidden_size", "num_attention_heads", "vocab_size", "seq_length"})
@@ -532,9 +534,12 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
     throw_input("{}: model.num_query_groups={} does not divide model.num_attention_heads={}",
                 experiment, m.query_groups(), m.num_attention_heads);
   if (m.moe()) {
-    if (m.moe_router_topk > m.num_experts)
-      throw_input("{}: model.moe_router_topk={} exceeds model.num_experts={}", experiment,
-                  m.moe_router_topk, m.num_experts);
+    if (m.moe_router_topk > m.num_experts) {
+      const std::string what = fmt::format("{} exceeds model.num_experts={}", m.moe_router_topk,
+                                           m.num_experts);
+      if (const Value* v = r.find("moe_router_topk")) fail(*v, r.key("moe_router_topk"), what);
+      throw_input("{}: model.moe_router_topk={}", experiment, what);
+    }
     if (m.moe_shared_expert_intermediate_size < 0)
       throw_input("{}: model.moe_shared_expert_intermediate_size must be >= 0", experiment);
     m.moe_layer_pattern = moe_layer_pattern(r.find("moe_layer_freq"), m.num_layers, experiment);
@@ -871,14 +876,16 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
   // Mixture of experts (Megatron arguments.py and parallel_state.py rules).
   const Tree::mapped_type& par = t.at("parallel");
   if (!m.moe()) {
-    for (const char* k : {"expert_model_parallel_size", "expert_tensor_parallel_size",
-                          "moe_token_dispatcher_type"})
-      if (const Value* v = get(par, k); v && !(std::string_view(k) != "moe_token_dispatcher_type" &&
-                                             v->node.Scalar() == "1"))
-        fail(*v, std::string("parallel.") + k, "applies to MoE models only (set model.num_experts)");
+    for (const char* k :
+         {"expert_model_parallel_size", "expert_tensor_parallel_size", "moe_token_dispatcher_type"})
+      if (const Value* v = get(par, k);
+          v && !(std::string_view(k) != "moe_token_dispatcher_type" && v->node.Scalar() == "1"))
+        fail(*v, std::string("parallel.") + k,
+             "applies to MoE models only (set model.num_experts)");
     for (const char* k : {"moe_expert_load_skew", "moe_expert_load_seed"})
       if (const Value* v = get(t.at("training"), k))
-        fail(*v, std::string("training.") + k, "applies to MoE models only (set model.num_experts)");
+        fail(*v, std::string("training.") + k,
+             "applies to MoE models only (set model.num_experts)");
   } else {
     const std::int64_t ep = p.ep(), etp = p.etp();
     if (m.num_experts % ep != 0)
@@ -892,7 +899,8 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
           f, etp, ep, tp * cp * p.dp());
     if (m.moe_ffn_hidden_size % etp != 0)
       throw_input(
-          "{}: parallel.expert_tensor_parallel_size={} does not divide model.moe_ffn_hidden_size={}",
+          "{}: parallel.expert_tensor_parallel_size={} does not divide "
+          "model.moe_ffn_hidden_size={}",
           f, etp, m.moe_ffn_hidden_size);
     if (m.moe_shared_expert_intermediate_size % tp != 0)
       throw_input(

@@ -134,8 +134,7 @@ YAML::Node hf_model_keys(const std::string& path) {
       const json* v = find(j, "first_k_dense_replace");
       if (v == nullptr) return 0;
       if (!v->is_number_integer() || v->get<std::int64_t>() < 0)
-        throw_input("{}: first_k_dense_replace: expected an integer >= 0, got {}", path,
-                    v->dump());
+        throw_input("{}: first_k_dense_replace: expected an integer >= 0, got {}", path, v->dump());
       return v->get<std::int64_t>();
     }();
     const std::int64_t step = get_int(j, path, "decoder_sparse_step")

@@ -10,11 +10,11 @@
 namespace scalescope::emu {
 
 /// Where one rank's iteration time went: finish = compute + exposed_tp + exposed_pp + exposed_dp
-/// + exposed_embedding + exposed_cp + exposed_ep + bubble + other_wait. Compute-stream idle time is split along
-/// the communication op the next compute op waited for: the part while that op's data moved (its
-/// wire time) is exposed communication of its kind (TP, pipeline transfer, DP, tied-embedding
-/// all-reduce); the part while it waited for its peers to arrive is `bubble` (pipeline fill and
-/// drain, stragglers); other_wait is idle time with no communication to blame.
+/// + exposed_embedding + exposed_cp + exposed_ep + bubble + other_wait. Compute-stream idle time is
+/// split along the communication op the next compute op waited for: the part while that op's data
+/// moved (its wire time) is exposed communication of its kind (TP, pipeline transfer, DP,
+/// tied-embedding all-reduce); the part while it waited for its peers to arrive is `bubble`
+/// (pipeline fill and drain, stragglers); other_wait is idle time with no communication to blame.
 struct RankResult {
   SimTime finish = 0;
   SimTime compute = 0;

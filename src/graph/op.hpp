@@ -68,8 +68,8 @@ inline constexpr int kNumRoles = 11;
 constexpr Stream stream_of(CommRole r) {
   switch (r) {
     case CommRole::Tp:
-    case CommRole::Cp:   // CP's exchange runs inside attention, between the SP collectives
-    case CommRole::Ep:   // MoE dispatch / combine: on the layer's critical path, like TP's
+    case CommRole::Cp:  // CP's exchange runs inside attention, between the SP collectives
+    case CommRole::Ep:  // MoE dispatch / combine: on the layer's critical path, like TP's
     case CommRole::Etp:
       return Stream::TpComm;
     case CommRole::PpPrev:

@@ -81,8 +81,8 @@ LayerParts layer_parts(const ModelSpec& m, std::int64_t layer) {
 
 /// Everything of a layer but its routed experts.
 double layer_dense_common(const LayerParts& x) {
-  return x.attn_w + x.attn_rep_w + x.latent_norms + x.mlp_w + x.router + x.col_bias +
-         x.row_bias + x.norms;
+  return x.attn_w + x.attn_rep_w + x.latent_norms + x.mlp_w + x.router + x.col_bias + x.row_bias +
+         x.norms;
 }
 }  // namespace
 
@@ -239,8 +239,7 @@ double linear_parameters_on_rank(const ModelSpec& m, const ParallelPlan& p, std:
     const LayerParts x = layer_parts(m, l);
     n += (x.attn_w + x.mlp_w) / static_cast<double>(p.tp()) + x.attn_rep_w;
     if (m.is_moe_layer(l))
-      n += static_cast<double>(m.num_experts / p.ep()) * x.expert_w /
-           static_cast<double>(p.etp());
+      n += static_cast<double>(m.num_experts / p.ep()) * x.expert_w / static_cast<double>(p.etp());
   });
   return n;
 }

@@ -31,8 +31,8 @@ struct ModelSpec {
   PositionEmbedding position_embedding_type = PositionEmbedding::Rope;
 
   // ---- mixture of experts (Megatron-Core TransformerConfig names) ----
-  std::int64_t num_experts = 0;      ///< routed experts per MoE layer; 0 = a dense model
-  std::int64_t moe_router_topk = 2;  ///< experts each token is routed to
+  std::int64_t num_experts = 0;          ///< routed experts per MoE layer; 0 = a dense model
+  std::int64_t moe_router_topk = 2;      ///< experts each token is routed to
   std::int64_t moe_ffn_hidden_size = 0;  ///< one routed expert's FFN width; 0 → ffn_hidden_size
   /// Width of the shared experts (all of them together, DeepSeek's n_shared_experts ×
   /// moe_intermediate_size); 0 = none.

@@ -36,10 +36,9 @@ MoeLoad moe_load(const ModelSpec& m, const ParallelPlan& p, const TrainingSpec& 
   const double ep = static_cast<double>(p.ep());
   const double k = static_cast<double>(m.moe_router_topk);
   const double copies = ep * local_tokens * k;  // routed in the EP group
-  const double cap = m.moe_expert_capacity_factor > 0
-                         ? m.moe_expert_capacity_factor * copies /
-                               static_cast<double>(m.num_experts)
-                         : INFINITY;
+  const double cap = m.moe_expert_capacity_factor > 0 ? m.moe_expert_capacity_factor * copies /
+                                                            static_cast<double>(m.num_experts)
+                                                      : INFINITY;
   const std::int64_t per_rank = m.num_experts / p.ep();
   std::vector<double> received(static_cast<std::size_t>(p.ep()), 0.0);
   double kept = 0;

@@ -112,8 +112,8 @@ class StageBuilder {
       for (std::int64_t c = 0; c < p_.vpp(); ++c)
         for (auto it = buckets_.rbegin(); it != buckets_.rend(); ++it) {
           if (it->chunk != c || !reduces(*it)) continue;
-          std::uint32_t ag = add_free(
-              bucket_collective(*it, OpKind::AllGather, Phase::Other, 2 * it->params), {});
+          std::uint32_t ag =
+              add_free(bucket_collective(*it, OpKind::AllGather, Phase::Other, 2 * it->params), {});
           for (std::int64_t key : it->keys) gather_of_[layer_of_key(key)].push_back(ag);
         }
     }
@@ -295,8 +295,8 @@ class StageBuilder {
     const RankParameters r = layer_parameters_on_rank(m_, p_, l);
     const double bias = m_.add_bias_linear ? 1.0 : 0.0;
     const double glu = m_.gated_linear_unit ? 2.0 : 1.0;
-    const double f = static_cast<double>(
-        m_.is_moe_layer(l) ? m_.moe_shared_expert_intermediate_size : m_.ffn());
+    const double f =
+        static_cast<double>(m_.is_moe_layer(l) ? m_.moe_shared_expert_intermediate_size : m_.ffn());
     std::array<double, kParts> part{};
     part[kInputNorm] = part[kPreMlpNorm] = h_ * (1 + bias);
     if (f > 0) {
@@ -360,10 +360,10 @@ class StageBuilder {
   bool reduces(const Bucket& b) const { return b.expert ? p_.edp() > 1 : p_.dp_cp() > 1; }
   Op bucket_collective(const Bucket& b, OpKind kind, Phase phase, double bytes) const {
     const bool rs = kind == OpKind::ReduceScatter, ag = kind == OpKind::AllGather;
-    const OpName name = b.expert ? (rs ? OpName::EdpReduceScatter
-                                       : (ag ? OpName::EdpAllGather : OpName::EdpAllReduce))
-                                 : (rs ? OpName::DpReduceScatter
-                                       : (ag ? OpName::DpAllGather : OpName::DpAllReduce));
+    const OpName name =
+        b.expert
+            ? (rs ? OpName::EdpReduceScatter : (ag ? OpName::EdpAllGather : OpName::EdpAllReduce))
+            : (rs ? OpName::DpReduceScatter : (ag ? OpName::DpAllGather : OpName::DpAllReduce));
     return collective(kind, b.expert ? CommRole::Edp : CommRole::Dp, name, phase, bytes);
   }
   double vocab_shard() const { return static_cast<double>(m_.padded_vocab(p_.tp())) * h_ / tp_; }
@@ -633,8 +633,7 @@ class StageBuilder {
     gemm_then_reduce(fc2, phase);
   }
   /// Backward of mlp_forward; returns the ops that finished FC2's and FC1's weight gradients.
-  std::pair<std::uint32_t, std::uint32_t> mlp_backward(double f, OpName fc1_name,
-                                                       OpName fc2_name) {
+  std::pair<std::uint32_t, std::uint32_t> mlp_backward(double f, OpName fc1_name, OpName fc2_name) {
     const double T = tokens_, t = tp_, h = h_;
     const double glu = m_.gated_linear_unit ? 2.0 : 1.0;
     const std::uint32_t fc2 = row_backward(fc2_name, T, h, f / t);
@@ -690,9 +689,9 @@ class StageBuilder {
     std::vector<std::uint32_t> reduces = take_reduce();
     column_backward(OpName::QUpGemm, T, qk_w_ / t, ql > 0 ? ql : h, ql > 0 ? 2 * T * ql : -1);
     for (std::uint32_t r : take_reduce()) reduces.push_back(r);
-    chain(memory_bound(OpKind::Norm, OpName::LatentNorm, Phase::Backward, 6 * latents,
-                       10 * latents),
-          reduces);
+    chain(
+        memory_bound(OpKind::Norm, OpName::LatentNorm, Phase::Backward, 6 * latents, 10 * latents),
+        reduces);
     // Duplicated down projections: dgrad and wgrad on the local tokens, no TP communication
     // (their weight gradients join the norms' all-reduce in finish_iteration).
     chain(gemm(OpName::KvDownGemm, Phase::Backward, Tl, h, kvl + dpe));
@@ -719,8 +718,8 @@ class StageBuilder {
     Op op = gemm(name, phase, std::max(1.0, tokens / local_experts_), n, k);
     op.flops = 2 * tokens * n * k;
     const double weights = local_experts_ * k * n;
-    op.mem_bytes = fp8_ ? tokens * k + weights + 2 * tokens * n
-                        : 2 * (tokens * k + weights + tokens * n);
+    op.mem_bytes =
+        fp8_ ? tokens * k + weights + 2 * tokens * n : 2 * (tokens * k + weights + tokens * n);
     return op;
   }
   /// Dispatch (forward) or combine (backward of the combine: the same direction) of the token
@@ -738,7 +737,8 @@ class StageBuilder {
       chain(op);
       return;
     }
-    Op op = moe_collective(OpKind::AllToAll, CommRole::Ep, name, phase, 2 * h * load_.max_exchanged);
+    Op op =
+        moe_collective(OpKind::AllToAll, CommRole::Ep, name, phase, 2 * h * load_.max_exchanged);
     op.mem_transient = static_cast<std::int64_t>(2 * h * (load_.sent + load_.received));
     chain(op);
   }
@@ -761,8 +761,8 @@ class StageBuilder {
     router.mem_alloc = alloc(4 * Tl * E);
     mlp_alloc += router.mem_alloc;
     chain(router);
-    Op topk = memory_bound(OpKind::Elementwise, OpName::RouterTopk, phase, 3 * 4 * Tl * E,
-                           8 * Tl * E);
+    Op topk =
+        memory_bound(OpKind::Elementwise, OpName::RouterTopk, phase, 3 * 4 * Tl * E, 8 * Tl * E);
     topk.mem_alloc = alloc(4 * Tl * E + 8 * Tl * k);  // probabilities and the routing map
     mlp_alloc += topk.mem_alloc;
     chain(topk);
@@ -771,8 +771,8 @@ class StageBuilder {
     chain(permute);
     ep_exchange(phase, OpName::EpDispatch, true);
     if (etp_comm())
-      chain(moe_collective(OpKind::AllGather, CommRole::Etp, OpName::EtpAllGather, phase,
-                           2 * h * N));
+      chain(
+          moe_collective(OpKind::AllGather, CommRole::Etp, OpName::EtpAllGather, phase, 2 * h * N));
     fp8_cast(phase, N * h);
     Op fc1 = grouped_gemm(OpName::ExpertFc1Gemm, phase, N, f * glu, h);
     fc1.mem_alloc = alloc((fp8_ ? 1.0 : 2.0) * N * h + 2 * N * f * glu);  // its input and output
@@ -819,8 +819,8 @@ class StageBuilder {
                        static_cast<std::uint32_t>(std::max(1.0, N / local_experts_))};
     fc2_wgrad.mem_bytes += 2 * p_.grad_bytes() * local_experts_ * f * h;
     chain(fc2_wgrad);
-    chain(memory_bound(OpKind::Elementwise, OpName::ExpertActivation, B,
-                       2 * N * f * (glu + 2), 8 * N * f));
+    chain(memory_bound(OpKind::Elementwise, OpName::ExpertActivation, B, 2 * N * f * (glu + 2),
+                       8 * N * f));
     fp8_cast(B, N * f * glu);
     Op fc1_dgrad = grouped_gemm(OpName::ExpertFc1Gemm, B, N, h, f * glu);
     fc1_dgrad.mem_transient = static_cast<std::int64_t>(2 * N * h);
@@ -834,7 +834,8 @@ class StageBuilder {
       chain(moe_collective(OpKind::ReduceScatter, CommRole::Etp, OpName::EtpReduceScatter, B,
                            2 * h * N));
     ep_exchange(B, OpName::EpDispatch, false);
-    chain(memory_bound(OpKind::Elementwise, OpName::MoePermute, B, 2 * load_.sent * h + 2 * Tl * h));
+    chain(
+        memory_bound(OpKind::Elementwise, OpName::MoePermute, B, 2 * load_.sent * h + 2 * Tl * h));
     chain(memory_bound(OpKind::Elementwise, OpName::RouterTopk, B, 3 * 4 * Tl * E, 8 * Tl * E));
     chain(gemm(OpName::Router, B, Tl, h, E));
     Op rw = gemm(OpName::Router, B, h, E, Tl);
@@ -898,14 +899,15 @@ class StageBuilder {
   /// asynchronously while dgrad runs, then the input-grad reduce-scatter overlaps wgrad; without
   /// SP the input-grad all-reduce overlaps wgrad (Megatron
   /// LinearWithGradAccumulationAndAsyncCommunication.backward, MODELING §1.3).
-  std::uint32_t column_backward(OpName name, double m, double n, double k, double input_bytes = -1) {
+  std::uint32_t column_backward(OpName name, double m, double n, double k,
+                                double input_bytes = -1) {
     const double bytes = input_bytes < 0 ? hidden_bytes_ : input_bytes;
     std::uint32_t before = chain_;
     std::uint32_t gather = kNone;
     if (tp_comm() && p_.sequence_parallel)
-      gather = add_free(collective(OpKind::AllGather, CommRole::Tp, OpName::TpAllGather,
-                                   Phase::Backward, bytes),
-                        {before});
+      gather = add_free(
+          collective(OpKind::AllGather, CommRole::Tp, OpName::TpAllGather, Phase::Backward, bytes),
+          {before});
     if (fp8_) {
       fp8_cast(Phase::Backward, m * n);  // the output gradient dY
       before = chain_;
@@ -1219,9 +1221,10 @@ class StageBuilder {
       const Bucket& b = buckets_[k];
       // fp32 gradients on the wire (accumulate_allreduce_grads_in_fp32, MODELING §3.1).
       const bool rs = p_.zero() >= 1;
-      reductions.push_back(add_free(bucket_collective(b, rs ? OpKind::ReduceScatter : OpKind::AllReduce,
-                                                      Phase::Other, p_.grad_bytes() * b.params),
-                                    {ready}));
+      reductions.push_back(
+          add_free(bucket_collective(b, rs ? OpKind::ReduceScatter : OpKind::AllReduce,
+                                     Phase::Other, p_.grad_bytes() * b.params),
+                   {ready}));
     }
     cur_layer_ = saved_layer;
     return reductions;
@@ -1255,10 +1258,9 @@ class StageBuilder {
             std::exchange(wait, {}));
     // The fp32 master shard: dense parameters over DP × CP, expert ones over expert DP.
     const RankParameters params = rank_parameters(m_, p_, stage_);
-    const double shard =
-        p_.zero() >= 1 ? params.dense / static_cast<double>(p_.zero_shard()) +
-                             params.expert / static_cast<double>(p_.edp())
-                       : params.total();
+    const double shard = p_.zero() >= 1 ? params.dense / static_cast<double>(p_.zero_shard()) +
+                                              params.expert / static_cast<double>(p_.edp())
+                                        : params.total();
     if (t_.precision == Precision::Fp16) {
       // Mixed precision with loss scaling: unscale the main grads in place and look for inf/NaN
       // (torch._amp_foreach_non_finite_check_and_unscale_), then reduce the flag (MAX) over the
@@ -1280,8 +1282,7 @@ class StageBuilder {
       const std::uint32_t step = chain_;
       for (auto it = buckets_.rbegin(); it != buckets_.rend(); ++it)
         if (reduces(*it))
-          add_free(bucket_collective(*it, OpKind::AllGather, Phase::Other, 2 * it->params),
-                   {step});
+          add_free(bucket_collective(*it, OpKind::AllGather, Phase::Other, 2 * it->params), {step});
     }
   }
 
@@ -1350,8 +1351,8 @@ graph::SlicedGraph build_graph(const ModelSpec& model, const ParallelPlan& plan,
         static_cast<std::int32_t>(comm);
   };
   for (std::uint32_t r = 0; r < g.world_size; ++r)
-    g.rank_class[r] = static_cast<std::uint32_t>(
-        lay.stage_of(r) * ep_classes + (ep_classes > 1 ? lay.ep_rank_of(r) : 0));
+    g.rank_class[r] = static_cast<std::uint32_t>(lay.stage_of(r) * ep_classes +
+                                                 (ep_classes > 1 ? lay.ep_rank_of(r) : 0));
   const std::int64_t T = plan.tp(), C = plan.cp(), D = plan.dp(), P = plan.pp();
   std::vector<std::uint32_t> members;
   auto group = [&](CommKind kind, CommRole role) {
@@ -1414,14 +1415,16 @@ graph::SlicedGraph build_graph(const ModelSpec& model, const ParallelPlan& plan,
         for (std::int64_t ed = 0; ed < ED; ++ed)
           for (std::int64_t e = 0; e < EP; ++e) {
             members.clear();
-            for (std::int64_t et = 0; et < ET; ++et) members.push_back(lay.expert_rank(et, e, ed, pp));
+            for (std::int64_t et = 0; et < ET; ++et)
+              members.push_back(lay.expert_rank(et, e, ed, pp));
             group(CommKind::EtpGroup, CommRole::Etp);
           }
       if (ED > 1)
         for (std::int64_t e = 0; e < EP; ++e)
           for (std::int64_t et = 0; et < ET; ++et) {
             members.clear();
-            for (std::int64_t ed = 0; ed < ED; ++ed) members.push_back(lay.expert_rank(et, e, ed, pp));
+            for (std::int64_t ed = 0; ed < ED; ++ed)
+              members.push_back(lay.expert_rank(et, e, ed, pp));
             group(CommKind::EdpGroup, CommRole::Edp);
           }
     }

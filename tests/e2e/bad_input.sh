@@ -35,6 +35,11 @@ megatron_args: --num-layers 4 --tensor-parallel 2
 cluster: {preset: dgx-h100, num_gpus: 8}
 YAML
 expect_error unknown_key "bogus_key" run "$tmp/unknown-key.yaml"
+mx=$repo/inputs/experiments/mixtral-8x7b-1k.yaml
+expect_error moe_pattern_length "model.moe_layer_freq" run "$mx" --set 'model.moe_layer_freq=([0]*2+[1]*20)'
+expect_error moe_ep_divides_experts "expert_model_parallel_size=3" run "$mx" --set parallel.ep=3
+expect_error moe_tp_needs_sp "sequence_parallel" run "$mx" --set parallel.tp=2
+expect_error moe_key_on_dense "model.num_experts" run "$qs" --set model.moe_router_topk=2
 expect_error unknown_set_key "parallel.tpp" run "$qs" --set parallel.tpp=2
 expect_error missing_file "no-such.yaml" run "$tmp/no-such.yaml"
 expect_error tp_heads "num_attention_heads" run "$qs" --set parallel.sequence_parallel=false --set parallel.tensor_model_parallel_size=3 --set cluster.num_gpus=48 --set parallel.data_parallel_size=8
@@ -51,7 +56,7 @@ expect_error megatron_missing_value "--global-batch-size expects a value" run --
 expect_error megatron_bad_value "'--hidden-size=big': model.hidden_size" run --megatron-args="$ml --hidden-size=big" "${h100[@]}"
 expect_error megatron_no_cluster "a Megatron-LM launch line has no cluster" run --megatron-args "$ml"
 expect_error megatron_yaml_key "megatron_args: unknown Megatron-LM option --tensor-parallel" run "$tmp/megatron.yaml"
-expect_error megatron_graph "--expert-model-parallel-size 2: only 1" graph --megatron-args "$ml --expert-model-parallel-size 2" "${h100[@]}"
+expect_error megatron_graph "--expert-model-parallel-size 2': parallel.expert_model_parallel_size: applies to MoE models only" graph --megatron-args "$ml --expert-model-parallel-size 2" "${h100[@]}"
 expect_error megatron_fp32 "trains in fp32" run --megatron-args "${ml% --bf16}" "${h100[@]}"
 expect_error run_nothing "give an experiment CONFIG" run
 printf 'model: [unclosed\n' >"$tmp/malformed.yaml"

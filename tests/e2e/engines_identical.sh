@@ -5,14 +5,15 @@
 # interleaved Llama 3 405B 16k and 8k to TP 2 · DP 2 · their PP 16 with 8 model chunks) and the quickstart
 # interleaved without overlapped transfers; Llama 3 70B (TP communication overlap) at DP 2; the
 # context-parallel Llama 3 405B at CP 2 · TP 2 with 8k sequences; the FSDP Llama 3 8B with 4 layers
-# at TP 2 · DP 4 and 4 micro-batches (gradients accumulated before the reduce-scatter).
+# at TP 2 · DP 4 and 4 micro-batches (gradients accumulated before the reduce-scatter); the four
+# MoE experiments shrunk as noted below.
 # Also from graph.h5 (`run --graph`): the optimistic engine reads it in parallel, each process
 # only its templates under block partitioning, all of them under METIS.
 set -euo pipefail
 bin=$1; repo=$2
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-for exp in quickstart llama3-8b-hf gpt3-175b-1024 llama3-405b-16k llama3-405b-8k quickstart-vpp llama3-70b-1k llama3-405b-128k-cp16 llama3-8b-fsdp llama3-8b-hsdp; do
+for exp in quickstart llama3-8b-hf gpt3-175b-1024 llama3-405b-16k llama3-405b-8k quickstart-vpp llama3-70b-1k llama3-405b-128k-cp16 llama3-8b-fsdp llama3-8b-hsdp deepseek-v3-2k mixtral-8x7b-1k mixtral-8x22b-1k qwen3-235b-1k; do
   cfg=$repo/inputs/experiments/$exp.yaml
   set_small=()
   [ "$exp" = llama3-8b-hf ] && set_small=(--set model.num_layers=4 --set training.global_batch_size=64 --set cluster.num_gpus=64 --set parallel.dp=8 --set parallel.tp=4 --set parallel.pp=2)
@@ -23,6 +24,13 @@ for exp in quickstart llama3-8b-hf gpt3-175b-1024 llama3-405b-16k llama3-405b-8k
     cfg=$repo/inputs/experiments/llama3-8b-fsdp.yaml
     set_small=(--set model.num_layers=4 --set training.global_batch_size=16 --set cluster.num_gpus=8 --set parallel.tp=2 --set parallel.fsdp_shard_size=2 --set run.trace_ranks=[0,7])
   fi
+  # MoE: DeepSeek-V3 with 8 layers (1 dense) over PP 4 (2 + 2·2 + 2), EP 8 over 16 ranks per
+  # stage (expert DP 2), a skewed router; Mixtral 8x7B PP 4 · EP 8; Mixtral 8x22B TP 2 · PP 8 ·
+  # EP 8 with its skew; Qwen3 TP 2 · PP 8 with 14 layers (+ embedding and loss) · EP 8.
+  [ "$exp" = deepseek-v3-2k ] && set_small=(--set model.num_layers=8 --set 'model.moe_layer_freq=([0]*1+[1]*7)' --set parallel.pp=4 --set parallel.decoder_first_pipeline_num_layers=2 --set parallel.decoder_last_pipeline_num_layers=2 --set parallel.ep=8 --set cluster.num_gpus=64 --set training.global_batch_size=64 --set training.moe_expert_load_skew=0.5 --set run.trace_ranks=[0,63])
+  [ "$exp" = mixtral-8x7b-1k ] && set_small=(--set model.num_layers=4 --set cluster.num_gpus=32 --set training.global_batch_size=32 --set run.trace_ranks=[0,24])
+  [ "$exp" = mixtral-8x22b-1k ] && set_small=(--set model.num_layers=8 --set cluster.num_gpus=128 --set training.global_batch_size=32 --set run.trace_ranks=[0,126])
+  [ "$exp" = qwen3-235b-1k ] && set_small=(--set model.num_layers=14 --set cluster.num_gpus=64 --set training.global_batch_size=16 --set run.trace_ranks=[0,63])
   [ "$exp" = llama3-70b-1k ] && set_small=(--set training.global_batch_size=16 --set cluster.num_gpus=64 --set parallel.dp=2 --set run.trace_ranks=[0,56])
   if [ "$exp" = quickstart-vpp ]; then
     cfg=$repo/inputs/experiments/quickstart.yaml
@@ -59,7 +67,8 @@ def datasets(p):
 bad = 0
 for exp in ("quickstart", "llama3-8b-hf", "gpt3-175b-1024", "llama3-405b-16k", "llama3-405b-8k",
             "quickstart-vpp", "llama3-70b-1k", "llama3-405b-128k-cp16", "llama3-8b-fsdp",
-            "llama3-8b-hsdp"):
+            "llama3-8b-hsdp", "deepseek-v3-2k", "mixtral-8x7b-1k", "mixtral-8x22b-1k",
+            "qwen3-235b-1k"):
     ref_s = summary(f"{d}/{exp}-seq/summary.json")
     ref_h = datasets(f"{d}/{exp}-seq/results.h5")
     for run in sorted(glob.glob(f"{d}/{exp}-[0-9]*")):

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "emu/model_data.hpp"
+#include "workload/moe.hpp"
 #include "workload/transformer_builder.hpp"
 
 namespace scalescope::emu {
@@ -240,7 +241,8 @@ TEST(Emulation, TimeBreakdownAddsUpAndEveryTracedOpIsRecorded) {
   RunResults r = emulate(g, synthetic_costs(), options(true, {0, 7}));
   for (const RankResult& x : r.ranks)
     EXPECT_EQ(x.finish, x.compute + x.exposed_tp + x.exposed_pp + x.exposed_dp +
-                            x.exposed_embedding + x.exposed_cp + x.exposed_ep + x.bubble + x.other_wait);
+                            x.exposed_embedding + x.exposed_cp + x.exposed_ep + x.bubble +
+                            x.other_wait);
   EXPECT_EQ(r.timelines[0].size(), g.templates[0].size());
   EXPECT_EQ(r.timelines[7].size(), g.templates[1].size());
   for (const TimelineRecord& t : r.timelines[0]) EXPECT_LE(t.start, t.end);
@@ -302,6 +304,55 @@ TEST(Emulation, ResultsAreDeterministic) {
   RunResults b = emulate(g, synthetic_costs(), options(true, {3}));
   EXPECT_EQ(a.engine.events_committed, b.engine.events_committed);
   for (std::size_t r = 0; r < a.ranks.size(); ++r) EXPECT_EQ(a.ranks[r].finish, b.ranks[r].finish);
+}
+
+TEST(Emulation, SkewedRouterMakesTheBusiestExpertsRankSetTheIterationTime) {
+  // One pipeline stage of 4 ranks, EP 4 (2 of 8 experts each), top-2, 2 micro-batches. Costs:
+  // the grouped expert GEMMs take 1 ns per 1000 FLOPs, every other compute op 1 µs, communication
+  // free (1 ns minimum). Every all-to-all waits for the EP rank with the most token copies, so
+  // the iteration grows by that rank's extra expert work: per layer and micro-batch the forward
+  // FC1 + FC2 and the backward's dgrad + wgrad of both, 3·2·N·h·f·(2 + 1) FLOPs for N copies
+  // (SwiGLU FC1 2f wide, FC2 f), N = EP·T·k·(its experts' share) against T·k balanced.
+  Job j;
+  j.m.num_layers = 2;
+  j.m.hidden_size = 512;
+  j.m.num_attention_heads = 8;
+  j.m.vocab_size = 1000;
+  j.m.seq_length = 256;
+  j.m.gated_linear_unit = true;
+  j.m.num_experts = 8;
+  j.m.moe_router_topk = 2;
+  j.m.moe_ffn_hidden_size = 1024;
+  j.p.data_parallel_size = 4;
+  j.p.expert_model_parallel_size = 4;
+  j.t.global_batch_size = 8;
+  Costs c = uniform_layer_costs();
+  c.compute = [](const graph::Op& op) -> SimTime {
+    if (op.name == graph::OpName::ExpertFc1Gemm || op.name == graph::OpName::ExpertFc2Gemm)
+      return static_cast<SimTime>(std::llround(op.flops / 1000));
+    return 1000;
+  };
+  const RunResults balanced = emulate(workload::build_graph(j.m, j.p, j.t), c, EmulationOptions{});
+  j.t.moe_expert_load_skew = 1.0;
+  j.t.moe_expert_load_seed = 5;
+  const RunResults skewed = emulate(workload::build_graph(j.m, j.p, j.t), c, EmulationOptions{});
+  const auto w = workload::expert_load_shares(8, 1.0, 5);
+  std::uint32_t busiest = 0;
+  for (std::uint32_t r = 1; r < 4; ++r)
+    if (w[2 * r] + w[2 * r + 1] > w[2 * busiest] + w[2 * busiest + 1]) busiest = r;
+  const double T = 256, k = 2, h = 512, f = 1024;
+  const double extra_copies = 4 * T * k * (w[2 * busiest] + w[2 * busiest + 1]) - T * k;
+  const double expected = 2 * 2 * 3 * 2 * extra_copies * h * f * 3 / 1000;  // layers · mbs · …
+  const SimTime grown = skewed.summary.iteration_time - balanced.summary.iteration_time;
+  // Rounding: each of the 2·2·4 expert GEMMs is rounded to 1 ns; the free collectives 1 ns.
+  EXPECT_NEAR(static_cast<double>(grown), expected, 64) << "busiest EP rank " << busiest;
+  // The busiest rank computes the most and never waits at an all-to-all for its peers.
+  for (std::uint32_t r = 0; r < 4; ++r) {
+    if (r == busiest) continue;
+    EXPECT_GT(skewed.ranks[busiest].compute, skewed.ranks[r].compute);
+    EXPECT_GT(skewed.ranks[r].bubble + skewed.ranks[r].exposed_ep,
+              skewed.ranks[busiest].bubble + skewed.ranks[busiest].exposed_ep);
+  }
 }
 
 }  // namespace

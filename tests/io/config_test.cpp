@@ -13,6 +13,7 @@
 
 #include "core/error.hpp"
 #include "io/config.hpp"
+#include "workload/accounting.hpp"
 
 namespace scalescope::io {
 namespace {
@@ -888,10 +889,15 @@ TEST(ConfigMegatron, BadLaunchLinesAreOneLineErrorsNamingTheOption) {
   expect(ok + "$GPT_ARGS", "--megatron-args", "$GPT_ARGS");
   expect(ok + "80", "--megatron-args", "'80'");
   expect(ok + "--num-query-groups 2", "--num-query-groups 2", "--group-query-attention");
-  expect(ok + "--expert-tensor-parallel-size 2", "--expert-tensor-parallel-size 2", "only 1");
-  expect(ok + "--expert-model-parallel-size=4", "--expert-model-parallel-size=4", "only 1");
-  expect(ok + "--num-experts 8", "--num-experts 8", "not modelled");
-  expect(ok + "--moe-router-topk 2", "--moe-router-topk", "not modelled");
+  // Expert options on a dense model name themselves and the missing model.num_experts.
+  expect(ok + "--expert-tensor-parallel-size 2", "--expert-tensor-parallel-size 2",
+         "applies to MoE models only");
+  expect(ok + "--expert-model-parallel-size=4", "--expert-model-parallel-size=4",
+         "applies to MoE models only");
+  expect(ok + "--moe-router-topk 2", "--moe-router-topk", "applies to MoE models only");
+  expect(ok + "--num-experts 8 --moe-router-topk 9", "--moe-router-topk", "exceeds");
+  expect(ok + "--moe-expert-capacity-factor 1.5", "--moe-expert-capacity-factor",
+         "applies to MoE models only");
   expect(ok + "--fp16", "--bf16 and --fp16", "cannot be combined");
   expect(ok + "--recompute-granularity full", "--recompute-granularity full",
          "--recompute-method uniform");
@@ -923,6 +929,80 @@ TEST(ConfigMegatron, BadLaunchLinesAreOneLineErrorsNamingTheOption) {
   expect_names(m, "case.yaml:", "megatron_args: unknown Megatron-LM option --num-layerz");
   expect_names(error_of(dir, Yaml().text() + "megatron_arg: --num-layers 2\n"), "case.yaml",
                "did you mean 'megatron_args'");
+}
+
+}  // namespace
+}  // namespace scalescope::io
+
+namespace scalescope::io {
+namespace {
+
+/// The MoE presets and the models' own Hugging Face config.json give the same model.
+void expect_hf_matches_preset(const std::string& experiment, const std::string& hf) {
+  SCOPED_TRACE(hf);
+  const std::string exp = repo("inputs/experiments/" + experiment + ".yaml");
+  const auto a = load_experiment(exp).model;
+  const auto b =
+      load_experiment(exp, {"model.preset=", "model.hf_config=" + repo("inputs/hf/" + hf),
+                            "model.seq_length=" + std::to_string(a.seq_length)})
+          .model;
+  EXPECT_EQ(a.num_layers, b.num_layers);
+  EXPECT_EQ(a.hidden_size, b.hidden_size);
+  EXPECT_EQ(a.num_attention_heads, b.num_attention_heads);
+  EXPECT_EQ(a.num_query_groups, b.num_query_groups);
+  EXPECT_EQ(a.num_experts, b.num_experts);
+  EXPECT_EQ(a.moe_router_topk, b.moe_router_topk);
+  EXPECT_EQ(a.moe_ffn_hidden_size, b.moe_ffn_hidden_size);
+  EXPECT_EQ(a.moe_shared_expert_intermediate_size, b.moe_shared_expert_intermediate_size);
+  EXPECT_EQ(a.moe_layer_pattern, b.moe_layer_pattern);
+  EXPECT_EQ(a.multi_latent_attention, b.multi_latent_attention);
+  EXPECT_EQ(a.q_lora_rank, b.q_lora_rank);
+  EXPECT_EQ(a.kv_lora_rank, b.kv_lora_rank);
+  EXPECT_EQ(a.qk_dim(), b.qk_dim());
+  EXPECT_EQ(a.v_dim(), b.v_dim());
+  EXPECT_EQ(a.vocab_size, b.vocab_size);
+  EXPECT_EQ(a.untie_embeddings, b.untie_embeddings);
+  EXPECT_DOUBLE_EQ(workload::total_parameters(a), workload::total_parameters(b));
+}
+
+TEST(HfConfig, MoeConfigJsonsMatchPresets) {
+  expect_hf_matches_preset("mixtral-8x7b-1k", "mixtral-8x7b-config.json");
+  expect_hf_matches_preset("qwen3-235b-1k", "qwen3-235b-a22b-config.json");
+  expect_hf_matches_preset("deepseek-v3-2k", "deepseek-v3-config.json");
+  // DeepSeek: first_k_dense_replace 3 → layers 0–2 dense, the 58 others MoE.
+  const auto d = load_hf_config(repo("inputs/hf/deepseek-v3-config.json"));
+  ASSERT_EQ(d.moe_layer_pattern.size(), 61u);
+  EXPECT_EQ(d.moe_layers(), 58);
+  EXPECT_FALSE(d.is_moe_layer(2));
+  EXPECT_TRUE(d.is_moe_layer(3));
+  EXPECT_EQ(d.moe_shared_expert_intermediate_size, 2048);  // n_shared_experts · 2048
+}
+
+TEST(Config, MoeLayerFreqForms) {
+  const std::string exp = repo("inputs/experiments/mixtral-8x7b-1k.yaml");
+  const auto every_other = load_experiment(exp, {"model.moe_layer_freq=2"}).model;
+  EXPECT_EQ(every_other.moe_layers(), 16);
+  EXPECT_TRUE(every_other.is_moe_layer(0));
+  EXPECT_FALSE(every_other.is_moe_layer(1));
+  const auto pattern = load_experiment(exp, {"model.moe_layer_freq=([0]*2+[1]*29+[0])"}).model;
+  EXPECT_EQ(pattern.moe_layers(), 29);
+  EXPECT_FALSE(pattern.is_moe_layer(31));
+  // Wrong length, bad entries and impossible expert layouts name the key.
+  auto error = [&](std::vector<std::string> o) {
+    try {
+      load_experiment(exp, o);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(error({"model.moe_layer_freq=([0]*2+[1]*20)"}).find("model.moe_layer_freq"),
+            std::string::npos);
+  EXPECT_NE(error({"model.moe_layer_freq=[0, 2]"}).find("model.moe_layer_freq"), std::string::npos);
+  EXPECT_NE(error({"parallel.ep=3"}).find("expert_model_parallel_size=3"), std::string::npos);
+  EXPECT_NE(error({"parallel.tp=2"}).find("sequence_parallel"), std::string::npos);
+  EXPECT_NE(error({"parallel.zero_stage=3"}).find("zero_stage=3"), std::string::npos);
+  EXPECT_NE(error({"model.moe_router_topk=9"}).find("model.moe_router_topk: 9 exceeds"), std::string::npos);
 }
 
 }  // namespace
