@@ -535,8 +535,8 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
                 experiment, m.query_groups(), m.num_attention_heads);
   if (m.moe()) {
     if (m.moe_router_topk > m.num_experts) {
-      const std::string what = fmt::format("{} exceeds model.num_experts={}", m.moe_router_topk,
-                                           m.num_experts);
+      const std::string what =
+          fmt::format("{} exceeds model.num_experts={}", m.moe_router_topk, m.num_experts);
       if (const Value* v = r.find("moe_router_topk")) fail(*v, r.key("moe_router_topk"), what);
       throw_input("{}: model.moe_router_topk={}", experiment, what);
     }
@@ -726,6 +726,11 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
   auto& cl = c.cluster;
   const std::int64_t tp = p.tp();
   const std::int64_t pp = p.pp();
+  // "<what>=<d> does not divide <of>=<n>", the form of Megatron's divisibility asserts.
+  const auto must_divide = [&](std::string_view what, std::int64_t d, std::string_view of,
+                               std::int64_t n) {
+    if (n % d != 0) throw_input("{}: {}={} does not divide {}={}", f, what, d, of, n);
+  };
 
   if (p.sequence_parallel && tp == 1)
     throw_input("{}: parallel.sequence_parallel requires parallel.tensor_model_parallel_size > 1",
@@ -754,21 +759,12 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
         f);
   if (p.overlap_param_gather && !p.overlap_grad_reduce)
     throw_input("{}: parallel.overlap_param_gather requires parallel.overlap_grad_reduce", f);
-  if (m.num_attention_heads % tp != 0)
-    throw_input(
-        "{}: parallel.tensor_model_parallel_size={} does not divide "
-        "model.num_attention_heads={}",
-        f, tp, m.num_attention_heads);
-  if (m.num_query_groups % tp != 0)
-    throw_input(
-        "{}: parallel.tensor_model_parallel_size={} does not divide "
-        "model.num_query_groups={}",
-        f, tp, m.num_query_groups);
-  if (m.ffn_hidden_size % tp != 0)
-    throw_input(
-        "{}: parallel.tensor_model_parallel_size={} does not divide "
-        "model.ffn_hidden_size={}",
-        f, tp, m.ffn_hidden_size);
+  must_divide("parallel.tensor_model_parallel_size", tp, "model.num_attention_heads",
+              m.num_attention_heads);
+  must_divide("parallel.tensor_model_parallel_size", tp, "model.num_query_groups",
+              m.num_query_groups);
+  must_divide("parallel.tensor_model_parallel_size", tp, "model.ffn_hidden_size",
+              m.ffn_hidden_size);
   const std::int64_t pinned =
       p.decoder_first_pipeline_num_layers + p.decoder_last_pipeline_num_layers;
   const bool accounted =
@@ -888,25 +884,17 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
              "applies to MoE models only (set model.num_experts)");
   } else {
     const std::int64_t ep = p.ep(), etp = p.etp();
-    if (m.num_experts % ep != 0)
-      throw_input("{}: parallel.expert_model_parallel_size={} does not divide model.num_experts={}",
-                  f, ep, m.num_experts);
+    must_divide("parallel.expert_model_parallel_size", ep, "model.num_experts", m.num_experts);
     if ((tp * cp * p.dp()) % (etp * ep) != 0)
       throw_input(
           "{}: parallel.expert_tensor_parallel_size·expert_model_parallel_size={}·{} does not "
           "divide tensor_model_parallel_size·context_parallel_size·data_parallel_size={} (the "
           "ranks of a pipeline stage)",
           f, etp, ep, tp * cp * p.dp());
-    if (m.moe_ffn_hidden_size % etp != 0)
-      throw_input(
-          "{}: parallel.expert_tensor_parallel_size={} does not divide "
-          "model.moe_ffn_hidden_size={}",
-          f, etp, m.moe_ffn_hidden_size);
-    if (m.moe_shared_expert_intermediate_size % tp != 0)
-      throw_input(
-          "{}: parallel.tensor_model_parallel_size={} does not divide "
-          "model.moe_shared_expert_intermediate_size={}",
-          f, tp, m.moe_shared_expert_intermediate_size);
+    must_divide("parallel.expert_tensor_parallel_size", etp, "model.moe_ffn_hidden_size",
+                m.moe_ffn_hidden_size);
+    must_divide("parallel.tensor_model_parallel_size", tp,
+                "model.moe_shared_expert_intermediate_size", m.moe_shared_expert_intermediate_size);
     if (tp > 1 && !p.sequence_parallel)
       throw_input(
           "{}: MoE with tensor_model_parallel_size={} needs parallel.sequence_parallel: true "

@@ -357,11 +357,17 @@ int memory_command(const std::string& config_path, const std::vector<std::string
   emu::Summary s;
   s.gpu = cost::find_gpu(c.cluster.gpu).name;
   const workload::RankLayout lay = workload::layout_of(c.parallel);
+  // A stage's peak is its tightest program's (several per stage with a skewed MoE router).
+  const std::int64_t per_stage = workload::expert_load_classes(c.model, c.parallel, c.training);
   for (std::int64_t stage = 0; stage < c.parallel.pp(); ++stage) {
-    const emu::MemoryProfile m =
-        emu::memory_profile(g.templates[g.rank_class[lay.rank(0, 0, 0, stage)]]);
-    s.peak_memory_bytes_by_pp_stage.push_back(m.peak);
-    s.peak_transient_bytes_by_pp_stage.push_back(m.peak_transient);
+    emu::MemoryProfile worst;
+    for (std::int64_t k = 0; k < per_stage; ++k) {
+      const emu::MemoryProfile m = emu::memory_profile(
+          g.templates[g.rank_class[lay.rank(0, 0, 0, stage)] + static_cast<std::uint32_t>(k)]);
+      if (k == 0 || m.peak > worst.peak) worst = m;
+    }
+    s.peak_memory_bytes_by_pp_stage.push_back(worst.peak);
+    s.peak_transient_bytes_by_pp_stage.push_back(worst.peak_transient);
   }
   check_memory(s, c);
   std::cout << fmt::format("memory at each pipeline stage's peak (GiB), {} ({:.2f} GiB usable)\n",

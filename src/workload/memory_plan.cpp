@@ -58,6 +58,11 @@ int communicators_of_stage(const ModelSpec& m, const ParallelPlan& p, std::int64
   if (p.zero_shard() > 1) ++n;     // DP × CP gradient group (the shard group with HSDP)
   if (p.zero_replicas() > 1) ++n;  // HSDP replicate group
   if (p.cp() > 1) ++n;             // CP group
+  if (m.moe()) {                   // MoE: EP, expert-TP and expert-DP groups
+    if (p.ep() > 1) ++n;
+    if (p.etp() > 1) ++n;
+    if (p.edp() > 1) ++n;
+  }
   if (p.pp() > 1) {
     const bool wrap = p.interleaved();
     n += (stage > 0 || wrap ? 1 : 0) + (stage < p.pp() - 1 || wrap ? 1 : 0);
