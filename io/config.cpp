@@ -900,12 +900,6 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
           "{}: MoE with tensor_model_parallel_size={} needs parallel.sequence_parallel: true "
           "(Megatron: 'When using MoE and tensor parallelism, sequence parallelism must be used')",
           f, tp);
-    if (p.moe_token_dispatcher_type == workload::MoeDispatcher::AllGather && (tp > 1 || etp > 1))
-      throw_input(
-          "{}: parallel.moe_token_dispatcher_type=allgather is modelled with "
-          "tensor_model_parallel_size = expert_tensor_parallel_size = 1 only (its TP × EP group); "
-          "use alltoall",
-          f);
     if (p.zero() >= 2)
       throw_input(
           "{}: parallel.zero_stage={} with MoE is not modelled (expert parameters shard over the "
@@ -1177,6 +1171,13 @@ ExperimentConfig load_experiment(const std::string& path, const std::vector<std:
   c.path = name;
   ModelSources sources;
   c.model = build_model(t.at("model"), name, sources, !lines.empty());
+  // Megatron-LM's --moe-token-dispatcher-type defaults to allgather (arguments.py); scalescope's
+  // own default is alltoall, what large-EP recipes set.
+  if (!lines.empty() && c.model.moe() &&
+      get(t.at("parallel"), "moe_token_dispatcher_type") == nullptr)
+    t["parallel"].insert_or_assign(
+        "moe_token_dispatcher_type",
+        Value{YAML::Node("allgather"), Origin{"(Megatron-LM default)", "", false}});
   c.parallel = build_parallel(t.at("parallel"));
   if (layers_per_vstage) {
     auto& p = c.parallel;

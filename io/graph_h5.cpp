@@ -19,7 +19,7 @@ constexpr std::uint32_t kFormatVersion = 3;  // 2: per-pair pipeline streams, CP
 constexpr std::size_t kAnySize = std::numeric_limits<std::size_t>::max();
 constexpr std::uint64_t kNoLimit = std::numeric_limits<std::uint64_t>::max();
 constexpr int kNumPhases = static_cast<int>(graph::Phase::Other) + 1;
-constexpr int kNumCommKinds = static_cast<int>(graph::CommKind::EdpGroup) + 1;
+constexpr int kNumCommKinds = static_cast<int>(graph::CommKind::TpEpGroup) + 1;
 
 // ---------------------------------------------------------------------------------------------
 // Writing

@@ -13,7 +13,9 @@ namespace {
 SimTime& exposed_bucket(RankResult& r, const graph::Op& op) {
   if (op.role == graph::CommRole::Embedding) return r.exposed_embedding;
   if (op.role == graph::CommRole::Cp) return r.exposed_cp;
-  if (op.role == graph::CommRole::Ep || op.role == graph::CommRole::Etp) return r.exposed_ep;
+  if (op.role == graph::CommRole::Ep || op.role == graph::CommRole::Etp ||
+      op.role == graph::CommRole::TpEp)
+    return r.exposed_ep;
   switch (op.stream) {
     case Stream::TpComm:
       return r.exposed_tp;

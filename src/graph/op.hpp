@@ -60,8 +60,9 @@ enum class CommRole : std::uint8_t {
   Ep = 8,           ///< expert-parallel group (MoE token dispatch and combine)
   Etp = 9,          ///< expert-tensor-parallel group (one expert's FFN split)
   Edp = 10,         ///< expert-data-parallel group (expert gradient reduction)
+  TpEp = 11,        ///< expert TP × EP group (the all-gather token dispatcher)
 };
-inline constexpr int kNumRoles = 11;
+inline constexpr int kNumRoles = 12;
 
 /// The stream a role's communication runs on: TP collectives on their own stream, pipeline
 /// transfers on their pair's, DP and tied-embedding gradient reductions on the DP stream.
@@ -71,6 +72,7 @@ constexpr Stream stream_of(CommRole r) {
     case CommRole::Cp:  // CP's exchange runs inside attention, between the SP collectives
     case CommRole::Ep:  // MoE dispatch / combine: on the layer's critical path, like TP's
     case CommRole::Etp:
+    case CommRole::TpEp:
       return Stream::TpComm;
     case CommRole::PpPrev:
       return Stream::PpPrevComm;

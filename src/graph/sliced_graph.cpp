@@ -90,6 +90,8 @@ std::string_view comm_kind_name(CommKind k) {
       return "etp";
     case CommKind::EdpGroup:
       return "edp";
+    case CommKind::TpEpGroup:
+      return "tp_ep";
   }
   return "?";
 }
@@ -155,6 +157,8 @@ CommRole role_of(CommKind k) {
       return CommRole::Etp;
     case CommKind::EdpGroup:
       return CommRole::Edp;
+    case CommKind::TpEpGroup:
+      return CommRole::TpEp;
   }
   return CommRole::None;
 }

@@ -19,7 +19,8 @@ enum class CommKind : std::uint8_t {
   DpReplicateGroup,
   EpGroup,
   EtpGroup,
-  EdpGroup
+  EdpGroup,
+  TpEpGroup
 };
 std::string_view comm_kind_name(CommKind k);
 /// The role under which a communicator of this kind is reached (PpNext for a pipeline pair:

@@ -62,6 +62,7 @@ int communicators_of_stage(const ModelSpec& m, const ParallelPlan& p, std::int64
     if (p.ep() > 1) ++n;
     if (p.etp() > 1) ++n;
     if (p.edp() > 1) ++n;
+    if (p.moe_token_dispatcher_type == MoeDispatcher::AllGather && p.etp() * p.ep() > 1) ++n;
   }
   if (p.pp() > 1) {
     const bool wrap = p.interleaved();

@@ -711,7 +711,14 @@ class StageBuilder {
     return collective(kind, role, name, phase, bytes);
   }
   bool ep_comm() const { return p_.ep() > 1; }
-  bool etp_comm() const { return p_.etp() > 1; }
+  /// The expert-TP gather / scatter around the experts: the all-to-all dispatcher's (the
+  /// all-gather dispatcher's TP × EP gather already brings every token of the ETP group).
+  bool etp_comm() const {
+    return p_.etp() > 1 && p_.moe_token_dispatcher_type == MoeDispatcher::AllToAll;
+  }
+  bool allgather_dispatch() const {
+    return p_.moe_token_dispatcher_type == MoeDispatcher::AllGather && p_.etp() * p_.ep() > 1;
+  }
   /// The grouped expert GEMM [N, k]×[k, n] of the rank's local experts: N token copies in all,
   /// N / E_local per expert (the shape the GEMM efficiency sees), one launch.
   Op grouped_gemm(OpName name, Phase phase, double tokens, double n, double k) const {
@@ -727,16 +734,19 @@ class StageBuilder {
   /// send and receive buffers alive while it runs. The all-gather dispatcher gathers every
   /// token of the EP group (and its routing) instead, and reduce-scatters the outputs back.
   void ep_exchange(Phase phase, OpName name, bool towards_experts) {
-    if (!ep_comm()) return;
     const double h = h_;
     if (p_.moe_token_dispatcher_type == MoeDispatcher::AllGather) {
-      const double bytes = 2 * h * load_.local_tokens * static_cast<double>(p_.ep());
+      // MoEAllGatherTokenDispatcher: hidden states [T_l, h] (and the routing) of the whole
+      // ETP × EP group gathered, the experts' outputs reduce-scattered back over it.
+      if (!allgather_dispatch()) return;
+      const double bytes = 2 * h * load_.local_tokens * static_cast<double>(p_.ep() * p_.etp());
       Op op = moe_collective(towards_experts ? OpKind::AllGather : OpKind::ReduceScatter,
-                             CommRole::Ep, name, phase, bytes);
+                             CommRole::TpEp, name, phase, bytes);
       op.mem_transient = static_cast<std::int64_t>(bytes);
       chain(op);
       return;
     }
+    if (!ep_comm()) return;
     Op op =
         moe_collective(OpKind::AllToAll, CommRole::Ep, name, phase, 2 * h * load_.max_exchanged);
     op.mem_transient = static_cast<std::int64_t>(2 * h * (load_.sent + load_.received));
@@ -1419,6 +1429,14 @@ graph::SlicedGraph build_graph(const ModelSpec& model, const ParallelPlan& plan,
               members.push_back(lay.expert_rank(et, e, ed, pp));
             group(CommKind::EtpGroup, CommRole::Etp);
           }
+      if (plan.moe_token_dispatcher_type == MoeDispatcher::AllGather && ET * EP > 1)
+        for (std::int64_t ed = 0; ed < ED; ++ed) {
+          members.clear();
+          for (std::int64_t e = 0; e < EP; ++e)
+            for (std::int64_t et = 0; et < ET; ++et)
+              members.push_back(lay.expert_rank(et, e, ed, pp));
+          group(CommKind::TpEpGroup, CommRole::TpEp);
+        }
       if (ED > 1)
         for (std::int64_t e = 0; e < EP; ++e)
           for (std::int64_t et = 0; et < ET; ++et) {

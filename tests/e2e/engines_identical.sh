@@ -13,7 +13,7 @@ set -euo pipefail
 bin=$1; repo=$2
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-for exp in quickstart llama3-8b-hf gpt3-175b-1024 llama3-405b-16k llama3-405b-8k quickstart-vpp llama3-70b-1k llama3-405b-128k-cp16 llama3-8b-fsdp llama3-8b-hsdp deepseek-v3-2k mixtral-8x7b-1k mixtral-8x22b-1k qwen3-235b-1k; do
+for exp in quickstart llama3-8b-hf gpt3-175b-1024 llama3-405b-16k llama3-405b-8k quickstart-vpp llama3-70b-1k llama3-405b-128k-cp16 llama3-8b-fsdp llama3-8b-hsdp deepseek-v3-2k mixtral-8x7b-1k mixtral-8x22b-1k qwen3-235b-1k mixtral-allgather; do
   cfg=$repo/inputs/experiments/$exp.yaml
   set_small=()
   [ "$exp" = llama3-8b-hf ] && set_small=(--set model.num_layers=4 --set training.global_batch_size=64 --set cluster.num_gpus=64 --set parallel.dp=8 --set parallel.tp=4 --set parallel.pp=2)
@@ -30,6 +30,10 @@ for exp in quickstart llama3-8b-hf gpt3-175b-1024 llama3-405b-16k llama3-405b-8k
   [ "$exp" = deepseek-v3-2k ] && set_small=(--set model.num_layers=8 --set 'model.moe_layer_freq=([0]*1+[1]*7)' --set parallel.pp=4 --set parallel.decoder_first_pipeline_num_layers=2 --set parallel.decoder_last_pipeline_num_layers=2 --set parallel.ep=8 --set cluster.num_gpus=64 --set training.global_batch_size=64 --set training.moe_expert_load_skew=0.5 --set run.trace_ranks=[0,63])
   [ "$exp" = mixtral-8x7b-1k ] && set_small=(--set model.num_layers=4 --set cluster.num_gpus=32 --set training.global_batch_size=32 --set run.trace_ranks=[0,24])
   [ "$exp" = mixtral-8x22b-1k ] && set_small=(--set model.num_layers=8 --set cluster.num_gpus=128 --set training.global_batch_size=32 --set run.trace_ranks=[0,126])
+  if [ "$exp" = mixtral-allgather ]; then  # Megatron's default dispatcher, TP 2 · EP 4 groups
+    cfg=$repo/inputs/experiments/mixtral-8x7b-1k.yaml
+    set_small=(--set model.num_layers=4 --set cluster.num_gpus=32 --set training.global_batch_size=32 --set parallel.tp=2 --set parallel.sequence_parallel=true --set parallel.ep=4 --set parallel.moe_token_dispatcher_type=allgather --set run.trace_ranks=[0,24])
+  fi
   [ "$exp" = qwen3-235b-1k ] && set_small=(--set model.num_layers=14 --set cluster.num_gpus=64 --set training.global_batch_size=16 --set run.trace_ranks=[0,63])
   [ "$exp" = llama3-70b-1k ] && set_small=(--set training.global_batch_size=16 --set cluster.num_gpus=64 --set parallel.dp=2 --set run.trace_ranks=[0,56])
   if [ "$exp" = quickstart-vpp ]; then
@@ -68,7 +72,7 @@ bad = 0
 for exp in ("quickstart", "llama3-8b-hf", "gpt3-175b-1024", "llama3-405b-16k", "llama3-405b-8k",
             "quickstart-vpp", "llama3-70b-1k", "llama3-405b-128k-cp16", "llama3-8b-fsdp",
             "llama3-8b-hsdp", "deepseek-v3-2k", "mixtral-8x7b-1k", "mixtral-8x22b-1k",
-            "qwen3-235b-1k"):
+            "qwen3-235b-1k", "mixtral-allgather"):
     ref_s = summary(f"{d}/{exp}-seq/summary.json")
     ref_h = datasets(f"{d}/{exp}-seq/results.h5")
     for run in sorted(glob.glob(f"{d}/{exp}-[0-9]*")):

@@ -978,6 +978,20 @@ TEST(HfConfig, MoeConfigJsonsMatchPresets) {
   EXPECT_EQ(d.moe_shared_expert_intermediate_size, 2048);  // n_shared_experts · 2048
 }
 
+TEST(ConfigMegatron, MoeLaunchLineTakesMegatronsDispatcherDefault) {
+  const std::string line =
+      "--num-layers 4 --hidden-size 512 --num-attention-heads 8 --vocab-size 1000 "
+      "--seq-length 256 --swiglu --bf16 --num-experts 8 --moe-router-topk 2 "
+      "--moe-ffn-hidden-size 256 --expert-model-parallel-size 4";
+  const std::vector<std::string> set = {"cluster.preset=dgx-h100", "cluster.num_gpus=8"};
+  const auto c = load_experiment("", set, line);
+  EXPECT_EQ(c.model.num_experts, 8);
+  EXPECT_EQ(c.parallel.ep(), 4);
+  EXPECT_EQ(c.parallel.moe_token_dispatcher_type, workload::MoeDispatcher::AllGather);
+  const auto a2a = load_experiment("", set, line + " --moe-token-dispatcher-type alltoall");
+  EXPECT_EQ(a2a.parallel.moe_token_dispatcher_type, workload::MoeDispatcher::AllToAll);
+}
+
 TEST(Config, MoeLayerFreqForms) {
   const std::string exp = repo("inputs/experiments/mixtral-8x7b-1k.yaml");
   const auto every_other = load_experiment(exp, {"model.moe_layer_freq=2"}).model;
@@ -1002,7 +1016,8 @@ TEST(Config, MoeLayerFreqForms) {
   EXPECT_NE(error({"parallel.ep=3"}).find("expert_model_parallel_size=3"), std::string::npos);
   EXPECT_NE(error({"parallel.tp=2"}).find("sequence_parallel"), std::string::npos);
   EXPECT_NE(error({"parallel.zero_stage=3"}).find("zero_stage=3"), std::string::npos);
-  EXPECT_NE(error({"model.moe_router_topk=9"}).find("model.moe_router_topk: 9 exceeds"), std::string::npos);
+  EXPECT_NE(error({"model.moe_router_topk=9"}).find("model.moe_router_topk: 9 exceeds"),
+            std::string::npos);
 }
 
 }  // namespace

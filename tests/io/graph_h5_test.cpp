@@ -275,8 +275,8 @@ TEST_F(GraphH5, EveryEnumColumnIsRangeChecked) {
   }
   const std::string path = file("comms.h5");
   write_graph_h5(make_graph(), path);
-  overwrite<std::uint8_t>(path, "/comms/kind", 1, 9, H5T_NATIVE_UINT8);  // 9 kinds: 0..8
-  EXPECT_NE(read_error(path).find("/comms/kind: value 9 out of range"), std::string::npos);
+  overwrite<std::uint8_t>(path, "/comms/kind", 1, 10, H5T_NATIVE_UINT8);  // 10 kinds: 0..9
+  EXPECT_NE(read_error(path).find("/comms/kind: value 10 out of range"), std::string::npos);
 }
 
 TEST_F(GraphH5, MissingDatasetIsNamed) {

@@ -304,23 +304,50 @@ TEST(Accounting, MixtralParameterCountsMatchPublished) {
 }
 
 TEST(Accounting, DeepSeekV3ParameterCountsMatchPublished) {
-  // DeepSeek-V3 (arXiv 2412.19437; README_WEIGHTS.md): 671 B total, 36.7 B activated. By hand,
-  // MLA per layer: q_down 7168·1536, q_up 1536·128·192, kv_down 7168·576, kv_up 512·128·256,
-  // out 128·128·7168, latent norms 1536 + 512 → 187.107 M; an expert 3·7168·2048 = 44.04 M (the
-  // dense FFN 3·7168·18432 = 9 experts' worth); router 256·7168. Total: 61·187.107 M +
-  // 3·396.36 M + 58·(257·44.04 M + 1.835 M) + 61·2·7168 + 2·129280·7168 + 7168 = 671.03 B.
-  // Activated (9 experts per MoE layer): 35.70 B in the layers + the output layer 0.927 B =
-  // 36.63 B; DeepSeek's own 36.7 B is stated to include the embedding, with which this count
-  // is 37.55 B: the paper's "37 B" lies between the two (docs/model.md).
+  // DeepSeek-V3 (arXiv 2412.19437: 671 B total, 37 B activated; README_WEIGHTS.md as corrected
+  // by DeepSeek: "Activation parameters: 36.6B (including 0.9B for the output Head)", the input
+  // embedding not counted). By hand, MLA per layer: q_down 7168·1536, q_up 1536·128·192,
+  // kv_down 7168·576, kv_up 512·128·256, out 128·128·7168, latent norms 1536 + 512 → 187.107 M;
+  // an expert 3·7168·2048 = 44.04 M (the dense FFN 3·7168·18432 = 9 experts' worth); router
+  // 256·7168. Total: 61·187.107 M + 3·396.36 M + 58·(257·44.04 M + 1.835 M) + 61·2·7168 +
+  // 2·129280·7168 + 7168 = 671.03 B. Activated (9 experts per MoE layer): 35.70 B in the layers
+  // + the output layer 0.927 B = 36.63 B (with the input embedding too: 37.55 B).
   const ModelSpec m = deepseek_v3();
   EXPECT_NEAR(total_parameters(m) / 671e9, 1.0, 0.01);
-  EXPECT_NEAR(active_parameters(m, false) / 36.7e9, 1.0, 0.01);
+  EXPECT_NEAR(active_parameters(m, false) / 36.6e9, 1.0, 0.01);
   const double mla = 7168.0 * 1536 + 1536.0 * 128 * 192 + 7168.0 * 576 + 512.0 * 128 * 256 +
                      128.0 * 128 * 7168 + 1536 + 512;
   const double expert = 3.0 * 7168 * 2048;
   const double expected = 61 * (mla + 2 * 7168.0) + 3 * 9 * expert +
                           58 * (257 * expert + 256 * 7168.0) + 2 * 129280.0 * 7168 + 7168;
   EXPECT_NEAR(total_parameters(m), expected, 1.0);
+}
+
+TEST(Accounting, DeepSeekV2LiteHeldOutCounts) {
+  // Held out (not used to choose the counting rules): DeepSeek-V2-Lite, published 15.7 B total,
+  // 2.4 B activated (arXiv 2405.04434 appendix; config.json: hidden 2048, 27 layers, the first
+  // dense with FFN 10944, 64 routed + 2 shared experts of 1408, top-6, 16 heads, MLA without
+  // query compression, kv_lora 512, dqk 128 + 64 rotary, dv 128, vocab 102400). By hand: MLA
+  // 2048·16·192 + 2048·576 + 512 + 512·16·256 + 16·128·2048 = 13.76 M per layer; an expert
+  // 3·2048·1408 = 8.65 M; total 27·13.76 M + 67.24 M + 26·(66·8.65 M + 64·2048) + norms +
+  // 2·102400·2048 = 15.71 B; activated with the output layer only 2.45 B (the published 2.4 B
+  // has two significant digits: ±2.5 %).
+  ModelSpec m = deepseek_v3();
+  m.num_layers = 27;
+  m.hidden_size = 2048;
+  m.ffn_hidden_size = 10944;
+  m.num_attention_heads = 16;
+  m.num_query_groups = 16;
+  m.vocab_size = 102400;
+  m.num_experts = 64;
+  m.moe_router_topk = 6;
+  m.moe_ffn_hidden_size = 1408;
+  m.moe_shared_expert_intermediate_size = 2 * 1408;
+  m.moe_layer_pattern.assign(27, 1);
+  m.moe_layer_pattern[0] = 0;
+  m.q_lora_rank = 0;
+  EXPECT_NEAR(total_parameters(m) / 15.7e9, 1.0, 0.01);
+  EXPECT_NEAR(active_parameters(m, false) / 2.4e9, 1.0, 0.025);
 }
 
 TEST(Accounting, MoeModelFlopsCountTheActiveExperts) {

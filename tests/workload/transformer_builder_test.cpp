@@ -579,6 +579,28 @@ TEST(MoeBuilder, ExpertTensorParallelGathersAndScattersTheReceivedTokens) {
   EXPECT_EQ(members(g, 0, graph::CommRole::Ep), (std::vector<std::uint32_t>{0, 2}));
 }
 
+TEST(MoeBuilder, AllGatherDispatcherGathersOverTheExpertTpTimesEpGroup) {
+  // Megatron's MoEAllGatherTokenDispatcher: [T_l, h] of every rank of the ETP × EP group
+  // gathered (S = 2·h·T_l·ETP·EP) before the experts, reduce-scattered after; 2 of each per
+  // layer and micro-batch (forward and backward), no all-to-all, no separate ETP collectives.
+  // TP 2 = ETP 2, EP 2 → groups of 4 consecutive ranks (etp fastest, then ep).
+  Job s = moe_job(2, 1, 4, 2, 2);
+  s.p.moe_token_dispatcher_type = MoeDispatcher::AllGather;
+  const graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
+  const double Tl = 1024.0 / 2, h = 1024;
+  int gathers = 0, scatters = 0;
+  for (const graph::Op& op : g.templates[0].ops) {
+    EXPECT_NE(op.kind, graph::OpKind::AllToAll);
+    EXPECT_NE(op.role, graph::CommRole::Etp);
+    if (op.role != graph::CommRole::TpEp) continue;
+    EXPECT_DOUBLE_EQ(op.comm_bytes, 2 * h * Tl * 2 * 2);
+    (op.kind == graph::OpKind::AllGather ? gathers : scatters) += 1;
+  }
+  EXPECT_EQ(gathers, 2 * 4 * 8);
+  EXPECT_EQ(scatters, 2 * 4 * 8);
+  EXPECT_EQ(members(g, 5, graph::CommRole::TpEp), (std::vector<std::uint32_t>{4, 5, 6, 7}));
+}
+
 TEST(MoeBuilder, ExpertGradientsReduceOverExpertDataParallel) {
   // Dense gradients reduce-scatter over DP (S = 4·dense parameters), expert gradients over
   // expert DP (S = 4·expert parameters), each exactly once per iteration.
