@@ -34,7 +34,7 @@ using Tree = std::map<std::string, Section, std::less<>>;
 
 using Keys = std::vector<std::string_view>;
 
-const Keys kSections = {"model", "parallel", "training", "cluster", "run"};
+const Keys kSections = {"model", "parallel", "training", "cluster", "run", "cost"};
 /// The top-level key of an experiment file that holds a Megatron-LM launch line.
 constexpr std::string_view kLaunchLineKey = "megatron_args";
 /// The name of an experiment given without a file (a launch line and --set overrides only).
@@ -113,6 +113,7 @@ const Keys kClusterNetworkKeys = {"gpu",
                                   "hbm_efficiency",
                                   "norm_activation_efficiency",
                                   "compute_efficiency"};
+const Keys kCostKeys = {"profile"};
 const Keys kRunKeys = {"engine",    "trace_ranks", "output", "coalesce_local_ops",
                        "partition", "on_oom"};
 
@@ -138,6 +139,7 @@ Keys section_keys(std::string_view section) {
   if (section == "parallel") return kParallelKeys;
   if (section == "training") return kTrainingKeys;
   if (section == "cluster") return concat(kClusterNetworkKeys, {"preset"});
+  if (section == "cost") return kCostKeys;
   return kRunKeys;
 }
 
@@ -1101,6 +1103,11 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
   out << YAML::Key << "compute_efficiency" << YAML::Value << num(cl.compute_efficiency);
   out << YAML::EndMap;
 
+  if (!c.cost.profile.empty()) {
+    out << YAML::Key << "cost" << YAML::Value << YAML::BeginMap;
+    out << YAML::Key << "profile" << YAML::Value << c.cost.profile;
+    out << YAML::EndMap;
+  }
   const auto& r = c.run;
   out << YAML::Key << "run" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "engine" << YAML::Value << r.engine;
@@ -1201,6 +1208,13 @@ ExperimentConfig load_experiment(const std::string& path, const std::vector<std:
         name);
   c.cluster = build_cluster(t.at("cluster"), name);
   c.run = build_run(t.at("run"));
+  if (const Value* v = get(t.at("cost"), "profile")) {
+    const std::string file = detail::read_string(*v, "cost.profile");
+    const fs::path p = fs::path(file).is_absolute() ? fs::path(file) : base_dir(*v) / file;
+    if (!fs::is_regular_file(p))
+      fail(*v, "cost.profile", fmt::format("profile {} not found", display(p)));
+    c.cost.profile = fs::absolute(p).lexically_normal().string();
+  }
   check_plan(c, t);
   c.resolved_yaml = emit(c, sources);
   // The launch lines are merged in; like the presets, they are named in the header only.

@@ -20,6 +20,13 @@ struct RunSpec {
   std::string on_oom = "warn";                ///< capacity check fails: warn | fail
 };
 
+/// Where compute-op durations come from besides the roofline model.
+struct CostSpec {
+  /// A profile database (profile.h5, docs/kernels.md): measured times by kernel signature;
+  /// resolved against the experiment file's directory. Empty: the roofline model alone.
+  std::string profile;
+};
+
 struct ExperimentConfig {
   std::string path;  ///< the YAML file it was read from
   workload::ModelSpec model;
@@ -27,6 +34,7 @@ struct ExperimentConfig {
   workload::TrainingSpec training;
   cost::ClusterSpec cluster;  ///< num_gpus resolved, presets merged
   RunSpec run;
+  CostSpec cost;
   std::string resolved_yaml;  ///< the fully merged configuration, emitted as YAML
 };
 

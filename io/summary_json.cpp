@@ -75,6 +75,12 @@ void write_summary_json(const emu::RunResults& r, const std::string& path) {
   }
   j["model"] = s.model_name;
   j["gpu"] = s.gpu;
+  if (!s.profile_path.empty())
+    j["profile"] = Json{{"path", s.profile_path},
+                        {"device", s.profile_device},
+                        {"signatures_found", s.profile_signatures_found},
+                        {"signatures_total", s.profile_signatures_total},
+                        {"measured_fraction_of_compute_time", s.profile_measured_fraction}};
   j["time_breakdown_rank"] = last_finishing_rank(r);
   j["time_breakdown_s"] = Json{{"compute", ns_to_seconds(last.compute)},
                                {"exposed_tp", ns_to_seconds(last.exposed_tp)},
@@ -118,6 +124,11 @@ std::string format_summary_table(const emu::RunResults& r) {
   row("model TFLOP/s per GPU", figure(s.model_tflops_per_gpu(), 2, ""));
   row("MFU", figure(100 * s.mfu(), 2, " %"));
   row("peak memory", fmt::format("{:.2f} GiB", gib(s.peak_memory_bytes)));
+  if (!s.profile_path.empty())
+    row("measured compute",
+        fmt::format("{:.1f} % of compute time from {} ({} of {} kernel signatures)",
+                    100 * s.profile_measured_fraction, s.profile_device, s.profile_signatures_found,
+                    s.profile_signatures_total));
   row("engine", fmt::format("{}, {} process{}, {} events committed ({:.1f} % efficiency), "
                             "{:.3f} s wall",
                             e.kind, e.processes, e.processes == 1 ? "" : "es", e.events_committed,

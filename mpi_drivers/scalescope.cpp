@@ -6,6 +6,7 @@
 //   scalescope memory [CONFIG] [--megatron-args "…"] [--set key.path=value]...
 #include <mpi.h>
 
+#include <sys/wait.h>
 #include <unistd.h>
 #include "core/sanitizer_defaults.hpp"
 
@@ -13,10 +14,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -28,8 +32,10 @@
 #include "io/collective.hpp"
 #include "io/config.hpp"
 #include "io/graph_h5.hpp"
+#include "io/profile_io.hpp"
 #include "io/results_h5.hpp"
 #include "io/summary_json.hpp"
+#include "kernels/executor.hpp"
 #include "workload/accounting.hpp"
 #include "workload/memory_plan.hpp"
 #include "workload/transformer_builder.hpp"
@@ -158,6 +164,55 @@ void complete_summary(emu::DistributedResults& d, const io::ExperimentConfig& c,
   auto& transient = d.local.summary.peak_transient_bytes_by_pp_stage;
   MPI_Allreduce(MPI_IN_PLACE, transient.data(), static_cast<int>(transient.size()), MPI_INT64_T,
                 MPI_MAX, comm);
+}
+
+/// cost.profile: the cost functions use the profile's measurement wherever an op's kernel
+/// signature is in it, the roofline model elsewhere.
+emu::Costs costs_with_profile(emu::Costs costs, const cost::Profile* profile) {
+  if (profile != nullptr)
+    costs.compute = [base = costs.compute, profile](const graph::Op& op) {
+      if (const auto d = profile->duration(op)) return *d;
+      return base(op);
+    };
+  return costs;
+}
+
+/// The profile's share of compute time over the ranks this process owns (all of them for a
+/// sequential run; summed over processes with `comm`), and its distinct signatures found among
+/// those of the templates this process loaded (process 0's count under a partial read).
+void summarize_profile(emu::Summary& s, const io::ExperimentConfig& c, const cost::Profile& p,
+                       const graph::SlicedGraph& g, const emu::Costs& costs,
+                       const std::vector<std::uint32_t>* owner, std::uint32_t me, MPI_Comm comm) {
+  std::vector<double> measured(g.templates.size(), 0), total(g.templates.size(), 0);
+  std::set<std::string> all, found;
+  for (std::size_t k = 0; k < g.templates.size(); ++k) {
+    if (!g.is_loaded(k)) continue;
+    for (const graph::Op& op : g.templates[k].ops) {
+      if (graph::is_communication(op.kind)) continue;
+      const auto t = static_cast<double>(costs.compute(op));
+      total[k] += t;
+      const cost::KernelSig sig = cost::kernel_signature(op);
+      if (!sig.measurable()) continue;
+      const std::string key = sig.key();
+      all.insert(key);
+      if (p.find(key) != nullptr) {
+        found.insert(key);
+        measured[k] += t;
+      }
+    }
+  }
+  double sums[2] = {0, 0};
+  for (std::uint32_t r = 0; r < g.world_size; ++r) {
+    if (owner != nullptr && (*owner)[r] != me) continue;
+    sums[0] += measured[g.rank_class[r]];
+    sums[1] += total[g.rank_class[r]];
+  }
+  if (comm != MPI_COMM_NULL) MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, comm);
+  s.profile_path = c.cost.profile;
+  s.profile_device = p.device;
+  s.profile_signatures_found = found.size();
+  s.profile_signatures_total = all.size();
+  s.profile_measured_fraction = sums[1] > 0 ? sums[0] / sums[1] : 0;
 }
 
 /// The staging directory beside DIR that the result files are written into before they move in.
@@ -301,6 +356,9 @@ int run_command(const MpiSession& mpi, const std::string& config_path,
   const double build_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   cost::CostModel cost(c.cluster);
+  std::optional<cost::Profile> profile;
+  if (!c.cost.profile.empty()) profile = io::read_profile_h5(c.cost.profile);
+  const emu::Costs costs = costs_with_profile(emu::costs_of(cost), profile ? &*profile : nullptr);
   emu::EmulationOptions opt;
   opt.coalesce_local_ops = c.run.coalesce_local_ops;
   opt.trace_ranks = c.run.trace_ranks;
@@ -314,17 +372,21 @@ int run_command(const MpiSession& mpi, const std::string& config_path,
     // Results stay distributed: results.h5 is written collectively, summary.json and
     // trace.json by process 0 (which receives only the traced ranks and the summary figures).
     opt.engine = emu::EngineKind::Optimistic;
-    emu::DistributedResults d =
-        emu::emulate_distributed(*graph, emu::costs_of(cost), opt, MPI_COMM_WORLD);
+    emu::DistributedResults d = emu::emulate_distributed(*graph, costs, opt, MPI_COMM_WORLD);
     complete_summary(d, c, MPI_COMM_WORLD);
+    if (profile)
+      summarize_profile(d.local.summary, c, *profile, *graph, costs, &d.rank_owner, d.process,
+                        MPI_COMM_WORLD);
     check_memory(d.local.summary, c);
     act_on_memory(d.local.summary, c, mpi.rank() == 0);
     write_outputs(d, c.run.output, MPI_COMM_WORLD);
     if (mpi.rank() != 0) return 0;
     r = std::move(d.local);
   } else {
-    r = emu::emulate(*graph, cost, opt);
+    r = emu::emulate(*graph, costs, opt);
     complete_summary(r, c);
+    if (profile)
+      summarize_profile(r.summary, c, *profile, *graph, costs, nullptr, 0, MPI_COMM_NULL);
     check_memory(r.summary, c);
     act_on_memory(r.summary, c, true);
     write_outputs(r, c.run.output);
@@ -392,6 +454,94 @@ int memory_command(const std::string& config_path, const std::vector<std::string
   return 0;
 }
 
+/// The distinct measurable kernel signatures of a graph, in key order, with one op of each.
+std::map<std::string, cost::KernelSig> distinct_signatures(const graph::SlicedGraph& g) {
+  std::map<std::string, cost::KernelSig> out;
+  for (const graph::RankProgram& t : g.templates)
+    for (const graph::Op& op : t.ops) {
+      const cost::KernelSig s = cost::kernel_signature(op);
+      if (s.measurable()) out.emplace(s.key(), s);
+    }
+  return out;
+}
+
+/// `scalescope profile`: the signature list (--list), a measured.json turned into a database
+/// (--import), or every signature measured with an executor (--backend host|cuda).
+int profile_command(const std::string& config_path, const std::vector<std::string>& overrides,
+                    const std::string& megatron_args, const std::string& list_path,
+                    const std::string& import_path, const std::string& backend, double op_scale,
+                    const std::string& out) {
+  if (!import_path.empty()) {
+    if (out.empty()) throw_input("scalescope profile --import: give -o profile.h5");
+    const cost::Profile p = io::read_measured_json(import_path);
+    io::write_profile_h5(p, out);
+    std::cout << fmt::format("{} measured signatures from {} ({}) → {}\n", p.entries.size(),
+                             import_path, p.device, out);
+    return 0;
+  }
+  if (config_path.empty() && megatron_args.empty())
+    throw_input("scalescope profile: give an experiment CONFIG (or --import measured.json)");
+  io::ExperimentConfig c = io::load_experiment(config_path, overrides, megatron_args);
+  const graph::SlicedGraph g = build(c);
+  const cost::CostModel model(c.cluster);
+  if (!list_path.empty()) {
+    io::write_ops_json(g, model, c.path, list_path);
+    std::cout << fmt::format("{} kernel signatures of {} → {}\n", distinct_signatures(g).size(),
+                             c.path, list_path);
+    if (out.empty()) return 0;
+  }
+  if (out.empty()) throw_input("scalescope profile: give -o profile.h5 (or --list ops.json)");
+  if (backend == "cuda") {
+    // The CUDA executor is the standalone scalescope-kernels tool beside this binary (built
+    // when CMake finds the CUDA toolkit): list, measure, import.
+    const fs::path self = fs::read_symlink("/proc/self/exe");
+    const fs::path tool = self.parent_path() / "scalescope-kernels";
+    if (!fs::exists(tool))
+      throw_input(
+          "scalescope profile --backend cuda: {} was not built (configure with "
+          "-DSCALESCOPE_ENABLE_CUDA=ON where nvcc exists)",
+          tool.string());
+    const fs::path ops = fs::path(out).string() + ".ops.json";
+    const fs::path measured = fs::path(out).string() + ".measured.json";
+    io::write_ops_json(g, model, c.path, ops.string());
+    const std::string cmd =
+        fmt::format("'{}' '{}' -o '{}'", tool.string(), ops.string(), measured.string());
+    const int rc = std::system(cmd.c_str());
+    if (rc != 0) {
+      fs::remove(ops);
+      throw_input("scalescope profile --backend cuda: {} exited with {}{}", tool.string(),
+                  WEXITSTATUS(rc), WEXITSTATUS(rc) == 77 ? " (no CUDA device visible)" : "");
+    }
+    cost::Profile p = io::read_measured_json(measured.string());
+    p.source = c.path;
+    io::write_profile_h5(p, out);
+    fs::remove(ops);
+    fs::remove(measured);
+    std::cout << fmt::format("{} signatures measured on {} → {}\n", p.entries.size(), p.device,
+                             out);
+    return 0;
+  }
+  if (backend != "host")
+    throw_input("scalescope profile --backend {}: expected host or cuda", backend);
+  if (!(op_scale > 0 && op_scale <= 1))
+    throw_input("scalescope profile --op-scale {}: must be in (0, 1]", op_scale);
+  auto exec = kernels::make_host_executor(op_scale);
+  cost::Profile p;
+  p.device = exec->device();
+  p.backend = exec->backend();
+  p.source = c.path;
+  p.op_scale = op_scale;
+  p.versions = exec->versions();
+  for (const auto& [key, sig] : distinct_signatures(g))
+    if (const auto m = exec->measure(sig))
+      p.entries.insert_or_assign(
+          key, cost::ProfileEntry{m->median_s, m->p10_s, m->p90_s, m->reps, m->impl});
+  io::write_profile_h5(p, out);
+  std::cout << fmt::format("{} signatures measured on {} at op_scale {} → {}\n", p.entries.size(),
+                           p.device, op_scale, out);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -444,6 +594,22 @@ int main(int argc, char** argv) {
   mcmd->add_option("--megatron-args", megatron_args, launch_help);
   mcmd->add_option("--set", memory_overrides, "Override a config key: key.path=value");
 
+  std::string profile_config, profile_list, profile_import, profile_backend = "host", profile_out;
+  std::vector<std::string> profile_overrides;
+  double op_scale = 0.05;
+  auto* pcmd = app.add_subcommand(
+      "profile", "Kernel signatures of a configuration: list them, measure them, import them");
+  pcmd->add_option("config", profile_config, "Experiment YAML");
+  pcmd->add_option("--megatron-args", megatron_args, launch_help);
+  pcmd->add_option("--set", profile_overrides, "Override a config key: key.path=value");
+  pcmd->add_option("--list", profile_list, "Write the signature list (ops.json) and stop");
+  pcmd->add_option("--import", profile_import,
+                   "Turn a measured.json (scalescope-kernels) into a profile database");
+  pcmd->add_option("--backend", profile_backend, "host (Kokkos, shrunk shapes) or cuda");
+  pcmd->add_option("--op-scale", op_scale,
+                   "host: every dimension times this (default 0.05); recorded in the profile");
+  pcmd->add_option("-o,--output", profile_out, "profile.h5 path");
+
   try {
     app.parse(args);
   } catch (const CLI::ParseError& e) {
@@ -458,6 +624,9 @@ int main(int argc, char** argv) {
       return run_command(mpi, config, graph_path, out, overrides, megatron_args, quiet,
                          rollback_check);
     }
+    if (*pcmd)
+      return profile_command(profile_config, profile_overrides, megatron_args, profile_list,
+                             profile_import, profile_backend, op_scale, profile_out);
     const std::string& cfg = *mcmd ? memory_config : graph_config;
     if (cfg.empty() && megatron_args.empty())
       throw_input("scalescope {}: give an experiment CONFIG or --megatron-args \"…\"",

@@ -83,6 +83,13 @@ struct Summary {
   std::uint32_t memory_tightest_rank = 0;
   std::uint32_t memory_tightest_stage = 0;
   std::string memory_dominant_class;
+  /// cost.profile: where compute durations were measured rather than modelled (empty path: no
+  /// profile). The fraction weighs every rank's compute time.
+  std::string profile_path;
+  std::string profile_device;
+  std::uint64_t profile_signatures_found = 0;
+  std::uint64_t profile_signatures_total = 0;
+  double profile_measured_fraction = 0;
   std::string model_name;
   std::string gpu;
 

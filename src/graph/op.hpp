@@ -183,6 +183,9 @@ struct Op {
   /// GEMM ops only: SMs a TP communication kernel overlapped with this GEMM takes from it
   /// (Transformer Engine's userbuffers, `tp_comm_overlap`): the GEMM runs on the rest.
   std::uint8_t comm_sms = 0;
+  /// Attention ops only: the value head dimension when it differs from the query/key one
+  /// (MLA's d_v); 0 = the same as shape[2].
+  std::uint16_t value_dim = 0;
 };
 static_assert(sizeof(Op) == 88, "Op layout: plain data, 88 bytes");
 

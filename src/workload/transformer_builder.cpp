@@ -229,6 +229,16 @@ class StageBuilder {
   void fp8_cast(Phase phase, double elements) {
     if (fp8_) chain(memory_bound(OpKind::Elementwise, OpName::Fp8Cast, phase, 3 * elements));
   }
+  /// The kernel shape of a memory-bound op (docs/kernels.md): rows × cols (× a third figure:
+  /// the GLU factor of an activation, the vocabulary shard of an embedding, a rotary dim).
+  /// Norm ops' third shape figure: 1 LayerNorm (models with biases, GPT), 0 RMSNorm.
+  double norm_kind() const { return m_.add_bias_linear ? 1.0 : 0.0; }
+  static Op shaped(Op op, double a, double b, double c = 0) {
+    op.shape = {static_cast<std::uint32_t>(std::llround(a)),
+                static_cast<std::uint32_t>(std::llround(b)),
+                static_cast<std::uint32_t>(std::llround(c))};
+    return op;
+  }
   Op memory_bound(OpKind kind, OpName name, Phase phase, double bytes, double flops = 0) const {
     Op op = base(kind, name, phase);
     op.mem_bytes = bytes;
@@ -510,7 +520,9 @@ class StageBuilder {
   void embedding_forward() {
     cur_layer_ = -1;
     const double local = tokens_ * h_ / seq_shard_;
-    Op op = memory_bound(OpKind::Embedding, OpName::Embedding, Phase::Forward, 2 * tokens_ * h_);
+    Op op =
+        shaped(memory_bound(OpKind::Embedding, OpName::Embedding, Phase::Forward, 2 * tokens_ * h_),
+               tokens_, h_, vocab_shard() / h_);
     op.mem_alloc = static_cast<std::int64_t>(8 * tokens_ +  // int64 token ids
                                              (m_.hidden_dropout > 0 ? local : 0));
     emb_alloc_ = op.mem_alloc;
@@ -524,8 +536,9 @@ class StageBuilder {
     cur_layer_ = -1;
     sp_gather(Phase::Backward);
     // Scatter-add into the fp32 [V/t, h] gradient: read grads, read-modify-write rows.
-    Op op = memory_bound(OpKind::Embedding, OpName::Embedding, Phase::Backward,
-                         2 * tokens_ * h_ + 8 * tokens_ * h_);
+    Op op = shaped(memory_bound(OpKind::Embedding, OpName::Embedding, Phase::Backward,
+                                2 * tokens_ * h_ + 8 * tokens_ * h_),
+                   tokens_, h_, vocab_shard() / h_);
     op.mem_free = emb_alloc_;
     ready_[-1] = chain(op);
   }
@@ -554,8 +567,9 @@ class StageBuilder {
       chain(memory_bound(
           OpKind::Elementwise, OpName::Fp8Cast, phase,
           4 * linear_parameters_on_rank(m_, p_, stage_) / static_cast<double>(layers_)));
-    Op norm =
-        memory_bound(OpKind::Norm, OpName::InputNorm, phase, (2 + out_bytes) * local, 8 * local);
+    Op norm = shaped(
+        memory_bound(OpKind::Norm, OpName::InputNorm, phase, (2 + out_bytes) * local, 8 * local),
+        local / h, h, norm_kind());
     norm.mem_alloc = alloc((2 + out_bytes) * local);  // its input and its output (QKV input)
     if (p_.recompute == Recompute::Full && phase == Phase::Forward)
       norm.mem_alloc = static_cast<std::int64_t>(2 * local);  // only the layer input is kept
@@ -571,7 +585,9 @@ class StageBuilder {
       chain(qkv);
       wait_for_overlapped(qkv_gather);
       if (m_.position_embedding_type == PositionEmbedding::Rope)
-        chain(memory_bound(OpKind::Elementwise, OpName::Rope, phase, 2 * 2 * T * (q + kv) / t));
+        chain(shaped(
+            memory_bound(OpKind::Elementwise, OpName::Rope, phase, 2 * 2 * T * (q + kv) / t), T,
+            (q + kv) / t / static_cast<double>(m_.head_dim()), static_cast<double>(m_.head_dim())));
     }
     attention_with_cp(
         attention(phase, 1.0, keep ? attention_saved() + 2 * T * o_w_ / t : 0, attn_alloc), false);
@@ -584,8 +600,9 @@ class StageBuilder {
     attn_alloc += bda.mem_alloc;
     chain(bda);
 
-    Op norm2 =
-        memory_bound(OpKind::Norm, OpName::PreMlpNorm, phase, (2 + out_bytes) * local, 8 * local);
+    Op norm2 = shaped(
+        memory_bound(OpKind::Norm, OpName::PreMlpNorm, phase, (2 + out_bytes) * local, 8 * local),
+        local / h, h, norm_kind());
     norm2.mem_alloc = alloc((2 + out_bytes) * local);
     mlp_alloc += norm2.mem_alloc;
     chain(norm2);
@@ -623,8 +640,9 @@ class StageBuilder {
     chain(fc1);
     wait_for_overlapped(fc1_gather);
     // GELU / SwiGLU read [T, φ₁·f/t] and write [T, f/t] (in fp8 under fp8: it is FC2's input).
-    Op act = memory_bound(OpKind::Elementwise, OpName::Activation, phase,
-                          2 * T * f / t * glu + out_bytes * T * f / t, 8 * T * f / t);
+    Op act = shaped(memory_bound(OpKind::Elementwise, OpName::Activation, phase,
+                                 2 * T * f / t * glu + out_bytes * T * f / t, 8 * T * f / t),
+                    T, f / t, glu);
     act.mem_alloc = alloc(out_bytes * T * f / t);
     mlp_alloc += act.mem_alloc;
     chain(act);
@@ -637,8 +655,9 @@ class StageBuilder {
     const double T = tokens_, t = tp_, h = h_;
     const double glu = m_.gated_linear_unit ? 2.0 : 1.0;
     const std::uint32_t fc2 = row_backward(fc2_name, T, h, f / t);
-    chain(memory_bound(OpKind::Elementwise, OpName::Activation, Phase::Backward,
-                       2 * T * f / t * (glu + 2), 8 * T * f / t));
+    chain(shaped(memory_bound(OpKind::Elementwise, OpName::Activation, Phase::Backward,
+                              2 * T * f / t * (glu + 2), 8 * T * f / t),
+                 T, f / t, glu));
     const std::uint32_t fc1 = column_backward(fc1_name, T, f * glu / t, h);
     return {fc2, fc1};
   }
@@ -657,7 +676,9 @@ class StageBuilder {
     const double latents = (ql + kvl) * Tl;
     if (ql > 0) chain(gemm(OpName::QDownGemm, phase, Tl, ql, h));
     chain(gemm(OpName::KvDownGemm, phase, Tl, kvl + dpe, h));
-    Op norm = memory_bound(OpKind::Norm, OpName::LatentNorm, phase, 4 * latents, 8 * latents);
+    Op norm =
+        shaped(memory_bound(OpKind::Norm, OpName::LatentNorm, phase, 4 * latents, 8 * latents), Tl,
+               ql + kvl);
     norm.mem_alloc = alloc(4 * latents);  // the latents and their normalised copies
     attn_alloc += norm.mem_alloc;
     chain(norm);
@@ -674,7 +695,9 @@ class StageBuilder {
     attn_alloc += kv.mem_alloc;
     chain(kv);
     wait_for_overlapped(kvg);
-    chain(memory_bound(OpKind::Elementwise, OpName::Rope, phase, 2 * 2 * T * (a / t + 1) * dpe));
+    chain(shaped(
+        memory_bound(OpKind::Elementwise, OpName::Rope, phase, 2 * 2 * T * (a / t + 1) * dpe), T,
+        a / t + 1, dpe));
   }
   void mla_projections_backward(std::int64_t l) {
     const double T = tokens_, t = tp_, h = h_, Tl = tokens_ / seq_shard_;
@@ -683,15 +706,17 @@ class StageBuilder {
     const double kvl = static_cast<double>(m_.kv_lora_rank);
     const double dpe = static_cast<double>(m_.qk_pos_emb_head_dim);
     const double latents = (ql + kvl) * Tl;
-    chain(memory_bound(OpKind::Elementwise, OpName::Rope, Phase::Backward,
-                       2 * 2 * T * (a / t + 1) * dpe));
+    chain(shaped(memory_bound(OpKind::Elementwise, OpName::Rope, Phase::Backward,
+                              2 * 2 * T * (a / t + 1) * dpe),
+                 T, a / t + 1, dpe));
     column_backward(OpName::KvUpGemm, T, (k_w_ - a * dpe + v_w_) / t, kvl, 2 * T * (kvl + dpe));
     std::vector<std::uint32_t> reduces = take_reduce();
     column_backward(OpName::QUpGemm, T, qk_w_ / t, ql > 0 ? ql : h, ql > 0 ? 2 * T * ql : -1);
     for (std::uint32_t r : take_reduce()) reduces.push_back(r);
-    chain(
-        memory_bound(OpKind::Norm, OpName::LatentNorm, Phase::Backward, 6 * latents, 10 * latents),
-        reduces);
+    chain(shaped(memory_bound(OpKind::Norm, OpName::LatentNorm, Phase::Backward, 6 * latents,
+                              10 * latents),
+                 Tl, ql + kvl, 0),
+          reduces);
     // Duplicated down projections: dgrad and wgrad on the local tokens, no TP communication
     // (their weight gradients join the norms' all-reduce in finish_iteration).
     chain(gemm(OpName::KvDownGemm, Phase::Backward, Tl, h, kvl + dpe));
@@ -788,8 +813,9 @@ class StageBuilder {
     fc1.mem_alloc = alloc((fp8_ ? 1.0 : 2.0) * N * h + 2 * N * f * glu);  // its input and output
     mlp_alloc += fc1.mem_alloc;
     chain(fc1);
-    Op act = memory_bound(OpKind::Elementwise, OpName::ExpertActivation, phase,
-                          2 * N * f * glu + out_bytes * N * f, 8 * N * f);
+    Op act = shaped(memory_bound(OpKind::Elementwise, OpName::ExpertActivation, phase,
+                                 2 * N * f * glu + out_bytes * N * f, 8 * N * f),
+                    N, f, glu);
     act.mem_alloc = alloc(out_bytes * N * f);
     mlp_alloc += act.mem_alloc;
     chain(act);
@@ -829,8 +855,9 @@ class StageBuilder {
                        static_cast<std::uint32_t>(std::max(1.0, N / local_experts_))};
     fc2_wgrad.mem_bytes += 2 * p_.grad_bytes() * local_experts_ * f * h;
     chain(fc2_wgrad);
-    chain(memory_bound(OpKind::Elementwise, OpName::ExpertActivation, B, 2 * N * f * (glu + 2),
-                       8 * N * f));
+    chain(shaped(memory_bound(OpKind::Elementwise, OpName::ExpertActivation, B,
+                              2 * N * f * (glu + 2), 8 * N * f),
+                 N, f, glu));
     fp8_cast(B, N * f * glu);
     Op fc1_dgrad = grouped_gemm(OpName::ExpertFc1Gemm, B, N, h, f * glu);
     fc1_dgrad.mem_transient = static_cast<std::int64_t>(2 * N * h);
@@ -880,6 +907,7 @@ class StageBuilder {
     const double dh = static_cast<double>(m_.qk_dim());
     op.shape = {static_cast<std::uint32_t>(b * heads), static_cast<std::uint32_t>(s),
                 static_cast<std::uint32_t>(dh)};
+    if (m_.v_dim() != m_.qk_dim()) op.value_dim = static_cast<std::uint16_t>(m_.v_dim());
     if (t_.attention == AttentionBackend::Unfused) {
       const bool bwd = phase == Phase::Backward;
       const double scores = b * heads * s * s;     // elements of one [b·a/t, s, s] tensor
@@ -980,8 +1008,9 @@ class StageBuilder {
       std::tie(ready_[param_key(l, kFc2)], ready_[param_key(l, kFc1)]) =
           mlp_backward(static_cast<double>(m_.ffn()), OpName::Fc1Gemm, OpName::Fc2Gemm);
     }
-    Op norm2 =
-        memory_bound(OpKind::Norm, OpName::PreMlpNorm, Phase::Backward, 6 * local, 10 * local);
+    Op norm2 = shaped(
+        memory_bound(OpKind::Norm, OpName::PreMlpNorm, Phase::Backward, 6 * local, 10 * local),
+        local / h, h, norm_kind());
     norm2.mem_free = saved.second;
     ready_[param_key(l, kPreMlpNorm)] = chain(norm2, take_reduce());
 
@@ -998,11 +1027,15 @@ class StageBuilder {
       mla_projections_backward(l);
     } else {
       if (m_.position_embedding_type == PositionEmbedding::Rope)
-        chain(memory_bound(OpKind::Elementwise, OpName::Rope, Phase::Backward,
-                           2 * 2 * T * (q + kv) / t));
+        chain(shaped(memory_bound(OpKind::Elementwise, OpName::Rope, Phase::Backward,
+                                  2 * 2 * T * (q + kv) / t),
+                     T, (q + kv) / t / static_cast<double>(m_.head_dim()),
+                     static_cast<double>(m_.head_dim())));
       ready_[param_key(l, kQkv)] = column_backward(OpName::QkvGemm, T, (q + 2 * kv) / t, h);
     }
-    Op norm = memory_bound(OpKind::Norm, OpName::InputNorm, Phase::Backward, 6 * local, 10 * local);
+    Op norm = shaped(
+        memory_bound(OpKind::Norm, OpName::InputNorm, Phase::Backward, 6 * local, 10 * local),
+        local / h, h, norm_kind());
     norm.mem_free = saved.first + input;
     ready_[param_key(l, kInputNorm)] = chain(norm, take_reduce());
   }
@@ -1012,7 +1045,9 @@ class StageBuilder {
     const double T = tokens_, t = tp_, h = h_;
     const double V = static_cast<double>(m_.padded_vocab(p_.tp()));
     const double local = T * h / seq_shard_;
-    Op norm = memory_bound(OpKind::Norm, OpName::FinalNorm, Phase::Forward, 4 * local, 8 * local);
+    Op norm =
+        shaped(memory_bound(OpKind::Norm, OpName::FinalNorm, Phase::Forward, 4 * local, 8 * local),
+               local / h, h, norm_kind());
     norm.mem_alloc = static_cast<std::int64_t>(4 * local);
     head_alloc_ = norm.mem_alloc;
     std::vector<std::uint32_t> extra;
@@ -1024,8 +1059,9 @@ class StageBuilder {
     chain(logits);
     // Vocab-parallel cross-entropy: fp32 logits kept for the backward, three all-reduces of T
     // fp32 values (max, target logit, Σexp) over TP (core/tensor_parallel/cross_entropy.py).
-    Op ce = memory_bound(OpKind::Loss, OpName::CrossEntropy, Phase::Forward,
-                         (2 + 4 + 4) * T * V / t, 5 * T * V / t);
+    Op ce = shaped(memory_bound(OpKind::Loss, OpName::CrossEntropy, Phase::Forward,
+                                (2 + 4 + 4) * T * V / t, 5 * T * V / t),
+                   T, V / t);
     // The fp32 copy (exp-logits after the in-place softmax) is kept for the backward; the bf16
     // logits stay referenced (GPTModel.forward's `logits`) until the loss is computed.
     ce.mem_alloc = static_cast<std::int64_t>(4 * T * V / t);
@@ -1045,8 +1081,9 @@ class StageBuilder {
     // The gradient is computed in place in the fp32 buffer, then cast to a bf16 [T, V/t] gradient
     // (the backward of `.float()`), which the output layer's dgrad and wgrad read; the fp32
     // buffer is released after the cast.
-    Op ce = memory_bound(OpKind::Loss, OpName::CrossEntropy, Phase::Backward, (4 + 2) * T * V / t,
-                         2 * T * V / t);
+    Op ce = shaped(memory_bound(OpKind::Loss, OpName::CrossEntropy, Phase::Backward,
+                                (4 + 2) * T * V / t, 2 * T * V / t),
+                   T, V / t);
     ce.mem_alloc = static_cast<std::int64_t>(2 * T * V / t);
     ce.mem_free = ce_alloc_;
     chain(ce);
@@ -1059,7 +1096,9 @@ class StageBuilder {
     if (tp_comm() && p_.sequence_parallel)
       chain(collective(OpKind::ReduceScatter, CommRole::Tp, OpName::TpReduceScatter,
                        Phase::Backward, hidden_bytes_));
-    Op norm = memory_bound(OpKind::Norm, OpName::FinalNorm, Phase::Backward, 6 * local, 10 * local);
+    Op norm = shaped(
+        memory_bound(OpKind::Norm, OpName::FinalNorm, Phase::Backward, 6 * local, 10 * local),
+        local / h, h, norm_kind());
     norm.mem_free = head_alloc_;
     ready_[-2] = chain(norm);
   }
@@ -1285,8 +1324,9 @@ class StageBuilder {
     }
     // Adam on the fp32 master shard: read grad, master, m, v (12 B + grad bytes), write master,
     // m, v (12 B) and the bf16 weight (2 B); ~12 FLOPs per parameter.
-    chain(memory_bound(OpKind::Optimizer, OpName::OptimizerStep, Phase::Optimizer,
-                       (26 + p_.grad_bytes()) * shard, 12 * shard),
+    chain(shaped(memory_bound(OpKind::Optimizer, OpName::OptimizerStep, Phase::Optimizer,
+                              (26 + p_.grad_bytes()) * shard, 12 * shard),
+                 std::ceil(shard / 1024), 1024),
           std::exchange(wait, {}));
     if (p_.zero() >= 1 && p_.zero() <= 2 && !p_.overlap_param_gather) {
       const std::uint32_t step = chain_;
