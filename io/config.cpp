@@ -114,8 +114,9 @@ const Keys kClusterNetworkKeys = {"gpu",
                                   "norm_activation_efficiency",
                                   "compute_efficiency"};
 const Keys kCostKeys = {"profile"};
-const Keys kRunKeys = {"engine",    "trace_ranks", "output", "coalesce_local_ops",
-                       "partition", "on_oom"};
+const Keys kRunKeys = {
+    "engine", "trace_ranks",   "output",          "coalesce_local_ops", "partition",
+    "on_oom", "sandbox_ranks", "sandbox_backend", "sandbox_op_scale",   "calibrate_from_sandbox"};
 
 /// Short names accepted in `parallel:` (Megatron's own --tp/--pp style abbreviations).
 const std::vector<std::pair<std::string_view, std::string_view>> kParallelAliases = {
@@ -717,6 +718,27 @@ RunSpec build_run(const Section& s) {
   r.flag("coalesce_local_ops", run.coalesce_local_ops);
   run.partition = r.choice("partition", {"block", "metis"}, run.partition);
   run.on_oom = r.choice("on_oom", {"warn", "fail"}, run.on_oom);
+  if (const Value* v = r.find("sandbox_ranks")) {
+    const auto rank = [&](const YAML::Node& n) {
+      const auto x = detail::read_int(Value{n, v->origin}, r.key("sandbox_ranks"));
+      if (x < 0 || x > std::int64_t{UINT32_MAX})
+        fail(Value{n, v->origin}, r.key("sandbox_ranks"), fmt::format("rank {} out of range", x));
+      return static_cast<std::uint32_t>(x);
+    };
+    run.sandbox_ranks.clear();
+    const auto add = [&](std::uint32_t x) {
+      if (std::find(run.sandbox_ranks.begin(), run.sandbox_ranks.end(), x) ==
+          run.sandbox_ranks.end())
+        run.sandbox_ranks.push_back(x);
+    };
+    if (v->node.IsSequence())
+      for (const auto& n : v->node) add(rank(n));
+    else
+      add(rank(v->node));
+  }
+  run.sandbox_backend = r.choice("sandbox_backend", {"host", "cuda"}, run.sandbox_backend);
+  r.number("sandbox_op_scale", run.sandbox_op_scale, 0.0, true, 1.0 + 1e-12);
+  r.flag("calibrate_from_sandbox", run.calibrate_from_sandbox);
   return run;
 }
 
@@ -951,6 +973,10 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
   for (const std::uint32_t rank : c.run.trace_ranks)
     if (rank >= cl.num_gpus)
       throw_input("{}: run.trace_ranks has rank {} but cluster.num_gpus={}", f, rank, cl.num_gpus);
+  for (const std::uint32_t rank : c.run.sandbox_ranks)
+    if (rank >= cl.num_gpus)
+      throw_input("{}: run.sandbox_ranks has rank {} but cluster.num_gpus={}", f, rank,
+                  cl.num_gpus);
 }
 
 const char* name_of(workload::Recompute r) {
@@ -1116,6 +1142,12 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
   out << YAML::Key << "trace_ranks" << YAML::Value << YAML::Flow << r.trace_ranks;
   out << YAML::Key << "output" << YAML::Value << r.output;
   out << YAML::Key << "coalesce_local_ops" << YAML::Value << r.coalesce_local_ops;
+  if (!r.sandbox_ranks.empty()) {
+    out << YAML::Key << "sandbox_ranks" << YAML::Value << YAML::Flow << r.sandbox_ranks;
+    out << YAML::Key << "sandbox_backend" << YAML::Value << r.sandbox_backend;
+    out << YAML::Key << "sandbox_op_scale" << YAML::Value << num(r.sandbox_op_scale);
+    out << YAML::Key << "calibrate_from_sandbox" << YAML::Value << r.calibrate_from_sandbox;
+  }
   out << YAML::EndMap;
   out << YAML::EndMap;
 

@@ -18,6 +18,11 @@ struct RunSpec {
   bool coalesce_local_ops = true;             ///< advance local compute chains inside one event
   std::string partition = "block";            ///< optimistic engine: block | metis
   std::string on_oom = "warn";                ///< capacity check fails: warn | fail
+  /// Hybrid runs: ranks that execute their kernels for real (docs/kernels.md "Sandbox ranks").
+  std::vector<std::uint32_t> sandbox_ranks;
+  std::string sandbox_backend = "host";  ///< host (Kokkos, shrunk shapes) | cuda
+  double sandbox_op_scale = 0.05;        ///< host backend: every dimension times this
+  bool calibrate_from_sandbox = false;   ///< the sandbox ranks' classes take their durations
 };
 
 /// Where compute-op durations come from besides the roofline model.

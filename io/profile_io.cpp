@@ -42,14 +42,22 @@ std::vector<std::string> split(const std::vector<std::uint8_t>& bytes) {
 
 void write_ops_json(const graph::SlicedGraph& g, const cost::CostModel& model,
                     const std::string& experiment, const std::string& path) {
+  std::vector<const graph::RankProgram*> programs;
+  for (const graph::RankProgram& t : g.templates) programs.push_back(&t);
+  write_ops_json(programs, model, experiment, path);
+}
+
+void write_ops_json(const std::vector<const graph::RankProgram*>& programs,
+                    const cost::CostModel& model, const std::string& experiment,
+                    const std::string& path) {
   struct Row {
     cost::KernelSig sig;
     std::int64_t count = 0;
     double model_s = 0;
   };
   std::map<std::string, Row> rows;
-  for (const graph::RankProgram& t : g.templates)
-    for (const graph::Op& op : t.ops) {
+  for (const graph::RankProgram* t : programs)
+    for (const graph::Op& op : t->ops) {
       const cost::KernelSig s = cost::kernel_signature(op);
       if (!s.measurable()) continue;
       Row& r = rows[s.key()];
@@ -170,7 +178,9 @@ cost::Profile read_measured_json(const std::string& path) {
   return p;
 }
 
-void write_profile_h5(const cost::Profile& p, const std::string& path) {
+namespace {
+
+void write_profile_group(const h5::Group& g, const cost::Profile& p) {
   std::vector<std::string> sigs, impls;
   std::vector<double> median, p10, p90;
   std::vector<std::int64_t> reps;
@@ -182,31 +192,21 @@ void write_profile_h5(const cost::Profile& p, const std::string& path) {
     p90.push_back(e.p90_s);
     reps.push_back(e.reps);
   }
-  write_via_temporary(path, [&](const std::string& tmp) {
-    h5::File file = h5::File::create(tmp, path);
-    {
-      const h5::Group g = file.root().create_group("profile");
-      g.set_attribute("format_version", kProfileFormatVersion);
-      g.set_attribute("device", p.device);
-      g.set_attribute("backend", p.backend);
-      g.set_attribute("versions", p.versions);
-      g.set_attribute("source", p.source);
-      g.set_attribute("op_scale", p.op_scale);
-      g.write("signatures", join(sigs));
-      g.write("impl", join(impls));
-      g.write("median_s", median);
-      g.write("p10_s", p10);
-      g.write("p90_s", p90);
-      g.write("reps", reps);
-    }
-    file.close();
-  });
+  g.set_attribute("format_version", kProfileFormatVersion);
+  g.set_attribute("device", p.device);
+  g.set_attribute("backend", p.backend);
+  g.set_attribute("versions", p.versions);
+  g.set_attribute("source", p.source);
+  g.set_attribute("op_scale", p.op_scale);
+  g.write("signatures", join(sigs));
+  g.write("impl", join(impls));
+  g.write("median_s", median);
+  g.write("p10_s", p10);
+  g.write("p90_s", p90);
+  g.write("reps", reps);
 }
 
-cost::Profile read_profile_h5(const std::string& path) {
-  h5::silence_errors();
-  const h5::File file = h5::File::open(path);
-  const h5::Group g = file.root().open_group("profile");
+cost::Profile read_profile_group(const h5::Group& g) {
   const auto version = g.attribute<std::uint32_t>("format_version");
   if (version != kProfileFormatVersion)
     g.fail(fmt::format("format_version {} is not supported (this build reads {})", version,
@@ -233,6 +233,45 @@ cost::Profile read_profile_h5(const std::string& path) {
                                cost::ProfileEntry{median[i], p10[i], p90[i], reps[i], impls[i]});
   }
   return p;
+}
+
+}  // namespace
+
+void write_profile_h5(const cost::Profile& p, const std::string& path) {
+  write_via_temporary(path, [&](const std::string& tmp) {
+    h5::File file = h5::File::create(tmp, path);
+    write_profile_group(file.root().create_group("profile"), p);
+    file.close();
+  });
+}
+
+cost::Profile read_profile_h5(const std::string& path) {
+  h5::silence_errors();
+  const h5::File file = h5::File::open(path);
+  return read_profile_group(file.root().open_group("profile"));
+}
+
+void write_sandbox_group(const std::string& results_h5, const cost::Profile& measured,
+                         const std::vector<std::uint32_t>& ranks) {
+  h5::File file = h5::File::open(results_h5, true);
+  {
+    const h5::Group g = file.root().create_group("sandbox");
+    write_profile_group(g, measured);
+    std::vector<std::uint32_t> r(ranks.begin(), ranks.end());
+    g.write("ranks", r);
+  }
+  file.close();
+}
+
+cost::Profile read_sandbox_group(const std::string& results_h5, std::vector<std::uint32_t>* ranks) {
+  h5::silence_errors();
+  const h5::File file = h5::File::open(results_h5);
+  const h5::Group root = file.root();
+  if (!root.exists("sandbox"))
+    root.fail("no /sandbox group: not the results of a hybrid run (run --sandbox …)");
+  const h5::Group g = root.open_group("sandbox");
+  if (ranks != nullptr) *ranks = g.read<std::uint32_t>("ranks");
+  return read_profile_group(g);
 }
 
 }  // namespace scalescope::io

@@ -75,6 +75,16 @@ void write_summary_json(const emu::RunResults& r, const std::string& path) {
   }
   j["model"] = s.model_name;
   j["gpu"] = s.gpu;
+  if (!s.sandbox_ranks.empty())
+    j["sandbox"] = Json{{"ranks", s.sandbox_ranks},
+                        {"backend", s.sandbox_backend},
+                        {"device", s.sandbox_device},
+                        {"op_scale", s.sandbox_op_scale},
+                        {"measured_ops", s.sandbox_measured_ops},
+                        {"measured_fraction_of_compute_time", s.sandbox_measured_fraction},
+                        {"peak_allocated_bytes", s.sandbox_peak_allocated_bytes},
+                        {"peak_reserved_bytes", s.sandbox_peak_reserved_bytes},
+                        {"replayed_measurements", s.sandbox_replayed}};
   if (!s.profile_path.empty())
     j["profile"] = Json{{"path", s.profile_path},
                         {"device", s.profile_device},
@@ -124,6 +134,14 @@ std::string format_summary_table(const emu::RunResults& r) {
   row("model TFLOP/s per GPU", figure(s.model_tflops_per_gpu(), 2, ""));
   row("MFU", figure(100 * s.mfu(), 2, " %"));
   row("peak memory", fmt::format("{:.2f} GiB", gib(s.peak_memory_bytes)));
+  if (!s.sandbox_ranks.empty())
+    row("sandbox",
+        fmt::format("{} rank{} on {} ({}): {} kernels, {:.1f} % of their compute "
+                    "measured; allocator peak {:.2f} GiB allocated, {:.2f} GiB reserved",
+                    s.sandbox_ranks.size(), s.sandbox_ranks.size() == 1 ? "" : "s",
+                    s.sandbox_device, s.sandbox_backend, s.sandbox_measured_ops,
+                    100 * s.sandbox_measured_fraction, gib(s.sandbox_peak_allocated_bytes),
+                    gib(s.sandbox_peak_reserved_bytes)));
   if (!s.profile_path.empty())
     row("measured compute",
         fmt::format("{:.1f} % of compute time from {} ({} of {} kernel signatures)",

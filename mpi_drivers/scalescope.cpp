@@ -17,10 +17,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -36,6 +38,7 @@
 #include "io/results_h5.hpp"
 #include "io/summary_json.hpp"
 #include "kernels/executor.hpp"
+#include "kernels/sandbox.hpp"
 #include "workload/accounting.hpp"
 #include "workload/memory_plan.hpp"
 #include "workload/transformer_builder.hpp"
@@ -224,12 +227,16 @@ fs::path staging_dir(const fs::path& dir, long pid) {
 
 /// Writes the three result files into a staging directory beside DIR, then moves them in, so
 /// DIR never holds a mix of old and new or half-written files.
-void write_outputs(const emu::RunResults& r, const fs::path& dir) {
+/// Adds to a written results.h5 before it moves into place (a hybrid run's /sandbox).
+using ResultsExtra = std::function<void(const std::string& results_h5)>;
+
+void write_outputs(const emu::RunResults& r, const fs::path& dir, const ResultsExtra& extra = {}) {
   const fs::path stage = staging_dir(dir, ::getpid());
   fs::remove_all(stage);
   fs::create_directories(stage);
   try {
     io::write_results_h5(r, (stage / "results.h5").string());
+    if (extra) extra((stage / "results.h5").string());
     io::write_summary_json(r, (stage / "summary.json").string());
     io::write_chrome_trace(r, (stage / "trace.json").string());
     fs::create_directories(dir);
@@ -246,7 +253,8 @@ void write_outputs(const emu::RunResults& r, const fs::path& dir) {
 /// write_outputs for a distributed run, collective over `comm`: results.h5 is written by every
 /// process (each its own rows and traced ranks); process 0 then gathers the traced ranks and
 /// writes summary.json and trace.json, and moves the three files in.
-void write_outputs(emu::DistributedResults& d, const fs::path& dir, MPI_Comm comm) {
+void write_outputs(emu::DistributedResults& d, const fs::path& dir, MPI_Comm comm,
+                   const ResultsExtra& extra = {}) {
   long pid = ::getpid();
   MPI_Bcast(&pid, 1, MPI_LONG, 0, comm);  // process 0's staging directory, for everyone
   const fs::path stage = staging_dir(dir, pid);
@@ -274,6 +282,7 @@ void write_outputs(emu::DistributedResults& d, const fs::path& dir, MPI_Comm com
   emu::gather_traces(d, comm);
   if (!first) return;
   try {
+    if (extra) extra((stage / "results.h5").string());
     io::write_summary_json(d.local, (stage / "summary.json").string());
     io::write_chrome_trace(d.local, (stage / "trace.json").string());
     fs::create_directories(dir);
@@ -311,10 +320,187 @@ pdes::ProgressReporter progress_reporter(const graph::SlicedGraph& g, bool coale
   return p;
 }
 
+/// Runs scalescope-kernels (beside this binary) on `ops` and reads what it measured; the device
+/// is the node-local MPI rank's (CUDA_VISIBLE_DEVICES), as a sandbox rank is bound to one.
+cost::Profile measure_with_cuda_tool(const fs::path& ops, const std::string& what) {
+  const fs::path tool = fs::read_symlink("/proc/self/exe").parent_path() / "scalescope-kernels";
+  if (!fs::exists(tool))
+    throw_input(
+        "{}: {} was not built (configure with -DSCALESCOPE_ENABLE_CUDA=ON where nvcc "
+        "exists)",
+        what, tool.string());
+  const fs::path measured = ops.string() + ".measured.json";
+  std::string env;
+  if (const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"))
+    env = fmt::format("CUDA_VISIBLE_DEVICES={} ", local);
+  const std::string cmd =
+      fmt::format("{}'{}' '{}' -o '{}'", env, tool.string(), ops.string(), measured.string());
+  const int rc = std::system(cmd.c_str());
+  if (rc != 0)
+    throw_input("{}: {} exited with {}{}", what, tool.string(), WEXITSTATUS(rc),
+                WEXITSTATUS(rc) == 77 ? " (no CUDA device visible)" : "");
+  cost::Profile p = io::read_measured_json(measured.string());
+  fs::remove(measured);
+  return p;
+}
+
+/// Serialises measurements for MPI ("sig\tmedian\tp10\tp90\treps\timpl\n" per entry).
+std::string pack_measurements(const cost::Profile& p) {
+  std::string out;
+  for (const auto& [sig, e] : p.entries)
+    out += fmt::format("{}\t{:a}\t{:a}\t{:a}\t{}\t{}\n", sig, e.median_s, e.p10_s, e.p90_s, e.reps,
+                       e.impl);
+  return out;
+}
+void unpack_measurements(const std::string& text, cost::Profile& p) {
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream f(line);
+    std::string sig, median, p10, p90, reps, impl;
+    std::getline(f, sig, '\t');
+    std::getline(f, median, '\t');
+    std::getline(f, p10, '\t');
+    std::getline(f, p90, '\t');
+    std::getline(f, reps, '\t');
+    std::getline(f, impl);
+    // First come, first kept: processes are merged in rank order, so every process keeps the
+    // same value when two measured one signature.
+    p.entries.emplace(
+        sig,
+        cost::ProfileEntry{std::strtod(median.c_str(), nullptr), std::strtod(p10.c_str(), nullptr),
+                           std::strtod(p90.c_str(), nullptr), std::stoll(reps), impl});
+  }
+}
+
+/// A hybrid run's sandbox (docs/kernels.md "Sandbox ranks"): each sandbox rank's process runs
+/// the kernels of its template's distinct signatures (memoized: once each, before the replay, so
+/// no rollback re-runs one), every process receives all measurements, and the sandbox ranks —
+/// or with run.calibrate_from_sandbox their whole classes — take the measured durations. With
+/// `replay_path` the measurements come from a previous run's results.h5 instead.
+struct Sandbox {
+  cost::Profile measured;
+  bool replayed = false;
+};
+Sandbox prepare_sandbox(const io::ExperimentConfig& c, const graph::SlicedGraph& g,
+                        const cost::CostModel& model, const emu::Costs& costs,
+                        emu::EmulationOptions& opt, const std::string& replay_path, int me,
+                        int size, emu::Summary& summary) {
+  Sandbox sb;
+  const auto& ranks = c.run.sandbox_ranks;
+  for (std::uint32_t r : ranks)
+    if (r >= g.world_size)
+      throw_input("{}: run.sandbox_ranks has rank {} but the graph has {} ranks", c.path, r,
+                  g.world_size);
+  const bool distributed = opt.engine == emu::EngineKind::Optimistic;
+  if (distributed) opt.dedicated_ranks = ranks;
+  const std::vector<std::uint32_t> owner =
+      distributed ? emu::partition_lps(g, static_cast<std::uint32_t>(size), opt.partition, ranks)
+                  : std::vector<std::uint32_t>(g.world_size + g.comms.size(), 0);
+  if (!replay_path.empty()) {
+    sb.measured = io::read_sandbox_group(replay_path);
+    sb.replayed = true;
+  } else {
+    // Each process measures the templates of the sandbox ranks it owns.
+    cost::Profile local;
+    std::unique_ptr<kernels::Executor> exec;
+    kernels::SandboxMeasurements m;
+    for (std::uint32_t r : ranks) {
+      if (owner[r] != static_cast<std::uint32_t>(me)) continue;
+      const graph::RankProgram& prog = g.program_of(r);
+      if (c.run.sandbox_backend == "cuda") {
+        const fs::path ops = fs::temp_directory_path() /
+                             fmt::format("scalescope-sandbox-{}-{}.ops.json", ::getpid(), r);
+        io::write_ops_json({&prog}, model, c.path, ops.string());
+        const cost::Profile p = measure_with_cuda_tool(ops, fmt::format("sandbox rank {}", r));
+        fs::remove(ops);
+        local.device = p.device;
+        local.versions = p.versions;
+        for (const auto& [sig, e] : p.entries) local.entries.emplace(sig, e);
+      } else {
+        if (!exec) exec = kernels::make_host_executor(c.run.sandbox_op_scale);
+        kernels::measure_template(prog, *exec, m);
+      }
+    }
+    for (const auto& [sig, e] : m.by_signature)
+      local.entries.emplace(sig, cost::ProfileEntry{e.median_s, e.p10_s, e.p90_s, e.reps, e.impl});
+    if (exec) {
+      local.device = exec->device();
+      local.versions = exec->versions();
+    }
+    // Everyone gets every process's measurements, merged in process order.
+    std::string mine = pack_measurements(local);
+    std::string device = local.device + "\n" + local.versions;
+    sb.measured.backend = c.run.sandbox_backend;
+    sb.measured.op_scale = c.run.sandbox_backend == "host" ? c.run.sandbox_op_scale : 1.0;
+    sb.measured.source = c.path;
+    for (int p = 0; p < (distributed ? size : 1); ++p) {
+      std::string text = p == me ? mine : std::string();
+      std::string dev = p == me ? device : std::string();
+      if (distributed) {
+        for (std::string* str : {&text, &dev}) {
+          long n = static_cast<long>(str->size());
+          MPI_Bcast(&n, 1, MPI_LONG, p, MPI_COMM_WORLD);
+          str->resize(static_cast<std::size_t>(n));
+          MPI_Bcast(str->data(), static_cast<int>(n), MPI_CHAR, p, MPI_COMM_WORLD);
+        }
+      }
+      unpack_measurements(text, sb.measured);
+      if (sb.measured.device.empty() && dev.size() > 1) {
+        sb.measured.device = dev.substr(0, dev.find('\n'));
+        sb.measured.versions = dev.substr(dev.find('\n') + 1);
+      }
+    }
+  }
+  // Durations, memory peaks and the measured share, from each sandbox rank's owner.
+  double sums[2] = {0, 0};
+  std::int64_t peaks[2] = {0, 0};
+  std::set<std::string> used;
+  for (std::uint32_t r : ranks) {
+    const std::uint32_t k = g.rank_class[r];
+    if (!g.is_loaded(k)) continue;
+    const graph::RankProgram& prog = g.templates[k];
+    double measured = 0, total = 0;
+    kernels::SandboxMeasurements m;
+    for (const auto& [sig, e] : sb.measured.entries)
+      m.by_signature.emplace(sig,
+                             kernels::Measurement{e.median_s, e.p10_s, e.p90_s, e.reps, 0, e.impl});
+    std::vector<SimTime> d = kernels::sandbox_durations(prog, m, costs.compute, &measured, &total);
+    for (const graph::Op& op : prog.ops)
+      if (const cost::KernelSig s = cost::kernel_signature(op);
+          s.measurable() && m.by_signature.count(s.key()))
+        used.insert(s.key());
+    if (c.run.calibrate_from_sandbox) opt.class_durations.emplace(k, d);
+    opt.rank_durations.emplace(r, std::move(d));
+    if (owner[r] == static_cast<std::uint32_t>(me)) {
+      sums[0] += measured;
+      sums[1] += total;
+      const kernels::AllocatorPeaks a = kernels::replay_allocator(prog);
+      peaks[0] = std::max(peaks[0], a.allocated);
+      peaks[1] = std::max(peaks[1], a.reserved);
+    }
+  }
+  if (distributed) {
+    MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, peaks, 2, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+  }
+  summary.sandbox_ranks = ranks;
+  summary.sandbox_backend =
+      sb.measured.backend.empty() ? c.run.sandbox_backend : sb.measured.backend;
+  summary.sandbox_device = sb.measured.device;
+  summary.sandbox_op_scale = sb.measured.op_scale;
+  summary.sandbox_measured_ops = sb.measured.entries.size();
+  summary.sandbox_measured_fraction = sums[1] > 0 ? sums[0] / sums[1] : 0;
+  summary.sandbox_peak_allocated_bytes = peaks[0];
+  summary.sandbox_peak_reserved_bytes = peaks[1];
+  summary.sandbox_replayed = sb.replayed;
+  return sb;
+}
+
 int run_command(const MpiSession& mpi, const std::string& config_path,
                 const std::string& graph_path, const std::string& out_override,
                 const std::vector<std::string>& overrides, const std::string& megatron_args,
-                bool quiet, bool rollback_check) {
+                bool quiet, bool rollback_check, const std::vector<std::uint32_t>& sandbox,
+                const std::string& replay_path) {
   // The configuration first (from CONFIG, or the one graph.h5 carries): the engine decides how
   // the graph is read.
   std::optional<io::ExperimentConfig> loaded;
@@ -327,6 +513,9 @@ int run_command(const MpiSession& mpi, const std::string& config_path,
   }
   io::ExperimentConfig& c = *loaded;
   if (!out_override.empty()) c.run.output = out_override;
+  if (!sandbox.empty()) c.run.sandbox_ranks = sandbox;
+  if (!replay_path.empty() && c.run.sandbox_ranks.empty())
+    io::read_sandbox_group(replay_path, &c.run.sandbox_ranks);
   const bool optimistic = c.run.engine == "optimistic";
   if (!optimistic && mpi.size() > 1)
     throw_input(
@@ -367,29 +556,53 @@ int run_command(const MpiSession& mpi, const std::string& config_path,
   if (!quiet && mpi.rank() == 0) opt.progress = progress_reporter(*graph, opt.coalesce_local_ops);
   if (rollback_check && optimistic)
     throw_input("--rollback-check runs on the sequential engine; drop run.engine=optimistic");
+  if (optimistic) opt.engine = emu::EngineKind::Optimistic;
+  // Hybrid run: the sandbox ranks' kernels are measured (or replayed) before the replay.
+  emu::Summary sandbox_summary;
+  std::optional<Sandbox> sandbox_run;
+  if (!c.run.sandbox_ranks.empty())
+    sandbox_run = prepare_sandbox(c, *graph, cost, costs, opt, replay_path, mpi.rank(), mpi.size(),
+                                  sandbox_summary);
+  const auto copy_sandbox = [&](emu::Summary& s) {
+    s.sandbox_ranks = sandbox_summary.sandbox_ranks;
+    s.sandbox_backend = sandbox_summary.sandbox_backend;
+    s.sandbox_device = sandbox_summary.sandbox_device;
+    s.sandbox_op_scale = sandbox_summary.sandbox_op_scale;
+    s.sandbox_measured_ops = sandbox_summary.sandbox_measured_ops;
+    s.sandbox_measured_fraction = sandbox_summary.sandbox_measured_fraction;
+    s.sandbox_peak_allocated_bytes = sandbox_summary.sandbox_peak_allocated_bytes;
+    s.sandbox_peak_reserved_bytes = sandbox_summary.sandbox_peak_reserved_bytes;
+    s.sandbox_replayed = sandbox_summary.sandbox_replayed;
+  };
+  ResultsExtra extra;
+  if (sandbox_run)
+    extra = [&](const std::string& results_h5) {
+      io::write_sandbox_group(results_h5, sandbox_run->measured, c.run.sandbox_ranks);
+    };
   emu::RunResults r;
   if (optimistic) {
     // Results stay distributed: results.h5 is written collectively, summary.json and
     // trace.json by process 0 (which receives only the traced ranks and the summary figures).
-    opt.engine = emu::EngineKind::Optimistic;
     emu::DistributedResults d = emu::emulate_distributed(*graph, costs, opt, MPI_COMM_WORLD);
     complete_summary(d, c, MPI_COMM_WORLD);
+    copy_sandbox(d.local.summary);
     if (profile)
       summarize_profile(d.local.summary, c, *profile, *graph, costs, &d.rank_owner, d.process,
                         MPI_COMM_WORLD);
     check_memory(d.local.summary, c);
     act_on_memory(d.local.summary, c, mpi.rank() == 0);
-    write_outputs(d, c.run.output, MPI_COMM_WORLD);
+    write_outputs(d, c.run.output, MPI_COMM_WORLD, extra);
     if (mpi.rank() != 0) return 0;
     r = std::move(d.local);
   } else {
     r = emu::emulate(*graph, costs, opt);
     complete_summary(r, c);
+    copy_sandbox(r.summary);
     if (profile)
       summarize_profile(r.summary, c, *profile, *graph, costs, nullptr, 0, MPI_COMM_NULL);
     check_memory(r.summary, c);
     act_on_memory(r.summary, c, true);
-    write_outputs(r, c.run.output);
+    write_outputs(r, c.run.output, extra);
   }
   if (!quiet) {
     std::cout << io::format_summary_table(r);
@@ -574,6 +787,12 @@ int main(int argc, char** argv) {
   run->add_option("--set", overrides, "Override a config key: key.path=value (repeatable)");
   run->add_option("--graph", graph_path, "Replay this graph.h5 instead of building one");
   run->add_flag("-q,--quiet", quiet, "Print nothing on success");
+  std::string sandbox_list, replay_path;
+  run->add_option("--sandbox", sandbox_list,
+                  "Hybrid run: these ranks (comma-separated) execute their kernels for real "
+                  "(run.sandbox_ranks)");
+  run->add_option("--replay-measurements", replay_path,
+                  "Take the sandbox measurements from a hybrid run's results.h5 (no device)");
   run->add_flag("--rollback-check", rollback_check,
                 "Check mode: run every event forward, reverse it, compare the LP state, then "
                 "run it for real (slow; sequential engine)");
@@ -621,8 +840,20 @@ int main(int argc, char** argv) {
         throw_input(
             "scalescope run: give an experiment CONFIG, --megatron-args \"…\" or --graph "
             "graph.h5");
+      std::vector<std::uint32_t> sandbox;
+      for (std::size_t pos = 0; pos < sandbox_list.size();) {
+        const std::size_t comma = std::min(sandbox_list.find(',', pos), sandbox_list.size());
+        const std::string item = sandbox_list.substr(pos, comma - pos);
+        char* end = nullptr;
+        const unsigned long v = std::strtoul(item.c_str(), &end, 10);
+        if (item.empty() || *end != '\0')
+          throw_input("--sandbox {}: expected comma-separated rank numbers", sandbox_list);
+        if (std::find(sandbox.begin(), sandbox.end(), v) == sandbox.end())
+          sandbox.push_back(static_cast<std::uint32_t>(v));
+        pos = comma + 1;
+      }
       return run_command(mpi, config, graph_path, out, overrides, megatron_args, quiet,
-                         rollback_check);
+                         rollback_check, sandbox, replay_path);
     }
     if (*pcmd)
       return profile_command(profile_config, profile_overrides, megatron_args, profile_list,

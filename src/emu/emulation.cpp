@@ -29,7 +29,8 @@ struct Instance {
 
   Instance(const graph::SlicedGraph& g, const Costs& cost, const EmulationOptions& options,
            const std::vector<std::uint32_t>* owner, std::uint32_t me)
-      : data(g, cost, options.coalesce_local_ops) {
+      : data(g, cost, options.coalesce_local_ops, &options.class_durations,
+             &options.rank_durations) {
     out.config_text = g.config_text;
     out.ranks.resize(g.world_size);
     for (std::uint32_t r : options.trace_ranks) {
@@ -213,8 +214,19 @@ RunResults emulate(const graph::SlicedGraph& g, const Costs& cost,
 }
 
 std::vector<std::uint32_t> partition_lps(const graph::SlicedGraph& g, std::uint32_t processes,
-                                         const std::string& partition) {
+                                         const std::string& partition,
+                                         const std::vector<std::uint32_t>& dedicated) {
   const std::uint32_t world = g.world_size;
+  const auto extra = static_cast<std::uint32_t>(dedicated.size());
+  if (extra > 0 && processes > extra) {
+    // The dedicated ranks (sandbox) alone on the last processes, the rest as usual before them;
+    // a communicator stays with its first member.
+    std::vector<std::uint32_t> owner = partition_lps(g, processes - extra, partition);
+    for (std::uint32_t i = 0; i < extra; ++i) owner[dedicated[i]] = processes - extra + i;
+    for (std::uint32_t c = 0; c < g.comms.size(); ++c)
+      owner[world + c] = owner[*g.comms.members_begin(c)];
+    return owner;
+  }
   std::vector<std::uint32_t> owner(world + g.comms.size(), 0);
   auto partitioner = pdes::make_partitioner(partition);
   if (partitioner->name() == "block") {
@@ -308,8 +320,8 @@ DistributedResults emulate_distributed(const graph::SlicedGraph& g, const Costs&
   int me = 0, size = 1;
   MPI_Comm_rank(comm, &me);
   MPI_Comm_size(comm, &size);
-  const std::vector<std::uint32_t> owner =
-      partition_lps(g, static_cast<std::uint32_t>(size), options.partition);
+  const std::vector<std::uint32_t> owner = partition_lps(
+      g, static_cast<std::uint32_t>(size), options.partition, options.dedicated_ranks);
   const std::vector<bool> needed = templates_needed(g, owner, static_cast<std::uint32_t>(me));
   for (std::size_t k = 0; k < needed.size(); ++k)
     if (needed[k] && !g.is_loaded(k))

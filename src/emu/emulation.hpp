@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,14 @@ struct EmulationOptions {
   pdes::OptimisticConfig optimistic;  ///< optimistic: GVT interval, window, batching
   bool rollback_check = false;        ///< sequential: forward → reverse → compare per event
   pdes::ProgressReporter progress;    ///< called on process 0 at most once per interval
+  /// Hybrid runs (sandbox ranks): per rank, the durations of every op of its template that
+  /// replace the cost model's (0 for communication ops); ranks not named keep their class's.
+  std::map<std::uint32_t, std::vector<SimTime>> rank_durations;
+  /// The same per template (run.calibrate_from_sandbox: a class takes a sandbox rank's).
+  std::map<std::uint32_t, std::vector<SimTime>> class_durations;
+  /// Ranks that each get an MPI process of their own when there are enough processes (the
+  /// last ones; the sandbox), whatever the partition.
+  std::vector<std::uint32_t> dedicated_ranks;
 };
 
 /// The exact number of events a run commits: per rank one START, per collective one ARRIVE and
@@ -73,7 +82,8 @@ RunResults gather_results(DistributedResults d, MPI_Comm comm);
 /// templates are not loaded yet; "metis" weighs edges by each class's message counts and needs
 /// every template (a ContractError otherwise).
 std::vector<std::uint32_t> partition_lps(const graph::SlicedGraph& g, std::uint32_t processes,
-                                         const std::string& partition);
+                                         const std::string& partition,
+                                         const std::vector<std::uint32_t>& dedicated = {});
 
 /// The templates `process` needs under the LP assignment `owner`: the class of every rank it
 /// owns, and the class of every member of every communicator it owns (a CommLP reads the op of

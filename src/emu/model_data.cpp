@@ -4,6 +4,8 @@
 #include <array>
 #include <optional>
 
+#include "core/error.hpp"
+
 namespace scalescope::emu {
 
 MemoryProfile memory_profile(const graph::RankProgram& p) {
@@ -49,7 +51,9 @@ WaitDeps wait_deps(const graph::RankProgram& p) {
   return w;
 }
 
-ModelData::ModelData(const graph::SlicedGraph& g, const Costs& c, bool coalesce)
+ModelData::ModelData(const graph::SlicedGraph& g, const Costs& c, bool coalesce,
+                     const std::map<std::uint32_t, std::vector<SimTime>>* class_durations,
+                     const std::map<std::uint32_t, std::vector<SimTime>>* rank_durations_in)
     : graph(&g), cost(&c), coalesce_local_ops(coalesce) {
   durations.reserve(g.templates.size());
   memory.reserve(g.templates.size());
@@ -63,8 +67,16 @@ ModelData::ModelData(const graph::SlicedGraph& g, const Costs& c, bool coalesce)
       continue;
     }
     std::vector<SimTime> d(p.size(), 0);
-    for (std::uint32_t i = 0; i < p.size(); ++i)
-      if (!graph::is_communication(p.ops[i].kind)) d[i] = c.compute(p.ops[i]);
+    const auto given = class_durations != nullptr
+                           ? class_durations->find(static_cast<std::uint32_t>(k))
+                           : std::map<std::uint32_t, std::vector<SimTime>>::const_iterator{};
+    if (class_durations != nullptr && given != class_durations->end()) {
+      SCALESCOPE_EXPECTS(given->second.size() == p.size());
+      d = given->second;
+    } else {
+      for (std::uint32_t i = 0; i < p.size(); ++i)
+        if (!graph::is_communication(p.ops[i].kind)) d[i] = c.compute(p.ops[i]);
+    }
     durations.push_back(std::move(d));
     memory.push_back(memory_profile(p));
     waits.push_back(wait_deps(p));
@@ -119,6 +131,20 @@ ModelData::ModelData(const graph::SlicedGraph& g, const Costs& c, bool coalesce)
       rc.comm_base[s] = rc.comm_ops;
       rc.comm_ops += static_cast<std::uint32_t>(p.stream_ops[s].size());
     }
+  }
+  if (rank_durations_in != nullptr)
+    for (const auto& [rank, d] : *rank_durations_in) {
+      SCALESCOPE_EXPECTS(rank < g.world_size);
+      const std::uint32_t k = g.rank_class[rank];
+      if (!g.is_loaded(k)) continue;
+      SCALESCOPE_EXPECTS(d.size() == g.templates[k].size());
+      rank_durations.emplace(rank, d);
+    }
+  // After the map stops changing: the copies point at its vectors.
+  for (const auto& [rank, d] : rank_durations) {
+    RankClass rc = classes[g.rank_class[rank]];
+    rc.dur = d.data();
+    rank_classes.emplace(rank, rc);
   }
 }
 

@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -104,10 +105,21 @@ struct ModelData {
   std::vector<RankClass> classes;
   bool coalesce_local_ops = true;
 
-  ModelData(const graph::SlicedGraph& g, const Costs& c, bool coalesce);
+  /// `class_durations` / `rank_durations` (optional): per template / per rank, the op durations
+  /// that replace the cost model's (hybrid runs: measured on a sandbox rank).
+  ModelData(const graph::SlicedGraph& g, const Costs& c, bool coalesce,
+            const std::map<std::uint32_t, std::vector<SimTime>>* class_durations = nullptr,
+            const std::map<std::uint32_t, std::vector<SimTime>>* rank_durations = nullptr);
   ModelData(const ModelData&) = delete;  // `classes` points into this object
   ModelData& operator=(const ModelData&) = delete;
-  const RankClass& class_of(std::uint32_t rank) const { return classes[graph->rank_class[rank]]; }
+  /// Sandbox ranks with their own durations: a copy of their class pointing at them.
+  std::map<std::uint32_t, RankClass> rank_classes;
+  std::map<std::uint32_t, std::vector<SimTime>> rank_durations;
+  const RankClass& class_of(std::uint32_t rank) const {
+    if (!rank_classes.empty())
+      if (const auto it = rank_classes.find(rank); it != rank_classes.end()) return it->second;
+    return classes[graph->rank_class[rank]];
+  }
   pdes::LpId comm_lp(std::int32_t comm) const;
 };
 

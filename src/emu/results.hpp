@@ -90,6 +90,16 @@ struct Summary {
   std::uint64_t profile_signatures_found = 0;
   std::uint64_t profile_signatures_total = 0;
   double profile_measured_fraction = 0;
+  /// Hybrid runs: the sandbox ranks and what their real kernels gave (empty ranks: none).
+  std::vector<std::uint32_t> sandbox_ranks;
+  std::string sandbox_backend;
+  std::string sandbox_device;
+  double sandbox_op_scale = 1;
+  std::uint64_t sandbox_measured_ops = 0;  ///< distinct kernel signatures measured
+  double sandbox_measured_fraction = 0;    ///< of the sandbox ranks' compute time
+  std::int64_t sandbox_peak_allocated_bytes = 0;
+  std::int64_t sandbox_peak_reserved_bytes = 0;
+  bool sandbox_replayed = false;  ///< the measurements came from --replay-measurements
   std::string model_name;
   std::string gpu;
 
