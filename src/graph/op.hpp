@@ -145,6 +145,8 @@ enum class OpName : std::uint8_t {
   EdpAllReduce,       ///< MoE: expert gradients over the expert-data-parallel group
   EdpReduceScatter,   ///< MoE: the same with the distributed optimizer
   EdpAllGather,       ///< MoE: updated expert parameters gathered over expert DP
+  AtenGemm,           ///< a captured model's matrix multiply (mm, addmm, bmm, …)
+  AtenOp,             ///< a captured model's memory-bound ATen op
   Count
 };
 std::string_view op_name(OpName n);

@@ -1,0 +1,62 @@
+#pragma once
+/// Flint-style captured models (issue 11): the ATen joint graph of one transformer block as
+/// scripts/capture/capture.py writes it, lowered to graph ops with a tensor-parallel plan
+/// (docs/flint.md).
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "graph/op.hpp"
+
+namespace scalescope::workload {
+
+struct CapturedNode {
+  std::string name;
+  std::string kind;  ///< placeholder | call_function | output | get_attr
+  std::string op;    ///< ATen overload without "aten.", e.g. "mm.default"
+  std::vector<std::uint32_t> inputs;
+  std::vector<std::vector<std::int64_t>> shapes;  ///< one per tensor output
+  std::vector<std::string> dtypes;
+  std::string module;  ///< the nn.Module path it came from ("layers.0.attention.wq")
+  std::string param;   ///< placeholders: the parameter's name, if it is one
+};
+
+struct Capture {
+  std::string model;
+  std::int64_t num_blocks = 0, batch = 0, seq = 0, vocab_size = 0;
+  std::string dtype, torch_version, blocks_attr;
+  std::vector<CapturedNode> block, outer;
+};
+
+/// PyTorch's parallelize_module plan: module-path patterns ('*' matches one path component)
+/// → "colwise" | "rowwise" (ColwiseParallel / RowwiseParallel of nn.Linear).
+struct TpPlan {
+  std::vector<std::pair<std::string, std::string>> rules;
+  /// The style of `module` (a path in the capture, e.g. "layers.0.attention.wq"), or "".
+  std::string style_of(const std::string& module) const;
+};
+/// The plan shipped for inputs/pytorch/llama.py and mixtral.py, and for gpt3.py.
+TpPlan llama_tp_plan();
+TpPlan gpt_tp_plan();
+
+/// How each ATen op is costed (docs/flint.md "Cost of ATen ops").
+enum class AtenClass : std::uint8_t { Gemm, Attention, MemoryBound, View, Unknown };
+AtenClass aten_class(const std::string& op);
+
+/// One captured block lowered for TP degree `tp`: compute ops (GEMMs sharded by the plan,
+/// memory-bound ops by the bytes they read and write, /tp inside the sharded region), the TP
+/// all-reduces the plan implies (after a row-parallel forward GEMM and a column-parallel dgrad),
+/// forward or backward by whether the op feeds the block's output, and the bytes the forward
+/// keeps for the backward.
+struct LoweredBlock {
+  std::vector<graph::Op> forward, backward;
+  double saved_bytes = 0;
+  double params_on_rank = 0;
+  double linear_gemm_flops = 0;  ///< GEMMs of the plan's (or any) nn.Linear modules
+  double other_gemm_flops = 0;   ///< the rest: attention's batched GEMMs, routers outside the plan
+  std::map<std::string, int> unknown_ops;  ///< ATen ops costed as memory-bound by default
+};
+LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp);
+
+}  // namespace scalescope::workload
