@@ -13,6 +13,7 @@ find_package(nlohmann_json REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(fmt REQUIRED)
 find_package(spdlog REQUIRED)
+find_package(Protobuf REQUIRED)  # Chakra execution traces (io/chakra); Debian: libprotobuf-dev
 
 # METIS (Debian's libmetis-dev) ships no CMake config; idx_t is 32-bit there.
 find_path(METIS_INCLUDE_DIR metis.h)

@@ -4,6 +4,9 @@
 //                  [--graph graph.h5] [--quiet]
 //   scalescope graph [CONFIG] [--megatron-args "…"] -o graph.h5 [--set key.path=value]...
 //   scalescope memory [CONFIG] [--megatron-args "…"] [--set key.path=value]...
+//   scalescope export-chakra graph.h5 PREFIX [--classes]
+//   scalescope graph --chakra PREFIX -o graph.h5 [--comm-groups groups.json] [--set …]
+//   scalescope run --chakra PREFIX [-o DIR] [--comm-groups groups.json] [--set …]
 #include <mpi.h>
 
 #include <sys/wait.h>
@@ -30,6 +33,7 @@
 #include "cost/cost_model.hpp"
 #include "cost/gpu.hpp"
 #include "emu/emulation.hpp"
+#include "io/chakra_et.hpp"
 #include "io/chrome_trace.hpp"
 #include "io/collective.hpp"
 #include "io/config.hpp"
@@ -496,6 +500,136 @@ Sandbox prepare_sandbox(const io::ExperimentConfig& c, const graph::SlicedGraph&
   return sb;
 }
 
+/// The first line of the configuration text of a graph imported from Chakra ET files.
+constexpr std::string_view kChakraMarker = "# chakra-import:";
+
+bool is_chakra_config(const std::string& config_text) {
+  return config_text.rfind(kChakraMarker, 0) == 0;
+}
+
+/// The configuration of a Chakra import: the trace holds the programs, so only the cluster and
+/// run sections matter. The model, parallel and training sections are placeholders that make it
+/// a valid experiment (one data-parallel group of all ranks); `--set cluster.preset=…` etc.
+/// apply on top. The first line records where the graph came from.
+io::ExperimentConfig chakra_config(const std::string& prefix, std::uint32_t ranks,
+                                   const std::vector<std::string>& overrides) {
+  const std::string origin = fmt::format("{} {} ({} rank files)", kChakraMarker, prefix, ranks);
+  graph::SlicedGraph meta;
+  meta.config_text = fmt::format(
+      "{}\n"
+      "model: {{preset: llama3-8b, num_layers: 1}}\n"
+      "parallel: {{tp: 1, pp: 1, dp: {}}}\n"
+      "training: {{micro_batch_size: 1, global_batch_size: {}}}\n"
+      "cluster: {{preset: dgx-h100, num_gpus: {}}}\n"
+      "run: {{output: out/chakra, trace_ranks: [0]}}\n",
+      origin, ranks, ranks, ranks);
+  io::ExperimentConfig c = load_config({}, &meta, overrides, {});
+  c.path = prefix;
+  c.resolved_yaml = origin +
+                    "\n# model, parallel and training are placeholders: the programs come from "
+                    "the trace\n" +
+                    c.resolved_yaml;
+  return c;
+}
+
+io::ChakraImport import_chakra(const std::string& prefix, const std::string& comm_groups,
+                               bool report) {
+  io::ChakraReadOptions ro;
+  ro.comm_groups_path = comm_groups;
+  if (report)
+    ro.warn = [](const std::string& w) { std::cerr << "scalescope: warning: " << w << "\n"; };
+  return io::read_chakra(prefix, ro);
+}
+
+/// `scalescope run` of an imported trace (run --chakra, or run --graph of a graph.h5 that
+/// graph --chakra wrote): the cost model for compute ops without a trace duration, the trace's
+/// durations elsewhere (io::resolve_durations); no workload figures (tokens, model FLOPs are
+/// the trace's total FLOPs) and no memory-capacity check (the trace has no memory model).
+int run_chakra(const MpiSession& mpi, const graph::SlicedGraph& g,
+               const std::map<std::uint32_t, std::vector<std::int64_t>>& durations,
+               io::ExperimentConfig& c, const std::string& out_override, bool quiet) {
+  if (!out_override.empty()) c.run.output = out_override;
+  if (g.world_size != static_cast<std::uint32_t>(c.parallel.world()))
+    throw_input("{}: the trace has {} ranks but the configuration has {} GPUs", c.path,
+                g.world_size, c.parallel.world());
+  const bool optimistic = c.run.engine == "optimistic";
+  if (!optimistic && mpi.size() > 1)
+    throw_input("{}: run.engine=sequential runs on one process; use --set run.engine=optimistic",
+                c.path);
+  cost::CostModel cost(c.cluster);
+  const emu::Costs costs = emu::costs_of(cost);
+  emu::EmulationOptions opt;
+  opt.coalesce_local_ops = c.run.coalesce_local_ops;
+  opt.trace_ranks = c.run.trace_ranks;
+  opt.partition = c.run.partition;
+  opt.class_durations = io::resolve_durations(g, durations, costs.compute);
+  if (optimistic) opt.engine = emu::EngineKind::Optimistic;
+  emu::RunResults r;
+  try {
+    r = optimistic ? emu::emulate_parallel(g, costs, opt, MPI_COMM_WORLD)
+                   : emu::emulate(g, costs, opt);
+  } catch (const ContractError& e) {
+    // Send/recv here is rendezvous (a transfer completes when both ends are posted, as NCCL's
+    // P2P); ASTRA-sim's sends are eager, so a trace in which every rank sends before it
+    // receives (a hand-written ring) runs there and deadlocks here.
+    if (std::string_view(e.what()).find("deadlocked") == std::string_view::npos) throw;
+    throw_input(
+        "{}: the trace deadlocks under scalescope's rendezvous send/recv (a send completes only "
+        "when its receive is posted; ASTRA-sim's sends are eager): {}",
+        c.path, e.what());
+  }
+  if (mpi.rank() != 0) return 0;
+  emu::Summary& s = r.summary;
+  s.model_name = "chakra:" + c.path;
+  double flops = 0;
+  for (std::uint32_t rank = 0; rank < g.world_size; ++rank)
+    for (const graph::Op& op : g.program_of(rank).ops) flops += op.flops;
+  s.model_flops_per_iteration = flops;
+  s.peak_memory_bytes_by_pp_stage = {s.peak_memory_bytes};
+  r.config_text = c.resolved_yaml;
+  write_outputs(r, c.run.output);
+  if (!quiet) {
+    std::cout << io::format_summary_table(r);
+    std::cout << "results in " << c.run.output << "/\n";
+  }
+  return 0;
+}
+
+/// `scalescope export-chakra graph.h5 PREFIX`: compute nodes carry the cost model's durations
+/// (duration_micros, rounded up) for the cluster the graph's configuration names.
+int export_chakra_command(const std::string& graph_path, const std::string& prefix, bool classes) {
+  const graph::SlicedGraph g = io::read_graph_h5(graph_path);
+  const io::ExperimentConfig c = load_config({}, &g, {}, {});
+  const cost::CostModel cost(c.cluster);
+  const emu::Costs costs = emu::costs_of(cost);
+  io::ChakraWriteOptions wo;
+  wo.classes = classes;
+  wo.duration = costs.compute;
+  const std::size_t files = io::write_chakra(g, prefix, wo);
+  std::cout << fmt::format("wrote {} Chakra ET file{} {}{} for {} ranks ({} templates)\n", files,
+                           files == 1 ? "" : "s", prefix, classes ? ".class*.et" : ".*.et",
+                           g.world_size, g.templates.size());
+  return 0;
+}
+
+/// `scalescope graph --chakra PREFIX -o graph.h5`: the imported graph, with the trace's fixed
+/// durations beside it (/chakra_durations), written through one temporary.
+int graph_chakra_command(const std::string& prefix, const std::string& out,
+                         const std::string& comm_groups,
+                         const std::vector<std::string>& overrides) {
+  io::ChakraImport imp = import_chakra(prefix, comm_groups, true);
+  const io::ExperimentConfig c = chakra_config(prefix, imp.graph.world_size, overrides);
+  imp.graph.config_text = c.resolved_yaml;
+  io::write_imported_graph_h5(imp.graph, imp.durations, out);
+  std::size_t ops = 0;
+  for (const auto& t : imp.graph.templates) ops += t.ops.size();
+  std::cout << "wrote " << out << ": " << imp.graph.world_size << " ranks, "
+            << imp.graph.templates.size() << " templates, " << ops << " template ops, "
+            << imp.graph.comms.size() << " communicators (from " << imp.files
+            << " Chakra ET files, " << imp.nodes << " nodes)\n";
+  return 0;
+}
+
 int run_command(const MpiSession& mpi, const std::string& config_path,
                 const std::string& graph_path, const std::string& out_override,
                 const std::vector<std::string>& overrides, const std::string& megatron_args,
@@ -504,6 +638,17 @@ int run_command(const MpiSession& mpi, const std::string& config_path,
   // The configuration first (from CONFIG, or the one graph.h5 carries): the engine decides how
   // the graph is read.
   std::optional<io::ExperimentConfig> loaded;
+  if (config_path.empty() && !graph_path.empty() && megatron_args.empty()) {
+    // A graph imported from Chakra traces replays with its trace durations.
+    graph::SlicedGraph meta;
+    meta.config_text = io::read_graph_config_text(graph_path);
+    if (is_chakra_config(meta.config_text)) {
+      io::ExperimentConfig c = load_config({}, &meta, overrides, {});
+      c.path = graph_path;
+      const graph::SlicedGraph g = io::read_graph_h5(graph_path);
+      return run_chakra(mpi, g, io::read_graph_durations_h5(graph_path), c, out_override, quiet);
+    }
+  }
   if (!config_path.empty() || graph_path.empty()) {
     loaded = load_config(config_path, nullptr, overrides, megatron_args);
   } else {
@@ -793,6 +938,11 @@ int main(int argc, char** argv) {
                   "(run.sandbox_ranks)");
   run->add_option("--replay-measurements", replay_path,
                   "Take the sandbox measurements from a hybrid run's results.h5 (no device)");
+  std::string chakra_prefix, comm_groups;
+  run->add_option("--chakra", chakra_prefix,
+                  "Replay Chakra ET files PREFIX.<rank>.et (cluster: --set cluster.preset=…)");
+  run->add_option("--comm-groups", comm_groups,
+                  "Chakra: communicator groups {\"<pg_name>\": [ranks]} (ASTRA-sim's format)");
   run->add_flag("--rollback-check", rollback_check,
                 "Check mode: run every event forward, reverse it, compare the LP state, then "
                 "run it for real (slow; sequential engine)");
@@ -803,6 +953,9 @@ int main(int argc, char** argv) {
   gcmd->add_option("config", graph_config, "Experiment YAML (optional with --megatron-args)");
   gcmd->add_option("--megatron-args", megatron_args, launch_help);
   gcmd->add_option("-o,--output", graph_out, "graph.h5 path")->required();
+  gcmd->add_option("--chakra", chakra_prefix, "Import Chakra ET files PREFIX.<rank>.et");
+  gcmd->add_option("--comm-groups", comm_groups,
+                   "Chakra: communicator groups {\"<pg_name>\": [ranks]} (ASTRA-sim's format)");
   gcmd->add_option("--set", graph_overrides, "Override a config key: key.path=value");
 
   std::string memory_config;
@@ -829,12 +982,36 @@ int main(int argc, char** argv) {
                    "host: every dimension times this (default 0.05); recorded in the profile");
   pcmd->add_option("-o,--output", profile_out, "profile.h5 path");
 
+  std::string export_graph, export_prefix;
+  bool export_classes = false;
+  auto* ecmd = app.add_subcommand("export-chakra",
+                                  "Write a graph.h5 as Chakra ET files (one per rank) for "
+                                  "ASTRA-sim and Chakra's tools");
+  ecmd->add_option("graph", export_graph, "graph.h5")->required();
+  ecmd->add_option("prefix", export_prefix, "Output PREFIX: PREFIX.<rank>.et")->required();
+  ecmd->add_flag("--classes", export_classes,
+                 "One file per rank class (PREFIX.class<k>.et) plus PREFIX.classes.json");
+
   try {
     app.parse(args);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
   try {
+    if (*ecmd) return export_chakra_command(export_graph, export_prefix, export_classes);
+    if (*run && !chakra_prefix.empty()) {
+      if (!config.empty() || !graph_path.empty() || !megatron_args.empty())
+        throw_input("scalescope run --chakra: give no CONFIG, --graph or --megatron-args");
+      io::ChakraImport imp = import_chakra(chakra_prefix, comm_groups, mpi.rank() == 0);
+      io::ExperimentConfig c = chakra_config(chakra_prefix, imp.graph.world_size, overrides);
+      imp.graph.config_text = c.resolved_yaml;
+      return run_chakra(mpi, imp.graph, imp.durations, c, out, quiet);
+    }
+    if (*gcmd && !chakra_prefix.empty()) {
+      if (!graph_config.empty() || !megatron_args.empty())
+        throw_input("scalescope graph --chakra: give no CONFIG or --megatron-args");
+      return graph_chakra_command(chakra_prefix, graph_out, comm_groups, graph_overrides);
+    }
     if (*run) {
       if (config.empty() && graph_path.empty() && megatron_args.empty())
         throw_input(

@@ -4,8 +4,8 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config
   libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev
-  libgtest-dev libbenchmark-dev libmetis-dev libtrilinos-kokkos-dev
-  python3-h5py python3-numpy python3-matplotlib
+  libgtest-dev libbenchmark-dev libmetis-dev libtrilinos-kokkos-dev libprotobuf-dev protobuf-compiler
+  python3-h5py python3-numpy python3-matplotlib python3-yaml python3-torch
   slurmctld slurmd slurm-client munge libpmix2)
 missing=()
 for p in "${pkgs[@]}"; do
