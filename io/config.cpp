@@ -16,6 +16,7 @@
 
 #include "core/error.hpp"
 #include "cost/gpu.hpp"
+#include "io/capture_h5.hpp"
 #include "io/megatron_args.hpp"
 #include "io/yaml_util.hpp"
 
@@ -136,7 +137,8 @@ Keys concat(Keys a, const Keys& b) {
 
 /// The keys an experiment file may write in `section`.
 Keys section_keys(std::string_view section) {
-  if (section == "model") return concat(kModelShapeKeys, {"preset", "hf_config"});
+  if (section == "model")
+    return concat(kModelShapeKeys, {"preset", "hf_config", "source", "tp_plan"});
   if (section == "parallel") return kParallelKeys;
   if (section == "training") return kTrainingKeys;
   if (section == "cluster") return concat(kClusterNetworkKeys, {"preset"});
@@ -459,7 +461,40 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
                               Value{kv.second, Origin{sources.hf_config, "", false}});
   }
   for (const auto& [k, v] : inline_keys)
-    if (k != "preset" && k != "hf_config") merged.insert_or_assign(k, v);
+    if (k != "preset" && k != "hf_config" && k != "source" && k != "tp_plan")
+      merged.insert_or_assign(k, v);
+
+  // A captured model (docs/flint.md): its block replaces the built-in layer; the shape keys it
+  // implies fill in what the preset / inline keys leave open, and must agree with them.
+  std::shared_ptr<const workload::Capture> capture;
+  std::string capture_path;
+  if (const Value* v = get(inline_keys, "source")) {
+    const std::string file = detail::read_string(*v, "model.source");
+    const fs::path p = fs::path(file).is_absolute() ? fs::path(file) : base_dir(*v) / file;
+    if (!fs::is_regular_file(p))
+      fail(*v, "model.source", fmt::format("capture {} not found", display(p)));
+    capture_path = fs::absolute(p).lexically_normal().string();
+    capture = std::make_shared<const workload::Capture>(io::read_capture_h5(capture_path));
+    std::int64_t hidden = 0;
+    for (const workload::CapturedNode& n : capture->block)
+      if (n.kind == "placeholder" && n.param.empty() && !n.shapes.empty() &&
+          n.shapes[0].size() == 3) {
+        hidden = n.shapes[0][2];
+        break;
+      }
+    const Origin from{capture_path, "", false};
+    for (const auto& [key, value] :
+         {std::pair{"num_layers", capture->num_blocks}, std::pair{"seq_length", capture->seq},
+          std::pair{"vocab_size", capture->vocab_size}, std::pair{"hidden_size", hidden}}) {
+      if (const Value* given = get(merged, key)) {
+        if (detail::read_positive_int(*given, std::string("model.") + key) != value)
+          fail(*given, std::string("model.") + key,
+               fmt::format("disagrees with the capture {} ({})", capture_path, value));
+      } else {
+        merged.insert_or_assign(key, Value{YAML::Node(value), from});
+      }
+    }
+  }
 
   workload::ModelSpec m;
   if (!sources.preset.empty()) m.name = sources.preset;
@@ -549,6 +584,17 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
     m.moe_ffn_hidden_size = m.expert_ffn();
   }
   if (m.q_lora_rank < 0) throw_input("{}: model.q_lora_rank must be >= 0", experiment);
+  if (capture) {
+    m.capture = capture;
+    m.capture_path = capture_path;
+    const Value* plan = get(inline_keys, "tp_plan");
+    const std::string name =
+        plan ? detail::read_choice(*plan, "model.tp_plan", {"llama", "gpt"}) : std::string("llama");
+    m.capture_plan = name == "gpt" ? workload::gpt_tp_plan() : workload::llama_tp_plan();
+    m.capture_plan_name = name;
+  } else if (const Value* plan = get(inline_keys, "tp_plan")) {
+    fail(*plan, "model.tp_plan", "applies to a captured model only (set model.source)");
+  }
   // Resolve the "0 → derived" defaults so the spec and the emitted YAML say the same.
   m.ffn_hidden_size = m.ffn();
   m.num_query_groups = m.query_groups();
@@ -930,6 +976,22 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
           "expert-data-parallel group); use the distributed optimizer (ZeRO-1)",
           f, p.zero());
   }
+  if (m.capture) {
+    // What the lowering of a captured block covers (docs/flint.md "Not yet").
+    const auto refuse = [&](bool cond, const char* what) {
+      if (cond)
+        throw_input("{}: model.source (a captured model) with {} is not modelled yet", f, what);
+    };
+    refuse(p.sequence_parallel, "parallel.sequence_parallel");
+    refuse(cp > 1, "parallel.context_parallel_size > 1");
+    refuse(m.moe() || m.multi_latent_attention, "MoE / MLA shape keys");
+    refuse(p.recompute != workload::Recompute::None, "parallel.recompute");
+    refuse(p.zero() >= 2, "parallel.zero_stage >= 2");
+    refuse(c.training.precision == workload::Precision::Fp8, "training.precision: fp8");
+    if (c.training.micro_batch_size != m.capture->batch)
+      throw_input("{}: training.micro_batch_size={} differs from the capture's batch {} ({})", f,
+                  c.training.micro_batch_size, m.capture->batch, m.capture_path);
+  }
   if (m.multi_latent_attention && m.position_embedding_type != workload::PositionEmbedding::Rope)
     throw_input("{}: model.multi_latent_attention needs position_embedding_type: rope", f);
 
@@ -1016,6 +1078,10 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
   out << YAML::Key << "position_embedding_type" << YAML::Value
       << (m.position_embedding_type == workload::PositionEmbedding::Rope ? "rope"
                                                                          : "learned_absolute");
+  if (m.capture) {
+    out << YAML::Key << "source" << YAML::Value << m.capture_path;
+    out << YAML::Key << "tp_plan" << YAML::Value << m.capture_plan_name;
+  }
   if (m.moe()) {
     out << YAML::Key << "num_experts" << YAML::Value << m.num_experts;
     out << YAML::Key << "moe_router_topk" << YAML::Value << m.moe_router_topk;

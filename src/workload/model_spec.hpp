@@ -1,8 +1,11 @@
 #pragma once
 /// Dense decoder-only transformer description. Key names follow Megatron-LM's arguments.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "workload/capture.hpp"
 
 namespace scalescope::workload {
 
@@ -52,6 +55,14 @@ struct ModelSpec {
   std::int64_t qk_head_dim = 128;         ///< the non-rotary part of a query/key head
   std::int64_t qk_pos_emb_head_dim = 64;  ///< the rotary part (one key shared by all heads)
   std::int64_t v_head_dim = 128;
+
+  /// A captured model (model.source: capture.h5, docs/flint.md): its lowered block replaces the
+  /// built-in transformer layer; the shape keys above still size the embedding, the head and the
+  /// parameter accounting (they must agree with the capture).
+  std::shared_ptr<const Capture> capture;
+  TpPlan capture_plan;
+  std::string capture_path;
+  std::string capture_plan_name;  ///< llama | gpt
 
   bool moe() const { return num_experts > 0; }
   bool is_moe_layer(std::int64_t layer) const {

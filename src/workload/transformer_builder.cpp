@@ -93,6 +93,7 @@ class StageBuilder {
     o_w_ = static_cast<double>(m.attn_out_width());
     k_w_ = m.multi_latent_attention ? qk_w_ : static_cast<double>(m.kv_width());
     v_w_ = m.multi_latent_attention ? o_w_ : static_cast<double>(m.kv_width());
+    if (m.capture) lowered_ = lower_block(*m.capture, m.capture_plan, p.tp());
     if (m.moe()) {
       // Each layer's MoE block sees the rank's SP share of its tokens (Megatron requires SP with
       // TP); the EP-rank program models its own experts' load, the balanced one EP rank 0's.
@@ -543,9 +544,38 @@ class StageBuilder {
     ready_[-1] = chain(op);
   }
 
+  /// A captured model's layer (docs/flint.md): the lowered block's forward ops in capture order
+  /// on the chain, the saved activations allocated with the first and kept for the backward.
+  void captured_forward(std::int64_t l) {
+    bool first = true;
+    for (Op op : lowered_.forward) {
+      op.layer = static_cast<std::uint16_t>(l);
+      op.microbatch = static_cast<std::uint16_t>(cur_mb_);
+      if (first) op.mem_alloc = static_cast<std::int64_t>(lowered_.saved_bytes);
+      first = false;
+      chain(op);
+    }
+    layer_saved_[{l, cur_mb_}] = {static_cast<std::int64_t>(lowered_.saved_bytes), 0};
+  }
+  /// Its backward: every gradient of the layer counts as ready at the layer's last op.
+  void captured_backward(std::int64_t l, std::int64_t mb) {
+    for (Op op : lowered_.backward) {
+      op.layer = static_cast<std::uint16_t>(l);
+      op.microbatch = static_cast<std::uint16_t>(mb);
+      chain(op);
+    }
+    const auto saved = layer_saved_.at({l, mb});
+    free_at_chain(static_cast<double>(saved.first + saved.second));
+    for (std::int64_t k = 0; k < kParts; ++k) ready_[param_key(l, k)] = chain_;
+  }
+
   /// Forward of (global) layer l (also used to recompute it under full recomputation).
   void layer_forward(std::int64_t l, Phase phase, bool first_microbatch) {
     cur_layer_ = l;
+    if (m_.capture) {
+      captured_forward(l);
+      return;
+    }
     const double T = tokens_, t = tp_, h = h_;
     const double q = static_cast<double>(m_.query_width());
     const double kv = static_cast<double>(m_.kv_width());
@@ -989,6 +1019,10 @@ class StageBuilder {
   void layer_backward(std::int64_t l, std::int64_t mb) {
     cur_layer_ = l;
     cur_mb_ = mb;
+    if (m_.capture) {
+      captured_backward(l, mb);
+      return;
+    }
     const double T = tokens_, t = tp_, h = h_;
     const double q = static_cast<double>(m_.query_width());
     const double kv = static_cast<double>(m_.kv_width());
@@ -1348,6 +1382,7 @@ class StageBuilder {
   double tokens_ = 0, seq_shard_ = 1, tp_ = 1, cp_ = 1, h_ = 0, hidden_bytes_ = 0;
   double qk_w_ = 0, o_w_ = 0, k_w_ = 0, v_w_ = 0;  ///< attention widths (all heads)
   MoeLoad load_;                                   ///< MoE: this rank's tokens per layer
+  LoweredBlock lowered_;                           ///< captured models: the lowered block
   double local_experts_ = 0;
 
   std::uint32_t chain_ = kNone;

@@ -86,6 +86,46 @@ TEST_F(Capture, LlamaBlockMatchesTheBuilderPerLayer) {
   }
 }
 
+TEST_F(Capture, CapturedModelBuildsAValidPipelineGraph) {
+  // The lowered block replaces the built-in layer in every stage; the graph validates (matched
+  // collectives and transfers) and each layer carries the block's ops and GEMM FLOPs.
+  const std::string path = file("capture.h5");
+  if (!capture(path)) GTEST_SKIP() << "SKIPPED LOUDLY: no PyTorch (scripts/setup.sh installs it)";
+  workload::ModelSpec m;
+  m.num_layers = 4;
+  m.hidden_size = 1024;
+  m.ffn_hidden_size = 2816;
+  m.num_attention_heads = 8;
+  m.num_query_groups = 2;
+  m.vocab_size = 32000;
+  m.seq_length = 512;
+  m.gated_linear_unit = true;
+  m.untie_embeddings = true;
+  m.add_bias_linear = false;
+  m.capture = std::make_shared<const workload::Capture>(read_capture_h5(path));
+  m.capture_plan = workload::llama_tp_plan();
+  workload::ParallelPlan p;
+  p.tensor_model_parallel_size = 2;
+  p.pipeline_model_parallel_size = 2;
+  p.data_parallel_size = 2;
+  workload::TrainingSpec t;
+  t.global_batch_size = 8;
+  const graph::SlicedGraph g = workload::build_graph(m, p, t);  // validates
+  const workload::LoweredBlock b = workload::lower_block(*m.capture, m.capture_plan, 2);
+  for (const auto& prog : g.templates) {
+    double flops = 0;
+    std::size_t ops = 0;
+    const std::uint16_t first_layer = prog.name == "pp_stage_0" ? 0 : 2;
+    for (const auto& op : prog.ops)
+      if (op.layer == first_layer && op.microbatch == 0) {
+        ++ops;
+        if (op.kind == graph::OpKind::Gemm) flops += op.flops;
+      }
+    EXPECT_EQ(ops, b.forward.size() + b.backward.size()) << prog.name;
+    EXPECT_DOUBLE_EQ(flops, b.linear_gemm_flops + b.other_gemm_flops) << prog.name;
+  }
+}
+
 TEST_F(Capture, BadFilesNameThemselves) {
   const std::string path = file("x.h5");
   std::ofstream(path) << "not hdf5";
