@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""docs/flint.md's table: a captured reference module against the built-in builder at the same
+layout, per layer (forward + backward of one micro-batch) and per iteration.
+
+    scripts/validate/flint_table.py [BUILD_DIR]      (needs /usr/bin/python3 with torch and h5py)
+
+Sequence parallelism is off in both (captures do not lower it yet) and the builder runs its
+unfused attention (the reference modules are eager PyTorch, as their authors wrote them)."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+
+import h5py
+
+repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+build = sys.argv[1] if len(sys.argv) > 1 else os.path.join(repo, "build")
+bin_ = os.path.join(build, "scalescope")
+tmp = tempfile.mkdtemp()
+KINDS = ["gemm", "attention", "elementwise", "norm", "all_reduce", "all_gather", "reduce_scatter",
+         "send_recv"]
+
+CASES = [
+    # name, module, ctor args, seq, plan, preset, parallel, gpus, gbs
+    ("Llama 3 8B", "llama.py:Transformer",
+     dict(dim=4096, n_layers=32, n_heads=32, n_kv_heads=8, vocab_size=128256, ffn_dim=14336),
+     8192, "llama", "llama3-8b", dict(tp=8, pp=1, dp=8), 64, 64),
+    ("Llama 3 70B", "llama.py:Transformer",
+     dict(dim=8192, n_layers=80, n_heads=64, n_kv_heads=8, vocab_size=128256, ffn_dim=28672),
+     8192, "llama", "llama3-70b", dict(tp=8, pp=4, dp=4), 128, 64),
+    ("GPT-3 175B", "gpt3.py:GPT",
+     dict(vocab_size=50257, block_size=2048, n_layer=96, n_head=96, n_embd=12288),
+     2048, "gpt", "gpt3-175b", dict(tp=8, pp=8, dp=2), 128, 32),
+]
+
+
+def run(*args):
+    r = subprocess.run(args, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"{' '.join(args)}: {r.stderr.strip()}")
+    return r.stdout
+
+
+def layer_counts(graph):
+    with h5py.File(graph) as f:
+        t = f["templates/0"]
+        kind, layer, mb, flops = t["kind"][:], t["layer"][:], t["microbatch"][:], t["flops"][:]
+        names = [s.decode() if isinstance(s, bytes) else s for s in f["meta"].attrs.get("kind_names", [])]
+    names = names or ["gemm", "attention", "elementwise", "norm", "embedding", "loss", "optimizer",
+                      "all_reduce", "all_gather", "reduce_scatter", "send_recv", "all_to_all"]
+    sel = (layer == 0) & (mb == 0)
+    c = Counter(names[k] for k in kind[sel])
+    # Matrix work: GEMMs and attention (the builder's unfused attention op is the same batched
+    # GEMMs the eager module runs as bmm).
+    gemm = float(flops[sel & ((kind == 0) | (kind == 1))].sum())
+    return c, gemm
+
+
+rows = []
+for name, module, args, seq, plan, preset, par, gpus, gbs in CASES:
+    cap = os.path.join(tmp, preset + ".capture.h5")
+    argfile = os.path.join(tmp, preset + ".args.yaml")
+    json.dump(args, open(argfile, "w"))
+    run("/usr/bin/python3", os.path.join(repo, "scripts/capture/capture.py"),
+        os.path.join(repo, "inputs/pytorch", module), "--args", argfile, "--seq", str(seq),
+        "--blocks", "h" if plan == "gpt" else "layers", "-o", cap)
+    exp = os.path.join(tmp, "exp-" + preset + ".yaml")
+    open(exp, "w").write(json.dumps({
+        "model": {"preset": preset, "seq_length": seq},
+        "parallel": dict(par, use_distributed_optimizer=True),
+        "training": {"micro_batch_size": 1, "global_batch_size": gbs, "attention": "unfused"},
+        "cluster": {"preset": "dgx-h100", "num_gpus": gpus}}))
+    out = {}
+    for label, extra in (("builder", []), ("captured", ["--set", f"model.source={cap}",
+                                                         "--set", f"model.tp_plan={plan}"])):
+        g = os.path.join(tmp, f"{preset}-{label}.h5")
+        run(bin_, "graph", exp, "-o", g, *extra)
+        run(bin_, "run", exp, "-o", os.path.join(tmp, f"{preset}-{label}"), "--quiet", *extra)
+        s = json.load(open(os.path.join(tmp, f"{preset}-{label}", "summary.json")))
+        out[label] = layer_counts(g) + (s["iteration_time_s"], s["peak_memory_bytes"] / 2**30)
+    (cb, gb, tb, mb), (cc, gc, tc, mc) = out["builder"], out["captured"]
+    counts = " / ".join(f"{k} {cc.get(k, 0)}:{cb.get(k, 0)}" for k in KINDS
+                        if cc.get(k, 0) or cb.get(k, 0))
+    rows.append(f"| {name} | TP {par['tp']} PP {par['pp']} DP {par['dp']} | {counts} | "
+                f"{gc / gb:.4f} | {tc:.2f} / {tb:.2f} s ({tc / tb:.2f}×) | "
+                f"{mc:.0f} / {mb:.0f} GiB |")
+print("| model | layout | ops per layer, captured:builder | GEMM + attention FLOPs ratio | iteration captured / builder | peak memory captured / builder |")
+print("|---|---|---|---|---|---|")
+print("\n".join(rows))
