@@ -587,6 +587,11 @@ std::size_t write_chakra(const graph::SlicedGraph& g, const std::string& prefix,
   // Instance numbers (the send/recv tags) come from finalize(); work on finalized copies.
   std::vector<graph::RankProgram> templates = g.templates;
   for (auto& t : templates) t.finalize();
+  if (const fs::path dir = fs::path(prefix).parent_path(); !dir.empty()) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) throw_io("{}: cannot create the directory: {}", dir.string(), ec.message());
+  }
   std::vector<std::string> written;
   auto put = [&](const std::string& path, const std::string& bytes) {
     write_bytes(path, bytes);
@@ -1213,7 +1218,7 @@ ChakraImport read_chakra(const std::string& prefix, const ChakraReadOptions& opt
         if (o.op.kind == OpKind::AllGather) o.op.comm_bytes *= static_cast<double>(members.size());
       }
     // Point-to-point: at most two peers per rank, oriented into pipeline pairs (next, prev).
-    std::vector<std::set<std::uint32_t>> peers(world);
+    std::vector<std::set<std::uint32_t>> peers(world), sends_to(world);
     for (std::uint32_t r = 0; r < world; ++r)
       for (const RawOp& o : ranks[r].ops)
         for (std::int64_t p : {o.peer, o.peer2}) {
@@ -1222,6 +1227,7 @@ ChakraImport read_chakra(const std::string& prefix, const ChakraReadOptions& opt
             node_error(ranks[r].file, o.node, r,
                        fmt::format("send/recv peer {} is not another of the {} ranks", p, world));
           peers[r].insert(static_cast<std::uint32_t>(p));
+          if (p == o.peer) sends_to[r].insert(static_cast<std::uint32_t>(p));
           peers[static_cast<std::size_t>(p)].insert(r);
         }
     for (std::uint32_t r = 0; r < world; ++r)
@@ -1255,8 +1261,8 @@ ChakraImport read_chakra(const std::string& prefix, const ChakraReadOptions& opt
       for (;;) {
         seen[cur] = true;
         std::int64_t step = -1;
-        for (std::uint32_t p : peers[cur])
-          if (!seen[p]) step = p;
+        for (std::uint32_t p : peers[cur])  // downstream = where it sends, when it can
+          if (!seen[p] && (step < 0 || sends_to[cur].count(p))) step = p;
         if (step < 0) {
           if (cycle && cur != start) {
             next[cur] = start;
