@@ -5,18 +5,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from llama import Attention, RMSNorm  # noqa: E402  (same folder)
+from llama import Attention, FeedForward, RMSNorm  # noqa: E402  (same folder)
 
 
-class Expert(nn.Module):
-    def __init__(self, dim, hidden_dim):
-        super().__init__()
-        self.w1 = nn.Linear(dim, hidden_dim, bias=False)
-        self.w2 = nn.Linear(hidden_dim, dim, bias=False)
-        self.w3 = nn.Linear(dim, hidden_dim, bias=False)
-
-    def forward(self, x):
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+# An expert is Llama's SwiGLU feed-forward (w1, w2, w3).
+Expert = FeedForward
 
 
 class MoeFeedForward(nn.Module):
