@@ -969,6 +969,18 @@ int main(int argc, char** argv) {
   std::string profile_config, profile_list, profile_import, profile_backend = "host", profile_out;
   std::vector<std::string> profile_overrides;
   double op_scale = 0.05;
+  std::string capture_model, capture_args, capture_out, capture_blocks = "layers",
+                                                        capture_dtype = "bf16";
+  std::int64_t capture_seq = 4096, capture_batch = 1;
+  auto* ccmd = app.add_subcommand(
+      "capture", "Trace a PyTorch model's block and outer graph into capture.h5 (docs/flint.md)");
+  ccmd->add_option("model", capture_model, "path/to/file.py:ClassName")->required();
+  ccmd->add_option("--args", capture_args, "YAML mapping of constructor arguments");
+  ccmd->add_option("--seq", capture_seq, "Sequence length (default 4096)");
+  ccmd->add_option("--batch", capture_batch, "Micro-batch size (default 1)");
+  ccmd->add_option("--dtype", capture_dtype, "bf16 (default), fp16 or fp32");
+  ccmd->add_option("--blocks", capture_blocks, "The nn.ModuleList of repeated blocks");
+  ccmd->add_option("-o,--output", capture_out, "capture.h5 path")->required();
   auto* pcmd = app.add_subcommand(
       "profile", "Kernel signatures of a configuration: list them, measure them, import them");
   pcmd->add_option("config", profile_config, "Experiment YAML");
@@ -1031,6 +1043,20 @@ int main(int argc, char** argv) {
       }
       return run_command(mpi, config, graph_path, out, overrides, megatron_args, quiet,
                          rollback_check, sandbox, replay_path);
+    }
+    if (*ccmd) {
+      // The front end is Python (PyTorch's tracer): scripts/capture/capture.py of this checkout,
+      // run with Debian's /usr/bin/python3 (python3-torch).
+      const fs::path script =
+          fs::path(SCALESCOPE_SOURCE_DIR) / "scripts" / "capture" / "capture.py";
+      std::string cmd = fmt::format(
+          "/usr/bin/python3 '{}' '{}' --seq {} --batch {} --dtype '{}' "
+          "--blocks '{}' -o '{}'",
+          script.string(), capture_model, capture_seq, capture_batch, capture_dtype, capture_blocks,
+          capture_out);
+      if (!capture_args.empty()) cmd += fmt::format(" --args '{}'", capture_args);
+      const int rc = std::system(cmd.c_str());
+      return WIFEXITED(rc) ? WEXITSTATUS(rc) : 1;
     }
     if (*pcmd)
       return profile_command(profile_config, profile_overrides, megatron_args, profile_list,
