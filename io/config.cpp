@@ -982,7 +982,7 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
       if (cond)
         throw_input("{}: model.source (a captured model) with {} is not modelled yet", f, what);
     };
-    refuse(p.sequence_parallel, "parallel.sequence_parallel");
+    refuse(p.tp_comm_overlap, "parallel.tp_comm_overlap");
     refuse(cp > 1, "parallel.context_parallel_size > 1");
     refuse(m.moe() || m.multi_latent_attention, "MoE / MLA shape keys");
     refuse(p.recompute != workload::Recompute::None, "parallel.recompute");

@@ -225,7 +225,7 @@ AtenClass aten_class(const std::string& op) {
   return AtenClass::Unknown;
 }
 
-LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp) {
+LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, bool sp) {
   const auto& nodes = c.block;
   const std::size_t n = nodes.size();
   const double t = static_cast<double>(tp);
@@ -265,6 +265,17 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp) 
   // TP where something other than a sum of partials first reads them: the q, k, v input
   // gradients add up before one all-reduce, as DTensor's Replicate input does.
   std::vector<bool> partial(n, false);
+  // Sequence parallelism: activations outside the TP regions are split along the sequence
+  // (the block's input first); a plan GEMM gathers such an operand (once per tensor and pass),
+  // partial sums are reduce-scattered back, as Megatron's SP does.
+  std::vector<bool> seq(n, false);
+  if (sp && tp > 1)
+    for (std::size_t i = 0; i < n; ++i)
+      if (nodes[i].kind == "placeholder" && nodes[i].param.empty()) {
+        seq[i] = true;  // the hidden states
+        break;
+      }
+  std::set<std::pair<std::uint32_t, bool>> gathered;
   auto tensor_bytes = [&](const CapturedNode& d) {
     double b = 0;
     for (std::size_t k = 0; k < d.shapes.size(); ++k)
@@ -285,7 +296,10 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp) 
     auto emit = [&](graph::Op o) { (fwd ? out.forward : out.backward).push_back(o); };
     if (cls == AtenClass::View) {
       sharded[i] = any_sharded;
-      for (std::uint32_t j : d.inputs) partial[i] = partial[i] || partial[j];
+      for (std::uint32_t j : d.inputs) {
+        partial[i] = partial[i] || partial[j];
+        seq[i] = seq[i] || seq[j];
+      }
       continue;
     }
     bool all_partial = !d.inputs.empty(), any_partial = false;
@@ -299,15 +313,16 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp) 
       for (std::uint32_t j : d.inputs) {
         if (!partial[j]) continue;
         graph::Op ar;
-        ar.kind = graph::OpKind::AllReduce;
+        ar.kind = sp ? graph::OpKind::ReduceScatter : graph::OpKind::AllReduce;
         ar.role = graph::CommRole::Tp;
         ar.stream = graph::Stream::TpComm;
-        ar.name = graph::OpName::TpAllReduce;
+        ar.name = sp ? graph::OpName::TpReduceScatter : graph::OpName::TpAllReduce;
         ar.phase = forward[j] ? graph::Phase::Forward : graph::Phase::Backward;
         ar.layer = 0;
         ar.comm_bytes = tensor_bytes(nodes[j]);
         if (tp > 1) (forward[j] ? out.forward : out.backward).push_back(ar);
         partial[j] = false;
+        seq[j] = sp && tp > 1;
       }
     }
     if (cls == AtenClass::Gemm) {
@@ -322,6 +337,27 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp) 
       m *= batch;
       const std::string style = plan.style_of(d.module);
       bool reduce = false;
+      // The tensor behind view-like ops: one gather serves every view of it in a pass.
+      const auto root = [&](std::uint32_t j) {
+        while (nodes[j].kind == "call_function" && aten_class(nodes[j].op) == AtenClass::View &&
+               !nodes[j].inputs.empty())
+          j = nodes[j].inputs.front();
+        return j;
+      };
+      if (!style.empty())
+        for (std::uint32_t j : d.inputs)
+          if (seq[j] && gathered.insert({root(j), fwd}).second) {
+            // The sequence-split operand, gathered over TP before the GEMM (S = its full size).
+            graph::Op ag;
+            ag.kind = graph::OpKind::AllGather;
+            ag.role = graph::CommRole::Tp;
+            ag.stream = graph::Stream::TpComm;
+            ag.name = graph::OpName::TpAllGather;
+            ag.phase = phase;
+            ag.layer = 0;
+            ag.comm_bytes = tensor_bytes(nodes[j]);
+            emit(ag);
+          }
       if (!style.empty()) {
         // nn.Linear's weight [out, in]: find it among the module's parameters.
         std::int64_t out_dim = 0, in_dim = 0;
@@ -357,6 +393,13 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp) 
       } else if (any_sharded) {
         m /= t;  // per-head batched GEMMs on this rank's heads
         sharded[i] = true;
+      } else {
+        bool any_seq = false;
+        for (std::uint32_t j : d.inputs) any_seq = any_seq || seq[j];
+        if (any_seq) {
+          m /= t;  // a replicated GEMM (a router) on this rank's part of the sequence
+          seq[i] = true;
+        }
       }
       op.kind = graph::OpKind::Gemm;
       op.name = graph::OpName::AtenGemm;
@@ -378,9 +421,12 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp) 
       if (nodes[j].kind != "get_attr") bytes += tensor_bytes(nodes[j]);
     if (cls == AtenClass::Unknown) ++out.unknown_ops[base_op(d.op)];
     sharded[i] = any_sharded;
+    bool any_seq = false;
+    for (std::uint32_t j : d.inputs) any_seq = any_seq || seq[j];
+    seq[i] = any_seq && !any_sharded;
     op.kind = cls == AtenClass::Attention ? graph::OpKind::Attention : graph::OpKind::Elementwise;
     op.name = cls == AtenClass::Attention ? graph::OpName::Attention : graph::OpName::AtenOp;
-    op.mem_bytes = any_sharded ? bytes / t : bytes;
+    op.mem_bytes = any_sharded || seq[i] ? bytes / t : bytes;
     emit(op);
   }
   // What autograd keeps: forward outputs (not views) that a backward op reads.
@@ -399,7 +445,7 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp) 
       return false;
     };
     used_later = read_by_backward(static_cast<std::uint32_t>(i), 0);
-    if (used_later) out.saved_bytes += tensor_bytes(nodes[i]) / (sharded[i] ? t : 1.0);
+    if (used_later) out.saved_bytes += tensor_bytes(nodes[i]) / (sharded[i] || seq[i] ? t : 1.0);
   }
   return out;
 }

@@ -57,6 +57,9 @@ struct LoweredBlock {
   double other_gemm_flops = 0;   ///< the rest: attention's batched GEMMs, routers outside the plan
   std::map<std::string, int> unknown_ops;  ///< ATen ops costed as memory-bound by default
 };
-LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp);
+/// With `sp` (sequence parallelism) the TP all-reduces become Megatron's all-gathers before
+/// column-parallel GEMMs and reduce-scatters after row-parallel ones, and the activations
+/// between are split along the sequence.
+LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, bool sp = false);
 
 }  // namespace scalescope::workload

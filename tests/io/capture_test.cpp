@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <map>
 
 #include "core/error.hpp"
 #include "temp_dir_test.hpp"
@@ -83,6 +84,52 @@ TEST_F(Capture, LlamaBlockMatchesTheBuilderPerLayer) {
         b.params_on_rank,
         (1024.0 * (1024 + 2 * 256) + 1024.0 * 1024 + 3 * 1024.0 * 2816) / static_cast<double>(tp) +
             2 * 1024);
+  }
+}
+
+TEST_F(Capture, SequenceParallelCollectivesMatchMegatrons) {
+  // With SP the builder runs, per layer, all-gathers before QKV and FC1 and reduce-scatters after
+  // the out-projection and FC2 forward; backward, gathers of the FC2 / out-projection output
+  // gradients and re-gathers of the QKV / FC1 inputs, reduce-scatters of their input gradients:
+  // 6 all-gathers and 4 reduce-scatters of [T, h] each. The captured block lowered with SP must
+  // issue the same, with the same bytes.
+  const std::string path = file("capture.h5");
+  if (!capture(path)) GTEST_SKIP() << "SKIPPED LOUDLY: no PyTorch (scripts/setup.sh installs it)";
+  const workload::Capture c = read_capture_h5(path);
+  workload::ModelSpec m;
+  m.num_layers = 4;
+  m.hidden_size = 1024;
+  m.ffn_hidden_size = 2816;
+  m.num_attention_heads = 8;
+  m.num_query_groups = 2;
+  m.vocab_size = 32000;
+  m.seq_length = 512;
+  m.gated_linear_unit = true;
+  m.untie_embeddings = true;
+  m.add_bias_linear = false;
+  for (const std::int64_t tp : {2, 4}) {
+    SCOPED_TRACE(tp);
+    workload::ParallelPlan p;
+    p.tensor_model_parallel_size = tp;
+    p.sequence_parallel = true;
+    p.data_parallel_size = 1;
+    const graph::SlicedGraph g = workload::build_graph(m, p, workload::TrainingSpec{});
+    std::map<graph::OpKind, std::pair<int, double>> builder, captured;
+    for (const auto& op : g.templates[0].ops)
+      if (op.layer == 1 && op.microbatch == 0 && graph::is_collective(op.kind)) {
+        ++builder[op.kind].first;
+        builder[op.kind].second += op.comm_bytes;
+      }
+    const workload::LoweredBlock b = workload::lower_block(c, workload::llama_tp_plan(), tp, true);
+    for (const auto* ops : {&b.forward, &b.backward})
+      for (const auto& op : *ops)
+        if (graph::is_collective(op.kind)) {
+          ++captured[op.kind].first;
+          captured[op.kind].second += op.comm_bytes;
+        }
+    EXPECT_EQ(builder[graph::OpKind::AllGather].first, 6);
+    EXPECT_EQ(builder[graph::OpKind::ReduceScatter].first, 4);
+    EXPECT_EQ(captured, builder);
   }
 }
 
