@@ -16,6 +16,8 @@
 #include <utility>
 #include <vector>
 
+#include <google/protobuf/stubs/logging.h>
+
 #include "chakra/et_def.pb.h"
 #include "core/error.hpp"
 #include "io/graph_h5.hpp"
@@ -309,6 +311,13 @@ std::string encode_chakra(const EtFile& f) {
 }
 
 EtFile decode_chakra(const std::string& bytes, const std::string& label) {
+  // protobuf logs its own complaints (invalid UTF-8 in a string field, …) to stderr; a bad file
+  // is reported by our one-line error alone.
+  static const bool silenced = [] {
+    google::protobuf::SetLogHandler(nullptr);
+    return true;
+  }();
+  (void)silenced;
   EtFile f;
   std::size_t pos = 0;
   bool have_meta = false;
