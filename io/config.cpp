@@ -782,7 +782,7 @@ RunSpec build_run(const Section& s) {
     else
       add(rank(v->node));
   }
-  run.sandbox_backend = r.choice("sandbox_backend", {"host", "cuda"}, run.sandbox_backend);
+  run.sandbox_backend = r.choice("sandbox_backend", {"auto", "host", "cuda"}, run.sandbox_backend);
   r.number("sandbox_op_scale", run.sandbox_op_scale, 0.0, true, 1.0 + 1e-12);
   r.flag("calibrate_from_sandbox", run.calibrate_from_sandbox);
   return run;

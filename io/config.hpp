@@ -20,9 +20,11 @@ struct RunSpec {
   std::string on_oom = "warn";                ///< capacity check fails: warn | fail
   /// Hybrid runs: ranks that execute their kernels for real (docs/kernels.md "Sandbox ranks").
   std::vector<std::uint32_t> sandbox_ranks;
-  std::string sandbox_backend = "host";  ///< host (Kokkos, shrunk shapes) | cuda
-  double sandbox_op_scale = 0.05;        ///< host backend: every dimension times this
-  bool calibrate_from_sandbox = false;   ///< the sandbox ranks' classes take their durations
+  /// auto (cuda where scalescope-kernels is built and a GPU is visible, else host) | host
+  /// (Kokkos, shrunk shapes) | cuda
+  std::string sandbox_backend = "auto";
+  double sandbox_op_scale = 0.05;       ///< host backend: every dimension times this
+  bool calibrate_from_sandbox = false;  ///< the sandbox ranks' classes take their durations
 };
 
 /// Where compute-op durations come from besides the roofline model.

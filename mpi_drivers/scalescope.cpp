@@ -385,12 +385,22 @@ struct Sandbox {
   cost::Profile measured;
   bool replayed = false;
 };
+/// run.sandbox_backend: auto = cuda where scalescope-kernels was built beside this binary and
+/// `nvidia-smi -L` lists a GPU, else host.
+std::string sandbox_backend_of(const io::ExperimentConfig& c) {
+  if (c.run.sandbox_backend != "auto") return c.run.sandbox_backend;
+  const fs::path tool = fs::read_symlink("/proc/self/exe").parent_path() / "scalescope-kernels";
+  const bool gpu = fs::exists(tool) && std::system("nvidia-smi -L >/dev/null 2>&1") == 0;
+  return gpu ? "cuda" : "host";
+}
+
 Sandbox prepare_sandbox(const io::ExperimentConfig& c, const graph::SlicedGraph& g,
                         const cost::CostModel& model, const emu::Costs& costs,
                         emu::EmulationOptions& opt, const std::string& replay_path, int me,
                         int size, emu::Summary& summary) {
   Sandbox sb;
   const auto& ranks = c.run.sandbox_ranks;
+  const std::string backend = sandbox_backend_of(c);
   for (std::uint32_t r : ranks)
     if (r >= g.world_size)
       throw_input("{}: run.sandbox_ranks has rank {} but the graph has {} ranks", c.path, r,
@@ -411,7 +421,7 @@ Sandbox prepare_sandbox(const io::ExperimentConfig& c, const graph::SlicedGraph&
     for (std::uint32_t r : ranks) {
       if (owner[r] != static_cast<std::uint32_t>(me)) continue;
       const graph::RankProgram& prog = g.program_of(r);
-      if (c.run.sandbox_backend == "cuda") {
+      if (backend == "cuda") {
         const fs::path ops = fs::temp_directory_path() /
                              fmt::format("scalescope-sandbox-{}-{}.ops.json", ::getpid(), r);
         io::write_ops_json({&prog}, model, c.path, ops.string());
@@ -434,8 +444,8 @@ Sandbox prepare_sandbox(const io::ExperimentConfig& c, const graph::SlicedGraph&
     // Everyone gets every process's measurements, merged in process order.
     std::string mine = pack_measurements(local);
     std::string device = local.device + "\n" + local.versions;
-    sb.measured.backend = c.run.sandbox_backend;
-    sb.measured.op_scale = c.run.sandbox_backend == "host" ? c.run.sandbox_op_scale : 1.0;
+    sb.measured.backend = backend;
+    sb.measured.op_scale = backend == "host" ? c.run.sandbox_op_scale : 1.0;
     sb.measured.source = c.path;
     for (int p = 0; p < (distributed ? size : 1); ++p) {
       std::string text = p == me ? mine : std::string();
@@ -488,8 +498,7 @@ Sandbox prepare_sandbox(const io::ExperimentConfig& c, const graph::SlicedGraph&
     MPI_Allreduce(MPI_IN_PLACE, peaks, 2, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
   }
   summary.sandbox_ranks = ranks;
-  summary.sandbox_backend =
-      sb.measured.backend.empty() ? c.run.sandbox_backend : sb.measured.backend;
+  summary.sandbox_backend = sb.measured.backend.empty() ? backend : sb.measured.backend;
   summary.sandbox_device = sb.measured.device;
   summary.sandbox_op_scale = sb.measured.op_scale;
   summary.sandbox_measured_ops = sb.measured.entries.size();
