@@ -18,6 +18,21 @@ namespace {
 
 class Capture : public TempDirTest {
  protected:
+  /// The builder's description of the captured model (inputs/pytorch/llama.py at the sizes below).
+  static workload::ModelSpec llama_spec() {
+    workload::ModelSpec m;
+    m.num_layers = 4;
+    m.hidden_size = 1024;
+    m.ffn_hidden_size = 2816;
+    m.num_attention_heads = 8;
+    m.num_query_groups = 2;
+    m.vocab_size = 32000;
+    m.seq_length = 512;
+    m.gated_linear_unit = true;
+    m.untie_embeddings = true;
+    m.add_bias_linear = false;
+    return m;
+  }
   /// Captures llama.py:Transformer at h 1024, 8 heads, 2 KV heads, f 2816, s 512; false (and
   /// a loud skip by the caller) without PyTorch.
   bool capture(const std::string& out) {
@@ -39,17 +54,7 @@ TEST_F(Capture, LlamaBlockMatchesTheBuilderPerLayer) {
   const workload::Capture c = read_capture_h5(path);
   EXPECT_EQ(c.num_blocks, 4);
   EXPECT_EQ(c.seq, 512);
-  workload::ModelSpec m;
-  m.num_layers = 4;
-  m.hidden_size = 1024;
-  m.ffn_hidden_size = 2816;
-  m.num_attention_heads = 8;
-  m.num_query_groups = 2;
-  m.vocab_size = 32000;
-  m.seq_length = 512;
-  m.gated_linear_unit = true;
-  m.untie_embeddings = true;
-  m.add_bias_linear = false;
+  workload::ModelSpec m = llama_spec();
   for (const std::int64_t tp : {1, 2, 4}) {
     SCOPED_TRACE(tp);
     const workload::LoweredBlock b = workload::lower_block(c, workload::llama_tp_plan(), tp);
@@ -96,17 +101,7 @@ TEST_F(Capture, SequenceParallelCollectivesMatchMegatrons) {
   const std::string path = file("capture.h5");
   if (!capture(path)) GTEST_SKIP() << "SKIPPED LOUDLY: no PyTorch (scripts/setup.sh installs it)";
   const workload::Capture c = read_capture_h5(path);
-  workload::ModelSpec m;
-  m.num_layers = 4;
-  m.hidden_size = 1024;
-  m.ffn_hidden_size = 2816;
-  m.num_attention_heads = 8;
-  m.num_query_groups = 2;
-  m.vocab_size = 32000;
-  m.seq_length = 512;
-  m.gated_linear_unit = true;
-  m.untie_embeddings = true;
-  m.add_bias_linear = false;
+  workload::ModelSpec m = llama_spec();
   for (const std::int64_t tp : {2, 4}) {
     SCOPED_TRACE(tp);
     workload::ParallelPlan p;
@@ -138,17 +133,7 @@ TEST_F(Capture, CapturedModelBuildsAValidPipelineGraph) {
   // collectives and transfers) and each layer carries the block's ops and GEMM FLOPs.
   const std::string path = file("capture.h5");
   if (!capture(path)) GTEST_SKIP() << "SKIPPED LOUDLY: no PyTorch (scripts/setup.sh installs it)";
-  workload::ModelSpec m;
-  m.num_layers = 4;
-  m.hidden_size = 1024;
-  m.ffn_hidden_size = 2816;
-  m.num_attention_heads = 8;
-  m.num_query_groups = 2;
-  m.vocab_size = 32000;
-  m.seq_length = 512;
-  m.gated_linear_unit = true;
-  m.untie_embeddings = true;
-  m.add_bias_linear = false;
+  workload::ModelSpec m = llama_spec();
   m.capture = std::make_shared<const workload::Capture>(read_capture_h5(path));
   m.capture_plan = workload::llama_tp_plan();
   workload::ParallelPlan p;
