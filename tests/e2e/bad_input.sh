@@ -40,6 +40,8 @@ expect_error moe_pattern_length "model.moe_layer_freq" run "$mx" --set 'model.mo
 expect_error moe_ep_divides_experts "expert_model_parallel_size=3" run "$mx" --set parallel.ep=3
 expect_error moe_tp_needs_sp "sequence_parallel" run "$mx" --set parallel.tp=2
 expect_error moe_key_on_dense "model.num_experts" run "$qs" --set model.moe_router_topk=2
+expect_error capture_missing "model.source" run "$qs" --set model.source=/nonexistent/x.capture.h5
+expect_error tp_plan_without_source "model.tp_plan" run "$qs" --set model.tp_plan=llama
 expect_error unknown_set_key "parallel.tpp" run "$qs" --set parallel.tpp=2
 expect_error missing_file "no-such.yaml" run "$tmp/no-such.yaml"
 expect_error tp_heads "num_attention_heads" run "$qs" --set parallel.sequence_parallel=false --set parallel.tensor_model_parallel_size=3 --set cluster.num_gpus=48 --set parallel.data_parallel_size=8
