@@ -17,7 +17,8 @@ void lt_check(cublasStatus_t st, const char* what) {
   if (st == CUBLAS_STATUS_SUCCESS) return;
   char buf[256];
   std::snprintf(buf, sizeof buf, "cuBLASLt %s failed: status %d", what, static_cast<int>(st));
-  throw CudaError(cudaErrorUnknown, buf);
+  // A refused layout or algorithm leaves the CUDA context intact: skip this signature only.
+  throw Unsupported(buf);
 }
 }  // namespace
 

@@ -190,6 +190,30 @@ int main(int argc, char** argv) {
   const auto elapsed = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
+  // The output is rewritten (through a temporary name) after every signature, so a run cut short
+  // by a timeout keeps what it measured.
+  const auto write_out = [&]() -> bool {
+    ojson doc;
+    doc["format"] = "scalescope-measured/1";
+    doc["device"] = dev.name;
+    doc["compute_capability"] = dev.compute_capability;
+    doc["driver"] = dev.driver;
+    doc["cuda_runtime"] = dev.cuda_runtime;
+    doc["cublas"] = dev.cublas;
+    doc["cudnn"] = dev.cudnn;
+    doc["tool"] = kTool;
+    doc["results"] = results;
+    doc["skipped"] = skipped;
+    const std::string tmp = args.out + ".tmp";
+    {
+      std::ofstream out(tmp);
+      if (!out) return false;
+      out << doc.dump(2) << "\n";
+      out.close();
+      if (!out) return false;
+    }
+    return std::rename(tmp.c_str(), args.out.c_str()) == 0;
+  };
   bool fatal = false;
   std::string fatal_why;
   for (const OpSpec& s : ops) {
@@ -233,28 +257,11 @@ int main(int argc, char** argv) {
         fatal_why = o.why;
       }
     }
+    (void)write_out();
   }
 
-  ojson doc;
-  doc["format"] = "scalescope-measured/1";
-  doc["device"] = dev.name;
-  doc["compute_capability"] = dev.compute_capability;
-  doc["driver"] = dev.driver;
-  doc["cuda_runtime"] = dev.cuda_runtime;
-  doc["cublas"] = dev.cublas;
-  doc["cudnn"] = dev.cudnn;
-  doc["tool"] = kTool;
-  doc["results"] = std::move(results);
-  doc["skipped"] = std::move(skipped);
-  std::ofstream out(args.out);
-  if (!out) {
+  if (!write_out()) {
     std::cerr << "scalescope-kernels: error: cannot write " << args.out << "\n";
-    return 2;
-  }
-  out << doc.dump(2) << "\n";
-  out.close();
-  if (!out) {
-    std::cerr << "scalescope-kernels: error: writing " << args.out << " failed\n";
     return 2;
   }
   if (fatal) {

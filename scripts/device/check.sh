@@ -18,6 +18,7 @@ jobs=$(nproc 2>/dev/null || echo 8)
 start=$(date +%s)
 deadline=$((start + ${SCALESCOPE_CHECK_SECONDS:-460}))
 summary="$out/summary.txt"
+failed=
 : >"$summary"
 
 say() { echo "$*" | tee -a "$summary"; }
@@ -49,7 +50,8 @@ command -v nvidia-smi >/dev/null 2>&1 &&
 {
   echo "== configure"
   timeout "$(cap 90)" cmake -S "$root/kernels" -B "$build" -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_CUDA_COMPILER="$nvcc_bin" ${py:+-DSCALESCOPE_PYTHON="$py"} &&
+    -DCMAKE_CUDA_COMPILER="$nvcc_bin" -DSCALESCOPE_WERROR=OFF \
+    ${py:+-DSCALESCOPE_PYTHON="$py"} &&
     echo "== build" &&
     timeout "$(cap 240)" cmake --build "$build" -j "$jobs"
 } >"$out/build.log" 2>&1
@@ -65,6 +67,7 @@ grep -i "cublasLt\|vendored" "$out/build.log" | sed 's/^-- /  /' | tee -a "$summ
 # ---- numerical test ----
 timeout "$(cap 120)" "$build/cuda_kernels_test" >"$out/test.log" 2>&1
 rc=$?
+((rc != 0)) && failed=1
 say "cuda_kernels_test: rc $rc ($(grep -c '^ok' "$out/test.log") ok, $(grep -c '^FAIL' "$out/test.log") FAIL)"
 grep '^FAIL' "$out/test.log" | head -n 20 | tee -a "$summary"
 
@@ -82,7 +85,9 @@ measure() {  # NAME OPS_JSON MAX_SECONDS
   echo "== $name: $ops (--max-seconds $secs)" >>"$out/run.log"
   timeout "$((secs + 40))" "$build/scalescope-kernels" "$ops" -o "$out/measured-$name.json" \
     --max-seconds "$secs" >>"$out/run.log" 2>&1
-  say "$name: rc $? ($(($(date +%s) - start)) s elapsed)"
+  local rc=$?
+  ((rc != 0)) && failed=1
+  say "$name: rc $rc ($(($(date +%s) - start)) s elapsed)"
 }
 
 gemm_ops="$build/gemm8192.ops.json"
@@ -138,4 +143,5 @@ for name in ("gemm8192", "quickstart", "llama3-70b-1k"):
         print("  skipped %d: %s (e.g. %s)" % (len(sigs), w, sigs[0]))
 PY
 fi
-say "== done in $(($(date +%s) - start)) s"
+say "== done in $(($(date +%s) - start)) s${failed:+ (a step FAILED: see above)}"
+exit "${failed:-0}"
