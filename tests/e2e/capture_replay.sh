@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# A captured PyTorch model replays (issue 11): `scalescope capture` of inputs/pytorch/llama.py
+# and of gpt3.py at small sizes, then `run` with model.source under the sequential engine and the
+# optimistic one at np 2 (with sequence parallelism): identical results. Exit 77, loudly, where
+# PyTorch is missing (scripts/setup.sh installs python3-torch).
+set -euo pipefail
+bin=$1; repo=$2
+if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+  echo "!!! no PyTorch for /usr/bin/python3: capture replay NOT tested !!!" >&2
+  exit 77
+fi
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+echo '{dim: 1024, n_layers: 4, n_heads: 8, n_kv_heads: 2, vocab_size: 32000, ffn_dim: 2816}' >"$tmp/llama.yaml"
+echo '{vocab_size: 32000, block_size: 512, n_layer: 4, n_head: 8, n_embd: 1024}' >"$tmp/gpt.yaml"
+"$bin" capture "$repo/inputs/pytorch/llama.py:Transformer" --args "$tmp/llama.yaml" --seq 512 \
+  -o "$tmp/llama.h5" >/dev/null
+"$bin" capture "$repo/inputs/pytorch/gpt3.py:GPT" --args "$tmp/gpt.yaml" --blocks h --seq 512 \
+  -o "$tmp/gpt.h5" >/dev/null
+common=(--set parallel.tp=2 --set parallel.pp=2 --set parallel.dp=2 --set cluster.num_gpus=8
+        --set training.global_batch_size=8 --set run.trace_ranks=[0,7])
+for m in llama gpt; do
+  if [ $m = llama ]; then
+    model=(--set model.preset=llama3-8b --set model.num_query_groups=2 --set model.num_attention_heads=8
+           --set model.ffn_hidden_size=2816 --set model.kv_channels=128 --set model.tp_plan=llama)
+  else
+    model=(--set model.preset=gpt3-175b --set model.num_attention_heads=8 --set model.kv_channels=128
+           --set model.ffn_hidden_size=4096 --set model.tp_plan=gpt)
+  fi
+  args=("$repo/inputs/experiments/quickstart.yaml" "${common[@]}" "${model[@]}"
+        --set model.source="$tmp/$m.h5" --set model.num_layers=4 --set model.seq_length=512
+        --set model.vocab_size=32000 --set model.hidden_size=1024)
+  "$bin" run "${args[@]}" -o "$tmp/$m-seq" --quiet
+  mpirun -np 2 "$bin" run "${args[@]}" --set run.engine=optimistic -o "$tmp/$m-np2" --quiet
+done
+/usr/bin/python3 - "$tmp" <<'PY'
+import json, sys
+import h5py, numpy as np
+d = sys.argv[1]
+for m in ("llama", "gpt"):
+    a, b = (json.load(open(f"{d}/{m}-{r}/summary.json")) for r in ("seq", "np2"))
+    a.pop("engine"); b.pop("engine")
+    assert a == b, f"{m}: summary differs between the engines"
+    with h5py.File(f"{d}/{m}-seq/results.h5") as fa, h5py.File(f"{d}/{m}-np2/results.h5") as fb:
+        for k in fa["ranks"]:
+            assert np.array_equal(fa["ranks"][k][()], fb["ranks"][k][()]), f"{m}: /ranks/{k}"
+    assert a["iteration_time_s"] > 0
+    print(f"ok: captured {m} replays, {a['iteration_time_s']:.4f} s, np 2 identical")
+PY
