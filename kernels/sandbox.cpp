@@ -26,26 +26,35 @@ std::uint64_t measure_template(const graph::RankProgram& prog, Executor& exec,
   return ran;
 }
 
-std::vector<SimTime> sandbox_durations(const graph::RankProgram& prog, const SandboxMeasurements& m,
+cost::Profile as_profile(const SandboxMeasurements& m) {
+  cost::Profile p;
+  p.backend = m.backend;
+  p.device = m.device;
+  p.versions = m.versions;
+  p.op_scale = m.op_scale;
+  for (const auto& [sig, e] : m.by_signature)
+    p.entries.emplace(sig, cost::ProfileEntry{e.median_s, e.p10_s, e.p90_s, e.reps, e.impl});
+  return p;
+}
+
+std::vector<SimTime> sandbox_durations(const graph::RankProgram& prog,
+                                       const cost::Profile& measured,
                                        const std::function<SimTime(const graph::Op&)>& fallback,
                                        double* measured_ns, double* total_ns) {
   std::vector<SimTime> d(prog.size(), 0);
-  double measured = 0, total = 0;
+  double from_profile = 0, total = 0;
   for (std::uint32_t i = 0; i < prog.size(); ++i) {
     const graph::Op& op = prog.ops[i];
     if (graph::is_communication(op.kind)) continue;
-    const cost::KernelSig s = cost::kernel_signature(op);
-    const auto it = s.measurable() ? m.by_signature.find(s.key()) : m.by_signature.end();
-    if (it != m.by_signature.end()) {
-      d[i] = std::max<SimTime>(
-          1, static_cast<SimTime>(std::llround(it->second.median_s * 1e9 * s.repeat)));
-      measured += static_cast<double>(d[i]);
+    if (const auto t = measured.duration(op)) {
+      d[i] = *t;
+      from_profile += static_cast<double>(d[i]);
     } else {
       d[i] = fallback(op);
     }
     total += static_cast<double>(d[i]);
   }
-  if (measured_ns != nullptr) *measured_ns = measured;
+  if (measured_ns != nullptr) *measured_ns = from_profile;
   if (total_ns != nullptr) *total_ns = total;
   return d;
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/sim_time.hpp"
+#include "cost/profile.hpp"
 #include "graph/rank_program.hpp"
 #include "kernels/executor.hpp"
 
@@ -29,10 +30,15 @@ struct SandboxMeasurements {
 std::uint64_t measure_template(const graph::RankProgram& prog, Executor& exec,
                                SandboxMeasurements& m);
 
-/// Per-op durations of `prog`: a compute op whose signature was measured takes its median
-/// (times the grouped-GEMM repeat), any other compute op `fallback(op)`, communication 0.
-/// `measured_ns` / `total_ns` (optional) receive the compute time from measurements and in all.
-std::vector<SimTime> sandbox_durations(const graph::RankProgram& prog, const SandboxMeasurements& m,
+/// The measurements as a profile (the form results.h5 /sandbox and cost.profile use).
+cost::Profile as_profile(const SandboxMeasurements& m);
+
+/// Per-op durations of `prog`: a compute op whose signature is in `measured` takes
+/// cost::Profile::duration (the median times the grouped-GEMM repeat), any other compute op
+/// `fallback(op)`, communication 0. `measured_ns` / `total_ns` (optional) receive the compute
+/// time from measurements and in all.
+std::vector<SimTime> sandbox_durations(const graph::RankProgram& prog,
+                                       const cost::Profile& measured,
                                        const std::function<SimTime(const graph::Op&)>& fallback,
                                        double* measured_ns = nullptr, double* total_ns = nullptr);
 

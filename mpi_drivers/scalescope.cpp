@@ -324,10 +324,16 @@ pdes::ProgressReporter progress_reporter(const graph::SlicedGraph& g, bool coale
   return p;
 }
 
-/// Runs scalescope-kernels (beside this binary) on `ops` and reads what it measured; the device
-/// is the node-local MPI rank's (CUDA_VISIBLE_DEVICES), as a sandbox rank is bound to one.
+/// The CUDA executor: the standalone scalescope-kernels beside this binary (built where CMake
+/// finds the CUDA toolkit).
+fs::path kernels_tool() {
+  return fs::read_symlink("/proc/self/exe").parent_path() / "scalescope-kernels";
+}
+
+/// Runs scalescope-kernels on `ops` and reads what it measured; the device is the node-local
+/// MPI rank's (CUDA_VISIBLE_DEVICES), as a sandbox rank is bound to one.
 cost::Profile measure_with_cuda_tool(const fs::path& ops, const std::string& what) {
-  const fs::path tool = fs::read_symlink("/proc/self/exe").parent_path() / "scalescope-kernels";
+  const fs::path tool = kernels_tool();
   if (!fs::exists(tool))
     throw_input(
         "{}: {} was not built (configure with -DSCALESCOPE_ENABLE_CUDA=ON where nvcc "
@@ -389,8 +395,7 @@ struct Sandbox {
 /// `nvidia-smi -L` lists a GPU, else host.
 std::string sandbox_backend_of(const io::ExperimentConfig& c) {
   if (c.run.sandbox_backend != "auto") return c.run.sandbox_backend;
-  const fs::path tool = fs::read_symlink("/proc/self/exe").parent_path() / "scalescope-kernels";
-  const bool gpu = fs::exists(tool) && std::system("nvidia-smi -L >/dev/null 2>&1") == 0;
+  const bool gpu = fs::exists(kernels_tool()) && std::system("nvidia-smi -L >/dev/null 2>&1") == 0;
   return gpu ? "cuda" : "host";
 }
 
@@ -435,8 +440,7 @@ Sandbox prepare_sandbox(const io::ExperimentConfig& c, const graph::SlicedGraph&
         kernels::measure_template(prog, *exec, m);
       }
     }
-    for (const auto& [sig, e] : m.by_signature)
-      local.entries.emplace(sig, cost::ProfileEntry{e.median_s, e.p10_s, e.p90_s, e.reps, e.impl});
+    for (auto& [sig, e] : kernels::as_profile(m).entries) local.entries.emplace(sig, e);
     if (exec) {
       local.device = exec->device();
       local.versions = exec->versions();
@@ -468,21 +472,13 @@ Sandbox prepare_sandbox(const io::ExperimentConfig& c, const graph::SlicedGraph&
   // Durations, memory peaks and the measured share, from each sandbox rank's owner.
   double sums[2] = {0, 0};
   std::int64_t peaks[2] = {0, 0};
-  std::set<std::string> used;
   for (std::uint32_t r : ranks) {
     const std::uint32_t k = g.rank_class[r];
     if (!g.is_loaded(k)) continue;
     const graph::RankProgram& prog = g.templates[k];
     double measured = 0, total = 0;
-    kernels::SandboxMeasurements m;
-    for (const auto& [sig, e] : sb.measured.entries)
-      m.by_signature.emplace(sig,
-                             kernels::Measurement{e.median_s, e.p10_s, e.p90_s, e.reps, 0, e.impl});
-    std::vector<SimTime> d = kernels::sandbox_durations(prog, m, costs.compute, &measured, &total);
-    for (const graph::Op& op : prog.ops)
-      if (const cost::KernelSig s = cost::kernel_signature(op);
-          s.measurable() && m.by_signature.count(s.key()))
-        used.insert(s.key());
+    std::vector<SimTime> d =
+        kernels::sandbox_durations(prog, sb.measured, costs.compute, &measured, &total);
     if (c.run.calibrate_from_sandbox) opt.class_durations.emplace(k, d);
     opt.rank_durations.emplace(r, std::move(d));
     if (owner[r] == static_cast<std::uint32_t>(me)) {
@@ -859,31 +855,19 @@ int profile_command(const std::string& config_path, const std::vector<std::strin
   }
   if (out.empty()) throw_input("scalescope profile: give -o profile.h5 (or --list ops.json)");
   if (backend == "cuda") {
-    // The CUDA executor is the standalone scalescope-kernels tool beside this binary (built
-    // when CMake finds the CUDA toolkit): list, measure, import.
-    const fs::path self = fs::read_symlink("/proc/self/exe");
-    const fs::path tool = self.parent_path() / "scalescope-kernels";
-    if (!fs::exists(tool))
-      throw_input(
-          "scalescope profile --backend cuda: {} was not built (configure with "
-          "-DSCALESCOPE_ENABLE_CUDA=ON where nvcc exists)",
-          tool.string());
+    // List, measure with scalescope-kernels, import.
     const fs::path ops = fs::path(out).string() + ".ops.json";
-    const fs::path measured = fs::path(out).string() + ".measured.json";
     io::write_ops_json(g, model, c.path, ops.string());
-    const std::string cmd =
-        fmt::format("'{}' '{}' -o '{}'", tool.string(), ops.string(), measured.string());
-    const int rc = std::system(cmd.c_str());
-    if (rc != 0) {
+    cost::Profile p;
+    try {
+      p = measure_with_cuda_tool(ops, "scalescope profile --backend cuda");
+    } catch (...) {
       fs::remove(ops);
-      throw_input("scalescope profile --backend cuda: {} exited with {}{}", tool.string(),
-                  WEXITSTATUS(rc), WEXITSTATUS(rc) == 77 ? " (no CUDA device visible)" : "");
+      throw;
     }
-    cost::Profile p = io::read_measured_json(measured.string());
+    fs::remove(ops);
     p.source = c.path;
     io::write_profile_h5(p, out);
-    fs::remove(ops);
-    fs::remove(measured);
     std::cout << fmt::format("{} signatures measured on {} → {}\n", p.entries.size(), p.device,
                              out);
     return 0;
@@ -893,16 +877,14 @@ int profile_command(const std::string& config_path, const std::vector<std::strin
   if (!(op_scale > 0 && op_scale <= 1))
     throw_input("scalescope profile --op-scale {}: must be in (0, 1]", op_scale);
   auto exec = kernels::make_host_executor(op_scale);
-  cost::Profile p;
+  kernels::SandboxMeasurements m;  // each distinct signature once (measure_template memoizes)
+  for (const graph::RankProgram& t : g.templates) kernels::measure_template(t, *exec, m);
+  cost::Profile p = kernels::as_profile(m);
   p.device = exec->device();
   p.backend = exec->backend();
   p.source = c.path;
   p.op_scale = op_scale;
   p.versions = exec->versions();
-  for (const auto& [key, sig] : distinct_signatures(g))
-    if (const auto m = exec->measure(sig))
-      p.entries.insert_or_assign(
-          key, cost::ProfileEntry{m->median_s, m->p10_s, m->p90_s, m->reps, m->impl});
   io::write_profile_h5(p, out);
   std::cout << fmt::format("{} signatures measured on {} at op_scale {} → {}\n", p.entries.size(),
                            p.device, op_scale, out);

@@ -95,7 +95,8 @@ TEST(Sandbox, FixedDurationExecutorReproducesThePureReplayBitForBit) {
   measure_template(g.program_of(0), exec, m);
   double measured = 0, total = 0;
   emu::EmulationOptions opt;
-  opt.rank_durations[0] = sandbox_durations(g.program_of(0), m, costs.compute, &measured, &total);
+  opt.rank_durations[0] =
+      sandbox_durations(g.program_of(0), as_profile(m), costs.compute, &measured, &total);
   opt.class_durations[g.rank_class[0]] = opt.rank_durations[0];
   EXPECT_GT(measured, 0);
   EXPECT_LE(measured, total);
@@ -112,7 +113,7 @@ TEST(Sandbox, FixedDurationExecutorReproducesThePureReplayBitForBit) {
   SandboxMeasurements slow = m;
   for (auto& [sig, e] : slow.by_signature) e.median_s = 2e-6;
   emu::EmulationOptions opt2;
-  opt2.rank_durations[0] = sandbox_durations(g.program_of(0), slow, costs.compute);
+  opt2.rank_durations[0] = sandbox_durations(g.program_of(0), as_profile(slow), costs.compute);
   const emu::RunResults slower = emu::emulate(g, costs, opt2);
   EXPECT_GT(slower.ranks[0].compute, pure.ranks[0].compute);
   EXPECT_EQ(slower.ranks[1].compute, pure.ranks[1].compute);
