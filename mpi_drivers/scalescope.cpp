@@ -386,7 +386,7 @@ void unpack_measurements(const std::string& text, cost::Profile& p) {
 /// the kernels of its template's distinct signatures (memoized: once each, before the replay, so
 /// no rollback re-runs one), every process receives all measurements, and the sandbox ranks —
 /// or with run.calibrate_from_sandbox their whole classes — take the measured durations. With
-/// `replay_path` the measurements come from a previous run's results.h5 instead.
+/// `replayed` the measurements come from a previous run's results.h5 instead.
 struct Sandbox {
   cost::Profile measured;
   bool replayed = false;
@@ -401,8 +401,8 @@ std::string sandbox_backend_of(const io::ExperimentConfig& c) {
 
 Sandbox prepare_sandbox(const io::ExperimentConfig& c, const graph::SlicedGraph& g,
                         const cost::CostModel& model, const emu::Costs& costs,
-                        emu::EmulationOptions& opt, const std::string& replay_path, int me,
-                        int size, emu::Summary& summary) {
+                        emu::EmulationOptions& opt, const std::optional<cost::Profile>& replayed,
+                        int me, int size, emu::Summary& summary) {
   Sandbox sb;
   const auto& ranks = c.run.sandbox_ranks;
   const std::string backend = sandbox_backend_of(c);
@@ -415,8 +415,8 @@ Sandbox prepare_sandbox(const io::ExperimentConfig& c, const graph::SlicedGraph&
   const std::vector<std::uint32_t> owner =
       distributed ? emu::partition_lps(g, static_cast<std::uint32_t>(size), opt.partition, ranks)
                   : std::vector<std::uint32_t>(g.world_size + g.comms.size(), 0);
-  if (!replay_path.empty()) {
-    sb.measured = io::read_sandbox_group(replay_path);
+  if (replayed) {
+    sb.measured = *replayed;
     sb.replayed = true;
   } else {
     // Each process measures the templates of the sandbox ranks it owns.
@@ -664,8 +664,13 @@ int run_command(const MpiSession& mpi, const std::string& config_path,
   io::ExperimentConfig& c = *loaded;
   if (!out_override.empty()) c.run.output = out_override;
   if (!sandbox.empty()) c.run.sandbox_ranks = sandbox;
-  if (!replay_path.empty() && c.run.sandbox_ranks.empty())
-    io::read_sandbox_group(replay_path, &c.run.sandbox_ranks);
+  // --replay-measurements: the stored measurements (and, unless named, their sandbox ranks).
+  std::optional<cost::Profile> replayed;
+  if (!replay_path.empty()) {
+    std::vector<std::uint32_t> stored_ranks;
+    replayed = io::read_sandbox_group(replay_path, &stored_ranks);
+    if (c.run.sandbox_ranks.empty()) c.run.sandbox_ranks = stored_ranks;
+  }
   const bool optimistic = c.run.engine == "optimistic";
   if (!optimistic && mpi.size() > 1)
     throw_input(
@@ -711,7 +716,7 @@ int run_command(const MpiSession& mpi, const std::string& config_path,
   emu::Summary sandbox_summary;
   std::optional<Sandbox> sandbox_run;
   if (!c.run.sandbox_ranks.empty())
-    sandbox_run = prepare_sandbox(c, *graph, cost, costs, opt, replay_path, mpi.rank(), mpi.size(),
+    sandbox_run = prepare_sandbox(c, *graph, cost, costs, opt, replayed, mpi.rank(), mpi.size(),
                                   sandbox_summary);
   const auto copy_sandbox = [&](emu::Summary& s) {
     s.sandbox_ranks = sandbox_summary.sandbox_ranks;

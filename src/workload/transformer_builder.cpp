@@ -761,10 +761,6 @@ class StageBuilder {
     }
   }
 
-  /// An EP / expert-TP collective of the MoE block.
-  Op moe_collective(OpKind kind, CommRole role, OpName name, Phase phase, double bytes) const {
-    return collective(kind, role, name, phase, bytes);
-  }
   bool ep_comm() const { return p_.ep() > 1; }
   /// The expert-TP gather / scatter around the experts: the all-to-all dispatcher's (the
   /// all-gather dispatcher's TP × EP gather already brings every token of the ETP group).
@@ -795,15 +791,14 @@ class StageBuilder {
       // ETP × EP group gathered, the experts' outputs reduce-scattered back over it.
       if (!allgather_dispatch()) return;
       const double bytes = 2 * h * load_.local_tokens * static_cast<double>(p_.ep() * p_.etp());
-      Op op = moe_collective(towards_experts ? OpKind::AllGather : OpKind::ReduceScatter,
-                             CommRole::TpEp, name, phase, bytes);
+      Op op = collective(towards_experts ? OpKind::AllGather : OpKind::ReduceScatter,
+                         CommRole::TpEp, name, phase, bytes);
       op.mem_transient = static_cast<std::int64_t>(bytes);
       chain(op);
       return;
     }
     if (!ep_comm()) return;
-    Op op =
-        moe_collective(OpKind::AllToAll, CommRole::Ep, name, phase, 2 * h * load_.max_exchanged);
+    Op op = collective(OpKind::AllToAll, CommRole::Ep, name, phase, 2 * h * load_.max_exchanged);
     op.mem_transient = static_cast<std::int64_t>(2 * h * (load_.sent + load_.received));
     chain(op);
   }
@@ -836,8 +831,7 @@ class StageBuilder {
     chain(permute);
     ep_exchange(phase, OpName::EpDispatch, true);
     if (etp_comm())
-      chain(
-          moe_collective(OpKind::AllGather, CommRole::Etp, OpName::EtpAllGather, phase, 2 * h * N));
+      chain(collective(OpKind::AllGather, CommRole::Etp, OpName::EtpAllGather, phase, 2 * h * N));
     fp8_cast(phase, N * h);
     Op fc1 = grouped_gemm(OpName::ExpertFc1Gemm, phase, N, f * glu, h);
     fc1.mem_alloc = alloc((fp8_ ? 1.0 : 2.0) * N * h + 2 * N * f * glu);  // its input and output
@@ -853,8 +847,8 @@ class StageBuilder {
     fc2.mem_transient = static_cast<std::int64_t>(2 * N * h);
     chain(fc2);
     if (etp_comm())
-      chain(moe_collective(OpKind::ReduceScatter, CommRole::Etp, OpName::EtpReduceScatter, phase,
-                           2 * h * N));
+      chain(collective(OpKind::ReduceScatter, CommRole::Etp, OpName::EtpReduceScatter, phase,
+                       2 * h * N));
     ep_exchange(phase, OpName::EpCombine, false);
     // Unpermute: the k expert outputs of each token, weighted by their probabilities and summed;
     // the expert outputs stay for the probabilities' gradient.
@@ -876,7 +870,7 @@ class StageBuilder {
                        2 * Tl * h + 2 * 2 * load_.sent * h));
     ep_exchange(B, OpName::EpCombine, true);
     if (etp_comm())
-      chain(moe_collective(OpKind::AllGather, CommRole::Etp, OpName::EtpAllGather, B, 2 * h * N));
+      chain(collective(OpKind::AllGather, CommRole::Etp, OpName::EtpAllGather, B, 2 * h * N));
     fp8_cast(B, N * h);
     Op fc2_dgrad = grouped_gemm(OpName::ExpertFc2Gemm, B, N, f, h);
     chain(fc2_dgrad);
@@ -898,8 +892,8 @@ class StageBuilder {
     fc1_wgrad.mem_bytes += 2 * p_.grad_bytes() * local_experts_ * h * f * glu;
     ready_[param_key(l, kExperts)] = chain(fc1_wgrad);
     if (etp_comm())
-      chain(moe_collective(OpKind::ReduceScatter, CommRole::Etp, OpName::EtpReduceScatter, B,
-                           2 * h * N));
+      chain(
+          collective(OpKind::ReduceScatter, CommRole::Etp, OpName::EtpReduceScatter, B, 2 * h * N));
     ep_exchange(B, OpName::EpDispatch, false);
     chain(
         memory_bound(OpKind::Elementwise, OpName::MoePermute, B, 2 * load_.sent * h + 2 * Tl * h));
