@@ -33,6 +33,7 @@ std::vector<workload::CapturedNode> read_nodes(const h5::Group& g, const std::st
       d.dtypes = n.at("dtypes").get<std::vector<std::string>>();
       d.module = n.value("module", std::string());
       d.param = n.value("param", std::string());
+      d.causal = n.value("causal", false);
       for (std::uint32_t i : d.inputs)
         if (i >= out.size())
           throw_input("{}: {}/nodes_json: node {} ('{}') reads node {}, which does not precede it",

@@ -138,7 +138,7 @@ Keys concat(Keys a, const Keys& b) {
 /// The keys an experiment file may write in `section`.
 Keys section_keys(std::string_view section) {
   if (section == "model")
-    return concat(kModelShapeKeys, {"preset", "hf_config", "source", "tp_plan"});
+    return concat(kModelShapeKeys, {"preset", "hf_config", "source", "tp_plan", "compile"});
   if (section == "parallel") return kParallelKeys;
   if (section == "training") return kTrainingKeys;
   if (section == "cluster") return concat(kClusterNetworkKeys, {"preset"});
@@ -461,7 +461,7 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
                               Value{kv.second, Origin{sources.hf_config, "", false}});
   }
   for (const auto& [k, v] : inline_keys)
-    if (k != "preset" && k != "hf_config" && k != "source" && k != "tp_plan")
+    if (k != "preset" && k != "hf_config" && k != "source" && k != "tp_plan" && k != "compile")
       merged.insert_or_assign(k, v);
 
   // A captured model (docs/flint.md): its block replaces the built-in layer; the shape keys it
@@ -592,8 +592,13 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
         plan ? detail::read_choice(*plan, "model.tp_plan", {"llama", "gpt"}) : std::string("llama");
     m.capture_plan = name == "gpt" ? workload::gpt_tp_plan() : workload::llama_tp_plan();
     m.capture_plan_name = name;
+    if (const Value* mode = get(inline_keys, "compile"))
+      m.capture_compiled =
+          detail::read_choice(*mode, "model.compile", {"inductor", "eager"}) == "inductor";
   } else if (const Value* plan = get(inline_keys, "tp_plan")) {
     fail(*plan, "model.tp_plan", "applies to a captured model only (set model.source)");
+  } else if (const Value* mode = get(inline_keys, "compile")) {
+    fail(*mode, "model.compile", "applies to a captured model only (set model.source)");
   }
   // Resolve the "0 → derived" defaults so the spec and the emitted YAML say the same.
   m.ffn_hidden_size = m.ffn();
@@ -1081,6 +1086,7 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
   if (m.capture) {
     out << YAML::Key << "source" << YAML::Value << m.capture_path;
     out << YAML::Key << "tp_plan" << YAML::Value << m.capture_plan_name;
+    out << YAML::Key << "compile" << YAML::Value << (m.capture_compiled ? "inductor" : "eager");
   }
   if (m.moe()) {
     out << YAML::Key << "num_experts" << YAML::Value << m.num_experts;

@@ -2,6 +2,8 @@
 embeddings, grouped-query attention, SwiGLU feed-forward, untied output layer.
 
 Constructor arguments follow Llama's ModelArgs; shipped sizes: inputs/pytorch/*.yaml.
+`fused_projections: true` writes the projections the way Megatron-LM and Phi-3 do: one `wqkv`
+and one gate-and-up `w13` Linear, split after the GEMM.
 """
 import math
 
@@ -34,20 +36,29 @@ def repeat_kv(x, n_rep):
 
 
 class Attention(nn.Module):
-    def __init__(self, dim, n_heads, n_kv_heads):
+    def __init__(self, dim, n_heads, n_kv_heads, fused_projections=False):
         super().__init__()
         self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
         self.head_dim = dim // n_heads
-        self.wq = nn.Linear(dim, n_heads * self.head_dim, bias=False)
-        self.wk = nn.Linear(dim, n_kv_heads * self.head_dim, bias=False)
-        self.wv = nn.Linear(dim, n_kv_heads * self.head_dim, bias=False)
+        self.fused = fused_projections
+        if self.fused:
+            self.wqkv = nn.Linear(dim, (n_heads + 2 * n_kv_heads) * self.head_dim, bias=False)
+        else:
+            self.wq = nn.Linear(dim, n_heads * self.head_dim, bias=False)
+            self.wk = nn.Linear(dim, n_kv_heads * self.head_dim, bias=False)
+            self.wv = nn.Linear(dim, n_kv_heads * self.head_dim, bias=False)
         self.wo = nn.Linear(n_heads * self.head_dim, dim, bias=False)
 
     def forward(self, x, cos, sin):
         b, s, _ = x.shape
-        q = self.wq(x).view(b, s, self.n_heads, self.head_dim)
-        k = self.wk(x).view(b, s, self.n_kv_heads, self.head_dim)
-        v = self.wv(x).view(b, s, self.n_kv_heads, self.head_dim)
+        if self.fused:
+            kv = self.n_kv_heads * self.head_dim
+            q, k, v = self.wqkv(x).split([self.n_heads * self.head_dim, kv, kv], dim=-1)
+        else:
+            q, k, v = self.wq(x), self.wk(x), self.wv(x)
+        q = q.view(b, s, self.n_heads, self.head_dim)
+        k = k.view(b, s, self.n_kv_heads, self.head_dim)
+        v = v.view(b, s, self.n_kv_heads, self.head_dim)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         k = repeat_kv(k, self.n_heads // self.n_kv_heads)
         v = repeat_kv(v, self.n_heads // self.n_kv_heads)
@@ -60,21 +71,29 @@ class Attention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    def __init__(self, dim, hidden_dim):
+    def __init__(self, dim, hidden_dim, fused_projections=False):
         super().__init__()
-        self.w1 = nn.Linear(dim, hidden_dim, bias=False)
+        self.fused = fused_projections
+        if self.fused:
+            self.w13 = nn.Linear(dim, 2 * hidden_dim, bias=False)
+        else:
+            self.w1 = nn.Linear(dim, hidden_dim, bias=False)
+            self.w3 = nn.Linear(dim, hidden_dim, bias=False)
         self.w2 = nn.Linear(hidden_dim, dim, bias=False)
-        self.w3 = nn.Linear(dim, hidden_dim, bias=False)
 
     def forward(self, x):
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+        if self.fused:
+            gate, up = self.w13(x).chunk(2, dim=-1)
+        else:
+            gate, up = self.w1(x), self.w3(x)
+        return self.w2(F.silu(gate) * up)
 
 
 class TransformerBlock(nn.Module):
-    def __init__(self, dim, n_heads, n_kv_heads, ffn_dim, norm_eps):
+    def __init__(self, dim, n_heads, n_kv_heads, ffn_dim, norm_eps, fused_projections=False):
         super().__init__()
-        self.attention = Attention(dim, n_heads, n_kv_heads)
-        self.feed_forward = FeedForward(dim, ffn_dim)
+        self.attention = Attention(dim, n_heads, n_kv_heads, fused_projections)
+        self.feed_forward = FeedForward(dim, ffn_dim, fused_projections)
         self.attention_norm = RMSNorm(dim, norm_eps)
         self.ffn_norm = RMSNorm(dim, norm_eps)
 
@@ -85,13 +104,15 @@ class TransformerBlock(nn.Module):
 
 class Transformer(nn.Module):
     def __init__(self, dim=4096, n_layers=32, n_heads=32, n_kv_heads=8, vocab_size=128256,
-                 ffn_dim=14336, norm_eps=1e-5, rope_theta=500000.0, max_seq_len=8192):
+                 ffn_dim=14336, norm_eps=1e-5, rope_theta=500000.0, max_seq_len=8192,
+                 fused_projections=False):
         super().__init__()
         self.head_dim = dim // n_heads
         self.rope_theta = rope_theta
         self.tok_embeddings = nn.Embedding(vocab_size, dim)
         self.layers = nn.ModuleList(
-            TransformerBlock(dim, n_heads, n_kv_heads, ffn_dim, norm_eps) for _ in range(n_layers))
+            TransformerBlock(dim, n_heads, n_kv_heads, ffn_dim, norm_eps, fused_projections)
+            for _ in range(n_layers))
         self.norm = RMSNorm(dim, norm_eps)
         self.output = nn.Linear(dim, vocab_size, bias=False)
 

@@ -125,6 +125,22 @@ def trace(fn, args, tracker, mode):
         tracer_cls.create_node = original
 
 
+def is_causal(n):
+    """A fused attention op's is_causal argument (PyTorch 2.x SDPA ops), by its schema; None for
+    other ops."""
+    if n.op != "call_function" or "attention" not in str(n.target):
+        return None
+    if "is_causal" in n.kwargs:
+        return bool(n.kwargs["is_causal"])
+    schema = getattr(n.target, "_schema", None)
+    if schema is None:
+        return None
+    for i, arg in enumerate(schema.arguments):
+        if arg.name == "is_causal":
+            return bool(n.args[i]) if i < len(n.args) else bool(arg.default_value)
+    return None
+
+
 def describe(graph, param_names, grad_offset):
     """The graph's nodes as plain dicts (inputs by index), module paths completed from the
     parameters that backward ops read."""
@@ -145,6 +161,9 @@ def describe(graph, param_names, grad_offset):
              "inputs": [index[a] for a in n.all_input_nodes],
              "shapes": shapes, "dtypes": dtypes,
              "module": n.meta.get("module_path", "")}
+        causal = is_causal(n)
+        if causal is not None:
+            d["causal"] = causal
         if n.op == "placeholder":
             d["param"] = param_names[placeholder] if placeholder < len(param_names) else ""
             placeholder += 1

@@ -5,8 +5,10 @@ layout, per layer (forward + backward of one micro-batch) and per iteration.
     scripts/validate/flint_table.py [BUILD_DIR]      (needs /usr/bin/python3 with torch and h5py)
 
 The shipped experiments as they are, but for what captures do not lower yet (recomputation, TE's
-TP overlap: off in both runs) and the builder's attention, unfused as the eager reference modules
-run it."""
+TP overlap: off in both runs). Each model twice: captured with model.compile: inductor against the
+builder's fused attention, and model.compile: eager against the builder's unfused attention (the
+eager modules' batched GEMMs). The Llama modules with fused_projections (wqkv, w13: Megatron's
+layout, which the builder models) and once with separate wq/wk/wv, w1/w3 (torchtitan's)."""
 import json
 import os
 import subprocess
@@ -23,22 +25,24 @@ tmp = tempfile.mkdtemp()
 KINDS = ["gemm", "attention", "elementwise", "norm", "all_reduce", "all_gather", "reduce_scatter",
          "send_recv"]
 
+L8 = dict(dim=4096, n_layers=8, n_heads=32, n_kv_heads=8, vocab_size=128256, ffn_dim=14336)
 CASES = [
     # name, module, ctor args, seq, plan, shipped experiment
     ("Llama 3 8B (quickstart, 8 layers)", "llama.py:Transformer",
-     dict(dim=4096, n_layers=8, n_heads=32, n_kv_heads=8, vocab_size=128256, ffn_dim=14336),
-     4096, "llama", "quickstart"),
+     dict(L8, fused_projections=True), 4096, "llama", "quickstart"),
+    ("Llama 3 8B, separate projections", "llama.py:Transformer", L8, 4096, "llama", "quickstart"),
     ("Llama 3 70B", "llama.py:Transformer",
-     dict(dim=8192, n_layers=80, n_heads=64, n_kv_heads=8, vocab_size=128256, ffn_dim=28672),
+     dict(dim=8192, n_layers=80, n_heads=64, n_kv_heads=8, vocab_size=128256, ffn_dim=28672,
+          fused_projections=True),
      8192, "llama", "llama3-70b-1k"),
     ("GPT-3 175B", "gpt3.py:GPT",
      dict(vocab_size=50257, block_size=2048, n_layer=96, n_head=96, n_embd=12288),
      2048, "gpt", "gpt3-175b-1024"),
 ]
-# What captures do not lower yet, switched off in both runs: recomputation, TE's TP overlap; and
-# the builder's attention as the reference modules run it (unfused).
-COMMON = ["--set", "parallel.recompute=none", "--set", "parallel.tp_comm_overlap=false",
-          "--set", "training.attention=unfused"]
+# What captures do not lower yet, switched off in both runs: recomputation, TE's TP overlap.
+COMMON = ["--set", "parallel.recompute=none", "--set", "parallel.tp_comm_overlap=false"]
+MODES = [("inductor", ["--set", "training.attention=flash"]),
+         ("eager", ["--set", "training.attention=unfused"])]
 
 
 def run(*args):
@@ -57,36 +61,41 @@ def layer_counts(graph):
                       "all_reduce", "all_gather", "reduce_scatter", "send_recv", "all_to_all"]
     sel = (layer == 0) & (mb == 0)
     c = Counter(names[k] for k in kind[sel])
-    # Matrix work: GEMMs and attention (the builder's unfused attention op is the same batched
-    # GEMMs the eager module runs as bmm).
-    gemm = float(flops[sel & ((kind == 0) | (kind == 1))].sum())
-    return c, gemm
+    # Matrix work: GEMMs (an eager capture's attention bmm among them), attention ops apart.
+    gemm = float(flops[sel & (kind == 0)].sum())
+    attention = float(flops[sel & (kind == 1)].sum())
+    return c, gemm, attention
 
 
 rows = []
-for name, module, args, seq, plan, experiment in CASES:
-    cap = os.path.join(tmp, experiment + ".capture.h5")
-    argfile = os.path.join(tmp, experiment + ".args.yaml")
+for idx, (name, module, args, seq, plan, experiment) in enumerate(CASES):
+    cap = os.path.join(tmp, f"{idx}.capture.h5")
+    argfile = os.path.join(tmp, f"{idx}.args.yaml")
     json.dump(args, open(argfile, "w"))
     run("/usr/bin/python3", os.path.join(repo, "scripts/capture/capture.py"),
         os.path.join(repo, "inputs/pytorch", module), "--args", argfile, "--seq", str(seq),
         "--blocks", "h" if plan == "gpt" else "layers", "-o", cap)
     exp = os.path.join(repo, "inputs/experiments", experiment + ".yaml")
-    out = {}
-    for label, extra in (("builder", COMMON), ("captured", COMMON + [
-            "--set", f"model.source={cap}", "--set", f"model.tp_plan={plan}"])):
-        g = os.path.join(tmp, f"{experiment}-{label}.h5")
-        run(bin_, "graph", exp, "-o", g, *extra)
-        run(bin_, "run", exp, "-o", os.path.join(tmp, f"{experiment}-{label}"), "--quiet", *extra)
-        s = json.load(open(os.path.join(tmp, f"{experiment}-{label}", "summary.json")))
-        out[label] = layer_counts(g) + (s["iteration_time_s"], s["peak_memory_bytes"] / 2**30,
-                                        s["world_size"])
-    (cb, gb, tb, mb, w), (cc, gc, tc, mc, _) = out["builder"], out["captured"]
-    counts = " / ".join(f"{k} {cc.get(k, 0)}:{cb.get(k, 0)}" for k in KINDS
-                        if cc.get(k, 0) or cb.get(k, 0))
-    rows.append(f"| {name} | {experiment}.yaml, {w} GPUs | {counts} | "
-                f"{gc / gb:.4f} | {tc:.2f} / {tb:.2f} s ({tc / tb:.2f}×) | "
-                f"{mc:.0f} / {mb:.0f} GiB |")
-print("| model | layout | ops per layer, captured:builder | GEMM + attention FLOPs ratio | iteration captured / builder | peak memory captured / builder |")
-print("|---|---|---|---|---|---|")
+    for mode, attention in MODES:
+        out = {}
+        for label, extra in (("builder", COMMON + attention), ("captured", COMMON + [
+                "--set", f"model.source={cap}", "--set", f"model.tp_plan={plan}",
+                "--set", f"model.compile={mode}"])):
+            g = os.path.join(tmp, f"{idx}-{mode}-{label}.h5")
+            run(bin_, "graph", exp, "-o", g, *extra)
+            d = os.path.join(tmp, f"{idx}-{mode}-{label}")
+            run(bin_, "run", exp, "-o", d, "--quiet", *extra)
+            s = json.load(open(os.path.join(d, "summary.json")))
+            out[label] = layer_counts(g) + (s["iteration_time_s"],
+                                            s["peak_memory_bytes"] / 2**30, s["world_size"])
+        (cb, gb, ab, tb, mb, w), (cc, gc, ac, tc, mc, _) = out["builder"], out["captured"]
+        counts = " / ".join(f"{k} {cc.get(k, 0)}:{cb.get(k, 0)}" for k in KINDS
+                            if cc.get(k, 0) or cb.get(k, 0))
+        rows.append(f"| {name} | {mode} | {experiment}.yaml, {w} GPUs | {counts} | "
+                    f"{gc / gb:.4f} / {ac / ab:.4f} | {tc:.3f} / {tb:.3f} s ({tc / tb:.3f}×) | "
+                    f"{mc:.1f} / {mb:.1f} GiB |")
+print("| model | capture compiled as | layout | ops per layer, captured:builder "
+      "| GEMM / attention FLOPs ratio | iteration captured / builder "
+      "| peak memory captured / builder |")
+print("|---|---|---|---|---|---|---|")
 print("\n".join(rows))

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -60,9 +61,11 @@ TpPlan llama_tp_plan() {
   // torchtitan's Llama plan (parallelize_llama.py): q/k/v and w1/w3 column-wise, wo and w2
   // row-wise; Mixtral's experts likewise, the router replicated.
   TpPlan p;
+  // The fused wqkv and w13 of `fused_projections` column-wise too.
   p.rules = {{"attention.wq", "colwise"},    {"attention.wk", "colwise"},
-             {"attention.wv", "colwise"},    {"attention.wo", "rowwise"},
-             {"feed_forward.w1", "colwise"}, {"feed_forward.w3", "colwise"},
+             {"attention.wv", "colwise"},    {"attention.wqkv", "colwise"},
+             {"attention.wo", "rowwise"},    {"feed_forward.w1", "colwise"},
+             {"feed_forward.w3", "colwise"}, {"feed_forward.w13", "colwise"},
              {"feed_forward.w2", "rowwise"}, {"experts.*.w1", "colwise"},
              {"experts.*.w3", "colwise"},    {"experts.*.w2", "rowwise"}};
   return p;
@@ -225,7 +228,46 @@ AtenClass aten_class(const std::string& op) {
   return AtenClass::Unknown;
 }
 
-LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, bool sp) {
+namespace {
+
+/// The lowering's state per captured node (one pass in capture order, which is topological).
+struct NodeState {
+  bool sharded = false;  ///< split over TP (heads, or a column-parallel output)
+  bool partial = false;  ///< a partial sum not yet reduced over TP
+  bool seq = false;      ///< split along the sequence (SP)
+  bool reduced = false;  ///< read through a TP collective: nothing fuses with its producer
+};
+
+/// Union-find over node indices: the kernels of a compiled block (docs/flint.md §2).
+struct Units {
+  std::vector<std::uint32_t> parent;
+  std::vector<std::vector<std::uint32_t>> members;
+  explicit Units(std::size_t n) : parent(n), members(n) {
+    for (std::uint32_t i = 0; i < n; ++i) {
+      parent[i] = i;
+      members[i] = {i};
+    }
+  }
+  std::uint32_t find(std::uint32_t i) {
+    while (parent[i] != i) i = parent[i] = parent[parent[i]];
+    return i;
+  }
+  std::uint32_t unite(std::uint32_t a, std::uint32_t b) {
+    a = find(a);
+    b = find(b);
+    if (a == b) return a;
+    if (b < a) std::swap(a, b);  // the smaller index names the unit (its place in the order)
+    parent[b] = a;
+    members[a].insert(members[a].end(), members[b].begin(), members[b].end());
+    members[b].clear();
+    return a;
+  }
+};
+
+}  // namespace
+
+LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, bool sp,
+                         bool compiled) {
   const auto& nodes = c.block;
   const std::size_t n = nodes.size();
   const double t = static_cast<double>(tp);
@@ -248,8 +290,15 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
   std::vector<std::vector<std::uint32_t>> consumers(n);
   for (std::size_t i = 0; i < n; ++i)
     for (std::uint32_t j : nodes[i].inputs) consumers[j].push_back(static_cast<std::uint32_t>(i));
-  // Parameters (their module's TP style) and, through views, which node reads which weight.
-  std::vector<const CapturedNode*> weight_of(n, nullptr);
+  const auto is_view = [&](std::uint32_t i) {
+    return nodes[i].kind == "call_function" && aten_class(nodes[i].op) == AtenClass::View;
+  };
+  // The tensor behind view-like ops.
+  const auto root = [&](std::uint32_t j) {
+    while (is_view(j) && !nodes[j].inputs.empty()) j = nodes[j].inputs.front();
+    return j;
+  };
+  // Parameters (their module's TP style).
   for (std::size_t i = 0; i < n; ++i) {
     const CapturedNode& d = nodes[i];
     if (d.kind == "placeholder" && !d.param.empty()) {
@@ -260,19 +309,14 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
       out.params_on_rank += p;
     }
   }
-  std::vector<bool> sharded(n, false);
-  // Partial sums (a row-parallel output, a column-parallel input gradient) are all-reduced over
-  // TP where something other than a sum of partials first reads them: the q, k, v input
-  // gradients add up before one all-reduce, as DTensor's Replicate input does.
-  std::vector<bool> partial(n, false);
+  std::vector<NodeState> st(n);
   // Sequence parallelism: activations outside the TP regions are split along the sequence
   // (the block's input first); a plan GEMM gathers such an operand (once per tensor and pass),
   // partial sums are reduce-scattered back, as Megatron's SP does.
-  std::vector<bool> seq(n, false);
   if (sp && tp > 1)
     for (std::size_t i = 0; i < n; ++i)
       if (nodes[i].kind == "placeholder" && nodes[i].param.empty()) {
-        seq[i] = true;  // the hidden states
+        st[i].seq = true;  // the hidden states
         break;
       }
   std::set<std::pair<std::uint32_t, bool>> gathered;
@@ -282,36 +326,45 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
       b += numel(d.shapes[k]) * dtype_bytes(k < d.dtypes.size() ? d.dtypes[k] : "float32");
     return b;
   };
+  // A tensor's bytes on this rank.
+  const auto rank_bytes = [&](std::uint32_t j) {
+    return tensor_bytes(nodes[j]) / (st[j].sharded || st[j].seq ? t : 1.0);
+  };
+  // Per node: the collectives it waits for (issued just before it) and its own op.
+  std::vector<std::vector<std::pair<graph::Op, std::uint32_t>>> pre(n);  // + producing node
+  std::vector<std::optional<graph::Op>> own(n);
   for (std::size_t i = 0; i < n; ++i) {
     const CapturedNode& d = nodes[i];
     if (d.kind != "call_function") continue;
     const bool fwd = forward[i];
     const graph::Phase phase = fwd ? graph::Phase::Forward : graph::Phase::Backward;
     bool any_sharded = false;
-    for (std::uint32_t j : d.inputs) any_sharded = any_sharded || sharded[j];
+    for (std::uint32_t j : d.inputs) any_sharded = any_sharded || st[j].sharded;
     const AtenClass cls = aten_class(d.op);
     graph::Op op;
     op.phase = phase;
     op.layer = 0;
-    auto emit = [&](graph::Op o) { (fwd ? out.forward : out.backward).push_back(o); };
     if (cls == AtenClass::View) {
-      sharded[i] = any_sharded;
+      st[i].sharded = any_sharded;
       for (std::uint32_t j : d.inputs) {
-        partial[i] = partial[i] || partial[j];
-        seq[i] = seq[i] || seq[j];
+        st[i].partial = st[i].partial || st[j].partial;
+        st[i].seq = st[i].seq || st[j].seq;
       }
       continue;
     }
+    // Partial sums (a row-parallel output, a column-parallel input gradient) are all-reduced
+    // over TP where something other than a sum of partials first reads them: the q, k, v input
+    // gradients add up before one all-reduce, as DTensor's Replicate input does.
     bool all_partial = !d.inputs.empty(), any_partial = false;
     for (std::uint32_t j : d.inputs) {
-      all_partial = all_partial && partial[j];
-      any_partial = any_partial || partial[j];
+      all_partial = all_partial && st[j].partial;
+      any_partial = any_partial || st[j].partial;
     }
     if (any_partial && base_op(d.op) == "add" && all_partial) {
-      partial[i] = true;  // a sum of partial sums stays one
+      st[i].partial = true;  // a sum of partial sums stays one
     } else if (any_partial) {
       for (std::uint32_t j : d.inputs) {
-        if (!partial[j]) continue;
+        if (!st[j].partial) continue;
         graph::Op ar;
         ar.kind = sp ? graph::OpKind::ReduceScatter : graph::OpKind::AllReduce;
         ar.role = graph::CommRole::Tp;
@@ -320,9 +373,10 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
         ar.phase = forward[j] ? graph::Phase::Forward : graph::Phase::Backward;
         ar.layer = 0;
         ar.comm_bytes = tensor_bytes(nodes[j]);
-        if (tp > 1) (forward[j] ? out.forward : out.backward).push_back(ar);
-        partial[j] = false;
-        seq[j] = sp && tp > 1;
+        if (tp > 1) pre[i].push_back({ar, root(j)});
+        st[j].partial = false;
+        st[j].seq = sp && tp > 1;
+        st[root(j)].reduced = tp > 1;
       }
     }
     if (cls == AtenClass::Gemm) {
@@ -337,17 +391,11 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
       m *= batch;
       const std::string style = plan.style_of(d.module);
       bool reduce = false;
-      // The tensor behind view-like ops: one gather serves every view of it in a pass.
-      const auto root = [&](std::uint32_t j) {
-        while (nodes[j].kind == "call_function" && aten_class(nodes[j].op) == AtenClass::View &&
-               !nodes[j].inputs.empty())
-          j = nodes[j].inputs.front();
-        return j;
-      };
       if (!style.empty())
         for (std::uint32_t j : d.inputs)
-          if (seq[j] && gathered.insert({root(j), fwd}).second) {
-            // The sequence-split operand, gathered over TP before the GEMM (S = its full size).
+          if (st[j].seq && gathered.insert({root(j), fwd}).second) {
+            // The sequence-split operand, gathered over TP before the GEMM (S = its full size);
+            // one gather serves every view of the tensor in a pass.
             graph::Op ag;
             ag.kind = graph::OpKind::AllGather;
             ag.role = graph::CommRole::Tp;
@@ -356,7 +404,8 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
             ag.phase = phase;
             ag.layer = 0;
             ag.comm_bytes = tensor_bytes(nodes[j]);
-            emit(ag);
+            pre[i].push_back({ag, root(j)});
+            st[root(j)].reduced = true;
           }
       if (!style.empty()) {
         // nn.Linear's weight [out, in]: find it among the module's parameters.
@@ -367,12 +416,18 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
             out_dim = p.shapes[0][0];
             in_dim = p.shapes[0][1];
           }
-        const bool wgrad =
-            !fwd && ((o[0] == out_dim && o[1] == in_dim) || (o[0] == in_dim && o[1] == out_dim));
+        // Backward: dgrad reads the weight (through views), wgrad produces its gradient (shapes
+        // alone cannot tell them apart when tokens = a weight dimension).
+        bool reads_weight = false;
+        for (std::uint32_t j : d.inputs) {
+          const CapturedNode& r = nodes[root(j)];
+          reads_weight = reads_weight || (r.kind == "placeholder" && !r.param.empty());
+        }
+        const bool wgrad = !fwd && !reads_weight;
         if (style == "colwise") {
           if (fwd) {
             nn /= t;
-            sharded[i] = true;
+            st[i].sharded = true;
           } else if (wgrad) {
             (o[0] == out_dim ? m : nn) /= t;
           } else {
@@ -387,18 +442,18 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
             (o[0] == in_dim ? m : nn) /= t;
           } else {
             nn /= t;
-            sharded[i] = true;
+            st[i].sharded = true;
           }
         }
       } else if (any_sharded) {
         m /= t;  // per-head batched GEMMs on this rank's heads
-        sharded[i] = true;
+        st[i].sharded = true;
       } else {
         bool any_seq = false;
-        for (std::uint32_t j : d.inputs) any_seq = any_seq || seq[j];
+        for (std::uint32_t j : d.inputs) any_seq = any_seq || st[j].seq;
         if (any_seq) {
           m /= t;  // a replicated GEMM (a router) on this rank's part of the sequence
-          seq[i] = true;
+          st[i].seq = true;
         }
       }
       op.kind = graph::OpKind::Gemm;
@@ -408,45 +463,438 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
                   static_cast<std::uint32_t>(std::max(1.0, k))};
       op.flops = 2 * m * nn * k;
       op.mem_bytes = 2 * (m * k + k * nn + m * nn);
-      emit(op);
+      own[i] = op;
       if (style.empty())
         out.other_gemm_flops += op.flops;
       else
         out.linear_gemm_flops += op.flops;
-      partial[i] = reduce && tp > 1;
+      st[i].partial = reduce && tp > 1;
       continue;
     }
     double bytes = tensor_bytes(d);
     for (std::uint32_t j : d.inputs)
       if (nodes[j].kind != "get_attr") bytes += tensor_bytes(nodes[j]);
     if (cls == AtenClass::Unknown) ++out.unknown_ops[base_op(d.op)];
-    sharded[i] = any_sharded;
+    st[i].sharded = any_sharded;
     bool any_seq = false;
-    for (std::uint32_t j : d.inputs) any_seq = any_seq || seq[j];
-    seq[i] = any_seq && !any_sharded;
+    for (std::uint32_t j : d.inputs) any_seq = any_seq || st[j].seq;
+    st[i].seq = any_seq && !any_sharded;
+    if (cls == AtenClass::Attention && !d.inputs.empty() && !nodes[d.inputs[0]].shapes.empty() &&
+        nodes[d.inputs[0]].shapes[0].size() == 4) {
+      // A fused SDPA kernel (PyTorch 2.x): q [b, h, s, dh], k [b, h, sk, dh]; forward
+      // 4·b·h·s·sk·dh FLOPs, half of it under a causal mask, the backward 2.5× the forward (the
+      // builder's fused-attention model, MODELING §1.1).
+      const auto& q = nodes[d.inputs[0]].shapes[0];
+      const double sk = d.inputs.size() > 1 && !nodes[d.inputs[1]].shapes.empty() &&
+                                nodes[d.inputs[1]].shapes[0].size() == 4
+                            ? static_cast<double>(nodes[d.inputs[1]].shapes[0][2])
+                            : static_cast<double>(q[2]);
+      const double heads = static_cast<double>(q[1]) / (any_sharded ? t : 1.0);
+      const double bh = static_cast<double>(q[0]) * heads;
+      op.kind = graph::OpKind::Attention;
+      op.name = graph::OpName::Attention;
+      op.shape = {static_cast<std::uint32_t>(std::max(1.0, bh)), static_cast<std::uint32_t>(q[2]),
+                  static_cast<std::uint32_t>(q[3])};
+      op.flops = (fwd ? 1.0 : 2.5) * (d.causal ? 0.5 : 1.0) * 4 * bh * static_cast<double>(q[2]) *
+                 sk * static_cast<double>(q[3]);
+      op.mem_bytes = any_sharded ? bytes / t : bytes;
+      own[i] = op;
+      continue;
+    }
     op.kind = cls == AtenClass::Attention ? graph::OpKind::Attention : graph::OpKind::Elementwise;
     op.name = cls == AtenClass::Attention ? graph::OpName::Attention : graph::OpName::AtenOp;
-    op.mem_bytes = any_sharded || seq[i] ? bytes / t : bytes;
-    emit(op);
+    op.mem_bytes = any_sharded || st[i].seq ? bytes / t : bytes;
+    own[i] = op;
   }
-  // What autograd keeps: forward outputs (not views) that a backward op reads.
-  for (std::size_t i = 0; i < n; ++i) {
-    if (!forward[i] || nodes[i].kind != "call_function" ||
-        aten_class(nodes[i].op) == AtenClass::View)
-      continue;
-    bool used_later = false;
-    std::function<bool(std::uint32_t, int)> read_by_backward = [&](std::uint32_t j, int depth) {
-      for (std::uint32_t c2 : consumers[j]) {
-        if (!forward[c2]) return true;
-        if (depth < 4 && aten_class(nodes[c2].op) == AtenClass::View &&
-            read_by_backward(c2, depth + 1))
-          return true;
+
+  // Forward outputs (not views) that a backward op reads: what autograd keeps.
+  const std::function<bool(std::uint32_t, int)> read_by_backward = [&](std::uint32_t j, int depth) {
+    for (std::uint32_t c2 : consumers[j]) {
+      if (!forward[c2]) return true;
+      if (depth < 4 && is_view(c2) && read_by_backward(c2, depth + 1)) return true;
+    }
+    return false;
+  };
+  std::vector<bool> dropped(n, false);  // not materialised (inside a fused attention kernel)
+  std::map<std::uint32_t, std::vector<std::uint32_t>> recompute;  // kept → recomputed from
+
+  // Emission. A collective starts once the op producing its tensor is done (or at the start of
+  // its pass if that op belongs to the other pass) and the compute op after it waits for it:
+  // independent compute (a wgrad GEMM) overlaps it, as with functional collectives waited at
+  // their first use.
+  std::vector<std::int64_t> at(n, -1);  // node → index of its op in its pass's list
+  const auto emit_collectives = [&](std::uint32_t x) {
+    for (const auto& [o, producer] : pre[x]) {
+      const bool f = o.phase == graph::Phase::Forward;
+      auto& list = f ? out.forward : out.backward;
+      auto& after = f ? out.forward_after : out.backward_after;
+      list.push_back(o);
+      after.push_back(at[producer] >= 0 && forward[producer] == f
+                          ? static_cast<std::int32_t>(at[producer])
+                          : LoweredBlock::kPassStart);
+    }
+  };
+  const auto emit_own = [&](const graph::Op& o, bool f, const std::vector<std::uint32_t>& ms) {
+    auto& list = f ? out.forward : out.backward;
+    (f ? out.forward_after : out.backward_after).push_back(LoweredBlock::kChain);
+    for (std::uint32_t m : ms) at[m] = static_cast<std::int64_t>(list.size());
+    list.push_back(o);
+  };
+  if (!compiled) {
+    for (std::uint32_t i = 0; i < n; ++i) {
+      emit_collectives(i);
+      if (own[i]) emit_own(*own[i], forward[i], {i});
+    }
+  } else {
+    // torch.compile (Inductor), docs/flint.md §2: the eager attention pattern (batched QKᵀ,
+    // scale, mask, softmax, batched PV) becomes one fused attention kernel per pass, as
+    // Inductor's fuse_attention pass rewrites it to SDPA; point-wise ops and reductions fuse into
+    // one kernel per connected group that reads its inputs and writes its outputs once.
+    Units units(n);
+    for (std::uint32_t i = 0; i < n; ++i)
+      if (is_view(i) && nodes[i].inputs.size() == 1) units.unite(root(i), i);
+    const auto batched_gemm = [&](std::uint32_t i) {
+      return nodes[i].kind == "call_function" && aten_class(nodes[i].op) == AtenClass::Gemm &&
+             plan.style_of(nodes[i].module).empty() && !nodes[i].shapes.empty() &&
+             nodes[i].shapes[0].size() == 3;
+    };
+    const auto pointwise = [&](std::uint32_t i) {
+      if (nodes[i].kind != "call_function") return false;
+      const AtenClass k = aten_class(nodes[i].op);
+      return k == AtenClass::MemoryBound || k == AtenClass::Unknown;
+    };
+    // The region around a softmax (or its backward): point-wise and view ops of the same pass,
+    // bounded by batched GEMMs (included, not crossed), plan GEMMs and placeholders.
+    const auto expand = [&](std::uint32_t seed) {
+      std::set<std::uint32_t> region;
+      std::vector<std::uint32_t> todo = {seed};
+      while (!todo.empty()) {
+        const std::uint32_t x = todo.back();
+        todo.pop_back();
+        if (!region.insert(x).second) continue;
+        if (batched_gemm(x)) continue;
+        std::vector<std::uint32_t> next = nodes[x].inputs;
+        next.insert(next.end(), consumers[x].begin(), consumers[x].end());
+        for (std::uint32_t y : next)
+          if (forward[y] == forward[seed] && (batched_gemm(y) || pointwise(y) || is_view(y)))
+            todo.push_back(y);
+      }
+      return region;
+    };
+    const auto gemms_in = [&](const std::set<std::uint32_t>& r) {
+      std::vector<std::uint32_t> g;
+      for (std::uint32_t x : r)
+        if (batched_gemm(x)) g.push_back(x);
+      return g;
+    };
+    std::vector<bool> in_attention(n, false);
+    for (std::uint32_t s = 0; s < n; ++s) {
+      if (!forward[s] || nodes[s].kind != "call_function" || base_op(nodes[s].op) != "_softmax" ||
+          in_attention[s])
+        continue;
+      const std::set<std::uint32_t> fr = expand(s);
+      const std::vector<std::uint32_t> fg = gemms_in(fr);
+      if (fg.size() < 2) continue;  // a softmax without attention's GEMMs (a router)
+      // Interior: region tensors no forward op outside the region reads (the scores and
+      // probabilities, which the fused kernel never writes).
+      std::vector<std::uint32_t> interior;
+      for (std::uint32_t x : fr) {
+        bool outside = false;
+        const std::function<void(std::uint32_t)> visit = [&](std::uint32_t y) {
+          for (std::uint32_t z : consumers[y])
+            if (is_view(z) && !fr.count(z))
+              visit(z);
+            else if (forward[z] && !fr.count(z))
+              outside = true;
+        };
+        visit(x);
+        if (!outside) interior.push_back(x);
+      }
+      // Backward: the ops reading the interior (softmax backward, dV), grown like the forward.
+      std::set<std::uint32_t> br;
+      const std::function<void(std::uint32_t)> seed_from = [&](std::uint32_t y) {
+        for (std::uint32_t z : consumers[y]) {
+          if (forward[z]) continue;
+          if (is_view(z)) {
+            seed_from(z);
+          } else if (!br.count(z) && (batched_gemm(z) || pointwise(z))) {
+            const std::set<std::uint32_t> r = expand(z);
+            br.insert(r.begin(), r.end());
+          }
+        }
+      };
+      for (std::uint32_t x : interior) seed_from(x);
+      const std::vector<std::uint32_t> bg = gemms_in(br);
+      bool causal = false;
+      for (std::uint32_t x : fr) {
+        const std::string b = base_op(nodes[x].op);
+        causal = causal || b == "triu" || b == "tril";
+      }
+      // Shape from QKᵀ (the region's first GEMM): [b·h, s, sk] from q [b·h, s, dh].
+      const std::uint32_t qk = *std::min_element(fg.begin(), fg.end());
+      const auto& so = nodes[qk].shapes[0];
+      const auto& qs = nodes[nodes[qk].inputs[nodes[qk].inputs.size() - 2]].shapes;
+      const double bh = static_cast<double>(so[0]) / (st[qk].sharded ? t : 1.0);
+      const std::uint32_t pv = *std::max_element(fg.begin(), fg.end());
+      double matrix_flops = 0;
+      for (std::uint32_t g : fg) matrix_flops += own[g] ? own[g]->flops : 0;
+      // What a region reads from outside (the fused kernel's inputs) and what outside reads.
+      const auto io_bytes = [&](const std::set<std::uint32_t>& r, bool skip_forward) {
+        double b = 0;
+        std::set<std::uint32_t> seen;
+        for (std::uint32_t x : r) {
+          if (is_view(x)) continue;
+          for (std::uint32_t j : nodes[x].inputs) {
+            const std::uint32_t p = root(j);
+            if (r.count(p) || r.count(j) || nodes[p].kind == "get_attr") continue;
+            if (skip_forward && fr.count(p)) continue;  // recomputed, never stored
+            if (seen.insert(p).second) b += rank_bytes(p);
+          }
+        }
+        return b;
+      };
+      graph::Op fa;
+      fa.kind = graph::OpKind::Attention;
+      fa.name = graph::OpName::Attention;
+      fa.layer = 0;
+      fa.shape = {static_cast<std::uint32_t>(std::max(1.0, bh)), static_cast<std::uint32_t>(so[1]),
+                  static_cast<std::uint32_t>(qs.empty() ? 1 : qs[0].back())};
+      const auto& vs = nodes[nodes[pv].inputs.back()].shapes;
+      if (!vs.empty() && vs[0].back() != static_cast<std::int64_t>(fa.shape[2]))
+        fa.value_dim = static_cast<std::uint16_t>(vs[0].back());
+      // Forward: the eager GEMMs' FLOPs, half of them under a causal mask (flash attention
+      // skips the masked blocks); backward 2.5× that (FlashAttention-2's backward recomputes
+      // the scores: five GEMMs against two), the builder's fused model (MODELING §1.1).
+      const double causal_share = causal ? 0.5 : 1.0;
+      fa.phase = graph::Phase::Forward;
+      fa.flops = causal_share * matrix_flops;
+      fa.mem_bytes = io_bytes(fr, false) + rank_bytes(pv);
+      own[pv] = fa;
+      for (std::uint32_t x : fr) {
+        in_attention[x] = true;
+        if (x != pv) own[x].reset();
+        if (!is_view(x)) units.unite(qk, x);  // a view stays with the tensor it shows
+      }
+      for (std::uint32_t x : interior) dropped[x] = x != pv;
+      // Log-sum-exp, fp32 per query row: what the fused kernel keeps for its backward.
+      out.saved_bytes += 4 * bh * static_cast<double>(so[1]);
+      if (bg.empty()) continue;
+      graph::Op fb = fa;
+      fb.phase = graph::Phase::Backward;
+      fb.flops = 2.5 * fa.flops;
+      double written = 0;
+      for (std::uint32_t g : bg) written += rank_bytes(g);
+      fb.mem_bytes = io_bytes(br, true) + written;
+      const std::uint32_t last = *std::max_element(br.begin(), br.end());
+      for (std::uint32_t x : br) {
+        in_attention[x] = true;
+        own[x].reset();
+        if (!is_view(x)) units.unite(last, x);
+      }
+      own[last] = fb;
+    }
+    // Point-wise fusion: a point-wise op joins the kernel of a point-wise producer of the same
+    // pass unless the producer's output goes through a TP collective first, or the merged
+    // kernel would have to run both before and after some other kernel (a cycle).
+    std::vector<bool> fusible(n, false);
+    for (std::uint32_t i = 0; i < n; ++i) fusible[i] = pointwise(i) && !in_attention[i];
+    const auto unit_of = [&](std::uint32_t i) { return units.find(i); };
+    // Is there a path from unit a to unit b through some third unit?
+    const auto indirect = [&](std::uint32_t a, std::uint32_t b) {
+      std::vector<bool> seen(n, false);
+      std::vector<std::uint32_t> todo;
+      for (std::uint32_t x : units.members[a])
+        for (std::uint32_t y : consumers[x]) {
+          const std::uint32_t u = unit_of(y);
+          if (u != a && u != b && !seen[u]) {
+            seen[u] = true;
+            todo.push_back(u);
+          }
+        }
+      while (!todo.empty()) {
+        const std::uint32_t u = todo.back();
+        todo.pop_back();
+        for (std::uint32_t x : units.members[u])
+          for (std::uint32_t y : consumers[x]) {
+            const std::uint32_t w = unit_of(y);
+            if (w == b) return true;
+            if (w != a && !seen[w]) {
+              seen[w] = true;
+              todo.push_back(w);
+            }
+          }
       }
       return false;
     };
-    used_later = read_by_backward(static_cast<std::uint32_t>(i), 0);
-    if (used_later) out.saved_bytes += tensor_bytes(nodes[i]) / (sharded[i] || seq[i] ? t : 1.0);
+    for (std::uint32_t i = 0; i < n; ++i) {
+      if (!fusible[i]) continue;
+      for (std::uint32_t j : nodes[i].inputs) {
+        const std::uint32_t p = root(j);
+        if (!fusible[p] || forward[p] != forward[i] || st[p].reduced) continue;
+        const std::uint32_t a = unit_of(p), b = unit_of(i);
+        if (a == b || indirect(a, b) || indirect(b, a)) continue;
+        units.unite(a, b);
+      }
+    }
+    // Horizontal fusion: point-wise kernels of one pass over the same iteration space that read
+    // the same tensor become one kernel, which reads it once (Inductor's scheduler fuses by
+    // shared reads).
+    const auto out_numel = [&](std::uint32_t i) {
+      return nodes[i].shapes.empty() ? 0.0 : numel(nodes[i].shapes[0]);
+    };
+    for (std::uint32_t p = 0; p < n; ++p) {
+      if (is_view(p)) continue;
+      std::vector<std::uint32_t> readers;
+      const std::function<void(std::uint32_t)> collect = [&](std::uint32_t y) {
+        for (std::uint32_t z : consumers[y])
+          if (is_view(z))
+            collect(z);
+          else if (fusible[z])
+            readers.push_back(z);
+      };
+      collect(p);
+      for (std::size_t a = 0; a < readers.size(); ++a)
+        for (std::size_t b2 = a + 1; b2 < readers.size(); ++b2) {
+          const std::uint32_t x = readers[a], y = readers[b2];
+          if (forward[x] != forward[y] || out_numel(x) != out_numel(y)) continue;
+          const std::uint32_t ux = unit_of(x), uy = unit_of(y);
+          if (ux == uy || indirect(ux, uy) || indirect(uy, ux)) continue;
+          bool direct = false;  // an edge between them is a vertical fusion the rules refused
+          for (std::uint32_t m : units.members[ux])
+            for (std::uint32_t c2 : consumers[m]) direct = direct || unit_of(c2) == uy;
+          for (std::uint32_t m : units.members[uy])
+            for (std::uint32_t c2 : consumers[m]) direct = direct || unit_of(c2) == ux;
+          if (!direct) units.unite(ux, uy);
+        }
+    }
+    // What the backward keeps, as Inductor's min-cut partitioner decides it: a point-wise forward
+    // tensor that only point-wise backward kernels read is recomputed there from its nearest
+    // non-point-wise ancestors when those cost no more to keep than it (the fp32 upcasts of a
+    // norm, a cast copy), else kept.
+    std::set<std::uint32_t> kept;
+    std::vector<std::uint32_t> candidates;
+    const auto backward_readers_fusible = [&](std::uint32_t x) {
+      bool ok = true;
+      const std::function<void(std::uint32_t)> visit = [&](std::uint32_t y) {
+        for (std::uint32_t z : consumers[y]) {
+          if (forward[z]) continue;
+          if (is_view(z))
+            visit(z);
+          else
+            ok = ok && fusible[z];
+        }
+      };
+      visit(x);
+      return ok;
+    };
+    for (std::uint32_t i = 0; i < n; ++i) {
+      if (!forward[i] || is_view(i) || dropped[i] || !read_by_backward(i, 0)) continue;
+      if (nodes[i].kind == "placeholder" && !nodes[i].param.empty()) continue;
+      if (fusible[i] && backward_readers_fusible(i))
+        candidates.push_back(i);
+      else
+        kept.insert(i);
+    }
+    for (std::uint32_t x : candidates) {
+      std::set<std::uint32_t> frontier;
+      const std::function<void(std::uint32_t)> up = [&](std::uint32_t y) {
+        for (std::uint32_t j : nodes[y].inputs) {
+          const std::uint32_t r = root(j);
+          if (nodes[r].kind == "get_attr" ||
+              (nodes[r].kind == "placeholder" && !nodes[r].param.empty()))
+            continue;
+          if (fusible[r] && forward[r])
+            up(r);
+          else
+            frontier.insert(r);
+        }
+      };
+      up(x);
+      double extra = 0;
+      for (std::uint32_t f : frontier)
+        if (!kept.count(f)) extra += rank_bytes(f);
+      if (extra <= rank_bytes(x)) {
+        recompute[x] = std::vector<std::uint32_t>(frontier.begin(), frontier.end());
+        kept.insert(frontier.begin(), frontier.end());
+      } else {
+        kept.insert(x);
+      }
+    }
+    for (std::uint32_t x : kept) out.saved_bytes += rank_bytes(x);
+    // Each unit's op: fused point-wise kernels by their bytes in and out.
+    for (std::uint32_t u = 0; u < n; ++u) {
+      if (units.find(u) != u) continue;
+      std::vector<std::uint32_t> pw;
+      for (std::uint32_t x : units.members[u])
+        if (fusible[x]) pw.push_back(x);
+      if (pw.empty()) continue;
+      double b = 0;
+      std::set<std::uint32_t> seen;
+      for (std::uint32_t x : pw)
+        for (std::uint32_t j : nodes[x].inputs) {
+          const std::uint32_t p = root(j);
+          if (unit_of(p) == u || nodes[p].kind == "get_attr") continue;
+          if (const auto r = recompute.find(p); r != recompute.end() && !forward[x]) {
+            for (std::uint32_t f : r->second)
+              if (seen.insert(f).second) b += rank_bytes(f);
+          } else if (seen.insert(p).second) {
+            b += std::min(rank_bytes(p), rank_bytes(j));
+          }
+        }
+      // Written: outputs read by another kernel; a forward tensor the backward recomputes is
+      // written only if a forward kernel reads it.
+      const std::function<bool(std::uint32_t, bool)> read_outside = [&](std::uint32_t x,
+                                                                        bool forward_only) {
+        for (std::uint32_t y : consumers[x]) {
+          if (forward_only && !forward[y]) continue;
+          if (is_view(y) ? read_outside(y, forward_only) : unit_of(y) != u) return true;
+        }
+        return false;
+      };
+      for (std::uint32_t x : pw)
+        if (read_outside(x, recompute.count(x) > 0)) b += rank_bytes(x);
+      graph::Op op = *own[pw.front()];
+      op.mem_bytes = b;
+      for (std::uint32_t x : pw) own[x].reset();
+      own[pw.back()] = op;
+    }
+    // Emission: units in topological order, ties by capture order; each unit's collectives
+    // first, then its kernel.
+    std::vector<int> indegree(n, 0);
+    std::vector<std::vector<std::uint32_t>> succ(n);
+    for (std::uint32_t i = 0; i < n; ++i)
+      for (std::uint32_t j : nodes[i].inputs) {
+        const std::uint32_t a = unit_of(j), b = unit_of(i);
+        if (a != b) {
+          succ[a].push_back(b);
+          ++indegree[b];
+        }
+      }
+    std::set<std::uint32_t> ready;
+    for (std::uint32_t u = 0; u < n; ++u)
+      if (unit_of(u) == u && indegree[u] == 0) ready.insert(u);
+    std::size_t emitted = 0;
+    while (!ready.empty()) {
+      const std::uint32_t u = *ready.begin();
+      ready.erase(ready.begin());
+      ++emitted;
+      std::vector<std::uint32_t> ms = units.members[u];
+      std::sort(ms.begin(), ms.end());
+      for (std::uint32_t x : ms) emit_collectives(x);
+      for (std::uint32_t x : ms)
+        if (own[x]) emit_own(*own[x], forward[x], ms);
+      for (std::uint32_t v : succ[u])
+        if (--indegree[v] == 0) ready.insert(v);
+    }
+    std::size_t unit_count = 0;
+    for (std::uint32_t u = 0; u < n; ++u) unit_count += unit_of(u) == u;
+    SCALESCOPE_EXPECTS(emitted == unit_count);
   }
+  if (!compiled)
+    for (std::uint32_t i = 0; i < n; ++i) {
+      if (!forward[i] || nodes[i].kind != "call_function" || is_view(i)) continue;
+      if (read_by_backward(i, 0)) out.saved_bytes += rank_bytes(i);
+    }
   return out;
 }
 

@@ -18,8 +18,9 @@ struct CapturedNode {
   std::vector<std::uint32_t> inputs;
   std::vector<std::vector<std::int64_t>> shapes;  ///< one per tensor output
   std::vector<std::string> dtypes;
-  std::string module;  ///< the nn.Module path it came from ("layers.0.attention.wq")
-  std::string param;   ///< placeholders: the parameter's name, if it is one
+  std::string module;   ///< the nn.Module path it came from ("layers.0.attention.wq")
+  std::string param;    ///< placeholders: the parameter's name, if it is one
+  bool causal = false;  ///< fused SDPA ops: is_causal
 };
 
 struct Capture {
@@ -51,6 +52,11 @@ AtenClass aten_class(const std::string& op);
 /// keeps for the backward.
 struct LoweredBlock {
   std::vector<graph::Op> forward, backward;
+  /// Per op, what it follows: kChain (a compute op: the previous compute op, and the
+  /// collectives listed since), or for a collective the index of the op producing its tensor in
+  /// the same list, or kPassStart (the tensor comes from the other pass).
+  static constexpr std::int32_t kChain = -1, kPassStart = -2;
+  std::vector<std::int32_t> forward_after, backward_after;
   double saved_bytes = 0;
   double params_on_rank = 0;
   double linear_gemm_flops = 0;  ///< GEMMs of the plan's (or any) nn.Linear modules
@@ -59,7 +65,11 @@ struct LoweredBlock {
 };
 /// With `sp` (sequence parallelism) the TP all-reduces become Megatron's all-gathers before
 /// column-parallel GEMMs and reduce-scatters after row-parallel ones, and the activations
-/// between are split along the sequence.
-LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, bool sp = false);
+/// between are split along the sequence. With `compiled` the block runs as torch.compile
+/// (Inductor) runs it: the eager attention pattern becomes one fused attention kernel per pass
+/// and connected point-wise ops one kernel each (docs/flint.md §2); else one kernel per ATen op,
+/// as eager PyTorch runs it.
+LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, bool sp = false,
+                         bool compiled = false);
 
 }  // namespace scalescope::workload

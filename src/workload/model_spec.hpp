@@ -63,6 +63,9 @@ struct ModelSpec {
   TpPlan capture_plan;
   std::string capture_path;
   std::string capture_plan_name;  ///< llama | gpt
+  /// model.compile: inductor (default; torch.compile's fused attention and point-wise kernels)
+  /// or eager (one kernel per ATen op).
+  bool capture_compiled = true;
 
   bool moe() const { return num_experts > 0; }
   bool is_moe_layer(std::int64_t layer) const {

@@ -93,7 +93,9 @@ class StageBuilder {
     o_w_ = static_cast<double>(m.attn_out_width());
     k_w_ = m.multi_latent_attention ? qk_w_ : static_cast<double>(m.kv_width());
     v_w_ = m.multi_latent_attention ? o_w_ : static_cast<double>(m.kv_width());
-    if (m.capture) lowered_ = lower_block(*m.capture, m.capture_plan, p.tp(), p.sequence_parallel);
+    if (m.capture)
+      lowered_ =
+          lower_block(*m.capture, m.capture_plan, p.tp(), p.sequence_parallel, m.capture_compiled);
     if (m.moe()) {
       // Each layer's MoE block sees the rank's SP share of its tokens (Megatron requires SP with
       // TP); the EP-rank program models its own experts' load, the balanced one EP rank 0's.
@@ -547,23 +549,37 @@ class StageBuilder {
   /// A captured model's layer (docs/flint.md): the lowered block's forward ops in capture order
   /// on the chain, the saved activations allocated with the first and kept for the backward.
   void captured_forward(std::int64_t l) {
-    bool first = true;
-    for (Op op : lowered_.forward) {
-      op.layer = static_cast<std::uint16_t>(l);
-      op.microbatch = static_cast<std::uint16_t>(cur_mb_);
-      if (first) op.mem_alloc = static_cast<std::int64_t>(lowered_.saved_bytes);
-      first = false;
-      chain(op);
-    }
+    captured_pass(lowered_.forward, lowered_.forward_after, l, cur_mb_,
+                  static_cast<std::int64_t>(lowered_.saved_bytes));
     layer_saved_[{l, cur_mb_}] = {static_cast<std::int64_t>(lowered_.saved_bytes), 0};
+  }
+  /// Compute ops on the chain; a TP collective after the op producing its tensor, waited for by
+  /// the next compute op (LoweredBlock::forward_after).
+  void captured_pass(const std::vector<Op>& ops, const std::vector<std::int32_t>& after,
+                     std::int64_t l, std::int64_t mb, std::int64_t alloc) {
+    const std::uint32_t start = chain_;
+    std::vector<std::uint32_t> ids, pending;
+    for (std::size_t k = 0; k < ops.size(); ++k) {
+      Op op = ops[k];
+      op.layer = static_cast<std::uint16_t>(l);
+      op.microbatch = static_cast<std::uint16_t>(mb);
+      if (k == 0) op.mem_alloc = alloc;
+      if (after[k] == LoweredBlock::kChain) {
+        ids.push_back(chain(op, std::exchange(pending, {})));
+      } else {
+        const std::uint32_t from = after[k] >= 0 ? ids[static_cast<std::size_t>(after[k])]
+                                                 : (start != kNone ? start : chain_);
+        std::vector<std::uint32_t> deps;
+        if (from != kNone) deps.push_back(from);
+        ids.push_back(add_free(op, deps));
+        pending.push_back(ids.back());
+      }
+    }
+    for (std::uint32_t c : pending) wait_for(c);
   }
   /// Its backward: every gradient of the layer counts as ready at the layer's last op.
   void captured_backward(std::int64_t l, std::int64_t mb) {
-    for (Op op : lowered_.backward) {
-      op.layer = static_cast<std::uint16_t>(l);
-      op.microbatch = static_cast<std::uint16_t>(mb);
-      chain(op);
-    }
+    captured_pass(lowered_.backward, lowered_.backward_after, l, mb, 0);
     const auto saved = layer_saved_.at({l, mb});
     free_at_chain(static_cast<double>(saved.first + saved.second));
     for (std::int64_t k = 0; k < kParts; ++k) ready_[param_key(l, k)] = chain_;

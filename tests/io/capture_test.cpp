@@ -35,15 +35,16 @@ class Capture : public TempDirTest {
   }
   /// Captures llama.py:Transformer at h 1024, 8 heads, 2 KV heads, f 2816, s 512; false (and
   /// a loud skip by the caller) without PyTorch.
-  bool capture(const std::string& out) {
+  bool capture(const std::string& out, std::int64_t seq = 512, const std::string& extra = "") {
     if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) return false;
     const std::string args = file("args.yaml");
     std::ofstream(args) << "{dim: 1024, n_layers: 4, n_heads: 8, n_kv_heads: 2, vocab_size: "
-                           "32000, ffn_dim: 2816}\n";
+                           "32000, ffn_dim: 2816"
+                        << extra << "}\n";
     const std::string cmd = fmt::format(
         "/usr/bin/python3 {0}/scripts/capture/capture.py {0}/inputs/pytorch/llama.py:Transformer "
-        "--args {1} --seq 512 -o {2} >/dev/null",
-        SCALESCOPE_SOURCE_DIR, args, out);
+        "--args {1} --seq {3} -o {2} >/dev/null",
+        SCALESCOPE_SOURCE_DIR, args, out, seq);
     return std::system(cmd.c_str()) == 0;
   }
 };
@@ -92,6 +93,87 @@ TEST_F(Capture, LlamaBlockMatchesTheBuilderPerLayer) {
   }
 }
 
+// model.compile: inductor — the eager attention becomes one fused kernel per pass with flash
+// attention's FLOPs, point-wise ops fuse into kernels that read and write each tensor once. The
+// capture is taken at s = h = 1024, where only the weight read tells a dgrad from a wgrad.
+TEST_F(Capture, CompiledBlockFusesAttentionAndPointwiseKernels) {
+  const std::string path = file("capture.h5");
+  if (!capture(path, 1024, ", fused_projections: true"))
+    GTEST_SKIP() << "SKIPPED LOUDLY: no PyTorch (scripts/setup.sh installs it)";
+  const workload::Capture c = read_capture_h5(path);
+  const double s = 1024, h = 1024, f = 2816, a = 8, dh = 128;
+  for (const std::int64_t tp : {1, 2}) {
+    SCOPED_TRACE(tp);
+    const double t = static_cast<double>(tp);
+    const workload::LoweredBlock b = workload::lower_block(c, workload::llama_tp_plan(), tp,
+                                                           /*sp=*/false, /*compiled=*/true);
+    std::vector<const graph::Op*> attention, gemms, pointwise_fwd, pointwise_bwd;
+    for (const auto* ops : {&b.forward, &b.backward})
+      for (const auto& op : *ops) {
+        if (op.kind == graph::OpKind::Attention) attention.push_back(&op);
+        if (op.kind == graph::OpKind::Gemm) gemms.push_back(&op);
+        if (op.kind == graph::OpKind::Elementwise)
+          (op.phase == graph::Phase::Forward ? pointwise_fwd : pointwise_bwd).push_back(&op);
+      }
+    // One attention kernel per pass; no batched GEMM left: wqkv, wo, w13, w2 forward, a dgrad
+    // and a wgrad each backward.
+    ASSERT_EQ(attention.size(), 2u);
+    EXPECT_EQ(gemms.size(), 12u);
+    // Causal flash attention: half of QKᵀ and PV's 2·2·(a/t)·s²·dh; backward 2.5× (MODELING
+    // §1.1), the builder's fused model.
+    const double fwd = 0.5 * 2 * 2 * (a / t) * s * s * dh;
+    EXPECT_DOUBLE_EQ(attention[0]->flops, fwd);
+    EXPECT_DOUBLE_EQ(attention[1]->flops, 2.5 * fwd);
+    EXPECT_EQ(attention[0]->shape[0], static_cast<std::uint32_t>(a / t));
+    EXPECT_EQ(attention[0]->shape[1], 1024u);
+    EXPECT_EQ(attention[0]->shape[2], 128u);
+    // The first forward kernel is attention_norm's RMSNorm: it reads x [s, h] and the weight and
+    // writes the normalised x once (bf16); its fp32 statistics stay in the kernel, and the
+    // backward recomputes them from x rather than keeping them.
+    ASSERT_FALSE(pointwise_fwd.empty());
+    EXPECT_DOUBLE_EQ(pointwise_fwd[0]->mem_bytes, 2 * (2 * s * h) + 2 * h);
+    // The SwiGLU backward reads dH, gate and up [s, f/t] and writes their two gradients: 5
+    // tensors. (With gate and up's dgrad output taken for a wgrad, dH would be read whole.)
+    double swiglu = 0;
+    for (const graph::Op* op : pointwise_bwd) swiglu = std::max(swiglu, op->mem_bytes);
+    EXPECT_DOUBLE_EQ(swiglu, 5 * 2 * s * (f / t));
+    // Eager, the same block runs one kernel per ATen op: many more, and no attention kernel.
+    const workload::LoweredBlock e = workload::lower_block(c, workload::llama_tp_plan(), tp);
+    EXPECT_GT(e.forward.size() + e.backward.size(), 3 * (b.forward.size() + b.backward.size()));
+    EXPECT_LT(b.saved_bytes, e.saved_bytes);
+    // Every collective follows its producer or the pass start; compute ops follow the chain.
+    ASSERT_EQ(b.forward_after.size(), b.forward.size());
+    ASSERT_EQ(b.backward_after.size(), b.backward.size());
+    for (std::size_t k = 0; k < b.backward.size(); ++k) {
+      const bool comm = b.backward[k].kind == graph::OpKind::AllReduce;
+      EXPECT_EQ(b.backward_after[k] == workload::LoweredBlock::kChain, !comm) << k;
+      if (b.backward_after[k] >= 0) {
+        EXPECT_LT(b.backward_after[k], static_cast<std::int32_t>(k));
+      }
+    }
+  }
+}
+
+// A fused SDPA op (PyTorch 2.x captures) is costed from its shapes: 4·b·h·s·sk·dh FLOPs, half of
+// it when is_causal; hand-built graph, no PyTorch needed.
+TEST(CaptureSdpa, FusedAttentionOpTakesItsFlopsFromItsShapes) {
+  workload::Capture c;
+  const std::vector<std::int64_t> q = {2, 8, 512, 64};
+  for (const char* name : {"q", "k", "v"})
+    c.block.push_back({name, "placeholder", "", {}, {q}, {"bfloat16"}, "", "", false});
+  for (const bool causal : {false, true}) {
+    c.block.resize(3);
+    c.block.push_back({"sdpa", "call_function", "_scaled_dot_product_flash_attention.default",
+                       {0, 1, 2}, {q}, {"bfloat16"}, "attn", "", causal});
+    c.block.push_back({"out", "output", "", {3}, {}, {}, "", "", false});
+    const workload::LoweredBlock b = workload::lower_block(c, workload::llama_tp_plan(), 1);
+    ASSERT_EQ(b.forward.size(), 1u);
+    EXPECT_EQ(b.forward[0].kind, graph::OpKind::Attention);
+    EXPECT_DOUBLE_EQ(b.forward[0].flops, (causal ? 0.5 : 1.0) * 4 * 2 * 8 * 512.0 * 512 * 64);
+    EXPECT_EQ(b.forward[0].shape[0], 16u);
+  }
+}
+
 TEST_F(Capture, SequenceParallelCollectivesMatchMegatrons) {
   // With SP the builder runs, per layer, all-gathers before QKV and FC1 and reduce-scatters after
   // the out-projection and FC2 forward; backward, gathers of the FC2 / out-projection output
@@ -136,6 +218,7 @@ TEST_F(Capture, CapturedModelBuildsAValidPipelineGraph) {
   workload::ModelSpec m = llama_spec();
   m.capture = std::make_shared<const workload::Capture>(read_capture_h5(path));
   m.capture_plan = workload::llama_tp_plan();
+  m.capture_compiled = false;  // eager: every GEMM of the capture stays a GEMM op
   workload::ParallelPlan p;
   p.tensor_model_parallel_size = 2;
   p.pipeline_model_parallel_size = 2;
