@@ -1,5 +1,7 @@
 #include "io/chakra_et.hpp"
 
+#include "graph/expand.hpp"
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -1442,6 +1444,7 @@ ChakraImport read_chakra(const std::string& prefix, const ChakraReadOptions& opt
   try {
     for (auto& t : g.templates) t.finalize();
     graph::validate(g);
+    if (opt.expand_dp > 1) g = graph::expand_replicas(g, opt.expand_dp);
   } catch (const InputError& e) {
     throw_input("{}: {}", prefix, e.what());
   }

@@ -129,6 +129,9 @@ struct ChakraReadOptions {
   std::string comm_groups_path;
   /// Receives warnings (inferred send/recv attributes, unsupported node kinds skipped).
   std::function<void(const std::string&)> warn;
+  /// `--expand dp=N`: the trace is one data-parallel replica; replay N of them
+  /// (graph::expand_replicas: single-member groups become the data-parallel groups).
+  std::uint32_t expand_dp = 1;
 };
 
 struct ChakraImport {

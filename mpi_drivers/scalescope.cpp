@@ -5,8 +5,11 @@
 //   scalescope graph [CONFIG] [--megatron-args "…"] -o graph.h5 [--set key.path=value]...
 //   scalescope memory [CONFIG] [--megatron-args "…"] [--set key.path=value]...
 //   scalescope export-chakra graph.h5 PREFIX [--classes]
-//   scalescope graph --chakra PREFIX -o graph.h5 [--comm-groups groups.json] [--set …]
-//   scalescope run --chakra PREFIX [-o DIR] [--comm-groups groups.json] [--set …]
+//   scalescope chakra-microbench all_reduce|all_gather|reduce_scatter|all_to_all PREFIX
+//                  [--ranks N] [--bytes S]
+//   scalescope graph --chakra PREFIX -o graph.h5 [--comm-groups groups.json] [--expand dp=N] [--set
+//   …] scalescope run --chakra PREFIX [-o DIR] [--comm-groups groups.json] [--expand dp=N] [--set
+//   …]
 #include <mpi.h>
 
 #include <sys/wait.h>
@@ -15,6 +18,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -33,6 +37,7 @@
 #include "cost/cost_model.hpp"
 #include "cost/gpu.hpp"
 #include "emu/emulation.hpp"
+#include "graph/expand.hpp"
 #include "io/chakra_et.hpp"
 #include "io/chrome_trace.hpp"
 #include "io/collective.hpp"
@@ -537,10 +542,26 @@ io::ExperimentConfig chakra_config(const std::string& prefix, std::uint32_t rank
   return c;
 }
 
+/// `--expand dp=N` → N (1 when not given).
+std::uint32_t parse_expand(const std::string& expand) {
+  if (expand.empty()) return 1;
+  constexpr std::string_view key = "dp=";
+  std::int64_t n = 0;
+  if (expand.rfind(key, 0) == 0) {
+    const std::string v = expand.substr(key.size());
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+    if (ec != std::errc() || end != v.data() + v.size()) n = 0;
+  }
+  if (n < 1 || n > 1 << 20)
+    throw_input("--expand {}: expected dp=N with N a replica count from 1 to 1048576", expand);
+  return static_cast<std::uint32_t>(n);
+}
+
 io::ChakraImport import_chakra(const std::string& prefix, const std::string& comm_groups,
-                               bool report) {
+                               const std::string& expand, bool report) {
   io::ChakraReadOptions ro;
   ro.comm_groups_path = comm_groups;
+  ro.expand_dp = parse_expand(expand);
   if (report)
     ro.warn = [](const std::string& w) { std::cerr << "scalescope: warning: " << w << "\n"; };
   return io::read_chakra(prefix, ro);
@@ -620,9 +641,9 @@ int export_chakra_command(const std::string& graph_path, const std::string& pref
 /// `scalescope graph --chakra PREFIX -o graph.h5`: the imported graph, with the trace's fixed
 /// durations beside it (/chakra_durations), written through one temporary.
 int graph_chakra_command(const std::string& prefix, const std::string& out,
-                         const std::string& comm_groups,
+                         const std::string& comm_groups, const std::string& expand,
                          const std::vector<std::string>& overrides) {
-  io::ChakraImport imp = import_chakra(prefix, comm_groups, true);
+  io::ChakraImport imp = import_chakra(prefix, comm_groups, expand, true);
   const io::ExperimentConfig c = chakra_config(prefix, imp.graph.world_size, overrides);
   imp.graph.config_text = c.resolved_yaml;
   io::write_imported_graph_h5(imp.graph, imp.durations, out);
@@ -934,11 +955,14 @@ int main(int argc, char** argv) {
                   "(run.sandbox_ranks)");
   run->add_option("--replay-measurements", replay_path,
                   "Take the sandbox measurements from a hybrid run's results.h5 (no device)");
-  std::string chakra_prefix, comm_groups;
+  std::string chakra_prefix, comm_groups, expand;
   run->add_option("--chakra", chakra_prefix,
                   "Replay Chakra ET files PREFIX.<rank>.et (cluster: --set cluster.preset=…)");
   run->add_option("--comm-groups", comm_groups,
                   "Chakra: communicator groups {\"<pg_name>\": [ranks]} (ASTRA-sim's format)");
+  run->add_option("--expand", expand,
+                  "Chakra: dp=N replays N data-parallel replicas of the trace (one replica; its "
+                  "single-rank groups become the data-parallel groups)");
   run->add_flag("--rollback-check", rollback_check,
                 "Check mode: run every event forward, reverse it, compare the LP state, then "
                 "run it for real (slow; sequential engine)");
@@ -952,6 +976,7 @@ int main(int argc, char** argv) {
   gcmd->add_option("--chakra", chakra_prefix, "Import Chakra ET files PREFIX.<rank>.et");
   gcmd->add_option("--comm-groups", comm_groups,
                    "Chakra: communicator groups {\"<pg_name>\": [ranks]} (ASTRA-sim's format)");
+  gcmd->add_option("--expand", expand, "Chakra: dp=N data-parallel replicas of the trace");
   gcmd->add_option("--set", graph_overrides, "Override a config key: key.path=value");
 
   std::string memory_config;
@@ -1000,6 +1025,20 @@ int main(int argc, char** argv) {
   ecmd->add_flag("--classes", export_classes,
                  "One file per rank class (PREFIX.class<k>.et) plus PREFIX.classes.json");
 
+  std::string bench_kind, bench_prefix;
+  std::uint32_t bench_ranks = 8;
+  double bench_bytes = 1 << 20;
+  auto* bcmd = app.add_subcommand(
+      "chakra-microbench",
+      "Write ASTRA-sim's collective microbenchmark (one collective over all ranks) as Chakra ET");
+  bcmd->add_option("kind", bench_kind, "all_reduce | all_gather | reduce_scatter | all_to_all")
+      ->required()
+      ->check(CLI::IsMember({"all_reduce", "all_gather", "reduce_scatter", "all_to_all"}));
+  bcmd->add_option("prefix", bench_prefix, "Output PREFIX: PREFIX.<rank>.et")->required();
+  bcmd->add_option("--ranks", bench_ranks, "Ranks (default 8)")->check(CLI::Range(1, 1 << 24));
+  bcmd->add_option("--bytes", bench_bytes, "nccl-tests size S in bytes (default 1 MiB)")
+      ->check(CLI::NonNegativeNumber);
+
   try {
     app.parse(args);
   } catch (const CLI::ParseError& e) {
@@ -1007,10 +1046,21 @@ int main(int argc, char** argv) {
   }
   try {
     if (*ecmd) return export_chakra_command(export_graph, export_prefix, export_classes);
+    if (*bcmd) {
+      const graph::OpKind kind = bench_kind == "all_reduce"       ? graph::OpKind::AllReduce
+                                 : bench_kind == "all_gather"     ? graph::OpKind::AllGather
+                                 : bench_kind == "reduce_scatter" ? graph::OpKind::ReduceScatter
+                                                                  : graph::OpKind::AllToAll;
+      const std::size_t files = io::write_chakra(
+          graph::collective_microbenchmark(kind, bench_ranks, bench_bytes), bench_prefix);
+      std::cout << fmt::format("wrote {} Chakra ET files {}.*.et: {} of {} bytes\n", files,
+                               bench_prefix, bench_kind, bench_bytes);
+      return 0;
+    }
     if (*run && !chakra_prefix.empty()) {
       if (!config.empty() || !graph_path.empty() || !megatron_args.empty())
         throw_input("scalescope run --chakra: give no CONFIG, --graph or --megatron-args");
-      io::ChakraImport imp = import_chakra(chakra_prefix, comm_groups, mpi.rank() == 0);
+      io::ChakraImport imp = import_chakra(chakra_prefix, comm_groups, expand, mpi.rank() == 0);
       io::ExperimentConfig c = chakra_config(chakra_prefix, imp.graph.world_size, overrides);
       imp.graph.config_text = c.resolved_yaml;
       return run_chakra(mpi, imp.graph, imp.durations, c, out, quiet);
@@ -1018,7 +1068,7 @@ int main(int argc, char** argv) {
     if (*gcmd && !chakra_prefix.empty()) {
       if (!graph_config.empty() || !megatron_args.empty())
         throw_input("scalescope graph --chakra: give no CONFIG or --megatron-args");
-      return graph_chakra_command(chakra_prefix, graph_out, comm_groups, graph_overrides);
+      return graph_chakra_command(chakra_prefix, graph_out, comm_groups, expand, graph_overrides);
     }
     if (*run) {
       if (config.empty() && graph_path.empty() && megatron_args.empty())

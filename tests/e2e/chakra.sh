@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Chakra ET round trip through the CLI: export-chakra of the quickstart graph, graph --chakra back,
 # both replayed give the same iteration time; run --chakra replays ASTRA-sim's 8-NPU 1 MB
-# all-reduce microbenchmark; a truncated trace is a one-line error with no output.
+# all-reduce microbenchmark; our own microbenchmarks (8 … 16,384 ranks) replay identically at
+# np 1 and 2; --expand dp=N; a truncated trace is a one-line error with no output.
 set -euo pipefail
 bin=$1; repo=$2
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -28,6 +29,43 @@ def ranks(run):
 a, b = ranks("chakra"), ranks("chakra2")
 assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a), "np 2 differs"
 print("round trip ok:", t[0], "s; np 2 identical")
+PY
+
+# ASTRA-sim-style microbenchmarks written by our writer (chakra-microbench): 1 MB all-reduce,
+# all-gather and all-to-all on 8 … 16,384 ranks, replayed at np 1 and np 2, bit-identical; and
+# --expand dp=8 of a one-rank all-reduce replays as the 8-rank one.
+for kind in all_reduce all_gather all_to_all; do
+  for n in 8 1024 16384; do
+    [ $kind != all_reduce ] && [ $n = 16384 ] && continue
+    mkdir -p "$tmp/mb/$kind$n"
+    "$bin" chakra-microbench $kind "$tmp/mb/$kind$n/t" --ranks $n >/dev/null
+    "$bin" run --chakra "$tmp/mb/$kind$n/t" -o "$tmp/mb/$kind$n.np1" --quiet
+    mpirun -np 2 "$bin" run --chakra "$tmp/mb/$kind$n/t" --set run.engine=optimistic \
+      -o "$tmp/mb/$kind$n.np2" --quiet
+  done
+done
+mkdir -p "$tmp/mb/one"
+"$bin" chakra-microbench all_reduce "$tmp/mb/one/t" --ranks 1 >/dev/null
+"$bin" run --chakra "$tmp/mb/one/t" --expand dp=8 -o "$tmp/mb/expanded" --quiet
+if "$bin" run --chakra "$tmp/mb/one/t" --expand tp=8 -o "$tmp/mb/bad" --quiet 2>"$tmp/err"; then
+  echo "--expand tp=8 was accepted" >&2; exit 1
+fi
+test "$(wc -l < "$tmp/err")" -eq 1 && test ! -e "$tmp/mb/bad"
+/usr/bin/python3 - "$tmp/mb" <<'PY'
+import json, os, sys
+import h5py, numpy as np
+d = sys.argv[1]
+for run in sorted(x[:-4] for x in os.listdir(d) if x.endswith(".np1")):
+    a, b = (json.load(open(f"{d}/{run}.{np}/summary.json")) for np in ("np1", "np2"))
+    assert a["iteration_time_s"] == b["iteration_time_s"] > 0, (run, a, b)
+    with h5py.File(f"{d}/{run}.np1/results.h5") as fa, h5py.File(f"{d}/{run}.np2/results.h5") as fb:
+        for k in fa["ranks"]:
+            assert np.array_equal(fa["ranks"][k][()], fb["ranks"][k][()]), f"{run}: /ranks/{k}"
+    print(f"{run}: {a['iteration_time_s'] * 1e6:.1f} us, np 2 identical")
+e = json.load(open(f"{d}/expanded/summary.json"))["iteration_time_s"]
+r8 = json.load(open(f"{d}/all_reduce8.np1/summary.json"))["iteration_time_s"]
+assert e == r8, (e, r8)
+print("expand dp=8 of one rank = the 8-rank all-reduce:", e)
 PY
 
 fixtures=$repo/../shared/formats/chakra-fixtures

@@ -340,6 +340,58 @@ void expect_equivalent(const graph::SlicedGraph& a, const graph::SlicedGraph& b)
   }
 }
 
+TEST_F(ChakraEt, ExpandDpReplicatesAReplicaAndJoinsItsDataParallelGroups) {
+  // One replica of two ranks: a TP all-reduce over {0, 1}, a send 0 → 1 (explicit peers and
+  // tag), and a gradient all-reduce over each rank's own one-member data-parallel group. dp=4
+  // must equal the same job written out for 8 ranks: TP pairs {2d, 2d+1}, the pipeline pair
+  // shifted, data-parallel groups {0, 2, 4, 6} and {1, 3, 5, 7}.
+  const auto ar = EtCollective::AllReduce;
+  auto p2p = [](std::uint64_t id, EtNodeType t, std::int64_t src, std::int64_t dst,
+                std::vector<std::uint64_t> deps) {
+    EtNode n;
+    n.id = id;
+    n.type = static_cast<int>(t);
+    n.data_deps = std::move(deps);
+    n.attrs = {EtAttr::int64("comm_size", 512), EtAttr::int64("comm_src", src),
+               EtAttr::int64("comm_dst", dst), EtAttr::int64("comm_tag", 0)};
+    return n;
+  };
+  // Rank r of a world whose replica starts at rank `base`.
+  auto rank_file = [&](int r, int base, const std::string& tp, const std::string& dp) {
+    std::vector<EtNode> nodes = {comp(1, 10), coll(2, ar, 1 << 20, tp, {1})};
+    if (r == base)
+      nodes.push_back(p2p(3, EtNodeType::CommSend, base, base + 1, {2}));
+    else
+      nodes.push_back(p2p(3, EtNodeType::CommRecv, base, base + 1, {2}));
+    nodes.push_back(comp(4, 20, {3}));
+    nodes.push_back(coll(5, ar, 4 << 20, dp, {4}));
+    return et(nodes);
+  };
+  const std::string replica =
+      put_ranks({rank_file(0, 0, "tp0", "dp0"), rank_file(1, 0, "tp0", "dp1")});
+  std::ofstream(file("replica.json")) << R"({"tp0": [0, 1], "dp0": [0], "dp1": [1]})";
+  ChakraReadOptions o;
+  o.comm_groups_path = file("replica.json");
+  o.expand_dp = 4;
+  const ChakraImport expanded = read_chakra(replica, o);
+  ASSERT_EQ(expanded.graph.world_size, 8u);
+  EXPECT_EQ(expanded.graph.templates.size(), 2u);  // the replica's programs, shared
+  EXPECT_EQ(expanded.durations.at(0), (std::vector<std::int64_t>{10000, -1, -1, 20000, -1}));
+
+  fs::remove_all(dir_);
+  fs::create_directories(dir_);
+  std::vector<EtFile> full;
+  for (int r = 0; r < 8; ++r)
+    full.push_back(
+        rank_file(r, r & ~1, "tp" + std::to_string(r / 2), "dp" + std::to_string(r % 2)));
+  std::ofstream(file("full.json"))
+      << R"({"tp0": [0, 1], "tp1": [2, 3], "tp2": [4, 5], "tp3": [6, 7], )"
+      << R"("dp0": [0, 2, 4, 6], "dp1": [1, 3, 5, 7]})";
+  ChakraReadOptions f;
+  f.comm_groups_path = file("full.json");
+  expect_equivalent(expanded.graph, read_chakra(put_ranks(full), f).graph);
+}
+
 graph::SlicedGraph small_workload() {
   // The quickstart cut to TP 4 × PP 2 × DP 2 = 16 ranks, 4 micro-batches.
   const ExperimentConfig c =

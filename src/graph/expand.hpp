@@ -1,0 +1,27 @@
+#pragma once
+/// Data-parallel expansion of a graph of one replica (Chakra `--expand dp=N`, docs/formats.md).
+#include <cstdint>
+
+#include "graph/sliced_graph.hpp"
+
+namespace scalescope::graph {
+
+/// `g` is one data-parallel replica of R ranks; the result is `replicas` of them, N·R ranks,
+/// replica d's rank r being rank d·R + r, each running r's program (the templates are shared, so
+/// the result has as many templates as `g`). Every communicator of two or more members is
+/// copied into each replica (members + d·R). A communicator of one member is a rank's own
+/// data-parallel group in a one-replica job: it becomes the group of that rank's N replicas,
+/// {r, R + r, …, (N−1)·R + r}, with the same kind, and its collectives keep their size S (the
+/// gradient or parameter bucket every replica holds whole). Validates the result.
+SlicedGraph expand_replicas(const SlicedGraph& g, std::uint32_t replicas);
+
+}  // namespace scalescope::graph
+
+namespace scalescope::graph {
+
+/// ASTRA-sim's collective microbenchmarks as a graph: `ranks` ranks, each running one collective
+/// of `kind` (AllReduce, AllGather, ReduceScatter or AllToAll) of nccl-tests size `bytes` over
+/// all of them (`scalescope chakra-microbench`, written out with io::write_chakra).
+SlicedGraph collective_microbenchmark(OpKind kind, std::uint32_t ranks, double bytes);
+
+}  // namespace scalescope::graph
