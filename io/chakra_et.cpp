@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <unordered_set>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -687,6 +688,9 @@ struct Context {
   const ChakraReadOptions* opt = nullptr;
   Groups groups;
   std::map<std::string, std::string> group_origin;  ///< pg_name → file that defined it
+  /// METADATA texts already read: every file of a trace repeats the groups its rank is in, so a
+  /// world-sized group would otherwise be parsed once per rank (quadratic in the world size).
+  std::unordered_set<std::string> metadata_seen;
   bool schema = false;
 };
 
@@ -730,7 +734,7 @@ void add_group(Context& ctx, const std::string& pg, std::vector<std::uint32_t> r
 /// list of {"pg_name": "<id>", "ranks": [...]} (ASTRA-sim's reading).
 void read_metadata(Context& ctx, const EtNode& n, const std::string& file, std::int64_t rank) {
   const std::string& v = n.inputs_values;
-  if (v.size() < 4) return;
+  if (v.size() < 4 || !ctx.metadata_seen.insert(v).second) return;
   nlohmann::json j = nlohmann::json::parse(v.substr(2, v.size() - 4), nullptr, false);
   if (j.is_discarded() || !j.is_array())
     node_error(file, n.id, rank, "METADATA inputs.values is not a JSON list of groups");
