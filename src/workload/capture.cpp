@@ -858,8 +858,32 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
       for (std::uint32_t x : pw) own[x].reset();
       own[pw.back()] = op;
     }
-    // Emission: units in topological order, ties by capture order; each unit's collectives
-    // first, then its kernel.
+    // Emission: units in topological order; among the ready ones, first one whose result a TP
+    // collective reduces (so the collective starts as early as its inputs allow and the
+    // independent kernels after it, a wgrad GEMM, overlap it: Inductor's raise_comms /
+    // reorder_compute_for_overlap passes), then capture order. Each unit's collectives first,
+    // then its kernel.
+    std::vector<bool> feeds_collective(n, false);
+    for (std::uint32_t x = 0; x < n; ++x)
+      for (const auto& [o, producer] : pre[x])
+        if (o.kind != graph::OpKind::AllGather) feeds_collective[unit_of(producer)] = true;
+    // … and the kernels feeding such a unit through point-wise kernels only (the q, k and v
+    // dgrads whose sum is reduced).
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (auto i = static_cast<std::uint32_t>(n); i-- > 0;) {
+        const std::uint32_t u = unit_of(i);
+        if (!feeds_collective[u] || !fusible[i]) continue;
+        for (std::uint32_t j : nodes[i].inputs) {
+          const std::uint32_t v = unit_of(root(j));
+          if (v != u && forward[root(j)] == forward[i] && !feeds_collective[v] &&
+              nodes[root(j)].kind == "call_function") {
+            feeds_collective[v] = true;
+            changed = true;
+          }
+        }
+      }
+    }
     std::vector<int> indegree(n, 0);
     std::vector<std::vector<std::uint32_t>> succ(n);
     for (std::uint32_t i = 0; i < n; ++i)
@@ -870,12 +894,13 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
           ++indegree[b];
         }
       }
-    std::set<std::uint32_t> ready;
+    std::set<std::pair<bool, std::uint32_t>> ready;  // (not feeding a collective, unit)
+    const auto make_ready = [&](std::uint32_t u) { ready.insert({!feeds_collective[u], u}); };
     for (std::uint32_t u = 0; u < n; ++u)
-      if (unit_of(u) == u && indegree[u] == 0) ready.insert(u);
+      if (unit_of(u) == u && indegree[u] == 0) make_ready(u);
     std::size_t emitted = 0;
     while (!ready.empty()) {
-      const std::uint32_t u = *ready.begin();
+      const std::uint32_t u = ready.begin()->second;
       ready.erase(ready.begin());
       ++emitted;
       std::vector<std::uint32_t> ms = units.members[u];
@@ -884,7 +909,7 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
       for (std::uint32_t x : ms)
         if (own[x]) emit_own(*own[x], forward[x], ms);
       for (std::uint32_t v : succ[u])
-        if (--indegree[v] == 0) ready.insert(v);
+        if (--indegree[v] == 0) make_ready(v);
     }
     std::size_t unit_count = 0;
     for (std::uint32_t u = 0; u < n; ++u) unit_count += unit_of(u) == u;

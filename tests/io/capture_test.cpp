@@ -150,6 +150,15 @@ TEST_F(Capture, CompiledBlockFusesAttentionAndPointwiseKernels) {
       if (b.backward_after[k] >= 0) {
         EXPECT_LT(b.backward_after[k], static_cast<std::int32_t>(k));
       }
+      // The input-gradient all-reduce starts after its dgrad and a GEMM independent of it (the
+      // wgrad) is listed between: they overlap, as in Megatron's backward.
+      if (comm) {
+        ASSERT_GE(b.backward_after[k], 0) << k;
+        bool gemm_between = false;
+        for (auto m = static_cast<std::size_t>(b.backward_after[k]) + 1; m < k; ++m)
+          gemm_between = gemm_between || b.backward[m].kind == graph::OpKind::Gemm;
+        EXPECT_TRUE(gemm_between) << k;
+      }
     }
   }
 }
@@ -163,8 +172,15 @@ TEST(CaptureSdpa, FusedAttentionOpTakesItsFlopsFromItsShapes) {
     c.block.push_back({name, "placeholder", "", {}, {q}, {"bfloat16"}, "", "", false});
   for (const bool causal : {false, true}) {
     c.block.resize(3);
-    c.block.push_back({"sdpa", "call_function", "_scaled_dot_product_flash_attention.default",
-                       {0, 1, 2}, {q}, {"bfloat16"}, "attn", "", causal});
+    c.block.push_back({"sdpa",
+                       "call_function",
+                       "_scaled_dot_product_flash_attention.default",
+                       {0, 1, 2},
+                       {q},
+                       {"bfloat16"},
+                       "attn",
+                       "",
+                       causal});
     c.block.push_back({"out", "output", "", {3}, {}, {}, "", "", false});
     const workload::LoweredBlock b = workload::lower_block(c, workload::llama_tp_plan(), 1);
     ASSERT_EQ(b.forward.size(), 1u);
