@@ -988,7 +988,9 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
         throw_input("{}: model.source (a captured model) with {} is not modelled yet", f, what);
     };
     refuse(p.tp_comm_overlap, "parallel.tp_comm_overlap");
-    refuse(cp > 1, "parallel.context_parallel_size > 1");
+    refuse(cp > 1 && !m.capture_compiled,
+           "parallel.context_parallel_size > 1 and model.compile: eager (CP needs the fused "
+           "attention)");
     refuse(m.moe() || m.multi_latent_attention, "MoE / MLA shape keys");
     refuse(p.recompute != workload::Recompute::None, "parallel.recompute");
     refuse(p.zero() >= 2, "parallel.zero_stage >= 2");

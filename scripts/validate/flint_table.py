@@ -31,6 +31,8 @@ CASES = [
     ("Llama 3 8B (quickstart, 8 layers)", "llama.py:Transformer",
      dict(L8, fused_projections=True), 4096, "llama", "quickstart"),
     ("Llama 3 8B, separate projections", "llama.py:Transformer", L8, 4096, "llama", "quickstart"),
+    ("Llama 3 8B, CP 2 (DP 4)", "llama.py:Transformer", dict(L8, fused_projections=True), 4096,
+     "llama", "quickstart"),
     ("Llama 3 70B", "llama.py:Transformer",
      dict(dim=8192, n_layers=80, n_heads=64, n_kv_heads=8, vocab_size=128256, ffn_dim=28672,
           fused_projections=True),
@@ -76,9 +78,13 @@ for idx, (name, module, args, seq, plan, experiment) in enumerate(CASES):
         os.path.join(repo, "inputs/pytorch", module), "--args", argfile, "--seq", str(seq),
         "--blocks", "h" if plan == "gpt" else "layers", "-o", cap)
     exp = os.path.join(repo, "inputs/experiments", experiment + ".yaml")
+    layout = ["--set", "parallel.cp=2", "--set", "parallel.dp=4"] if "CP 2" in name else []
     for mode, attention in MODES:
+        if layout and mode == "eager":
+            continue  # CP needs the fused attention
+
         out = {}
-        for label, extra in (("builder", COMMON + attention), ("captured", COMMON + [
+        for label, extra in (("builder", COMMON + layout + attention), ("captured", COMMON + layout + [
                 "--set", f"model.source={cap}", "--set", f"model.tp_plan={plan}",
                 "--set", f"model.compile={mode}"])):
             g = os.path.join(tmp, f"{idx}-{mode}-{label}.h5")

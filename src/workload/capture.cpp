@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -232,6 +233,7 @@ namespace {
 
 /// The lowering's state per captured node (one pass in capture order, which is topological).
 struct NodeState {
+  bool tokens = false;   ///< has the token dimension: split over CP
   bool sharded = false;  ///< split over TP (heads, or a column-parallel output)
   bool partial = false;  ///< a partial sum not yet reduced over TP
   bool seq = false;      ///< split along the sequence (SP)
@@ -267,10 +269,14 @@ struct Units {
 }  // namespace
 
 LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, bool sp,
-                         bool compiled) {
+                         bool compiled, const CpOptions& cpo) {
   const auto& nodes = c.block;
   const std::size_t n = nodes.size();
   const double t = static_cast<double>(tp);
+  const double cp = static_cast<double>(cpo.size);
+  if (cpo.size > 1 && !compiled)
+    throw_input(
+        "capture: context parallelism needs the fused attention of model.compile: inductor");
   LoweredBlock out;
   // The block's result: the first tensor the output node returns. Forward = its ancestors.
   std::int64_t output = -1;
@@ -319,6 +325,18 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
         st[i].seq = true;  // the hidden states
         break;
       }
+  // Context parallelism splits the tokens (b·s, from the hidden states [b, s, h]): the block's
+  // inputs but the parameters, and what is computed from them with at least b·s elements, but
+  // weight gradients.
+  double tokens = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    if (nodes[i].kind == "placeholder" && nodes[i].param.empty() && !nodes[i].shapes.empty() &&
+        nodes[i].shapes[0].size() == 3) {
+      tokens = static_cast<double>(nodes[i].shapes[0][0] * nodes[i].shapes[0][1]);
+      break;
+    }
+  for (std::size_t i = 0; i < n; ++i)
+    if (nodes[i].kind == "placeholder") st[i].tokens = nodes[i].param.empty();
   std::set<std::pair<std::uint32_t, bool>> gathered;
   auto tensor_bytes = [&](const CapturedNode& d) {
     double b = 0;
@@ -328,14 +346,64 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
   };
   // A tensor's bytes on this rank.
   const auto rank_bytes = [&](std::uint32_t j) {
-    return tensor_bytes(nodes[j]) / (st[j].sharded || st[j].seq ? t : 1.0);
+    return tensor_bytes(nodes[j]) / (st[j].sharded || st[j].seq ? t : 1.0) /
+           (st[j].tokens ? cp : 1.0);
+  };
+  const auto cp_bytes = [&](std::uint32_t j) {
+    return tensor_bytes(nodes[j]) / (st[j].tokens ? cp : 1.0);
   };
   // Per node: the collectives it waits for (issued just before it) and its own op.
   std::vector<std::vector<std::pair<graph::Op, std::uint32_t>>> pre(n);  // + producing node
   std::vector<std::optional<graph::Op>> own(n);
+  // Collectives issued beside a node's op (CP's key/value exchange around attention): the first
+  // starts with the op before it (cp p2p) or after it (the backward reduce-scatter under
+  // cp all_gather), each further one after the previous; the compute op after waits for them.
+  std::vector<std::vector<std::pair<graph::Op, bool>>> beside(n);  // + starts before the op
+  // Context parallelism around an attention op at node x (Megatron's AttnFuncWithCPAndKVP2P, as
+  // the builder models it): K and V of the whole sequence, `kv` bytes on this rank, gathered
+  // over the CP group (a ring passing c − 1 blocks); the backward sends dK, dV back the same way.
+  const auto cp_exchange = [&](std::uint32_t x, graph::Phase phase, double kv,
+                               std::uint32_t k_root) {
+    if (cpo.size <= 1) return;
+    graph::Op gather;
+    gather.kind = graph::OpKind::AllGather;
+    gather.role = graph::CommRole::Cp;
+    gather.stream = graph::stream_of(gather.role);
+    gather.name = graph::OpName::CpKvExchange;
+    gather.phase = phase;
+    gather.layer = 0;
+    gather.comm_bytes = kv;
+    graph::Op reduce = gather;
+    reduce.kind = graph::OpKind::ReduceScatter;
+    if (cpo.all_gather)
+      pre[x].push_back({gather, k_root});
+    else
+      beside[x].push_back({gather, true});
+    if (phase == graph::Phase::Backward) beside[x].push_back({reduce, cpo.all_gather});
+  };
+  // The bytes on this rank of the K or V an attention op reads, before GQA's repeat and for the
+  // whole sequence: the smallest tensor on the way back through views and copies (the repeat
+  // makes larger ones; a split of a fused QKV projection's output is where it starts).
+  const auto kv_tensor_bytes = [&](std::uint32_t j) {
+    double b = std::numeric_limits<double>::infinity();
+    for (int depth = 0; depth < 32; ++depth) {
+      if (!nodes[j].shapes.empty())
+        b = std::min(b, tensor_bytes(nodes[j]) / (st[j].sharded ? t : 1.0));
+      const bool pass = is_view(j) || base_op(nodes[j].op) == "clone" ||
+                        base_op(nodes[j].op) == "_unsafe_view" || base_op(nodes[j].op) == "expand";
+      if (!pass || nodes[j].inputs.empty()) break;
+      j = nodes[j].inputs.front();
+    }
+    return std::isfinite(b) ? b : 0.0;
+  };
+  const auto kv_bytes = [&](std::uint32_t k, std::uint32_t v) {
+    return kv_tensor_bytes(k) + kv_tensor_bytes(v);
+  };
   for (std::size_t i = 0; i < n; ++i) {
     const CapturedNode& d = nodes[i];
     if (d.kind != "call_function") continue;
+    for (std::uint32_t j : d.inputs) st[i].tokens = st[i].tokens || st[j].tokens;
+    st[i].tokens = st[i].tokens && (d.shapes.empty() || numel(d.shapes[0]) >= tokens);
     const bool fwd = forward[i];
     const graph::Phase phase = fwd ? graph::Phase::Forward : graph::Phase::Backward;
     bool any_sharded = false;
@@ -372,7 +440,7 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
         ar.name = sp ? graph::OpName::TpReduceScatter : graph::OpName::TpAllReduce;
         ar.phase = forward[j] ? graph::Phase::Forward : graph::Phase::Backward;
         ar.layer = 0;
-        ar.comm_bytes = tensor_bytes(nodes[j]);
+        ar.comm_bytes = cp_bytes(j);
         if (tp > 1) pre[i].push_back({ar, root(j)});
         st[j].partial = false;
         st[j].seq = sp && tp > 1;
@@ -403,7 +471,7 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
             ag.name = graph::OpName::TpAllGather;
             ag.phase = phase;
             ag.layer = 0;
-            ag.comm_bytes = tensor_bytes(nodes[j]);
+            ag.comm_bytes = cp_bytes(j);
             pre[i].push_back({ag, root(j)});
             st[root(j)].reduced = true;
           }
@@ -424,6 +492,7 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
           reads_weight = reads_weight || (r.kind == "placeholder" && !r.param.empty());
         }
         const bool wgrad = !fwd && !reads_weight;
+        if (wgrad) st[i].tokens = false;  // a weight's gradient: tokens summed out
         if (style == "colwise") {
           if (fwd) {
             nn /= t;
@@ -456,6 +525,16 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
           st[i].seq = true;
         }
       }
+      if (cpo.size > 1) {
+        // This rank's tokens: the rows of a forward or dgrad GEMM (and of attention's batched
+        // GEMMs: its queries), the reduction of a wgrad, whose output has no token dimension.
+        bool in_tokens = false;
+        for (std::uint32_t j : d.inputs) in_tokens = in_tokens || st[j].tokens;
+        if (st[i].tokens)
+          m /= cp;
+        else if (in_tokens)
+          k /= cp;
+      }
       op.kind = graph::OpKind::Gemm;
       op.name = graph::OpName::AtenGemm;
       op.shape = {static_cast<std::uint32_t>(std::max(1.0, m)),
@@ -471,9 +550,9 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
       st[i].partial = reduce && tp > 1;
       continue;
     }
-    double bytes = tensor_bytes(d);
+    double bytes = cp_bytes(static_cast<std::uint32_t>(i));
     for (std::uint32_t j : d.inputs)
-      if (nodes[j].kind != "get_attr") bytes += tensor_bytes(nodes[j]);
+      if (nodes[j].kind != "get_attr") bytes += cp_bytes(j);
     if (cls == AtenClass::Unknown) ++out.unknown_ops[base_op(d.op)];
     st[i].sharded = any_sharded;
     bool any_seq = false;
@@ -493,12 +572,18 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
       const double bh = static_cast<double>(q[0]) * heads;
       op.kind = graph::OpKind::Attention;
       op.name = graph::OpName::Attention;
-      op.shape = {static_cast<std::uint32_t>(std::max(1.0, bh)), static_cast<std::uint32_t>(q[2]),
+      // With CP: this rank's s/c queries against the whole sequence, 1/c of the work, the
+      // kernel running on blocks of s/c.
+      op.shape = {static_cast<std::uint32_t>(std::max(1.0, bh)),
+                  static_cast<std::uint32_t>(static_cast<double>(q[2]) / cp),
                   static_cast<std::uint32_t>(q[3])};
       op.flops = (fwd ? 1.0 : 2.5) * (d.causal ? 0.5 : 1.0) * 4 * bh * static_cast<double>(q[2]) *
-                 sk * static_cast<double>(q[3]);
+                 sk * static_cast<double>(q[3]) / cp;
       op.mem_bytes = any_sharded ? bytes / t : bytes;
       own[i] = op;
+      if (d.inputs.size() >= 3)
+        cp_exchange(static_cast<std::uint32_t>(i), phase, kv_bytes(d.inputs[1], d.inputs[2]),
+                    root(d.inputs[1]));
       continue;
     }
     op.kind = cls == AtenClass::Attention ? graph::OpKind::Attention : graph::OpKind::Elementwise;
@@ -536,9 +621,20 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
   };
   const auto emit_own = [&](const graph::Op& o, bool f, const std::vector<std::uint32_t>& ms) {
     auto& list = f ? out.forward : out.backward;
-    (f ? out.forward_after : out.backward_after).push_back(LoweredBlock::kChain);
-    for (std::uint32_t m : ms) at[m] = static_cast<std::int64_t>(list.size());
+    auto& after = f ? out.forward_after : out.backward_after;
+    after.push_back(LoweredBlock::kChain);
+    const auto self = static_cast<std::int32_t>(list.size());
+    for (std::uint32_t m : ms) at[m] = self;
     list.push_back(o);
+    for (std::uint32_t m : ms)
+      for (std::size_t k = 0; k < beside[m].size(); ++k) {
+        const auto& [comm, starts_before] = beside[m][k];
+        list.push_back(comm);
+        after.push_back(k > 0            ? static_cast<std::int32_t>(list.size()) - 2
+                        : !starts_before ? self
+                        : self > 0       ? self - 1
+                                         : LoweredBlock::kPassStart);
+      }
   };
   if (!compiled) {
     for (std::uint32_t i = 0; i < n; ++i) {
@@ -657,7 +753,8 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
       fa.kind = graph::OpKind::Attention;
       fa.name = graph::OpName::Attention;
       fa.layer = 0;
-      fa.shape = {static_cast<std::uint32_t>(std::max(1.0, bh)), static_cast<std::uint32_t>(so[1]),
+      fa.shape = {static_cast<std::uint32_t>(std::max(1.0, bh)),
+                  static_cast<std::uint32_t>(static_cast<double>(so[1]) / cp),
                   static_cast<std::uint32_t>(qs.empty() ? 1 : qs[0].back())};
       const auto& vs = nodes[nodes[pv].inputs.back()].shapes;
       if (!vs.empty() && vs[0].back() != static_cast<std::int64_t>(fa.shape[2]))
@@ -677,7 +774,10 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
       }
       for (std::uint32_t x : interior) dropped[x] = x != pv;
       // Log-sum-exp, fp32 per query row: what the fused kernel keeps for its backward.
-      out.saved_bytes += 4 * bh * static_cast<double>(so[1]);
+      out.saved_bytes += 4 * bh * static_cast<double>(so[1]) / cp;
+      const std::uint32_t k_root = root(nodes[qk].inputs.back());
+      const double kv = kv_bytes(nodes[qk].inputs.back(), nodes[pv].inputs.back());
+      cp_exchange(pv, graph::Phase::Forward, kv, k_root);
       if (bg.empty()) continue;
       graph::Op fb = fa;
       fb.phase = graph::Phase::Backward;
@@ -692,6 +792,7 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
         if (!is_view(x)) units.unite(last, x);
       }
       own[last] = fb;
+      cp_exchange(last, graph::Phase::Backward, kv, k_root);
     }
     // Point-wise fusion: a point-wise op joins the kernel of a point-wise producer of the same
     // pass unless the producer's output goes through a TP collective first, or the merged

@@ -69,7 +69,16 @@ struct LoweredBlock {
 /// (Inductor) runs it: the eager attention pattern becomes one fused attention kernel per pass
 /// and connected point-wise ops one kernel each (docs/flint.md §2); else one kernel per ATen op,
 /// as eager PyTorch runs it.
+/// Context parallelism for lower_block: its degree, and whether the key/value exchange is one
+/// all-gather before the attention (cp_comm_type all_gather) or a ring beside it (p2p).
+struct CpOptions {
+  std::int64_t size = 1;
+  bool all_gather = false;
+};
+/// With `cp.size` > 1 (compiled only): every tensor with the token dimension is split over CP,
+/// the attention runs this rank's queries against the whole sequence, with the builder's key /
+/// value exchange around it.
 LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, bool sp = false,
-                         bool compiled = false);
+                         bool compiled = false, const CpOptions& cp = {});
 
 }  // namespace scalescope::workload

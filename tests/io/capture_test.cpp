@@ -190,6 +190,54 @@ TEST(CaptureSdpa, FusedAttentionOpTakesItsFlopsFromItsShapes) {
   }
 }
 
+// Context parallelism (compiled): at TP 2 · CP 2 with SP the captured block has the builder's
+// GEMM and attention FLOPs per layer, its key/value exchange (an all-gather forward, an
+// all-gather and a reduce-scatter backward, of the whole sequence's K and V) and its TP
+// collectives with this rank's half of the tokens.
+TEST_F(Capture, ContextParallelMatchesTheBuilder) {
+  const std::string path = file("capture.h5");
+  if (!capture(path, 1024, ", fused_projections: true"))
+    GTEST_SKIP() << "SKIPPED LOUDLY: no PyTorch (scripts/setup.sh installs it)";
+  const workload::Capture c = read_capture_h5(path);
+  workload::ModelSpec m = llama_spec();
+  m.seq_length = 1024;
+  workload::ParallelPlan p;
+  p.tensor_model_parallel_size = 2;
+  p.context_parallel_size = 2;
+  p.data_parallel_size = 1;
+  p.sequence_parallel = true;
+  const graph::SlicedGraph g = workload::build_graph(m, p, workload::TrainingSpec{});
+  struct Sums {
+    double gemm = 0, attention = 0, kv = 0, tp = 0;
+    int kv_ops = 0;
+  };
+  const auto add = [](Sums& x, const graph::Op& op) {
+    if (op.kind == graph::OpKind::Gemm) x.gemm += op.flops;
+    if (op.kind == graph::OpKind::Attention) x.attention += op.flops;
+    if (op.role == graph::CommRole::Cp) {
+      x.kv += op.comm_bytes;
+      ++x.kv_ops;
+    }
+    if (op.role == graph::CommRole::Tp) x.tp += op.comm_bytes;
+  };
+  Sums builder, captured;
+  for (const auto& op : g.templates[0].ops)
+    if (op.layer == 1 && op.microbatch == 0) add(builder, op);
+  const workload::LoweredBlock b =
+      workload::lower_block(c, workload::llama_tp_plan(), 2, true, true, {2, false});
+  for (const auto* ops : {&b.forward, &b.backward})
+    for (const auto& op : *ops) add(captured, op);
+  EXPECT_NEAR(captured.gemm / builder.gemm, 1.0, 1e-12);
+  EXPECT_NEAR(captured.attention / builder.attention, 1.0, 1e-12);
+  EXPECT_EQ(captured.kv_ops, 3);
+  EXPECT_EQ(builder.kv_ops, 3);
+  EXPECT_NEAR(captured.kv / builder.kv, 1.0, 1e-12);
+  EXPECT_NEAR(captured.tp / builder.tp, 1.0, 1e-12);
+  // Eager has no fused attention to run the exchange around.
+  EXPECT_THROW(workload::lower_block(c, workload::llama_tp_plan(), 2, true, false, {2, false}),
+               InputError);
+}
+
 TEST_F(Capture, SequenceParallelCollectivesMatchMegatrons) {
   // With SP the builder runs, per layer, all-gathers before QKV and FC1 and reduce-scatters after
   // the out-projection and FC2 forward; backward, gathers of the FC2 / out-projection output
