@@ -992,8 +992,9 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
            "parallel.context_parallel_size > 1 and model.compile: eager (CP needs the fused "
            "attention)");
     refuse(m.moe() || m.multi_latent_attention, "MoE / MLA shape keys");
-    refuse(p.recompute != workload::Recompute::None, "parallel.recompute");
-    refuse(p.zero() >= 2, "parallel.zero_stage >= 2");
+    refuse(p.recompute == workload::Recompute::Selective && !m.capture_compiled,
+           "parallel.recompute: selective and model.compile: eager (selective recomputes the "
+           "fused attention)");
     refuse(c.training.precision == workload::Precision::Fp8, "training.precision: fp8");
     if (c.training.micro_batch_size != m.capture->batch)
       throw_input("{}: training.micro_batch_size={} differs from the capture's batch {} ({})", f,

@@ -4,8 +4,8 @@ layout, per layer (forward + backward of one micro-batch) and per iteration.
 
     scripts/validate/flint_table.py [BUILD_DIR]      (needs /usr/bin/python3 with torch and h5py)
 
-The shipped experiments as they are, but for what captures do not lower yet (recomputation, TE's
-TP overlap: off in both runs). Each model twice: captured with model.compile: inductor against the
+The shipped experiments as they are, but for what captures do not lower yet (TE's TP overlap: off
+in both runs; and selective recomputation for eager captures, which recompute nothing then). Each model twice: captured with model.compile: inductor against the
 builder's fused attention, and model.compile: eager against the builder's unfused attention (the
 eager modules' batched GEMMs). The Llama modules with fused_projections (wqkv, w13: Megatron's
 layout, which the builder models) and once with separate wq/wk/wv, w1/w3 (torchtitan's)."""
@@ -41,10 +41,12 @@ CASES = [
      dict(vocab_size=50257, block_size=2048, n_layer=96, n_head=96, n_embd=12288),
      2048, "gpt", "gpt3-175b-1024"),
 ]
-# What captures do not lower yet, switched off in both runs: recomputation, TE's TP overlap.
-COMMON = ["--set", "parallel.recompute=none", "--set", "parallel.tp_comm_overlap=false"]
-MODES = [("inductor", ["--set", "training.attention=flash"]),
-         ("eager", ["--set", "training.attention=unfused"])]
+# What captures do not lower yet, switched off in both runs: TE's TP overlap; selective
+# recomputation for eager captures.
+COMMON = ["--set", "parallel.tp_comm_overlap=false"]
+MODES = [  # mode, the builder's attention, settings of both runs
+    ("inductor", ["--set", "training.attention=flash"], []),
+    ("eager", ["--set", "training.attention=unfused"], ["--set", "parallel.recompute=none"])]
 
 
 def run(*args):
@@ -79,12 +81,11 @@ for idx, (name, module, args, seq, plan, experiment) in enumerate(CASES):
         "--blocks", "h" if plan == "gpt" else "layers", "-o", cap)
     exp = os.path.join(repo, "inputs/experiments", experiment + ".yaml")
     layout = ["--set", "parallel.cp=2", "--set", "parallel.dp=4"] if "CP 2" in name else []
-    for mode, attention in MODES:
+    for mode, attention, both in MODES:
         if layout and mode == "eager":
             continue  # CP needs the fused attention
-
         out = {}
-        for label, extra in (("builder", COMMON + layout + attention), ("captured", COMMON + layout + [
+        for label, extra in (("builder", COMMON + both + layout + attention), ("captured", COMMON + both + layout + [
                 "--set", f"model.source={cap}", "--set", f"model.tp_plan={plan}",
                 "--set", f"model.compile={mode}"])):
             g = os.path.join(tmp, f"{idx}-{mode}-{label}.h5")

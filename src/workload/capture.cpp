@@ -581,6 +581,7 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
                  sk * static_cast<double>(q[3]) / cp;
       op.mem_bytes = any_sharded ? bytes / t : bytes;
       own[i] = op;
+      if (fwd) out.attention_forward.push_back(op);
       if (d.inputs.size() >= 3)
         cp_exchange(static_cast<std::uint32_t>(i), phase, kv_bytes(d.inputs[1], d.inputs[2]),
                     root(d.inputs[1]));
@@ -775,6 +776,8 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
       for (std::uint32_t x : interior) dropped[x] = x != pv;
       // Log-sum-exp, fp32 per query row: what the fused kernel keeps for its backward.
       out.saved_bytes += 4 * bh * static_cast<double>(so[1]) / cp;
+      out.attention_saved_bytes += 4 * bh * static_cast<double>(so[1]) / cp;
+      out.attention_forward.push_back(fa);
       const std::uint32_t k_root = root(nodes[qk].inputs.back());
       const double kv = kv_bytes(nodes[qk].inputs.back(), nodes[pv].inputs.back());
       cp_exchange(pv, graph::Phase::Forward, kv, k_root);

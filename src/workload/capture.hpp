@@ -58,6 +58,10 @@ struct LoweredBlock {
   static constexpr std::int32_t kChain = -1, kPassStart = -2;
   std::vector<std::int32_t> forward_after, backward_after;
   double saved_bytes = 0;
+  /// Compiled: the fused attention forward ops (to run again under selective recomputation) and
+  /// what they keep for their backward (the log-sum-exp, part of saved_bytes).
+  std::vector<graph::Op> attention_forward;
+  double attention_saved_bytes = 0;
   double params_on_rank = 0;
   double linear_gemm_flops = 0;  ///< GEMMs of the plan's (or any) nn.Linear modules
   double other_gemm_flops = 0;   ///< the rest: attention's batched GEMMs, routers outside the plan

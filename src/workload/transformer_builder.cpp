@@ -548,22 +548,45 @@ class StageBuilder {
 
   /// A captured model's layer (docs/flint.md): the lowered block's forward ops in capture order
   /// on the chain, the saved activations allocated with the first and kept for the backward.
-  void captured_forward(std::int64_t l) {
+  /// Under full recomputation the first forward keeps only the layer input ([T, h] of this
+  /// rank) and the recompute before the backward keeps the rest; under selective recomputation
+  /// (compiled captures) the fused attention keeps no log-sum-exp and runs again before its
+  /// backward, as the builder's.
+  void captured_forward(std::int64_t l, Phase phase) {
+    if (p_.recompute == Recompute::Full && phase == Phase::Forward) {
+      const auto input = static_cast<std::int64_t>(2 * tokens_ * h_ / seq_shard_);
+      captured_pass(lowered_.forward, lowered_.forward_after, l, cur_mb_, input, phase);
+      saved_input_[{l, cur_mb_}] = input;
+      return;
+    }
+    const double saved =
+        lowered_.saved_bytes -
+        (p_.recompute == Recompute::Selective ? lowered_.attention_saved_bytes : 0.0);
     captured_pass(lowered_.forward, lowered_.forward_after, l, cur_mb_,
-                  static_cast<std::int64_t>(lowered_.saved_bytes));
-    layer_saved_[{l, cur_mb_}] = {static_cast<std::int64_t>(lowered_.saved_bytes), 0};
+                  static_cast<std::int64_t>(saved), phase);
+    layer_saved_[{l, cur_mb_}] = {static_cast<std::int64_t>(saved), 0};
   }
   /// Compute ops on the chain; a TP collective after the op producing its tensor, waited for by
   /// the next compute op (LoweredBlock::forward_after).
   void captured_pass(const std::vector<Op>& ops, const std::vector<std::int32_t>& after,
-                     std::int64_t l, std::int64_t mb, std::int64_t alloc) {
+                     std::int64_t l, std::int64_t mb, std::int64_t alloc, Phase phase) {
     const std::uint32_t start = chain_;
     std::vector<std::uint32_t> ids, pending;
+    std::size_t attention = 0;  // backward attention ops seen
     for (std::size_t k = 0; k < ops.size(); ++k) {
       Op op = ops[k];
       op.layer = static_cast<std::uint16_t>(l);
       op.microbatch = static_cast<std::uint16_t>(mb);
+      if (op.phase == Phase::Forward) op.phase = phase;  // Recompute under full recomputation
       if (k == 0) op.mem_alloc = alloc;
+      if (op.kind == OpKind::Attention && op.phase == Phase::Backward &&
+          p_.recompute == Recompute::Selective && attention < lowered_.attention_forward.size()) {
+        Op again = lowered_.attention_forward[attention++];
+        again.phase = Phase::Recompute;
+        again.layer = op.layer;
+        again.microbatch = op.microbatch;
+        chain(again, std::exchange(pending, {}));
+      }
       if (after[k] == LoweredBlock::kChain) {
         ids.push_back(chain(op, std::exchange(pending, {})));
       } else {
@@ -579,9 +602,11 @@ class StageBuilder {
   }
   /// Its backward: every gradient of the layer counts as ready at the layer's last op.
   void captured_backward(std::int64_t l, std::int64_t mb) {
-    captured_pass(lowered_.backward, lowered_.backward_after, l, mb, 0);
+    captured_pass(lowered_.backward, lowered_.backward_after, l, mb, 0, Phase::Backward);
     const auto saved = layer_saved_.at({l, mb});
-    free_at_chain(static_cast<double>(saved.first + saved.second));
+    std::int64_t input = 0;
+    if (auto it = saved_input_.find({l, mb}); it != saved_input_.end()) input = it->second;
+    free_at_chain(static_cast<double>(saved.first + saved.second + input));
     for (std::int64_t k = 0; k < kParts; ++k) ready_[param_key(l, k)] = chain_;
   }
 
@@ -589,7 +614,7 @@ class StageBuilder {
   void layer_forward(std::int64_t l, Phase phase, bool first_microbatch) {
     cur_layer_ = l;
     if (m_.capture) {
-      captured_forward(l);
+      captured_forward(l, phase);
       return;
     }
     const double T = tokens_, t = tp_, h = h_;

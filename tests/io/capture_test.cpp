@@ -238,6 +238,59 @@ TEST_F(Capture, ContextParallelMatchesTheBuilder) {
                InputError);
 }
 
+// Recomputation of a captured layer, as the builder does it: full — the first forward keeps only
+// the layer input and the whole forward runs again (phase Recompute) before the backward;
+// selective (compiled) — the fused attention runs again before its backward and keeps no
+// log-sum-exp.
+TEST_F(Capture, RecomputationAsTheBuilderDoesIt) {
+  const std::string path = file("capture.h5");
+  if (!capture(path, 1024, ", fused_projections: true"))
+    GTEST_SKIP() << "SKIPPED LOUDLY: no PyTorch (scripts/setup.sh installs it)";
+  workload::ModelSpec m = llama_spec();
+  m.seq_length = 1024;
+  m.capture = std::make_shared<const workload::Capture>(read_capture_h5(path));
+  m.capture_plan = workload::llama_tp_plan();
+  workload::ParallelPlan p;
+  p.tensor_model_parallel_size = 2;
+  p.data_parallel_size = 1;
+  const workload::LoweredBlock b =
+      workload::lower_block(*m.capture, m.capture_plan, 2, false, true);
+  ASSERT_EQ(b.attention_forward.size(), 1u);
+  // Per phase of layer 1, micro-batch 0: op counts, attention FLOPs, and the bytes the layer's
+  // first forward op allocates.
+  struct Layer {
+    std::map<graph::Phase, int> ops;
+    std::map<graph::Phase, double> attention;
+    std::int64_t first_alloc = -1;
+  };
+  const auto layer = [&](workload::Recompute r) {
+    p.recompute = r;
+    const graph::SlicedGraph g = workload::build_graph(m, p, workload::TrainingSpec{});
+    Layer x;
+    for (const auto& op : g.templates[0].ops) {
+      if (op.layer != 1 || op.microbatch != 0) continue;
+      if (x.first_alloc < 0) x.first_alloc = op.mem_alloc;
+      ++x.ops[op.phase];
+      if (op.kind == graph::OpKind::Attention) x.attention[op.phase] += op.flops;
+    }
+    return x;
+  };
+  const int fwd = static_cast<int>(b.forward.size()), bwd = static_cast<int>(b.backward.size());
+  const Layer none = layer(workload::Recompute::None);
+  EXPECT_EQ(none.ops.at(graph::Phase::Forward), fwd);
+  EXPECT_EQ(none.ops.at(graph::Phase::Backward), bwd);
+  EXPECT_EQ(none.first_alloc, static_cast<std::int64_t>(b.saved_bytes));
+  const Layer full = layer(workload::Recompute::Full);
+  EXPECT_EQ(full.ops.at(graph::Phase::Forward), fwd);
+  EXPECT_EQ(full.ops.at(graph::Phase::Recompute), fwd);
+  EXPECT_EQ(full.first_alloc, static_cast<std::int64_t>(2 * 1024 * 1024));  // [s, h] bf16
+  const Layer selective = layer(workload::Recompute::Selective);
+  EXPECT_EQ(selective.ops.at(graph::Phase::Recompute), 1);
+  EXPECT_DOUBLE_EQ(selective.attention.at(graph::Phase::Recompute), b.attention_forward[0].flops);
+  // Without the log-sum-exp: 4 bytes per query row of the rank's a/t heads.
+  EXPECT_EQ(selective.first_alloc, static_cast<std::int64_t>(b.saved_bytes - 4.0 * (8 / 2) * 1024));
+}
+
 TEST_F(Capture, SequenceParallelCollectivesMatchMegatrons) {
   // With SP the builder runs, per layer, all-gathers before QKV and FC1 and reduce-scatters after
   // the out-projection and FC2 forward; backward, gathers of the FC2 / out-projection output
