@@ -991,7 +991,18 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
     refuse(cp > 1 && !m.capture_compiled,
            "parallel.context_parallel_size > 1 and model.compile: eager (CP needs the fused "
            "attention)");
-    refuse(m.moe() || m.multi_latent_attention, "MoE / MLA shape keys");
+    refuse(m.multi_latent_attention, "MLA shape keys");
+    if (m.moe()) {
+      // The capture's experts are the model's: EP lowers them (balanced routing).
+      const std::int64_t captured = workload::capture_experts(*m.capture);
+      if (captured != m.num_experts)
+        throw_input("{}: model.num_experts={} but the capture {} has {} experts", f, m.num_experts,
+                    m.capture_path, captured);
+      refuse(p.moe_token_dispatcher_type == workload::MoeDispatcher::AllGather,
+             "parallel.moe_token_dispatcher_type: allgather");
+      refuse(p.etp() != p.tp(), "parallel.expert_tensor_parallel_size other than TP");
+      refuse(c.training.moe_expert_load_skew > 0, "training.moe_expert_load_skew");
+    }
     refuse(p.recompute == workload::Recompute::Selective && !m.capture_compiled,
            "parallel.recompute: selective and model.compile: eager (selective recomputes the "
            "fused attention)");

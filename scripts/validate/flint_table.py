@@ -23,7 +23,7 @@ build = sys.argv[1] if len(sys.argv) > 1 else os.path.join(repo, "build")
 bin_ = os.path.join(build, "scalescope")
 tmp = tempfile.mkdtemp()
 KINDS = ["gemm", "attention", "elementwise", "norm", "all_reduce", "all_gather", "reduce_scatter",
-         "send_recv"]
+         "send_recv", "all_to_all"]
 
 L8 = dict(dim=4096, n_layers=8, n_heads=32, n_kv_heads=8, vocab_size=128256, ffn_dim=14336)
 CASES = [
@@ -37,6 +37,10 @@ CASES = [
      dict(dim=8192, n_layers=80, n_heads=64, n_kv_heads=8, vocab_size=128256, ffn_dim=28672,
           fused_projections=True),
      8192, "llama", "llama3-70b-1k"),
+    ("Mixtral 8x7B (EP 8)", "mixtral.py:Mixtral",
+     dict(dim=4096, n_layers=32, n_heads=32, n_kv_heads=8, vocab_size=32000, ffn_dim=14336,
+          num_experts=8, top_k=2),
+     4096, "llama", "mixtral-8x7b-1k"),
     ("GPT-3 175B", "gpt3.py:GPT",
      dict(vocab_size=50257, block_size=2048, n_layer=96, n_head=96, n_embd=12288),
      2048, "gpt", "gpt3-175b-1024"),

@@ -50,7 +50,23 @@ std::string base_op(const std::string& op) {
   return op.substr(0, op.find('.'));
 }
 
+/// The expert index of a module path ("layers.0.block_sparse_moe.experts.3.w1" → 3), or -1.
+std::int64_t expert_of(const std::string& module) {
+  const auto parts = split_path(module);
+  for (std::size_t i = 0; i + 1 < parts.size(); ++i)
+    if (parts[i] == "experts" && !parts[i + 1].empty() &&
+        parts[i + 1].find_first_not_of("0123456789") == std::string::npos)
+      return std::stoll(parts[i + 1]);
+  return -1;
+}
+
 }  // namespace
+
+std::int64_t capture_experts(const Capture& c) {
+  std::int64_t e = 0;
+  for (const CapturedNode& d : c.block) e = std::max(e, expert_of(d.module) + 1);
+  return e;
+}
 
 std::string TpPlan::style_of(const std::string& module) const {
   for (const auto& [pattern, style] : rules)
@@ -238,6 +254,8 @@ struct NodeState {
   bool partial = false;  ///< a partial sum not yet reduced over TP
   bool seq = false;      ///< split along the sequence (SP)
   bool reduced = false;  ///< read through a TP collective: nothing fuses with its producer
+  double scale = 1;      ///< under EP: ep× the captured tokens (a local expert's tensors)
+  bool remote = false;   ///< under EP: computed by another rank's experts only
 };
 
 /// Union-find over node indices: the kernels of a compiled block (docs/flint.md §2).
@@ -269,12 +287,12 @@ struct Units {
 }  // namespace
 
 LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, bool sp,
-                         bool compiled, const CpOptions& cpo) {
+                         bool compiled, const LowerOptions& opt) {
   const auto& nodes = c.block;
   const std::size_t n = nodes.size();
   const double t = static_cast<double>(tp);
-  const double cp = static_cast<double>(cpo.size);
-  if (cpo.size > 1 && !compiled)
+  const double cp = static_cast<double>(opt.cp);
+  if (opt.cp > 1 && !compiled)
     throw_input(
         "capture: context parallelism needs the fused attention of model.compile: inductor");
   LoweredBlock out;
@@ -284,6 +302,22 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
     if (nodes[i].kind == "output") output = static_cast<std::int64_t>(i);
   if (output < 0 || nodes[static_cast<std::size_t>(output)].inputs.empty())
     throw_input("capture: the block graph has no output");
+  // In-place ops (add_, copy_, …) write their first input: a later reader of that tensor (or of
+  // a view of it) depends on them, though the traced graph has no edge (make_fx on 1.13 does
+  // not functionalise). Such writes are found by the tensor behind the views.
+  const auto alias_root = [&](std::uint32_t j) {
+    while (nodes[j].kind == "call_function" && aten_class(nodes[j].op) == AtenClass::View &&
+           !nodes[j].inputs.empty())
+      j = nodes[j].inputs.front();
+    return j;
+  };
+  std::map<std::uint32_t, std::vector<std::uint32_t>> writers;  // tensor → in-place ops on it
+  for (std::uint32_t i = 0; i < n; ++i) {
+    const std::string b = base_op(nodes[i].op);
+    if (nodes[i].kind == "call_function" && b.size() > 1 && b.back() == '_' && b[0] != '_' &&
+        !nodes[i].inputs.empty())
+      writers[alias_root(nodes[i].inputs.front())].push_back(i);
+  }
   std::vector<bool> forward(n, false);
   std::vector<std::uint32_t> stack = {nodes[static_cast<std::size_t>(output)].inputs.front()};
   while (!stack.empty()) {
@@ -292,6 +326,9 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
     if (forward[i]) continue;
     forward[i] = true;
     for (std::uint32_t j : nodes[i].inputs) stack.push_back(j);
+    if (const auto w = writers.find(alias_root(i)); w != writers.end())
+      for (std::uint32_t m : w->second)
+        if (m < i) stack.push_back(m);
   }
   std::vector<std::vector<std::uint32_t>> consumers(n);
   for (std::size_t i = 0; i < n; ++i)
@@ -304,10 +341,23 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
     while (is_view(j) && !nodes[j].inputs.empty()) j = nodes[j].inputs.front();
     return j;
   };
+  // Expert parallelism: the capture's experts (E of them, balanced routing); this rank runs the
+  // first E/ep on ep× their tokens, the others run elsewhere.
+  const std::int64_t experts = capture_experts(c);
+  if (opt.ep > 1 && (experts == 0 || experts % opt.ep != 0))
+    throw_input(
+        "capture: expert parallelism {} needs a block whose experts (modules "
+        "experts.<i>, {} here) it divides",
+        opt.ep, experts);
+  const std::int64_t local_experts = opt.ep > 1 ? experts / opt.ep : experts;
+  const auto remote_expert = [&](const std::string& module) {
+    return opt.ep > 1 && expert_of(module) >= local_experts;
+  };
+  out.experts = experts;
   // Parameters (their module's TP style).
   for (std::size_t i = 0; i < n; ++i) {
     const CapturedNode& d = nodes[i];
-    if (d.kind == "placeholder" && !d.param.empty()) {
+    if (d.kind == "placeholder" && !d.param.empty() && !remote_expert(d.module)) {
       const std::string style = plan.style_of(d.module);
       double p = d.shapes.empty() ? 0 : numel(d.shapes[0]);
       const bool weight = d.param.size() >= 6 && d.param.substr(d.param.size() - 6) == "weight";
@@ -338,6 +388,15 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
   for (std::size_t i = 0; i < n; ++i)
     if (nodes[i].kind == "placeholder") st[i].tokens = nodes[i].param.empty();
   std::set<std::pair<std::uint32_t, bool>> gathered;
+  // The tensor behind size-preserving views (an expert's token slice behind its reshapes and
+  // transposes).
+  const auto slice_of = [&](std::uint32_t j) {
+    while (is_view(j) && !nodes[j].inputs.empty() && !nodes[j].shapes.empty() &&
+           !nodes[nodes[j].inputs.front()].shapes.empty() &&
+           numel(nodes[nodes[j].inputs.front()].shapes[0]) == numel(nodes[j].shapes[0]))
+      j = nodes[j].inputs.front();
+    return j;
+  };
   auto tensor_bytes = [&](const CapturedNode& d) {
     double b = 0;
     for (std::size_t k = 0; k < d.shapes.size(); ++k)
@@ -346,15 +405,16 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
   };
   // A tensor's bytes on this rank.
   const auto rank_bytes = [&](std::uint32_t j) {
-    return tensor_bytes(nodes[j]) / (st[j].sharded || st[j].seq ? t : 1.0) /
+    return st[j].scale * tensor_bytes(nodes[j]) / (st[j].sharded || st[j].seq ? t : 1.0) /
            (st[j].tokens ? cp : 1.0);
   };
   const auto cp_bytes = [&](std::uint32_t j) {
-    return tensor_bytes(nodes[j]) / (st[j].tokens ? cp : 1.0);
+    return st[j].scale * tensor_bytes(nodes[j]) / (st[j].tokens ? cp : 1.0);
   };
   // Per node: the collectives it waits for (issued just before it) and its own op.
   std::vector<std::vector<std::pair<graph::Op, std::uint32_t>>> pre(n);  // + producing node
   std::vector<std::optional<graph::Op>> own(n);
+  std::vector<std::uint32_t> ep_gemms;  // the local experts' GEMMs, in capture order
   // Collectives issued beside a node's op (CP's key/value exchange around attention): the first
   // starts with the op before it (cp p2p) or after it (the backward reduce-scatter under
   // cp all_gather), each further one after the previous; the compute op after waits for them.
@@ -364,7 +424,7 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
   // over the CP group (a ring passing c − 1 blocks); the backward sends dK, dV back the same way.
   const auto cp_exchange = [&](std::uint32_t x, graph::Phase phase, double kv,
                                std::uint32_t k_root) {
-    if (cpo.size <= 1) return;
+    if (opt.cp <= 1) return;
     graph::Op gather;
     gather.kind = graph::OpKind::AllGather;
     gather.role = graph::CommRole::Cp;
@@ -375,11 +435,11 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
     gather.comm_bytes = kv;
     graph::Op reduce = gather;
     reduce.kind = graph::OpKind::ReduceScatter;
-    if (cpo.all_gather)
+    if (opt.cp_all_gather)
       pre[x].push_back({gather, k_root});
     else
       beside[x].push_back({gather, true});
-    if (phase == graph::Phase::Backward) beside[x].push_back({reduce, cpo.all_gather});
+    if (phase == graph::Phase::Backward) beside[x].push_back({reduce, opt.cp_all_gather});
   };
   // The bytes on this rank of the K or V an attention op reads, before GQA's repeat and for the
   // whole sequence: the smallest tensor on the way back through views and copies (the repeat
@@ -403,6 +463,28 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
     const CapturedNode& d = nodes[i];
     if (d.kind != "call_function") continue;
     for (std::uint32_t j : d.inputs) st[i].tokens = st[i].tokens || st[j].tokens;
+    if (opt.ep > 1) {
+      // Another rank's expert (its module, or only its tensors as inputs): nothing runs here.
+      // A local expert's tensors carry the token copies of all ep ranks.
+      bool all_remote = false;
+      for (std::uint32_t j : d.inputs) {
+        if (nodes[j].kind == "get_attr" ||
+            (nodes[j].kind == "placeholder" && !nodes[j].param.empty()))
+          continue;
+        all_remote = st[j].remote;
+        if (!all_remote) break;
+      }
+      // Scaled: same-sized results of a local expert's tensors (its activation, the routing
+      // weights' product, their gradients); the scatter into all tokens is not.
+      for (std::uint32_t j : d.inputs)
+        if (!d.shapes.empty() && !nodes[j].shapes.empty() &&
+            numel(d.shapes[0]) == numel(nodes[j].shapes[0]))
+          st[i].scale = std::max(st[i].scale, st[j].scale);
+      st[i].remote = remote_expert(d.module) || all_remote;
+      if (st[i].remote) continue;
+      if (expert_of(d.module) >= 0 && aten_class(d.op) != AtenClass::Gemm)
+        st[i].scale = static_cast<double>(opt.ep);
+    }
     st[i].tokens = st[i].tokens && (d.shapes.empty() || numel(d.shapes[0]) >= tokens);
     const bool fwd = forward[i];
     const graph::Phase phase = fwd ? graph::Phase::Forward : graph::Phase::Backward;
@@ -414,6 +496,7 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
     op.layer = 0;
     if (cls == AtenClass::View) {
       st[i].sharded = any_sharded;
+      if (!d.inputs.empty()) st[i].scale = st[d.inputs.front()].scale;
       for (std::uint32_t j : d.inputs) {
         st[i].partial = st[i].partial || st[j].partial;
         st[i].seq = st[i].seq || st[j].seq;
@@ -459,11 +542,16 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
       m *= batch;
       const std::string style = plan.style_of(d.module);
       bool reduce = false;
+      bool weight_gradient = false;
       if (!style.empty())
         for (std::uint32_t j : d.inputs)
-          if (st[j].seq && gathered.insert({root(j), fwd}).second) {
+          // An expert's backward reads the token copies its forward gathered and kept (as
+          // Megatron's grouped GEMMs do); only other tensors are gathered.
+          if (st[j].seq && !(expert_of(d.module) >= 0 && !fwd && forward[root(j)]) &&
+              gathered.insert({expert_of(d.module) >= 0 ? slice_of(j) : root(j), fwd}).second) {
             // The sequence-split operand, gathered over TP before the GEMM (S = its full size);
-            // one gather serves every view of the tensor in a pass.
+            // one gather serves every view of the tensor in a pass. An expert gathers its own
+            // token copies (Megatron's ETP all-gather after the dispatch), ep× them under EP.
             graph::Op ag;
             ag.kind = graph::OpKind::AllGather;
             ag.role = graph::CommRole::Tp;
@@ -471,7 +559,9 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
             ag.name = graph::OpName::TpAllGather;
             ag.phase = phase;
             ag.layer = 0;
-            ag.comm_bytes = cp_bytes(j);
+            ag.comm_bytes =
+                cp_bytes(j) *
+                (expert_of(d.module) >= 0 && opt.ep > 1 ? static_cast<double>(opt.ep) : 1.0);
             pre[i].push_back({ag, root(j)});
             st[root(j)].reduced = true;
           }
@@ -493,6 +583,7 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
         }
         const bool wgrad = !fwd && !reads_weight;
         if (wgrad) st[i].tokens = false;  // a weight's gradient: tokens summed out
+        weight_gradient = wgrad;
         if (style == "colwise") {
           if (fwd) {
             nn /= t;
@@ -525,7 +616,7 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
           st[i].seq = true;
         }
       }
-      if (cpo.size > 1) {
+      if (opt.cp > 1) {
         // This rank's tokens: the rows of a forward or dgrad GEMM (and of attention's batched
         // GEMMs: its queries), the reduction of a wgrad, whose output has no token dimension.
         bool in_tokens = false;
@@ -534,6 +625,14 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
           m /= cp;
         else if (in_tokens)
           k /= cp;
+      }
+      const bool expert = opt.ep > 1 && expert_of(d.module) >= 0;
+      if (expert) {
+        // A local expert receives the token copies of all ep ranks of its group.
+        const double e = static_cast<double>(opt.ep);
+        (weight_gradient ? k : m) *= e;
+        st[i].scale = weight_gradient ? 1.0 : e;
+        ep_gemms.push_back(static_cast<std::uint32_t>(i));
       }
       op.kind = graph::OpKind::Gemm;
       op.name = graph::OpName::AtenGemm;
@@ -591,6 +690,42 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
     op.name = cls == AtenClass::Attention ? graph::OpName::Attention : graph::OpName::AtenOp;
     op.mem_bytes = any_sharded || st[i].seq ? bytes / t : bytes;
     own[i] = op;
+  }
+
+  // EP: per pass, the all-to-all dispatch before the local experts' first GEMM and the combine
+  // after their last (Megatron's MoEAlltoAllTokenDispatcher), each moving this rank's token
+  // copies: the experts' inputs of the capture, k·T_l·h bf16 summed over all E experts.
+  if (opt.ep > 1 && !ep_gemms.empty()) {
+    std::map<std::int64_t, double> input_of_expert;  // its first column-parallel GEMM's input
+    for (std::size_t i = 0; i < n; ++i) {
+      const CapturedNode& d = nodes[i];
+      if (!forward[i] || expert_of(d.module) < 0 || aten_class(d.op) != AtenClass::Gemm ||
+          plan.style_of(d.module) != "colwise" || d.inputs.size() < 2)
+        continue;
+      const std::uint32_t x = d.inputs[d.inputs.size() - 2];
+      input_of_expert.emplace(expert_of(d.module),
+                              tensor_bytes(nodes[x]) / (st[x].seq ? t : 1.0) / cp);
+    }
+    double copies = 0;
+    for (const auto& [e, b] : input_of_expert) copies += b;
+    for (const bool fwd : {true, false}) {
+      std::vector<std::uint32_t> g;
+      for (std::uint32_t i : ep_gemms)
+        if (forward[i] == fwd) g.push_back(i);
+      if (g.empty()) continue;
+      graph::Op a2a;
+      a2a.kind = graph::OpKind::AllToAll;
+      a2a.role = graph::CommRole::Ep;
+      a2a.stream = graph::stream_of(a2a.role);
+      a2a.phase = fwd ? graph::Phase::Forward : graph::Phase::Backward;
+      a2a.layer = 0;
+      a2a.comm_bytes = copies;
+      a2a.name = fwd ? graph::OpName::EpDispatch : graph::OpName::EpCombine;
+      const std::uint32_t first = g.front();
+      pre[first].push_back({a2a, root(nodes[first].inputs[nodes[first].inputs.size() - 2])});
+      a2a.name = fwd ? graph::OpName::EpCombine : graph::OpName::EpDispatch;
+      beside[g.back()].push_back({a2a, false});
+    }
   }
 
   // Forward outputs (not views) that a backward op reads: what autograd keeps.
@@ -801,7 +936,8 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
     // pass unless the producer's output goes through a TP collective first, or the merged
     // kernel would have to run both before and after some other kernel (a cycle).
     std::vector<bool> fusible(n, false);
-    for (std::uint32_t i = 0; i < n; ++i) fusible[i] = pointwise(i) && !in_attention[i];
+    for (std::uint32_t i = 0; i < n; ++i)
+      fusible[i] = pointwise(i) && !in_attention[i] && !st[i].remote;
     const auto unit_of = [&](std::uint32_t i) { return units.find(i); };
     // Is there a path from unit a to unit b through some third unit?
     const auto indirect = [&](std::uint32_t a, std::uint32_t b) {
@@ -892,7 +1028,8 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
       return ok;
     };
     for (std::uint32_t i = 0; i < n; ++i) {
-      if (!forward[i] || is_view(i) || dropped[i] || !read_by_backward(i, 0)) continue;
+      if (!forward[i] || is_view(i) || dropped[i] || st[i].remote || !read_by_backward(i, 0))
+        continue;
       if (nodes[i].kind == "placeholder" && !nodes[i].param.empty()) continue;
       if (fusible[i] && backward_readers_fusible(i))
         candidates.push_back(i);
@@ -1021,7 +1158,7 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
   }
   if (!compiled)
     for (std::uint32_t i = 0; i < n; ++i) {
-      if (!forward[i] || nodes[i].kind != "call_function" || is_view(i)) continue;
+      if (!forward[i] || nodes[i].kind != "call_function" || is_view(i) || st[i].remote) continue;
       if (read_by_backward(i, 0)) out.saved_bytes += rank_bytes(i);
     }
   return out;

@@ -37,6 +37,8 @@ struct TpPlan {
   /// The style of `module` (a path in the capture, e.g. "layers.0.attention.wq"), or "".
   std::string style_of(const std::string& module) const;
 };
+/// The number of experts of a captured block (modules experts.<i>), 0 for a dense one.
+std::int64_t capture_experts(const Capture& c);
 /// The plan shipped for inputs/pytorch/llama.py and mixtral.py, and for gpt3.py.
 TpPlan llama_tp_plan();
 TpPlan gpt_tp_plan();
@@ -63,6 +65,7 @@ struct LoweredBlock {
   std::vector<graph::Op> attention_forward;
   double attention_saved_bytes = 0;
   double params_on_rank = 0;
+  std::int64_t experts = 0;      ///< the capture's experts (modules experts.<i>), 0 for none
   double linear_gemm_flops = 0;  ///< GEMMs of the plan's (or any) nn.Linear modules
   double other_gemm_flops = 0;   ///< the rest: attention's batched GEMMs, routers outside the plan
   std::map<std::string, int> unknown_ops;  ///< ATen ops costed as memory-bound by default
@@ -73,16 +76,20 @@ struct LoweredBlock {
 /// (Inductor) runs it: the eager attention pattern becomes one fused attention kernel per pass
 /// and connected point-wise ops one kernel each (docs/flint.md §2); else one kernel per ATen op,
 /// as eager PyTorch runs it.
-/// Context parallelism for lower_block: its degree, and whether the key/value exchange is one
-/// all-gather before the attention (cp_comm_type all_gather) or a ring beside it (p2p).
-struct CpOptions {
-  std::int64_t size = 1;
-  bool all_gather = false;
+/// The parallelism lower_block applies beyond TP and SP. Context parallelism: its degree, and
+/// whether the key/value exchange is one all-gather before the attention (cp_comm_type
+/// all_gather) or a ring beside it (p2p). Expert parallelism: its degree (the experts are the
+/// modules `experts.<i>`).
+struct LowerOptions {
+  std::int64_t cp = 1;
+  bool cp_all_gather = false;
+  std::int64_t ep = 1;
 };
-/// With `cp.size` > 1 (compiled only): every tensor with the token dimension is split over CP,
-/// the attention runs this rank's queries against the whole sequence, with the builder's key /
-/// value exchange around it.
+/// With `cp` > 1 (compiled only): every tensor with the token dimension is split over CP, the
+/// attention runs this rank's queries against the whole sequence, with the builder's key /
+/// value exchange around it. With `ep` > 1: the rank runs the first E/ep experts on ep× the
+/// tokens (balanced routing), between an all-to-all dispatch and combine over EP.
 LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, bool sp = false,
-                         bool compiled = false, const CpOptions& cp = {});
+                         bool compiled = false, const LowerOptions& options = {});
 
 }  // namespace scalescope::workload

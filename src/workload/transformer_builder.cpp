@@ -94,8 +94,9 @@ class StageBuilder {
     k_w_ = m.multi_latent_attention ? qk_w_ : static_cast<double>(m.kv_width());
     v_w_ = m.multi_latent_attention ? o_w_ : static_cast<double>(m.kv_width());
     if (m.capture)
-      lowered_ = lower_block(*m.capture, m.capture_plan, p.tp(), p.sequence_parallel,
-                             m.capture_compiled, {p.cp(), p.cp_comm_type == CpCommType::AllGather});
+      lowered_ =
+          lower_block(*m.capture, m.capture_plan, p.tp(), p.sequence_parallel, m.capture_compiled,
+                      {p.cp(), p.cp_comm_type == CpCommType::AllGather, p.ep()});
     if (m.moe()) {
       // Each layer's MoE block sees the rank's SP share of its tokens (Megatron requires SP with
       // TP); the EP-rank program models its own experts' load, the balanced one EP rank 0's.

@@ -3,7 +3,7 @@
 # and of gpt3.py at small sizes, then `run` with model.source under the sequential engine and the
 # optimistic one at np 2 (with sequence parallelism): identical results, compiled (the default,
 # model.compile: inductor) and, for Llama, eager, with context parallelism 2, with full
-# recomputation and under ZeRO-3. Exit 77, loudly, where
+# recomputation and under ZeRO-3; and a Mixtral block with expert parallelism 2. Exit 77, loudly, where
 # PyTorch is missing (scripts/setup.sh installs python3-torch).
 set -euo pipefail
 bin=$1; repo=$2
@@ -19,16 +19,23 @@ echo '{vocab_size: 32000, block_size: 512, n_layer: 4, n_head: 8, n_embd: 1024}'
   -o "$tmp/llama.h5" >/dev/null
 "$bin" capture "$repo/inputs/pytorch/gpt3.py:GPT" --args "$tmp/gpt.yaml" --blocks h --seq 512 \
   -o "$tmp/gpt.h5" >/dev/null
+echo '{dim: 1024, n_layers: 4, n_heads: 8, n_kv_heads: 2, vocab_size: 32000, ffn_dim: 2048, num_experts: 4, top_k: 2}' >"$tmp/mixtral.yaml"
+"$bin" capture "$repo/inputs/pytorch/mixtral.py:Mixtral" --args "$tmp/mixtral.yaml" --seq 512 \
+  -o "$tmp/mixtral.h5" >/dev/null
 common=(--set parallel.tp=2 --set parallel.pp=2 --set parallel.dp=2 --set cluster.num_gpus=8
         --set training.global_batch_size=8 --set run.trace_ranks=[0,7])
-for m in llama gpt llama-eager llama-cp llama-full llama-zero3; do
+for m in llama gpt llama-eager llama-cp llama-full llama-zero3 mixtral-ep; do
   cap=${m%-*}
   mode=inductor; [ $m = llama-eager ] && mode=eager
   cpargs=()
   [ $m = llama-cp ] && cpargs=(--set parallel.cp=2 --set parallel.dp=1)
   [ $m = llama-full ] && cpargs=(--set parallel.recompute=full)
   [ $m = llama-zero3 ] && cpargs=(--set parallel.pp=1 --set parallel.dp=4 --set parallel.zero_stage=3)
-  if [ $cap = llama ]; then
+  if [ $cap = mixtral ]; then
+    model=(--set model.preset=mixtral-8x7b --set model.num_query_groups=2 --set model.num_attention_heads=8
+           --set model.kv_channels=128 --set model.num_experts=4 --set model.moe_ffn_hidden_size=2048
+           --set model.ffn_hidden_size=2048 --set parallel.ep=2 --set model.tp_plan=llama)
+  elif [ $cap = llama ]; then
     model=(--set model.preset=llama3-8b --set model.num_query_groups=2 --set model.num_attention_heads=8
            --set model.ffn_hidden_size=2816 --set model.kv_channels=128 --set model.tp_plan=llama)
   else
@@ -45,7 +52,7 @@ done
 import json, sys
 import h5py, numpy as np
 d = sys.argv[1]
-for m in ("llama", "gpt", "llama-eager", "llama-cp", "llama-full", "llama-zero3"):
+for m in ("llama", "gpt", "llama-eager", "llama-cp", "llama-full", "llama-zero3", "mixtral-ep"):
     a, b = (json.load(open(f"{d}/{m}-{r}/summary.json")) for r in ("seq", "np2"))
     a.pop("engine"); b.pop("engine")
     assert a == b, f"{m}: summary differs between the engines"

@@ -224,7 +224,7 @@ TEST_F(Capture, ContextParallelMatchesTheBuilder) {
   for (const auto& op : g.templates[0].ops)
     if (op.layer == 1 && op.microbatch == 0) add(builder, op);
   const workload::LoweredBlock b =
-      workload::lower_block(c, workload::llama_tp_plan(), 2, true, true, {2, false});
+      workload::lower_block(c, workload::llama_tp_plan(), 2, true, true, {2, false, 1});
   for (const auto* ops : {&b.forward, &b.backward})
     for (const auto& op : *ops) add(captured, op);
   EXPECT_NEAR(captured.gemm / builder.gemm, 1.0, 1e-12);
@@ -234,7 +234,7 @@ TEST_F(Capture, ContextParallelMatchesTheBuilder) {
   EXPECT_NEAR(captured.kv / builder.kv, 1.0, 1e-12);
   EXPECT_NEAR(captured.tp / builder.tp, 1.0, 1e-12);
   // Eager has no fused attention to run the exchange around.
-  EXPECT_THROW(workload::lower_block(c, workload::llama_tp_plan(), 2, true, false, {2, false}),
+  EXPECT_THROW(workload::lower_block(c, workload::llama_tp_plan(), 2, true, false, {2, false, 1}),
                InputError);
 }
 
@@ -289,6 +289,71 @@ TEST_F(Capture, RecomputationAsTheBuilderDoesIt) {
   EXPECT_DOUBLE_EQ(selective.attention.at(graph::Phase::Recompute), b.attention_forward[0].flops);
   // Without the log-sum-exp: 4 bytes per query row of the rank's a/t heads.
   EXPECT_EQ(selective.first_alloc, static_cast<std::int64_t>(b.saved_bytes - 4.0 * (8 / 2) * 1024));
+}
+
+// Expert parallelism: the captured Mixtral block (4 experts, top-2) at TP 2 · EP 2 with SP has,
+// per layer, the builder's GEMM and attention FLOPs, its all-to-all dispatch and combine (two per
+// pass, k·T_l·h bf16 each) and its TP / ETP all-gather and reduce-scatter bytes.
+TEST_F(Capture, ExpertParallelMatchesTheBuilder) {
+  if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "SKIPPED LOUDLY: no PyTorch (scripts/setup.sh installs it)";
+  const std::string args = file("mixtral.yaml"), path = file("mixtral.h5");
+  std::ofstream(args) << "{dim: 1024, n_layers: 4, n_heads: 8, n_kv_heads: 2, vocab_size: 32000, "
+                         "ffn_dim: 2048, num_experts: 4, top_k: 2}\n";
+  ASSERT_EQ(std::system(fmt::format("/usr/bin/python3 {0}/scripts/capture/capture.py "
+                                    "{0}/inputs/pytorch/mixtral.py:Mixtral --args {1} --seq 512 "
+                                    "-o {2} >/dev/null",
+                                    SCALESCOPE_SOURCE_DIR, args, path)
+                            .c_str()),
+            0);
+  const workload::Capture c = read_capture_h5(path);
+  EXPECT_EQ(workload::capture_experts(c), 4);
+  workload::ModelSpec m = llama_spec();
+  m.ffn_hidden_size = 2048;
+  m.num_experts = 4;
+  m.moe_router_topk = 2;
+  m.moe_ffn_hidden_size = 2048;
+  workload::ParallelPlan p;
+  p.tensor_model_parallel_size = 2;
+  p.expert_model_parallel_size = 2;
+  p.data_parallel_size = 2;
+  p.sequence_parallel = true;
+  workload::TrainingSpec t;
+  t.global_batch_size = 2;
+  const graph::SlicedGraph g = workload::build_graph(m, p, t);
+  struct Sums {
+    double gemm = 0, attention = 0, a2a = 0, gather = 0, scatter = 0;
+    int a2a_ops = 0;
+  };
+  const auto add = [](Sums& x, const graph::Op& op) {
+    if (op.kind == graph::OpKind::Gemm) x.gemm += op.flops;
+    if (op.kind == graph::OpKind::Attention) x.attention += op.flops;
+    if (op.kind == graph::OpKind::AllToAll) {
+      x.a2a += op.comm_bytes;
+      ++x.a2a_ops;
+    }
+    if (op.kind == graph::OpKind::AllGather) x.gather += op.comm_bytes;
+    if (op.kind == graph::OpKind::ReduceScatter) x.scatter += op.comm_bytes;
+  };
+  Sums builder, captured;
+  for (const auto& op : g.templates[0].ops)
+    if (op.layer == 1 && op.microbatch == 0) add(builder, op);
+  const workload::LoweredBlock b =
+      workload::lower_block(c, workload::llama_tp_plan(), 2, true, true, {1, false, 2});
+  for (const auto* ops : {&b.forward, &b.backward})
+    for (const auto& op : *ops) add(captured, op);
+  EXPECT_NEAR(captured.gemm / builder.gemm, 1.0, 1e-12);
+  EXPECT_NEAR(captured.attention / builder.attention, 1.0, 1e-12);
+  EXPECT_EQ(captured.a2a_ops, 4);
+  EXPECT_EQ(builder.a2a_ops, 4);
+  // k·T_l·h·2 bytes with T_l = s/t under SP: 2·256·1024·2 per all-to-all, by hand.
+  EXPECT_DOUBLE_EQ(captured.a2a, 4 * 2.0 * 256 * 1024 * 2);
+  EXPECT_NEAR(captured.a2a / builder.a2a, 1.0, 1e-12);
+  EXPECT_NEAR(captured.gather / builder.gather, 1.0, 1e-3);
+  EXPECT_NEAR(captured.scatter / builder.scatter, 1.0, 1e-3);
+  // An EP degree that does not divide the experts is one line.
+  EXPECT_THROW(workload::lower_block(c, workload::llama_tp_plan(), 2, true, true, {1, false, 3}),
+               InputError);
 }
 
 TEST_F(Capture, SequenceParallelCollectivesMatchMegatrons) {
