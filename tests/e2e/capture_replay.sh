@@ -48,6 +48,24 @@ for m in llama gpt llama-eager llama-cp llama-full llama-zero3 mixtral-ep; do
   "$bin" run "${args[@]}" -o "$tmp/$m-seq" --quiet
   mpirun -np 2 "$bin" run "${args[@]}" --set run.engine=optimistic -o "$tmp/$m-np2" --quiet
 done
+# A capture whose experts disagree with model.num_experts, and CP on an eager capture: one line
+# each, exit ≠ 0, no output.
+for bad in "--set model.num_experts=8" "--set model.compile=eager --set parallel.cp=2 --set parallel.dp=1"; do
+  src=mixtral; [ "${bad#*eager}" != "$bad" ] && src=llama
+  if [ $src = mixtral ]; then model=(--set model.preset=mixtral-8x7b --set model.num_query_groups=2
+      --set model.num_attention_heads=8 --set model.kv_channels=128 --set model.moe_ffn_hidden_size=2048
+      --set model.ffn_hidden_size=2048 --set parallel.ep=2); else model=(--set model.preset=llama3-8b
+      --set model.num_query_groups=2 --set model.num_attention_heads=8 --set model.ffn_hidden_size=2816
+      --set model.kv_channels=128); fi
+  # shellcheck disable=SC2086
+  if "$bin" run "$repo/inputs/experiments/quickstart.yaml" "${common[@]}" "${model[@]}" \
+      --set model.source="$tmp/$src.h5" --set model.num_layers=4 --set model.seq_length=512 \
+      --set model.vocab_size=32000 --set model.hidden_size=1024 $bad -o "$tmp/bad" --quiet 2>"$tmp/err"; then
+    echo "accepted: $bad" >&2; exit 1
+  fi
+  test "$(wc -l < "$tmp/err")" -eq 1 && test ! -e "$tmp/bad"
+  cat "$tmp/err"
+done
 /usr/bin/python3 - "$tmp" <<'PY'
 import json, sys
 import h5py, numpy as np
