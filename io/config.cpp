@@ -7,12 +7,16 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
 #include <sstream>
 #include <utility>
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "core/error.hpp"
 #include "cost/gpu.hpp"
@@ -138,7 +142,8 @@ Keys concat(Keys a, const Keys& b) {
 /// The keys an experiment file may write in `section`.
 Keys section_keys(std::string_view section) {
   if (section == "model")
-    return concat(kModelShapeKeys, {"preset", "hf_config", "source", "tp_plan", "compile"});
+    return concat(kModelShapeKeys, {"preset", "hf_config", "source", "tp_plan", "compile",
+                                    "pytorch", "pytorch_args", "pytorch_blocks"});
   if (section == "parallel") return kParallelKeys;
   if (section == "training") return kTrainingKeys;
   if (section == "cluster") return concat(kClusterNetworkKeys, {"preset"});
@@ -436,8 +441,83 @@ struct ModelSources {
 
 /// The model: `megatron_defaults` (a launch line was given) starts from Megatron-LM's defaults
 /// where they differ from scalescope's; then the preset, the HF config, the inline keys.
+/// model.pytorch: `file.py:Class` captured on first use (scripts/capture/capture.py) into the
+/// user's cache, keyed by the module file, its arguments, the capture script and the shapes; the
+/// path of the capture. The capture is written to a temporary name and renamed, so concurrent
+/// first uses (every MPI rank) each find a whole file.
+std::string pytorch_capture(const Section& inline_keys, const Value& v, const Section& merged,
+                            std::int64_t micro_batch) {
+  const std::string spec = detail::read_string(v, "model.pytorch");
+  const auto colon = spec.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == spec.size())
+    fail(v, "model.pytorch", "expected path/to/file.py:ClassName");
+  const fs::path file = fs::path(spec.substr(0, colon)).is_absolute()
+                            ? fs::path(spec.substr(0, colon))
+                            : base_dir(v) / spec.substr(0, colon);
+  if (!fs::is_regular_file(file))
+    fail(v, "model.pytorch", fmt::format("file {} not found", display(file)));
+  std::string args;
+  if (const Value* a = get(inline_keys, "pytorch_args")) {
+    const std::string f = detail::read_string(*a, "model.pytorch_args");
+    const fs::path p = fs::path(f).is_absolute() ? fs::path(f) : base_dir(*a) / f;
+    if (!fs::is_regular_file(p))
+      fail(*a, "model.pytorch_args", fmt::format("file {} not found", display(p)));
+    args = fs::absolute(p).string();
+  }
+  std::string blocks = "layers";
+  if (const Value* b = get(inline_keys, "pytorch_blocks"))
+    blocks = detail::read_string(*b, "model.pytorch_blocks");
+  const Value* seq = get(merged, "seq_length");
+  if (seq == nullptr) fail(v, "model.pytorch", "needs model.seq_length (or a preset with one)");
+  const std::int64_t s = detail::read_positive_int(*seq, "model.seq_length");
+  const fs::path script = fs::path(SCALESCOPE_SOURCE_DIR) / "scripts" / "capture" / "capture.py";
+  // FNV-1a over everything the capture depends on.
+  std::uint64_t h = 1469598103934665603ull;
+  const auto mix = [&](const std::string& bytes) {
+    for (unsigned char ch : bytes) h = (h ^ ch) * 1099511628211ull;
+    h = (h ^ 0xff) * 1099511628211ull;
+  };
+  const auto contents = [](const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  mix(contents(file));
+  mix(args.empty() ? std::string() : contents(args));
+  mix(contents(script));
+  mix(fmt::format("{}|{}|{}|{}", spec.substr(colon + 1), blocks, s, micro_batch));
+  const char* env = std::getenv("SCALESCOPE_CACHE");
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  const fs::path dir = env != nullptr ? fs::path(env)
+                       : xdg != nullptr
+                           ? fs::path(xdg) / "scalescope"
+                           : fs::path(home != nullptr ? home : "/tmp") / ".cache" / "scalescope";
+  const fs::path out = dir / "captures" / fmt::format("{:016x}.capture.h5", h);
+  if (fs::is_regular_file(out)) return out.string();
+  std::error_code ec;
+  fs::create_directories(out.parent_path(), ec);
+  const fs::path tmp = out.string() + fmt::format(".tmp{}", static_cast<long>(::getpid()));
+  std::string cmd =
+      fmt::format("/usr/bin/python3 '{}' '{}:{}' --seq {} --batch {} --blocks '{}' -o '{}' >&2",
+                  script.string(), fs::absolute(file).string(), spec.substr(colon + 1), s,
+                  micro_batch, blocks, tmp.string());
+  if (!args.empty()) cmd += fmt::format(" --args '{}'", args);
+  const int rc = std::system(cmd.c_str());
+  if (rc != 0 || !fs::is_regular_file(tmp)) {
+    fs::remove(tmp, ec);
+    fail(v, "model.pytorch",
+         fmt::format("capturing {} failed (capture.py exit {})", spec,
+                     WIFEXITED(rc) ? WEXITSTATUS(rc) : rc));
+  }
+  fs::rename(tmp, out, ec);
+  if (ec && !fs::is_regular_file(out))
+    fail(v, "model.pytorch", fmt::format("cannot store the capture in {}", display(out)));
+  return out.string();
+}
+
 workload::ModelSpec build_model(const Section& inline_keys, const std::string& experiment,
-                                ModelSources& sources, bool megatron_defaults) {
+                                ModelSources& sources, bool megatron_defaults,
+                                std::int64_t micro_batch) {
   const fs::path experiment_dir = fs::path(experiment).parent_path();
   Section merged;
   if (megatron_defaults)
@@ -461,19 +541,30 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
                               Value{kv.second, Origin{sources.hf_config, "", false}});
   }
   for (const auto& [k, v] : inline_keys)
-    if (k != "preset" && k != "hf_config" && k != "source" && k != "tp_plan" && k != "compile")
+    if (k != "preset" && k != "hf_config" && k != "source" && k != "tp_plan" && k != "compile" &&
+        k.rfind("pytorch", 0) != 0)
       merged.insert_or_assign(k, v);
 
   // A captured model (docs/flint.md): its block replaces the built-in layer; the shape keys it
   // implies fill in what the preset / inline keys leave open, and must agree with them.
   std::shared_ptr<const workload::Capture> capture;
   std::string capture_path;
+  const Value* pytorch = get(inline_keys, "pytorch");
+  if (pytorch != nullptr && get(inline_keys, "source") != nullptr)
+    fail(*pytorch, "model.pytorch", "give model.source or model.pytorch, not both");
+  for (const char* k : {"pytorch_args", "pytorch_blocks"})
+    if (const Value* x = get(inline_keys, k); x != nullptr && pytorch == nullptr)
+      fail(*x, std::string("model.") + k, "applies to model.pytorch only");
+  if (pytorch != nullptr)
+    capture_path = pytorch_capture(inline_keys, *pytorch, merged, micro_batch);
   if (const Value* v = get(inline_keys, "source")) {
     const std::string file = detail::read_string(*v, "model.source");
     const fs::path p = fs::path(file).is_absolute() ? fs::path(file) : base_dir(*v) / file;
     if (!fs::is_regular_file(p))
       fail(*v, "model.source", fmt::format("capture {} not found", display(p)));
     capture_path = fs::absolute(p).lexically_normal().string();
+  }
+  if (!capture_path.empty()) {
     capture = std::make_shared<const workload::Capture>(io::read_capture_h5(capture_path));
     std::int64_t hidden = 0;
     for (const workload::CapturedNode& n : capture->block)
@@ -596,7 +687,8 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
       m.capture_compiled =
           detail::read_choice(*mode, "model.compile", {"inductor", "eager"}) == "inductor";
   } else if (const Value* plan = get(inline_keys, "tp_plan")) {
-    fail(*plan, "model.tp_plan", "applies to a captured model only (set model.source)");
+    fail(*plan, "model.tp_plan",
+         "applies to a captured model only (set model.source or model.pytorch)");
   } else if (const Value* mode = get(inline_keys, "compile")) {
     fail(*mode, "model.compile", "applies to a captured model only (set model.source)");
   }
@@ -1295,7 +1387,10 @@ ExperimentConfig load_experiment(const std::string& path, const std::vector<std:
   ExperimentConfig c;
   c.path = name;
   ModelSources sources;
-  c.model = build_model(t.at("model"), name, sources, !lines.empty());
+  std::int64_t micro_batch = 1;
+  if (const Value* mb = get(t.at("training"), "micro_batch_size"))
+    micro_batch = detail::read_positive_int(*mb, "training.micro_batch_size");
+  c.model = build_model(t.at("model"), name, sources, !lines.empty(), micro_batch);
   // Megatron-LM's --moe-token-dispatcher-type defaults to allgather (arguments.py); scalescope's
   // own default is alltoall, what large-EP recipes set.
   if (!lines.empty() && c.model.moe() &&

@@ -48,6 +48,24 @@ for m in llama gpt llama-eager llama-cp llama-full llama-zero3 mixtral-ep; do
   "$bin" run "${args[@]}" -o "$tmp/$m-seq" --quiet
   mpirun -np 2 "$bin" run "${args[@]}" --set run.engine=optimistic -o "$tmp/$m-np2" --quiet
 done
+# model.pytorch: the module captured on first use into the cache, then reused; the same run as
+# with model.source of the same capture.
+pt=(--set model.pytorch="$repo/inputs/pytorch/llama.py:Transformer" --set model.pytorch_args="$tmp/llama.yaml"
+    --set model.preset=llama3-8b --set model.num_query_groups=2 --set model.num_attention_heads=8
+    --set model.ffn_hidden_size=2816 --set model.kv_channels=128 --set model.num_layers=4
+    --set model.seq_length=512 --set model.vocab_size=32000 --set model.hidden_size=1024)
+for k in 1 2; do
+  SCALESCOPE_CACHE="$tmp/cache" "$bin" run "$repo/inputs/experiments/quickstart.yaml" "${common[@]}" \
+    "${pt[@]}" -o "$tmp/pytorch$k" --quiet 2>/dev/null
+done
+test "$(ls "$tmp/cache/captures" | wc -l)" -eq 1
+/usr/bin/python3 -c "
+import json, sys
+a, b, c = (json.load(open(sys.argv[i] + '/summary.json')) for i in (1, 2, 3))
+assert a['iteration_time_s'] == b['iteration_time_s'] == c['iteration_time_s'], (a, b, c)
+print('model.pytorch: captured once, as model.source:', a['iteration_time_s'])" \
+  "$tmp/pytorch1" "$tmp/pytorch2" "$tmp/llama-seq"
+
 # A capture whose experts disagree with model.num_experts, and CP on an eager capture: one line
 # each, exit ≠ 0, no output.
 for bad in "--set model.num_experts=8" "--set model.compile=eager --set parallel.cp=2 --set parallel.dp=1"; do
