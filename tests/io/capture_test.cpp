@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <optional>
 
 #include "core/error.hpp"
 #include "temp_dir_test.hpp"
@@ -15,6 +16,45 @@
 
 namespace scalescope::io {
 namespace {
+
+/// Totals of one layer (layer 1, micro-batch 0 of a graph's first template, or a lowered block):
+/// GEMM and attention FLOPs, and collectives' count and bytes by kind and role.
+struct LayerTotals {
+  double gemm = 0, attention = 0;
+  std::map<std::pair<graph::OpKind, graph::CommRole>, std::pair<int, double>> comm;
+  void add(const graph::Op& op) {
+    if (op.kind == graph::OpKind::Gemm) gemm += op.flops;
+    if (op.kind == graph::OpKind::Attention) attention += op.flops;
+    if (graph::is_collective(op.kind)) {
+      auto& [n, bytes] = comm[{op.kind, op.role}];
+      ++n;
+      bytes += op.comm_bytes;
+    }
+  }
+  /// Count and bytes over the collectives of `kind` (any role) or of `role` (any kind).
+  std::pair<int, double> of(std::optional<graph::OpKind> kind,
+                            std::optional<graph::CommRole> role = std::nullopt) const {
+    std::pair<int, double> t{0, 0.0};
+    for (const auto& [key, v] : comm)
+      if ((!kind || key.first == *kind) && (!role || key.second == *role)) {
+        t.first += v.first;
+        t.second += v.second;
+      }
+    return t;
+  }
+  static LayerTotals of_graph(const graph::SlicedGraph& g) {
+    LayerTotals t;
+    for (const auto& op : g.templates[0].ops)
+      if (op.layer == 1 && op.microbatch == 0) t.add(op);
+    return t;
+  }
+  static LayerTotals of_block(const workload::LoweredBlock& b) {
+    LayerTotals t;
+    for (const auto* ops : {&b.forward, &b.backward})
+      for (const auto& op : *ops) t.add(op);
+    return t;
+  }
+};
 
 class Capture : public TempDirTest {
  protected:
@@ -206,33 +246,19 @@ TEST_F(Capture, ContextParallelMatchesTheBuilder) {
   p.context_parallel_size = 2;
   p.data_parallel_size = 1;
   p.sequence_parallel = true;
-  const graph::SlicedGraph g = workload::build_graph(m, p, workload::TrainingSpec{});
-  struct Sums {
-    double gemm = 0, attention = 0, kv = 0, tp = 0;
-    int kv_ops = 0;
-  };
-  const auto add = [](Sums& x, const graph::Op& op) {
-    if (op.kind == graph::OpKind::Gemm) x.gemm += op.flops;
-    if (op.kind == graph::OpKind::Attention) x.attention += op.flops;
-    if (op.role == graph::CommRole::Cp) {
-      x.kv += op.comm_bytes;
-      ++x.kv_ops;
-    }
-    if (op.role == graph::CommRole::Tp) x.tp += op.comm_bytes;
-  };
-  Sums builder, captured;
-  for (const auto& op : g.templates[0].ops)
-    if (op.layer == 1 && op.microbatch == 0) add(builder, op);
-  const workload::LoweredBlock b =
-      workload::lower_block(c, workload::llama_tp_plan(), 2, true, true, {2, false, 1});
-  for (const auto* ops : {&b.forward, &b.backward})
-    for (const auto& op : *ops) add(captured, op);
+  const LayerTotals builder =
+      LayerTotals::of_graph(workload::build_graph(m, p, workload::TrainingSpec{}));
+  const LayerTotals captured = LayerTotals::of_block(
+      workload::lower_block(c, workload::llama_tp_plan(), 2, true, true, {2, false, 1}));
   EXPECT_NEAR(captured.gemm / builder.gemm, 1.0, 1e-12);
   EXPECT_NEAR(captured.attention / builder.attention, 1.0, 1e-12);
-  EXPECT_EQ(captured.kv_ops, 3);
-  EXPECT_EQ(builder.kv_ops, 3);
-  EXPECT_NEAR(captured.kv / builder.kv, 1.0, 1e-12);
-  EXPECT_NEAR(captured.tp / builder.tp, 1.0, 1e-12);
+  const auto kv = captured.of(std::nullopt, graph::CommRole::Cp);
+  EXPECT_EQ(kv.first, 3);
+  EXPECT_EQ(builder.of(std::nullopt, graph::CommRole::Cp).first, 3);
+  EXPECT_NEAR(kv.second / builder.of(std::nullopt, graph::CommRole::Cp).second, 1.0, 1e-12);
+  EXPECT_NEAR(captured.of(std::nullopt, graph::CommRole::Tp).second /
+                  builder.of(std::nullopt, graph::CommRole::Tp).second,
+              1.0, 1e-12);
   // Eager has no fused attention to run the exchange around.
   EXPECT_THROW(workload::lower_block(c, workload::llama_tp_plan(), 2, true, false, {2, false, 1}),
                InputError);
@@ -320,37 +346,19 @@ TEST_F(Capture, ExpertParallelMatchesTheBuilder) {
   p.sequence_parallel = true;
   workload::TrainingSpec t;
   t.global_batch_size = 2;
-  const graph::SlicedGraph g = workload::build_graph(m, p, t);
-  struct Sums {
-    double gemm = 0, attention = 0, a2a = 0, gather = 0, scatter = 0;
-    int a2a_ops = 0;
-  };
-  const auto add = [](Sums& x, const graph::Op& op) {
-    if (op.kind == graph::OpKind::Gemm) x.gemm += op.flops;
-    if (op.kind == graph::OpKind::Attention) x.attention += op.flops;
-    if (op.kind == graph::OpKind::AllToAll) {
-      x.a2a += op.comm_bytes;
-      ++x.a2a_ops;
-    }
-    if (op.kind == graph::OpKind::AllGather) x.gather += op.comm_bytes;
-    if (op.kind == graph::OpKind::ReduceScatter) x.scatter += op.comm_bytes;
-  };
-  Sums builder, captured;
-  for (const auto& op : g.templates[0].ops)
-    if (op.layer == 1 && op.microbatch == 0) add(builder, op);
-  const workload::LoweredBlock b =
-      workload::lower_block(c, workload::llama_tp_plan(), 2, true, true, {1, false, 2});
-  for (const auto* ops : {&b.forward, &b.backward})
-    for (const auto& op : *ops) add(captured, op);
+  const LayerTotals builder = LayerTotals::of_graph(workload::build_graph(m, p, t));
+  const LayerTotals captured = LayerTotals::of_block(
+      workload::lower_block(c, workload::llama_tp_plan(), 2, true, true, {1, false, 2}));
   EXPECT_NEAR(captured.gemm / builder.gemm, 1.0, 1e-12);
   EXPECT_NEAR(captured.attention / builder.attention, 1.0, 1e-12);
-  EXPECT_EQ(captured.a2a_ops, 4);
-  EXPECT_EQ(builder.a2a_ops, 4);
+  const auto a2a = captured.of(graph::OpKind::AllToAll);
+  EXPECT_EQ(a2a.first, 4);
+  EXPECT_EQ(builder.of(graph::OpKind::AllToAll).first, 4);
   // k·T_l·h·2 bytes with T_l = s/t under SP: 2·256·1024·2 per all-to-all, by hand.
-  EXPECT_DOUBLE_EQ(captured.a2a, 4 * 2.0 * 256 * 1024 * 2);
-  EXPECT_NEAR(captured.a2a / builder.a2a, 1.0, 1e-12);
-  EXPECT_NEAR(captured.gather / builder.gather, 1.0, 1e-3);
-  EXPECT_NEAR(captured.scatter / builder.scatter, 1.0, 1e-3);
+  EXPECT_DOUBLE_EQ(a2a.second, 4 * 2.0 * 256 * 1024 * 2);
+  EXPECT_NEAR(a2a.second / builder.of(graph::OpKind::AllToAll).second, 1.0, 1e-12);
+  for (const auto kind : {graph::OpKind::AllGather, graph::OpKind::ReduceScatter})
+    EXPECT_NEAR(captured.of(kind).second / builder.of(kind).second, 1.0, 1e-3);
   // An EP degree that does not divide the experts is one line.
   EXPECT_THROW(workload::lower_block(c, workload::llama_tp_plan(), 2, true, true, {1, false, 3}),
                InputError);
