@@ -142,7 +142,7 @@ Keys concat(Keys a, const Keys& b) {
 /// The keys an experiment file may write in `section`.
 Keys section_keys(std::string_view section) {
   if (section == "model")
-    return concat(kModelShapeKeys, {"preset", "hf_config", "source", "tp_plan", "compile",
+    return concat(kModelShapeKeys, {"preset", "hf_config", "source", "tp_plan", "compile", "outer",
                                     "pytorch", "pytorch_args", "pytorch_blocks"});
   if (section == "parallel") return kParallelKeys;
   if (section == "training") return kTrainingKeys;
@@ -542,7 +542,7 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
   }
   for (const auto& [k, v] : inline_keys)
     if (k != "preset" && k != "hf_config" && k != "source" && k != "tp_plan" && k != "compile" &&
-        k.rfind("pytorch", 0) != 0)
+        k != "outer" && k.rfind("pytorch", 0) != 0)
       merged.insert_or_assign(k, v);
 
   // A captured model (docs/flint.md): its block replaces the built-in layer; the shape keys it
@@ -686,11 +686,16 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
     if (const Value* mode = get(inline_keys, "compile"))
       m.capture_compiled =
           detail::read_choice(*mode, "model.compile", {"inductor", "eager"}) == "inductor";
+    if (const Value* outer = get(inline_keys, "outer"))
+      m.capture_outer =
+          detail::read_choice(*outer, "model.outer", {"captured", "builder"}) == "captured";
   } else if (const Value* plan = get(inline_keys, "tp_plan")) {
     fail(*plan, "model.tp_plan",
          "applies to a captured model only (set model.source or model.pytorch)");
   } else if (const Value* mode = get(inline_keys, "compile")) {
     fail(*mode, "model.compile", "applies to a captured model only (set model.source)");
+  } else if (const Value* outer = get(inline_keys, "outer")) {
+    fail(*outer, "model.outer", "applies to a captured model only (set model.source)");
   }
   // Resolve the "0 → derived" defaults so the spec and the emitted YAML say the same.
   m.ffn_hidden_size = m.ffn();
@@ -1193,6 +1198,7 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
     out << YAML::Key << "source" << YAML::Value << m.capture_path;
     out << YAML::Key << "tp_plan" << YAML::Value << m.capture_plan_name;
     out << YAML::Key << "compile" << YAML::Value << (m.capture_compiled ? "inductor" : "eager");
+    out << YAML::Key << "outer" << YAML::Value << (m.capture_outer ? "captured" : "builder");
   }
   if (m.moe()) {
     out << YAML::Key << "num_experts" << YAML::Value << m.num_experts;

@@ -11,7 +11,8 @@ Two graphs are captured:
           forward and backward, with the inputs it receives inside the full model (found by a
           forward pre-hook on a fake run);
   /outer  everything else — embedding, final norm, output layer and the cross-entropy loss —
-          traced with the block list emptied, forward and backward.
+          traced with a marker in place of the block list (one aten.alias node, module path
+          "<blocks>.0", on the hidden states entering the first block), forward and backward.
 Every node keeps its ATen op, its inputs (data dependencies, as node indices), output shapes and
 dtypes, and the module path it came from: forward ops from forward hooks, backward ops from the
 parameter they read through view-like ops. Works with PyTorch 1.13 (make_fx + FakeTensorMode);
@@ -46,6 +47,15 @@ VIEW_OPS = {"t", "view", "_reshape_alias", "_unsafe_view", "transpose", "expand"
 
 class CaptureError(Exception):
     pass
+
+
+class BlocksMarker(nn.Module):
+    """Stands where the repeated blocks run when /outer is traced: its one aten.alias node (module
+    path "<blocks>.0") names the hidden states that enter the first block, the boundary between
+    what runs before the blocks (embedding) and after them (final norm, head, loss)."""
+
+    def forward(self, x, *args, **kwargs):
+        return torch.ops.aten.alias.default(x)
 
 
 def load_class(spec):
@@ -270,8 +280,10 @@ def capture(model_spec, args_path, batch, seq, dtype, blocks_attr):
                     tracker, mode)
     block_nodes = describe(g_block, [prefix + n for n in block_names], 2)
 
-    # Outer: the model without blocks, through the loss.
-    setattr(model, blocks_attr, nn.ModuleList())
+    # Outer: the model with a marker in place of its blocks, through the loss.
+    tracker.remove()
+    setattr(model, blocks_attr, nn.ModuleList([BlocksMarker()]))
+    tracker = ModuleTracker(model)
     outer_params = dict(model.named_parameters())
     outer_names = list(outer_params)
     def outer_fn(pvals, tokens, labels):

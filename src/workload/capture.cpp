@@ -62,10 +62,16 @@ std::int64_t expert_of(const std::string& module) {
 
 }  // namespace
 
-std::int64_t capture_experts(const Capture& c) {
+namespace {
+std::int64_t experts_in(const std::vector<CapturedNode>& nodes) {
   std::int64_t e = 0;
-  for (const CapturedNode& d : c.block) e = std::max(e, expert_of(d.module) + 1);
+  for (const CapturedNode& d : nodes) e = std::max(e, expert_of(d.module) + 1);
   return e;
+}
+}  // namespace
+
+std::int64_t capture_experts(const Capture& c) {
+  return experts_in(c.block);
 }
 
 std::string TpPlan::style_of(const std::string& module) const {
@@ -79,21 +85,22 @@ TpPlan llama_tp_plan() {
   // row-wise; Mixtral's experts likewise, the router replicated.
   TpPlan p;
   // The fused wqkv and w13 of `fused_projections` column-wise too.
+  // The outer graph: torchtitan's vocabulary-parallel tok_embeddings (RowwiseParallel) and
+  // output (ColwiseParallel, with loss parallelism).
   p.rules = {{"attention.wq", "colwise"},    {"attention.wk", "colwise"},
              {"attention.wv", "colwise"},    {"attention.wqkv", "colwise"},
              {"attention.wo", "rowwise"},    {"feed_forward.w1", "colwise"},
              {"feed_forward.w3", "colwise"}, {"feed_forward.w13", "colwise"},
              {"feed_forward.w2", "rowwise"}, {"experts.*.w1", "colwise"},
-             {"experts.*.w3", "colwise"},    {"experts.*.w2", "rowwise"}};
+             {"experts.*.w3", "colwise"},    {"experts.*.w2", "rowwise"},
+             {"tok_embeddings", "rowwise"},  {"output", "colwise"}};
   return p;
 }
 
 TpPlan gpt_tp_plan() {
   TpPlan p;
-  p.rules = {{"attn.c_attn", "colwise"},
-             {"attn.c_proj", "rowwise"},
-             {"mlp.c_fc", "colwise"},
-             {"mlp.c_proj", "rowwise"}};
+  p.rules = {{"attn.c_attn", "colwise"}, {"attn.c_proj", "rowwise"}, {"mlp.c_fc", "colwise"},
+             {"mlp.c_proj", "rowwise"},  {"wte", "rowwise"},         {"lm_head", "colwise"}};
   return p;
 }
 
@@ -286,9 +293,15 @@ struct Units {
 
 }  // namespace
 
-LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, bool sp,
-                         bool compiled, const LowerOptions& opt) {
-  const auto& nodes = c.block;
+namespace {
+
+/// lower_block's work on any captured graph. `roots`: nodes whose ancestors are forward besides
+/// the result's (the outer graph's block marker); `part` (empty, or one entry per node): ops of
+/// different parts never fuse, and each emitted op records its part (LoweredBlock::*_part).
+LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& plan,
+                         std::int64_t tp, bool sp, bool compiled, const LowerOptions& opt,
+                         const std::vector<std::uint32_t>& roots,
+                         const std::vector<std::uint8_t>& part) {
   const std::size_t n = nodes.size();
   const double t = static_cast<double>(tp);
   const double cp = static_cast<double>(opt.cp);
@@ -320,6 +333,7 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
   }
   std::vector<bool> forward(n, false);
   std::vector<std::uint32_t> stack = {nodes[static_cast<std::size_t>(output)].inputs.front()};
+  stack.insert(stack.end(), roots.begin(), roots.end());
   while (!stack.empty()) {
     const std::uint32_t i = stack.back();
     stack.pop_back();
@@ -343,7 +357,7 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
   };
   // Expert parallelism: the capture's experts (E of them, balanced routing); this rank runs the
   // first E/ep on ep× their tokens, the others run elsewhere.
-  const std::int64_t experts = capture_experts(c);
+  const std::int64_t experts = experts_in(nodes);
   if (opt.ep > 1 && (experts == 0 || experts % opt.ep != 0))
     throw_input(
         "capture: expert parallelism {} needs a block whose experts (modules "
@@ -411,6 +425,23 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
   const auto cp_bytes = [&](std::uint32_t j) {
     return st[j].scale * tensor_bytes(nodes[j]) / (st[j].tokens ? cp : 1.0);
   };
+  // Forward plan GEMMs by the parameter they read and by their activation input.
+  std::map<std::uint32_t, std::uint32_t> gemm_of_weight, gemm_of_input, weight_of_gemm;
+  for (std::uint32_t i = 0; i < n; ++i) {
+    const CapturedNode& d = nodes[i];
+    if (!forward[i] || d.kind != "call_function" || aten_class(d.op) != AtenClass::Gemm ||
+        plan.style_of(d.module).empty())
+      continue;
+    for (std::uint32_t j : d.inputs) {
+      const std::uint32_t r = root(j);
+      if (nodes[r].kind == "placeholder" && !nodes[r].param.empty() && !nodes[r].shapes.empty()) {
+        gemm_of_weight.emplace(r, i);
+        weight_of_gemm.emplace(i, r);
+      } else {
+        gemm_of_input.emplace(r, i);
+      }
+    }
+  }
   // Per node: the collectives it waits for (issued just before it) and its own op.
   std::vector<std::vector<std::pair<graph::Op, std::uint32_t>>> pre(n);  // + producing node
   std::vector<std::optional<graph::Op>> own(n);
@@ -540,7 +571,23 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
       double k = static_cast<double>(a[0].back());
       const double batch = o.size() == 3 ? static_cast<double>(o[0]) : 1.0;
       m *= batch;
-      const std::string style = plan.style_of(d.module);
+      // The forward GEMM of the same Linear: this one, or for a backward GEMM the one reading
+      // the same weight (a dgrad) or the same saved input (a wgrad). A tied weight (GPT's head
+      // sharing the embedding) gives its backward GEMMs the other module's path, or none.
+      std::int64_t owner = -1;
+      if (!plan.style_of(d.module).empty() && fwd) owner = static_cast<std::int64_t>(i);
+      if (owner < 0 && !fwd)
+        for (std::uint32_t j : d.inputs) {
+          const std::uint32_t r = root(j);
+          if (const auto w = gemm_of_weight.find(r); w != gemm_of_weight.end())
+            owner = w->second;
+          else if (const auto in = gemm_of_input.find(r);
+                   owner < 0 && in != gemm_of_input.end() && d.module.empty())
+            owner = in->second;  // a wgrad without a module path (a tied weight's second use)
+        }
+      const std::string style = owner >= 0
+                                    ? plan.style_of(nodes[static_cast<std::size_t>(owner)].module)
+                                    : plan.style_of(d.module);
       bool reduce = false;
       bool weight_gradient = false;
       if (!style.empty())
@@ -566,11 +613,18 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
             st[root(j)].reduced = true;
           }
       if (!style.empty()) {
-        // nn.Linear's weight [out, in]: find it among the module's parameters.
+        // nn.Linear's weight [out, in]: what its forward GEMM reads, else among the module's
+        // parameters.
         std::int64_t out_dim = 0, in_dim = 0;
+        if (owner >= 0)
+          if (const auto w = weight_of_gemm.find(static_cast<std::uint32_t>(owner));
+              w != weight_of_gemm.end() && nodes[w->second].shapes[0].size() == 2) {
+            out_dim = nodes[w->second].shapes[0][0];
+            in_dim = nodes[w->second].shapes[0][1];
+          }
         for (const CapturedNode& p : nodes)
-          if (p.kind == "placeholder" && p.module == d.module && !p.shapes.empty() &&
-              p.shapes[0].size() == 2) {
+          if (out_dim == 0 && p.kind == "placeholder" && p.module == d.module &&
+              !p.shapes.empty() && p.shapes[0].size() == 2) {
             out_dim = p.shapes[0][0];
             in_dim = p.shapes[0][1];
           }
@@ -689,6 +743,62 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
     op.kind = cls == AtenClass::Attention ? graph::OpKind::Attention : graph::OpKind::Elementwise;
     op.name = cls == AtenClass::Attention ? graph::OpName::Attention : graph::OpName::AtenOp;
     op.mem_bytes = any_sharded || st[i].seq ? bytes / t : bytes;
+    // The outer graph's vocabulary-parallel ops (a rowwise nn.Embedding, a colwise output layer):
+    // PyTorch's RowwiseParallel embedding and loss_parallel, as Megatron's
+    // VocabParallelEmbedding and vocab-parallel cross-entropy.
+    const std::string bop = base_op(d.op);
+    const auto weight_style = [&](std::uint32_t j) {
+      const CapturedNode& w = nodes[root(j)];
+      return w.kind == "placeholder" && !w.param.empty() ? plan.style_of(w.module) : std::string();
+    };
+    if (bop == "embedding" && d.inputs.size() >= 2) {
+      // A lookup reads the rows it returns and the token ids, not the table: 2 · out + ids.
+      op.mem_bytes = 2 * cp_bytes(static_cast<std::uint32_t>(i)) + cp_bytes(d.inputs[1]);
+      st[i].sharded = false;
+      st[i].seq = false;
+      // Each rank looks up its vocabulary shard: partial sums, reduced (scattered with SP).
+      if (weight_style(d.inputs[0]) == "rowwise") st[i].partial = tp > 1;
+    } else if (bop == "embedding_dense_backward" && d.inputs.size() >= 2) {
+      // Scatter-add of the gradient rows into the rank's [V/t, h] table gradient; vocabulary-
+      // parallel when the lookup with the same ids was (a tied table's module path may be
+      // another's).
+      bool vocab_parallel = plan.style_of(d.module) == "rowwise";
+      for (std::uint32_t e = 0; e < n && !vocab_parallel; ++e)
+        if (forward[e] && base_op(nodes[e].op) == "embedding" && nodes[e].inputs.size() >= 2 &&
+            root(nodes[e].inputs[1]) == root(d.inputs[1]))
+          vocab_parallel = weight_style(nodes[e].inputs[0]) == "rowwise";
+      if (vocab_parallel && st[d.inputs[0]].seq && tp > 1) {
+        graph::Op ag;  // with SP the output gradient is gathered first
+        ag.kind = graph::OpKind::AllGather;
+        ag.role = graph::CommRole::Tp;
+        ag.stream = graph::Stream::TpComm;
+        ag.name = graph::OpName::TpAllGather;
+        ag.phase = phase;
+        ag.layer = 0;
+        ag.comm_bytes = cp_bytes(d.inputs[0]);
+        pre[i].push_back({ag, root(d.inputs[0])});
+      }
+      op.mem_bytes = cp_bytes(static_cast<std::uint32_t>(i)) / (vocab_parallel ? t : 1.0) +
+                     2 * cp_bytes(d.inputs[0]) + cp_bytes(d.inputs[1]);
+      st[i].sharded = vocab_parallel && tp > 1;
+      st[i].seq = false;
+    } else if ((bop == "_log_softmax" || bop == "nll_loss_forward") && any_sharded && tp > 1) {
+      // Loss parallelism: the softmax's max and sum, the target logit, each an all-reduce of
+      // one fp32 per row over TP.
+      const auto& in = nodes[d.inputs.front()].shapes;
+      const double rows =
+          in.empty() || in[0].empty() ? 1.0 : numel(in[0]) / static_cast<double>(in[0].back());
+      graph::Op ar;
+      ar.kind = graph::OpKind::AllReduce;
+      ar.role = graph::CommRole::Tp;
+      ar.stream = graph::Stream::TpComm;
+      ar.name = graph::OpName::CeAllReduce;
+      ar.phase = phase;
+      ar.layer = 0;
+      ar.comm_bytes = 4 * rows / cp;
+      for (int k = 0; k < (bop == "_log_softmax" ? 2 : 1); ++k) beside[i].push_back({ar, false});
+      if (bop == "nll_loss_forward") st[i].sharded = false;  // the loss is whole on every rank
+    }
     own[i] = op;
   }
 
@@ -744,11 +854,19 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
   // independent compute (a wgrad GEMM) overlaps it, as with functional collectives waited at
   // their first use.
   std::vector<std::int64_t> at(n, -1);  // node → index of its op in its pass's list
+  const auto record_part = [&](bool f, std::uint32_t x) {
+    if (!part.empty()) (f ? out.forward_part : out.backward_part).push_back(part[x]);
+  };
   const auto emit_collectives = [&](std::uint32_t x) {
     for (const auto& [o, producer] : pre[x]) {
       const bool f = o.phase == graph::Phase::Forward;
       auto& list = f ? out.forward : out.backward;
       auto& after = f ? out.forward_after : out.backward_after;
+      // A reduction belongs where its partial sums are made (the embedding's, before the
+      // blocks, not with the head that reads it); a gather where its result is read.
+      record_part(f, o.kind != graph::OpKind::AllGather && nodes[producer].kind == "call_function"
+                         ? producer
+                         : x);
       list.push_back(o);
       after.push_back(at[producer] >= 0 && forward[producer] == f
                           ? static_cast<std::int32_t>(at[producer])
@@ -761,10 +879,12 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
     after.push_back(LoweredBlock::kChain);
     const auto self = static_cast<std::int32_t>(list.size());
     for (std::uint32_t m : ms) at[m] = self;
+    record_part(f, ms.front());
     list.push_back(o);
     for (std::uint32_t m : ms)
       for (std::size_t k = 0; k < beside[m].size(); ++k) {
         const auto& [comm, starts_before] = beside[m][k];
+        record_part(f, m);
         list.push_back(comm);
         after.push_back(k > 0            ? static_cast<std::int32_t>(list.size()) - 2
                         : !starts_before ? self
@@ -936,8 +1056,12 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
     // pass unless the producer's output goes through a TP collective first, or the merged
     // kernel would have to run both before and after some other kernel (a cycle).
     std::vector<bool> fusible(n, false);
+    // Lookups and their scatter-add stay kernels of their own (their bytes are the rows they
+    // touch, not the table).
     for (std::uint32_t i = 0; i < n; ++i)
-      fusible[i] = pointwise(i) && !in_attention[i] && !st[i].remote;
+      fusible[i] = pointwise(i) && !in_attention[i] && !st[i].remote &&
+                   base_op(nodes[i].op) != "embedding" &&
+                   base_op(nodes[i].op) != "embedding_dense_backward";
     const auto unit_of = [&](std::uint32_t i) { return units.find(i); };
     // Is there a path from unit a to unit b through some third unit?
     const auto indirect = [&](std::uint32_t a, std::uint32_t b) {
@@ -971,6 +1095,7 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
       for (std::uint32_t j : nodes[i].inputs) {
         const std::uint32_t p = root(j);
         if (!fusible[p] || forward[p] != forward[i] || st[p].reduced) continue;
+        if (!part.empty() && part[p] != part[i]) continue;
         const std::uint32_t a = unit_of(p), b = unit_of(i);
         if (a == b || indirect(a, b) || indirect(b, a)) continue;
         units.unite(a, b);
@@ -997,6 +1122,7 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
         for (std::size_t b2 = a + 1; b2 < readers.size(); ++b2) {
           const std::uint32_t x = readers[a], y = readers[b2];
           if (forward[x] != forward[y] || out_numel(x) != out_numel(y)) continue;
+          if (!part.empty() && part[x] != part[y]) continue;
           const std::uint32_t ux = unit_of(x), uy = unit_of(y);
           if (ux == uy || indirect(ux, uy) || indirect(uy, ux)) continue;
           bool direct = false;  // an edge between them is a vertical fusion the rules refused
@@ -1061,7 +1187,10 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
         kept.insert(x);
       }
     }
-    for (std::uint32_t x : kept) out.saved_bytes += rank_bytes(x);
+    for (std::uint32_t x : kept) {
+      out.saved_bytes += rank_bytes(x);
+      if (!part.empty()) out.saved_by_part[part[x]] += rank_bytes(x);
+    }
     // Each unit's op: fused point-wise kernels by their bytes in and out.
     for (std::uint32_t u = 0; u < n; ++u) {
       if (units.find(u) != u) continue;
@@ -1159,8 +1288,100 @@ LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, 
   if (!compiled)
     for (std::uint32_t i = 0; i < n; ++i) {
       if (!forward[i] || nodes[i].kind != "call_function" || is_view(i) || st[i].remote) continue;
-      if (read_by_backward(i, 0)) out.saved_bytes += rank_bytes(i);
+      if (read_by_backward(i, 0)) {
+        out.saved_bytes += rank_bytes(i);
+        if (!part.empty()) out.saved_by_part[part[i]] += rank_bytes(i);
+      }
     }
+  return out;
+}
+
+}  // namespace
+
+LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, bool sp,
+                         bool compiled, const LowerOptions& opt) {
+  return lower_nodes(c.block, plan, tp, sp, compiled, opt, {}, {});
+}
+
+LoweredOuter lower_outer(const Capture& c, const TpPlan& plan, std::int64_t tp, bool sp,
+                         bool compiled, const LowerOptions& opt) {
+  LoweredOuter out;
+  const auto& nodes = c.outer;
+  const std::size_t n = nodes.size();
+  // The block marker capture.py puts where the blocks run: B, its input, is the boundary.
+  std::int64_t marker = -1, output = -1;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (nodes[i].kind == "call_function" && nodes[i].module == c.blocks_attr + ".0" &&
+        !nodes[i].inputs.empty())
+      marker = static_cast<std::int64_t>(i);
+    if (nodes[i].kind == "output") output = static_cast<std::int64_t>(i);
+  }
+  if (marker < 0 || output < 0 || nodes[static_cast<std::size_t>(output)].inputs.empty())
+    return out;  // a capture from before the marker: the builder's embedding and head stand in
+  const auto m = static_cast<std::uint32_t>(marker);
+  const std::uint32_t b = nodes[m].inputs.front();
+  const auto ancestors = [&](std::uint32_t from) {
+    std::vector<bool> seen(n, false);
+    std::vector<std::uint32_t> todo = {from};
+    while (!todo.empty()) {
+      const std::uint32_t x = todo.back();
+      todo.pop_back();
+      if (seen[x]) continue;
+      seen[x] = true;
+      for (std::uint32_t j : nodes[x].inputs) todo.push_back(j);
+    }
+    return seen;
+  };
+  // Before the blocks: the marker's ancestors. After: the rest of the forward. The backward of
+  // what runs before: ops reading an activation from before the blocks other than B (token ids,
+  // positions, dropout masks; not parameters, which the head may share), and what they feed.
+  const std::vector<bool> pre = ancestors(m);
+  std::vector<std::uint8_t> part(n, 1);
+  for (std::size_t i = 0; i < n; ++i)
+    if (pre[i] && i != m) part[i] = 0;
+  const std::vector<bool> fwd = ancestors(nodes[static_cast<std::size_t>(output)].inputs.front());
+  const auto root = [&](std::uint32_t j) {
+    while (nodes[j].kind == "call_function" && aten_class(nodes[j].op) == AtenClass::View &&
+           !nodes[j].inputs.empty())
+      j = nodes[j].inputs.front();
+    return j;
+  };
+  for (std::size_t i = 0; i < n; ++i) {
+    if (fwd[i] || pre[i] || nodes[i].kind != "call_function") continue;
+    bool seed = false;
+    for (std::uint32_t j : nodes[i].inputs) {
+      const std::uint32_t r = root(j);
+      const bool param = nodes[r].kind == "placeholder" && !nodes[r].param.empty();
+      seed = seed || (part[j] == 0 && !fwd[j]) ||  // a backward op of the part before
+             (pre[r] && r != b && r != m && !param && fwd[r] == pre[r]);
+    }
+    if (seed) part[i] = 0;
+  }
+  const LoweredBlock all = lower_nodes(nodes, plan, tp, sp, compiled, opt, {m}, part);
+  // Split each pass by part; a collective whose producer went to the other part starts with
+  // its pass.
+  const auto split = [&](const std::vector<graph::Op>& ops, const std::vector<std::int32_t>& after,
+                         const std::vector<std::uint8_t>& parts, bool forward_pass) {
+    std::vector<std::int32_t> index(ops.size(), -1);
+    for (std::size_t k = 0; k < ops.size(); ++k) {
+      LoweredBlock& dst = parts[k] == 0 ? out.pre : out.post;
+      auto& list = forward_pass ? dst.forward : dst.backward;
+      auto& dst_after = forward_pass ? dst.forward_after : dst.backward_after;
+      index[k] = static_cast<std::int32_t>(list.size());
+      list.push_back(ops[k]);
+      std::int32_t a = after[k];
+      if (a >= 0)
+        a = parts[static_cast<std::size_t>(a)] == parts[k] ? index[static_cast<std::size_t>(a)]
+                                                           : LoweredBlock::kPassStart;
+      dst_after.push_back(a);
+    }
+  };
+  split(all.forward, all.forward_after, all.forward_part, true);
+  split(all.backward, all.backward_after, all.backward_part, false);
+  out.pre.saved_bytes = all.saved_by_part[0];
+  out.post.saved_bytes = all.saved_by_part[1];
+  out.unknown_ops = all.unknown_ops;
+  out.available = true;
   return out;
 }
 

@@ -2,6 +2,7 @@
 /// Flint-style captured models (issue 11): the ATen joint graph of one transformer block as
 /// scripts/capture/capture.py writes it, lowered to graph ops with a tensor-parallel plan
 /// (docs/flint.md).
+#include <array>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -59,6 +60,9 @@ struct LoweredBlock {
   /// the same list, or kPassStart (the tensor comes from the other pass).
   static constexpr std::int32_t kChain = -1, kPassStart = -2;
   std::vector<std::int32_t> forward_after, backward_after;
+  /// lower_outer only: per op, 0 = before the blocks, 1 = after them.
+  std::vector<std::uint8_t> forward_part, backward_part;
+  std::array<double, 2> saved_by_part{};
   double saved_bytes = 0;
   /// Compiled: the fused attention forward ops (to run again under selective recomputation) and
   /// what they keep for their backward (the log-sum-exp, part of saved_bytes).
@@ -90,6 +94,18 @@ struct LowerOptions {
 /// value exchange around it. With `ep` > 1: the rank runs the first E/ep experts on ep× the
 /// tokens (balanced routing), between an all-to-all dispatch and combine over EP.
 LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, bool sp = false,
+                         bool compiled = false, const LowerOptions& options = {});
+
+/// The captured /outer graph (embedding, final norm, head, loss) split at the block marker
+/// capture.py leaves where the blocks run: `pre` runs in the first pipeline stage before the
+/// blocks (forward) and after them (backward), `post` in the last stage. Not `available` for a
+/// capture without the marker (the builder's embedding and head stand in).
+struct LoweredOuter {
+  LoweredBlock pre, post;
+  std::map<std::string, int> unknown_ops;
+  bool available = false;
+};
+LoweredOuter lower_outer(const Capture& c, const TpPlan& plan, std::int64_t tp, bool sp = false,
                          bool compiled = false, const LowerOptions& options = {});
 
 }  // namespace scalescope::workload

@@ -66,6 +66,9 @@ struct ModelSpec {
   /// model.compile: inductor (default; torch.compile's fused attention and point-wise kernels)
   /// or eager (one kernel per ATen op).
   bool capture_compiled = true;
+  /// model.outer: captured (default; the capture's embedding, head and loss, where it has them)
+  /// or builder (the built-in ones).
+  bool capture_outer = true;
 
   bool moe() const { return num_experts > 0; }
   bool is_moe_layer(std::int64_t layer) const {

@@ -97,6 +97,10 @@ class StageBuilder {
       lowered_ =
           lower_block(*m.capture, m.capture_plan, p.tp(), p.sequence_parallel, m.capture_compiled,
                       {p.cp(), p.cp_comm_type == CpCommType::AllGather, p.ep()});
+    if (m.capture && m.capture_outer)
+      outer_ =
+          lower_outer(*m.capture, m.capture_plan, p.tp(), p.sequence_parallel, m.capture_compiled,
+                      {p.cp(), p.cp_comm_type == CpCommType::AllGather, 1});
     if (m.moe()) {
       // Each layer's MoE block sees the rank's SP share of its tokens (Megatron requires SP with
       // TP); the EP-rank program models its own experts' load, the balanced one EP rank 0's.
@@ -521,8 +525,26 @@ class StageBuilder {
     cur_layer_ = saved;
   }
 
+  /// A captured model's outer graph before the blocks (lower_outer's `pre`), in place of the
+  /// built-in embedding: its saved activations allocated with its first op, freed after its
+  /// backward; ZeRO-3's gathers of the embedding unit waited for first.
+  void captured_outer(const LoweredBlock& part, std::int64_t key, Phase phase,
+                      std::int64_t& alloc) {
+    if (phase == Phase::Forward) {
+      if (cur_mb_ == 0 && gather_of_.count(key))
+        for (std::uint32_t g : gather_of_.at(key)) wait_for(g);
+      alloc = part.forward.empty() ? 0 : static_cast<std::int64_t>(part.saved_bytes);
+      captured_pass(part.forward, part.forward_after, -1, cur_mb_, alloc, Phase::Forward);
+      return;
+    }
+    captured_pass(part.backward, part.backward_after, -1, cur_mb_, 0, Phase::Backward);
+    if (chain_ != kNone) free_at_chain(static_cast<double>(alloc));
+    ready_[key] = chain_;
+  }
+
   void embedding_forward() {
     cur_layer_ = -1;
+    if (outer_.available) return captured_outer(outer_.pre, -1, Phase::Forward, emb_alloc_);
     const double local = tokens_ * h_ / seq_shard_;
     Op op =
         shaped(memory_bound(OpKind::Embedding, OpName::Embedding, Phase::Forward, 2 * tokens_ * h_),
@@ -538,6 +560,7 @@ class StageBuilder {
   }
   void embedding_backward() {
     cur_layer_ = -1;
+    if (outer_.available) return captured_outer(outer_.pre, -1, Phase::Backward, emb_alloc_);
     sp_gather(Phase::Backward);
     // Scatter-add into the fp32 [V/t, h] gradient: read grads, read-modify-write rows.
     Op op = shaped(memory_bound(OpKind::Embedding, OpName::Embedding, Phase::Backward,
@@ -1112,6 +1135,7 @@ class StageBuilder {
 
   void head_forward() {
     cur_layer_ = -1;
+    if (outer_.available) return captured_outer(outer_.post, -2, Phase::Forward, head_alloc_);
     const double T = tokens_, t = tp_, h = h_;
     const double V = static_cast<double>(m_.padded_vocab(p_.tp()));
     const double local = T * h / seq_shard_;
@@ -1145,6 +1169,7 @@ class StageBuilder {
   }
   void head_backward() {
     cur_layer_ = -1;
+    if (outer_.available) return captured_outer(outer_.post, -2, Phase::Backward, head_alloc_);
     const double T = tokens_, t = tp_, h = h_;
     const double V = static_cast<double>(m_.padded_vocab(p_.tp()));
     const double local = T * h / seq_shard_;
@@ -1419,6 +1444,7 @@ class StageBuilder {
   double qk_w_ = 0, o_w_ = 0, k_w_ = 0, v_w_ = 0;  ///< attention widths (all heads)
   MoeLoad load_;                                   ///< MoE: this rank's tokens per layer
   LoweredBlock lowered_;                           ///< captured models: the lowered block
+  LoweredOuter outer_;  ///< captured models: embedding, head and loss, when the capture has them
   double local_experts_ = 0;
 
   std::uint32_t chain_ = kNone;

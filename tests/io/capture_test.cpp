@@ -364,6 +364,54 @@ TEST_F(Capture, ExpertParallelMatchesTheBuilder) {
                InputError);
 }
 
+// The outer graph (embedding, final norm, output layer, loss) splits at the block marker: before
+// the blocks the vocabulary-parallel lookup (reads the rows it returns and the ids) with its
+// reduce-scatter under SP, and its backward after the output gradient's gather; after them the
+// output GEMMs with the builder's FLOPs and loss parallelism's three all-reduces of one fp32 per
+// token.
+TEST_F(Capture, OuterGraphSplitsAtTheBlocks) {
+  const std::string path = file("capture.h5");
+  if (!capture(path, 1024, ", fused_projections: true"))
+    GTEST_SKIP() << "SKIPPED LOUDLY: no PyTorch (scripts/setup.sh installs it)";
+  const workload::Capture c = read_capture_h5(path);
+  const double s = 1024, h = 1024, V = 32000, t = 2;
+  const workload::LoweredOuter o =
+      workload::lower_outer(c, workload::llama_tp_plan(), 2, /*sp=*/true, /*compiled=*/true);
+  ASSERT_TRUE(o.available);
+  const auto kinds = [](const std::vector<graph::Op>& ops) {
+    std::vector<graph::OpKind> k;
+    for (const auto& op : ops)
+      if (op.kind != graph::OpKind::Elementwise || op.mem_bytes > 0) k.push_back(op.kind);
+    return k;
+  };
+  // Before the blocks: the lookup, then its partial sums reduce-scattered.
+  ASSERT_EQ(kinds(o.pre.forward),
+            (std::vector<graph::OpKind>{graph::OpKind::Elementwise, graph::OpKind::ReduceScatter}));
+  EXPECT_DOUBLE_EQ(o.pre.forward[0].mem_bytes, 2 * (2 * s * h) + 8 * s);
+  EXPECT_DOUBLE_EQ(o.pre.forward[1].comm_bytes, 2 * s * h);
+  ASSERT_EQ(kinds(o.pre.backward),
+            (std::vector<graph::OpKind>{graph::OpKind::AllGather, graph::OpKind::Elementwise}));
+  // After: the output layer's forward, dgrad and wgrad, each 2·s·h·V/t FLOPs; the three
+  // all-reduces of loss parallelism.
+  double gemm = 0;
+  int gemms = 0, loss_reduces = 0;
+  for (const auto* ops : {&o.post.forward, &o.post.backward})
+    for (const auto& op : *ops) {
+      if (op.kind == graph::OpKind::Gemm) {
+        gemm += op.flops;
+        ++gemms;
+      }
+      if (op.name == graph::OpName::CeAllReduce) {
+        ++loss_reduces;
+        EXPECT_DOUBLE_EQ(op.comm_bytes, 4 * s);
+      }
+    }
+  EXPECT_EQ(gemms, 3);
+  EXPECT_DOUBLE_EQ(gemm, 3 * 2 * s * h * V / t);
+  EXPECT_EQ(loss_reduces, 3);
+  EXPECT_GT(o.post.saved_bytes, 0);
+}
+
 TEST_F(Capture, SequenceParallelCollectivesMatchMegatrons) {
   // With SP the builder runs, per layer, all-gathers before QKV and FC1 and reduce-scatters after
   // the out-projection and FC2 forward; backward, gathers of the FC2 / out-projection output
