@@ -50,6 +50,20 @@ std::string base_op(const std::string& op) {
   return op.substr(0, op.find('.'));
 }
 
+/// A collective of the lowering, on `role`'s stream.
+graph::Op collective_op(graph::OpKind kind, graph::CommRole role, graph::OpName name,
+                        graph::Phase phase, double bytes) {
+  graph::Op o;
+  o.kind = kind;
+  o.role = role;
+  o.stream = graph::stream_of(role);
+  o.name = name;
+  o.phase = phase;
+  o.layer = 0;
+  o.comm_bytes = bytes;
+  return o;
+}
+
 /// The expert index of a module path ("layers.0.block_sparse_moe.experts.3.w1" → 3), or -1.
 std::int64_t expert_of(const std::string& module) {
   const auto parts = split_path(module);
@@ -456,14 +470,8 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
   const auto cp_exchange = [&](std::uint32_t x, graph::Phase phase, double kv,
                                std::uint32_t k_root) {
     if (opt.cp <= 1) return;
-    graph::Op gather;
-    gather.kind = graph::OpKind::AllGather;
-    gather.role = graph::CommRole::Cp;
-    gather.stream = graph::stream_of(gather.role);
-    gather.name = graph::OpName::CpKvExchange;
-    gather.phase = phase;
-    gather.layer = 0;
-    gather.comm_bytes = kv;
+    graph::Op gather = collective_op(graph::OpKind::AllGather, graph::CommRole::Cp,
+                                     graph::OpName::CpKvExchange, phase, kv);
     graph::Op reduce = gather;
     reduce.kind = graph::OpKind::ReduceScatter;
     if (opt.cp_all_gather)
@@ -547,14 +555,10 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
     } else if (any_partial) {
       for (std::uint32_t j : d.inputs) {
         if (!st[j].partial) continue;
-        graph::Op ar;
-        ar.kind = sp ? graph::OpKind::ReduceScatter : graph::OpKind::AllReduce;
-        ar.role = graph::CommRole::Tp;
-        ar.stream = graph::Stream::TpComm;
-        ar.name = sp ? graph::OpName::TpReduceScatter : graph::OpName::TpAllReduce;
-        ar.phase = forward[j] ? graph::Phase::Forward : graph::Phase::Backward;
-        ar.layer = 0;
-        ar.comm_bytes = cp_bytes(j);
+        const graph::Op ar = collective_op(
+            sp ? graph::OpKind::ReduceScatter : graph::OpKind::AllReduce, graph::CommRole::Tp,
+            sp ? graph::OpName::TpReduceScatter : graph::OpName::TpAllReduce,
+            forward[j] ? graph::Phase::Forward : graph::Phase::Backward, cp_bytes(j));
         if (tp > 1) pre[i].push_back({ar, root(j)});
         st[j].partial = false;
         st[j].seq = sp && tp > 1;
@@ -599,16 +603,10 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
             // The sequence-split operand, gathered over TP before the GEMM (S = its full size);
             // one gather serves every view of the tensor in a pass. An expert gathers its own
             // token copies (Megatron's ETP all-gather after the dispatch), ep× them under EP.
-            graph::Op ag;
-            ag.kind = graph::OpKind::AllGather;
-            ag.role = graph::CommRole::Tp;
-            ag.stream = graph::Stream::TpComm;
-            ag.name = graph::OpName::TpAllGather;
-            ag.phase = phase;
-            ag.layer = 0;
-            ag.comm_bytes =
+            graph::Op ag = collective_op(
+                graph::OpKind::AllGather, graph::CommRole::Tp, graph::OpName::TpAllGather, phase,
                 cp_bytes(j) *
-                (expert_of(d.module) >= 0 && opt.ep > 1 ? static_cast<double>(opt.ep) : 1.0);
+                    (expert_of(d.module) >= 0 && opt.ep > 1 ? static_cast<double>(opt.ep) : 1.0));
             pre[i].push_back({ag, root(j)});
             st[root(j)].reduced = true;
           }
@@ -768,14 +766,9 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
             root(nodes[e].inputs[1]) == root(d.inputs[1]))
           vocab_parallel = weight_style(nodes[e].inputs[0]) == "rowwise";
       if (vocab_parallel && st[d.inputs[0]].seq && tp > 1) {
-        graph::Op ag;  // with SP the output gradient is gathered first
-        ag.kind = graph::OpKind::AllGather;
-        ag.role = graph::CommRole::Tp;
-        ag.stream = graph::Stream::TpComm;
-        ag.name = graph::OpName::TpAllGather;
-        ag.phase = phase;
-        ag.layer = 0;
-        ag.comm_bytes = cp_bytes(d.inputs[0]);
+        graph::Op ag = collective_op(
+            graph::OpKind::AllGather, graph::CommRole::Tp, graph::OpName::TpAllGather, phase,
+            cp_bytes(d.inputs[0]));  // with SP the output gradient is gathered first
         pre[i].push_back({ag, root(d.inputs[0])});
       }
       op.mem_bytes = cp_bytes(static_cast<std::uint32_t>(i)) / (vocab_parallel ? t : 1.0) +
@@ -788,14 +781,8 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
       const auto& in = nodes[d.inputs.front()].shapes;
       const double rows =
           in.empty() || in[0].empty() ? 1.0 : numel(in[0]) / static_cast<double>(in[0].back());
-      graph::Op ar;
-      ar.kind = graph::OpKind::AllReduce;
-      ar.role = graph::CommRole::Tp;
-      ar.stream = graph::Stream::TpComm;
-      ar.name = graph::OpName::CeAllReduce;
-      ar.phase = phase;
-      ar.layer = 0;
-      ar.comm_bytes = 4 * rows / cp;
+      graph::Op ar = collective_op(graph::OpKind::AllReduce, graph::CommRole::Tp,
+                                   graph::OpName::CeAllReduce, phase, 4 * rows / cp);
       for (int k = 0; k < (bop == "_log_softmax" ? 2 : 1); ++k) beside[i].push_back({ar, false});
       if (bop == "nll_loss_forward") st[i].sharded = false;  // the loss is whole on every rank
     }
@@ -823,14 +810,9 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
       for (std::uint32_t i : ep_gemms)
         if (forward[i] == fwd) g.push_back(i);
       if (g.empty()) continue;
-      graph::Op a2a;
-      a2a.kind = graph::OpKind::AllToAll;
-      a2a.role = graph::CommRole::Ep;
-      a2a.stream = graph::stream_of(a2a.role);
-      a2a.phase = fwd ? graph::Phase::Forward : graph::Phase::Backward;
-      a2a.layer = 0;
-      a2a.comm_bytes = copies;
-      a2a.name = fwd ? graph::OpName::EpDispatch : graph::OpName::EpCombine;
+      graph::Op a2a = collective_op(graph::OpKind::AllToAll, graph::CommRole::Ep,
+                                    fwd ? graph::OpName::EpDispatch : graph::OpName::EpCombine,
+                                    fwd ? graph::Phase::Forward : graph::Phase::Backward, copies);
       const std::uint32_t first = g.front();
       pre[first].push_back({a2a, root(nodes[first].inputs[nodes[first].inputs.size() - 2])});
       a2a.name = fwd ? graph::OpName::EpCombine : graph::OpName::EpDispatch;
