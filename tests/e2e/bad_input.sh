@@ -42,6 +42,13 @@ expect_error moe_tp_needs_sp "sequence_parallel" run "$mx" --set parallel.tp=2
 expect_error moe_key_on_dense "model.num_experts" run "$qs" --set model.moe_router_topk=2
 expect_error capture_missing "model.source" run "$qs" --set model.source=/nonexistent/x.capture.h5
 expect_error tp_plan_without_source "model.tp_plan" run "$qs" --set model.tp_plan=llama
+expect_error outer_without_source "model.outer" run "$qs" --set model.outer=builder
+expect_error compile_without_source "model.compile" run "$qs" --set model.compile=eager
+expect_error pytorch_bad_spec "model.pytorch" run "$qs" --set model.pytorch=no_class_given.py
+expect_error pytorch_and_source "model.pytorch" run "$qs" --set model.pytorch=x.py:X \
+  --set model.source=y.capture.h5
+expect_error pytorch_args_alone "model.pytorch_args" run "$qs" --set model.pytorch_args=a.yaml
+expect_error expand_bad "--expand" graph --chakra /nonexistent/t --expand dp=0
 expect_error unknown_set_key "parallel.tpp" run "$qs" --set parallel.tpp=2
 expect_error missing_file "no-such.yaml" run "$tmp/no-such.yaml"
 expect_error tp_heads "num_attention_heads" run "$qs" --set parallel.sequence_parallel=false --set parallel.tensor_model_parallel_size=3 --set cluster.num_gpus=48 --set parallel.data_parallel_size=8
