@@ -693,9 +693,11 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
     fail(*plan, "model.tp_plan",
          "applies to a captured model only (set model.source or model.pytorch)");
   } else if (const Value* mode = get(inline_keys, "compile")) {
-    fail(*mode, "model.compile", "applies to a captured model only (set model.source or model.pytorch)");
+    fail(*mode, "model.compile",
+         "applies to a captured model only (set model.source or model.pytorch)");
   } else if (const Value* outer = get(inline_keys, "outer")) {
-    fail(*outer, "model.outer", "applies to a captured model only (set model.source or model.pytorch)");
+    fail(*outer, "model.outer",
+         "applies to a captured model only (set model.source or model.pytorch)");
   }
   // Resolve the "0 → derived" defaults so the spec and the emitted YAML say the same.
   m.ffn_hidden_size = m.ffn();
