@@ -1,7 +1,5 @@
 #include "io/chakra_et.hpp"
 
-#include "graph/expand.hpp"
-
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -14,8 +12,8 @@
 #include <set>
 #include <sstream>
 #include <string>
-#include <unordered_set>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -23,6 +21,7 @@
 
 #include "chakra/et_def.pb.h"
 #include "core/error.hpp"
+#include "graph/expand.hpp"
 #include "io/graph_h5.hpp"
 #include "io/h5.hpp"
 
