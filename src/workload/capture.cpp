@@ -309,6 +309,16 @@ struct Units {
 
 namespace {
 
+bool is_view_node(const CapturedNode& d) {
+  return d.kind == "call_function" && aten_class(d.op) == AtenClass::View;
+}
+
+/// The tensor behind view-like ops (node `j` itself when it is not a view).
+std::uint32_t view_root(const std::vector<CapturedNode>& nodes, std::uint32_t j) {
+  while (is_view_node(nodes[j]) && !nodes[j].inputs.empty()) j = nodes[j].inputs.front();
+  return j;
+}
+
 /// lower_block's work on any captured graph. `roots`: nodes whose ancestors are forward besides
 /// the result's (the outer graph's block marker); `part` (empty, or one entry per node): ops of
 /// different parts never fuse, and each emitted op records its part (LoweredBlock::*_part).
@@ -332,18 +342,13 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
   // In-place ops (add_, copy_, …) write their first input: a later reader of that tensor (or of
   // a view of it) depends on them, though the traced graph has no edge (make_fx on 1.13 does
   // not functionalise). Such writes are found by the tensor behind the views.
-  const auto alias_root = [&](std::uint32_t j) {
-    while (nodes[j].kind == "call_function" && aten_class(nodes[j].op) == AtenClass::View &&
-           !nodes[j].inputs.empty())
-      j = nodes[j].inputs.front();
-    return j;
-  };
+  const auto root = [&](std::uint32_t j) { return view_root(nodes, j); };
   std::map<std::uint32_t, std::vector<std::uint32_t>> writers;  // tensor → in-place ops on it
   for (std::uint32_t i = 0; i < n; ++i) {
     const std::string b = base_op(nodes[i].op);
     if (nodes[i].kind == "call_function" && b.size() > 1 && b.back() == '_' && b[0] != '_' &&
         !nodes[i].inputs.empty())
-      writers[alias_root(nodes[i].inputs.front())].push_back(i);
+      writers[root(nodes[i].inputs.front())].push_back(i);
   }
   std::vector<bool> forward(n, false);
   std::vector<std::uint32_t> stack = {nodes[static_cast<std::size_t>(output)].inputs.front()};
@@ -354,21 +359,14 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
     if (forward[i]) continue;
     forward[i] = true;
     for (std::uint32_t j : nodes[i].inputs) stack.push_back(j);
-    if (const auto w = writers.find(alias_root(i)); w != writers.end())
+    if (const auto w = writers.find(root(i)); w != writers.end())
       for (std::uint32_t m : w->second)
         if (m < i) stack.push_back(m);
   }
   std::vector<std::vector<std::uint32_t>> consumers(n);
   for (std::size_t i = 0; i < n; ++i)
     for (std::uint32_t j : nodes[i].inputs) consumers[j].push_back(static_cast<std::uint32_t>(i));
-  const auto is_view = [&](std::uint32_t i) {
-    return nodes[i].kind == "call_function" && aten_class(nodes[i].op) == AtenClass::View;
-  };
-  // The tensor behind view-like ops.
-  const auto root = [&](std::uint32_t j) {
-    while (is_view(j) && !nodes[j].inputs.empty()) j = nodes[j].inputs.front();
-    return j;
-  };
+  const auto is_view = [&](std::uint32_t i) { return is_view_node(nodes[i]); };
   // Expert parallelism: the capture's experts (E of them, balanced routing); this rank runs the
   // first E/ep on ep× their tokens, the others run elsewhere.
   const std::int64_t experts = experts_in(nodes);
@@ -1322,12 +1320,7 @@ LoweredOuter lower_outer(const Capture& c, const TpPlan& plan, std::int64_t tp, 
   for (std::size_t i = 0; i < n; ++i)
     if (pre[i] && i != m) part[i] = 0;
   const std::vector<bool> fwd = ancestors(nodes[static_cast<std::size_t>(output)].inputs.front());
-  const auto root = [&](std::uint32_t j) {
-    while (nodes[j].kind == "call_function" && aten_class(nodes[j].op) == AtenClass::View &&
-           !nodes[j].inputs.empty())
-      j = nodes[j].inputs.front();
-    return j;
-  };
+  const auto root = [&](std::uint32_t j) { return view_root(nodes, j); };
   for (std::size_t i = 0; i < n; ++i) {
     if (fwd[i] || pre[i] || nodes[i].kind != "call_function") continue;
     bool seed = false;

@@ -93,14 +93,15 @@ class StageBuilder {
     o_w_ = static_cast<double>(m.attn_out_width());
     k_w_ = m.multi_latent_attention ? qk_w_ : static_cast<double>(m.kv_width());
     v_w_ = m.multi_latent_attention ? o_w_ : static_cast<double>(m.kv_width());
-    if (m.capture)
-      lowered_ =
-          lower_block(*m.capture, m.capture_plan, p.tp(), p.sequence_parallel, m.capture_compiled,
-                      {p.cp(), p.cp_comm_type == CpCommType::AllGather, p.ep()});
-    if (m.capture && m.capture_outer)
-      outer_ =
-          lower_outer(*m.capture, m.capture_plan, p.tp(), p.sequence_parallel, m.capture_compiled,
-                      {p.cp(), p.cp_comm_type == CpCommType::AllGather, 1});
+    if (m.capture) {
+      LowerOptions lo{p.cp(), p.cp_comm_type == CpCommType::AllGather, p.ep()};
+      lowered_ = lower_block(*m.capture, m.capture_plan, p.tp(), p.sequence_parallel,
+                             m.capture_compiled, lo);
+      lo.ep = 1;  // the outer graph has no experts
+      if (m.capture_outer)
+        outer_ = lower_outer(*m.capture, m.capture_plan, p.tp(), p.sequence_parallel,
+                             m.capture_compiled, lo);
+    }
     if (m.moe()) {
       // Each layer's MoE block sees the rank's SP share of its tokens (Megatron requires SP with
       // TP); the EP-rank program models its own experts' load, the balanced one EP rank 0's.
@@ -525,9 +526,10 @@ class StageBuilder {
     cur_layer_ = saved;
   }
 
-  /// A captured model's outer graph before the blocks (lower_outer's `pre`), in place of the
-  /// built-in embedding: its saved activations allocated with its first op, freed after its
-  /// backward; ZeRO-3's gathers of the embedding unit waited for first.
+  /// A part of a captured model's outer graph (lower_outer's `pre` in place of the built-in
+  /// embedding, `post` in place of the head and loss), under ready key -1 or -2: its saved
+  /// activations allocated with its first op and freed after its backward; ZeRO-3's gathers of
+  /// the unit waited for first.
   void captured_outer(const LoweredBlock& part, std::int64_t key, Phase phase,
                       std::int64_t& alloc) {
     if (phase == Phase::Forward) {
