@@ -121,7 +121,8 @@ const Keys kClusterNetworkKeys = {"gpu",
 const Keys kCostKeys = {"profile"};
 const Keys kRunKeys = {
     "engine", "trace_ranks",   "output",          "coalesce_local_ops", "partition",
-    "on_oom", "sandbox_ranks", "sandbox_backend", "sandbox_op_scale",   "calibrate_from_sandbox"};
+    "on_oom", "sandbox_ranks", "sandbox_backend", "sandbox_op_scale",   "calibrate_from_sandbox",
+    "p2p"};
 
 /// Short names accepted in `parallel:` (Megatron's own --tp/--pp style abbreviations).
 const std::vector<std::pair<std::string_view, std::string_view>> kParallelAliases = {
@@ -868,6 +869,7 @@ RunSpec build_run(const Section& s) {
   r.flag("coalesce_local_ops", run.coalesce_local_ops);
   run.partition = r.choice("partition", {"block", "metis"}, run.partition);
   run.on_oom = r.choice("on_oom", {"warn", "fail"}, run.on_oom);
+  run.p2p = r.choice("p2p", {"rendezvous", "eager"}, run.p2p);
   if (const Value* v = r.find("sandbox_ranks")) {
     const auto rank = [&](const YAML::Node& n) {
       const auto x = detail::read_int(Value{n, v->origin}, r.key("sandbox_ranks"));
@@ -1328,6 +1330,7 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
   out << YAML::Key << "trace_ranks" << YAML::Value << YAML::Flow << r.trace_ranks;
   out << YAML::Key << "output" << YAML::Value << r.output;
   out << YAML::Key << "coalesce_local_ops" << YAML::Value << r.coalesce_local_ops;
+  out << YAML::Key << "p2p" << YAML::Value << r.p2p;
   if (!r.sandbox_ranks.empty()) {
     out << YAML::Key << "sandbox_ranks" << YAML::Value << YAML::Flow << r.sandbox_ranks;
     out << YAML::Key << "sandbox_backend" << YAML::Value << r.sandbox_backend;

@@ -18,6 +18,9 @@ struct RunSpec {
   bool coalesce_local_ops = true;             ///< advance local compute chains inside one event
   std::string partition = "block";            ///< optimistic engine: block | metis
   std::string on_oom = "warn";                ///< capacity check fails: warn | fail
+  /// Send/recv: rendezvous (NCCL's P2P: a transfer starts when both ends are posted) | eager
+  /// (ASTRA-sim's: a send completes after its transfer; the default for foreign Chakra traces).
+  std::string p2p = "rendezvous";
   /// Hybrid runs: ranks that execute their kernels for real (docs/kernels.md "Sandbox ranks").
   std::vector<std::uint32_t> sandbox_ranks;
   /// auto (cuda where scalescope-kernels is built and a GPU is visible, else host) | host

@@ -520,8 +520,10 @@ bool is_chakra_config(const std::string& config_text) {
 /// The configuration of a Chakra import: the trace holds the programs, so only the cluster and
 /// run sections matter. The model, parallel and training sections are placeholders that make it
 /// a valid experiment (one data-parallel group of all ranks); `--set cluster.preset=…` etc.
-/// apply on top. The first line records where the graph came from.
-io::ExperimentConfig chakra_config(const std::string& prefix, std::uint32_t ranks,
+/// apply on top. The first line records where the graph came from. A trace written by another
+/// tool (`foreign`) replays its sends eagerly, as ASTRA-sim does (run.p2p: eager); one that
+/// write_chakra wrote keeps the rendezvous of the graph it came from, so the round trip is exact.
+io::ExperimentConfig chakra_config(const std::string& prefix, std::uint32_t ranks, bool foreign,
                                    const std::vector<std::string>& overrides) {
   const std::string origin = fmt::format("{} {} ({} rank files)", kChakraMarker, prefix, ranks);
   graph::SlicedGraph meta;
@@ -531,8 +533,8 @@ io::ExperimentConfig chakra_config(const std::string& prefix, std::uint32_t rank
       "parallel: {{tp: 1, pp: 1, dp: {}}}\n"
       "training: {{micro_batch_size: 1, global_batch_size: {}}}\n"
       "cluster: {{preset: dgx-h100, num_gpus: {}}}\n"
-      "run: {{output: out/chakra, trace_ranks: [0]}}\n",
-      origin, ranks, ranks, ranks);
+      "run: {{output: out/chakra, trace_ranks: [0], p2p: {}}}\n",
+      origin, ranks, ranks, ranks, foreign ? "eager" : "rendezvous");
   io::ExperimentConfig c = load_config({}, &meta, overrides, {});
   c.path = prefix;
   c.resolved_yaml = origin +
@@ -589,20 +591,21 @@ int run_chakra(const MpiSession& mpi, const graph::SlicedGraph& g,
   opt.trace_ranks = c.run.trace_ranks;
   opt.partition = c.run.partition;
   opt.class_durations = io::resolve_durations(g, durations, costs.compute);
+  opt.eager_p2p = c.run.p2p == "eager";
   if (optimistic) opt.engine = emu::EngineKind::Optimistic;
   emu::RunResults r;
   try {
     r = optimistic ? emu::emulate_parallel(g, costs, opt, MPI_COMM_WORLD)
                    : emu::emulate(g, costs, opt);
   } catch (const ContractError& e) {
-    // Send/recv here is rendezvous (a transfer completes when both ends are posted, as NCCL's
-    // P2P); ASTRA-sim's sends are eager, so a trace in which every rank sends before it
-    // receives (a hand-written ring) runs there and deadlocks here.
+    // A trace in which every rank sends before it receives (a ring) runs with eager sends and
+    // deadlocks with rendezvous ones; any trace deadlocks if its dependencies do.
     if (std::string_view(e.what()).find("deadlocked") == std::string_view::npos) throw;
-    throw_input(
-        "{}: the trace deadlocks under scalescope's rendezvous send/recv (a send completes only "
-        "when its receive is posted; ASTRA-sim's sends are eager): {}",
-        c.path, e.what());
+    throw_input("{}: the trace deadlocks with run.p2p={} send/recv{}: {}", c.path, c.run.p2p,
+                opt.eager_p2p ? ""
+                              : " (a send completes only when its receive is posted; "
+                                "run.p2p=eager completes it without waiting, as ASTRA-sim)",
+                e.what());
   }
   if (mpi.rank() != 0) return 0;
   emu::Summary& s = r.summary;
@@ -644,7 +647,8 @@ int graph_chakra_command(const std::string& prefix, const std::string& out,
                          const std::string& comm_groups, const std::string& expand,
                          const std::vector<std::string>& overrides) {
   io::ChakraImport imp = import_chakra(prefix, comm_groups, expand, true);
-  const io::ExperimentConfig c = chakra_config(prefix, imp.graph.world_size, overrides);
+  const io::ExperimentConfig c =
+      chakra_config(prefix, imp.graph.world_size, !imp.scalescope_schema, overrides);
   imp.graph.config_text = c.resolved_yaml;
   io::write_imported_graph_h5(imp.graph, imp.durations, out);
   std::size_t ops = 0;
@@ -729,6 +733,7 @@ int run_command(const MpiSession& mpi, const std::string& config_path,
   opt.trace_ranks = c.run.trace_ranks;
   opt.partition = c.run.partition;
   opt.rollback_check = rollback_check;
+  opt.eager_p2p = c.run.p2p == "eager";
   if (!quiet && mpi.rank() == 0) opt.progress = progress_reporter(*graph, opt.coalesce_local_ops);
   if (rollback_check && optimistic)
     throw_input("--rollback-check runs on the sequential engine; drop run.engine=optimistic");
@@ -1061,7 +1066,8 @@ int main(int argc, char** argv) {
       if (!config.empty() || !graph_path.empty() || !megatron_args.empty())
         throw_input("scalescope run --chakra: give no CONFIG, --graph or --megatron-args");
       io::ChakraImport imp = import_chakra(chakra_prefix, comm_groups, expand, mpi.rank() == 0);
-      io::ExperimentConfig c = chakra_config(chakra_prefix, imp.graph.world_size, overrides);
+      io::ExperimentConfig c =
+          chakra_config(chakra_prefix, imp.graph.world_size, !imp.scalescope_schema, overrides);
       imp.graph.config_text = c.resolved_yaml;
       return run_chakra(mpi, imp.graph, imp.durations, c, out, quiet);
     }

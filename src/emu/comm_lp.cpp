@@ -22,6 +22,21 @@ CommLP::CommLP(std::uint32_t comm, const ModelData& data)
                                 static_cast<std::int32_t>(comm);
     const graph::Stream s = graph::stream_of(downstream ? graph::CommRole::PpPrev : role);
     stream_[i] = static_cast<std::uint8_t>(s);
+    if (!downstream) up_ = static_cast<std::uint8_t>(i);
+  }
+  eager_ = data.eager_p2p && kind_ == graph::CommKind::PpPair && size_ == 2;
+  if (eager_) {
+    // One delivery time per send, sized from the senders' programs: no allocation per event.
+    for (int ch = 0; ch < 2; ++ch) {
+      const std::uint32_t sender = members_[ch == kChannelDown ? up_ : 1 - up_];
+      const graph::CommRole to =
+          ch == kChannelDown ? graph::CommRole::PpNext : graph::CommRole::PpPrev;
+      std::size_t sends = 0;
+      if (data.graph->comm_of(sender, to) == static_cast<std::int32_t>(comm))
+        for (const graph::Op& op : data.graph->program_of(sender).ops)
+          sends += op.kind == graph::OpKind::SendRecv && op.role == to;
+      delivered_[ch].resize(sends);
+    }
   }
 }
 
@@ -36,9 +51,50 @@ SimTime CommLP::duration(const pdes::Event& arrival) const {
   return memo_ns_;
 }
 
+void CommLP::forward_eager(pdes::Event& e, pdes::Context& ctx) {
+  EmuMsg& m = e.as<EmuMsg>();
+  const int ch = m.channel;
+  // Sends and receives each arrive in instance order in a consistent history (a stream issues
+  // its next op after the last one completed); an out-of-order one belongs to a history about
+  // to be rolled back and is ignored, as in forward().
+  std::uint32_t& count = m.recv ? received_[ch] : expected_[ch];
+  if (m.instance != count) {
+    m.undo_completed = 2;
+    return;
+  }
+  m.undo_completed = 0;
+  ++count;
+  const std::uint32_t k = m.instance;
+  const std::uint32_t sender = ch == kChannelDown ? up_ : 1u - up_;
+  const std::uint32_t receiver = 1u - sender;
+  EmuMsg done;
+  done.kind = MsgKind::Complete;
+  if (!m.recv) {
+    // The data leaves now and is there after the transfer; the send is done then.
+    const SimTime end = ctx.now() + duration(e);
+    if (k >= delivered_[ch].size()) delivered_[ch].resize(k + 1);  // not sized: a foreign role
+    delivered_[ch][k] = end;
+    done.stream = stream_[sender];
+    ctx.send(members_[sender], end, kPriorityComplete, done);
+    if (received_[ch] > k) {  // the receive was posted first and waits
+      done.stream = stream_[receiver];
+      ctx.send(members_[receiver], end, kPriorityComplete, done);
+    }
+  } else if (expected_[ch] > k) {
+    // Sent before: done when the data is there, at least 1 ns after this ARRIVE (messages.hpp).
+    done.stream = stream_[receiver];
+    ctx.send(members_[receiver], std::max(delivered_[ch][k], ctx.now() + 1), kPriorityComplete,
+             done);
+  }
+}
+
 void CommLP::forward(pdes::Event& e, pdes::Context& ctx) {
   EmuMsg& m = e.as<EmuMsg>();
   SCALESCOPE_EXPECTS(m.kind == MsgKind::Arrive && m.channel < 2);
+  if (eager_) {
+    forward_eager(e, ctx);
+    return;
+  }
   const int ch = m.channel;
   // Every member issues a communicator's instances in the same order (graph::validate), and a
   // stream waits for an instance to complete before it issues the next one, so in every
@@ -73,6 +129,10 @@ void CommLP::reverse(pdes::Event& e, pdes::Context&) {
   const EmuMsg& m = e.as<EmuMsg>();
   const int ch = m.channel;
   if (m.undo_completed == 2) return;  // ignored in forward
+  if (eager_) {
+    --(m.recv ? received_ : expected_)[ch];
+    return;
+  }
   if (m.undo_completed) {
     --expected_[ch];
     arrived_[ch] = (kind_ == graph::CommKind::PpPair ? 2 : size_) - 1;
@@ -84,6 +144,9 @@ void CommLP::reverse(pdes::Event& e, pdes::Context&) {
 bool CommLP::save_state(std::vector<std::byte>& out) const {
   append_bytes(out, expected_.data(), expected_.size());
   append_bytes(out, arrived_.data(), arrived_.size());
+  append_bytes(out, received_.data(), received_.size());
+  if (eager_)
+    for (int ch = 0; ch < 2; ++ch) append_bytes(out, delivered_[ch].data(), expected_[ch]);
   return true;
 }
 

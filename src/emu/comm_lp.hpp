@@ -1,9 +1,13 @@
 #pragma once
 /// One communicator. Collectives: each member sends ARRIVE; when all members of an instance
 /// have arrived, the network model gives its duration and COMPLETE goes to every member.
-/// Pipeline pairs: a transfer is a rendezvous of its sender and receiver on a channel.
+/// Pipeline pairs: a transfer is a rendezvous of its sender and receiver on a channel (NCCL's
+/// P2P), or with ModelData::eager_p2p an eager send (ASTRA-sim's): the send completes when its
+/// transfer is done whether or not the receive is posted, and the receive completes when it is
+/// posted and the data is there.
 #include <array>
 #include <cstdint>
+#include <vector>
 
 #include "cost/cost_model.hpp"
 #include "emu/messages.hpp"
@@ -24,12 +28,14 @@ class CommLP final : public pdes::LogicalProcess {
   void prefetch(const pdes::Event&) const override { __builtin_prefetch(members_); }
   bool save_state(std::vector<std::byte>& out) const override;
 
-  /// True when no instance is half-arrived (checked after a run).
-  bool idle() const { return arrived_[0] == 0 && arrived_[1] == 0; }
-  std::uint32_t instances_completed() const { return expected_[0] + expected_[1]; }
+  /// True when no instance is half-arrived (checked after a run); eager: every send received.
+  bool idle() const {
+    return eager_ ? expected_ == received_ : arrived_[0] == 0 && arrived_[1] == 0;
+  }
 
  private:
   SimTime duration(const pdes::Event& arrival) const;
+  void forward_eager(pdes::Event& e, pdes::Context& ctx);
 
   std::uint32_t comm_;
   const ModelData* data_;
@@ -40,10 +46,16 @@ class CommLP final : public pdes::LogicalProcess {
   /// Stream of the COMPLETE each member receives: members 0 and 1 of a pipeline pair differ; a
   /// collective's members all use stream_[0] (index min(i, 1) with equal entries).
   std::array<std::uint8_t, 2> stream_{};
+  bool eager_ = false;   ///< a pipeline pair with eager sends
+  std::uint8_t up_ = 0;  ///< eager: the member index of the upstream rank (sends on channel 0)
 
   // Dynamic state (undone by reverse): per channel, the instance awaited and arrivals so far.
+  // Eager pairs: per channel, sends (expected_) and receives (received_) that have arrived, and
+  // when each send's data is there (entries below expected_ are valid; reverse only counts down).
   std::array<std::uint32_t, 2> expected_{};
   std::array<std::uint32_t, 2> arrived_{};
+  std::array<std::uint32_t, 2> received_{};
+  std::array<std::vector<SimTime>, 2> delivered_;
 
   // Memo of the last duration asked for; a pure function of its key, so rollback-safe.
   mutable graph::OpKind memo_kind_ = graph::OpKind::Gemm;

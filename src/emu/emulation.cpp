@@ -31,6 +31,7 @@ struct Instance {
            const std::vector<std::uint32_t>* owner, std::uint32_t me)
       : data(g, cost, options.coalesce_local_ops, &options.class_durations,
              &options.rank_durations) {
+    data.eager_p2p = options.eager_p2p;
     out.config_text = g.config_text;
     out.ranks.resize(g.world_size);
     for (std::uint32_t r : options.trace_ranks) {

@@ -26,7 +26,11 @@ struct EmulationOptions {
   std::string partition = "block";    ///< optimistic: block | metis
   pdes::OptimisticConfig optimistic;  ///< optimistic: GVT interval, window, batching
   bool rollback_check = false;        ///< sequential: forward → reverse → compare per event
-  pdes::ProgressReporter progress;    ///< called on process 0 at most once per interval
+  /// Send/recv semantics (run.p2p): false = rendezvous, a transfer starts when both ends are
+  /// posted (NCCL's P2P); true = eager, a send completes after its transfer whether or not the
+  /// receive is posted, which completes once the data is there (ASTRA-sim's).
+  bool eager_p2p = false;
+  pdes::ProgressReporter progress;  ///< called on process 0 at most once per interval
   /// Hybrid runs (sandbox ranks): per rank, the durations of every op of its template that
   /// replace the cost model's (0 for communication ops); ranks not named keep their class's.
   std::map<std::uint32_t, std::vector<SimTime>> rank_durations;

@@ -104,6 +104,8 @@ struct ModelData {
   /// Per template (null fields for a template not loaded); points into the vectors above.
   std::vector<RankClass> classes;
   bool coalesce_local_ops = true;
+  /// Pipeline-pair transfers are eager sends (EmulationOptions::eager_p2p), not rendezvous.
+  bool eager_p2p = false;
 
   /// `class_durations` / `rank_durations` (optional): per template / per rank, the op durations
   /// that replace the cost model's (hybrid runs: measured on a sandbox rank).

@@ -83,6 +83,7 @@ void RankLP::issue_comm(std::uint32_t i, int s, SimTime t, pdes::Context& ctx) {
     if (op.role2 != graph::CommRole::None) {  // the receive part
       m.channel = op.role2 == graph::CommRole::PpPrev ? kChannelDown : kChannelUp;
       m.instance = op.instance2;
+      m.recv = 1;
       ctx.send(data.comm_lp(g.comm_of(rank_, op.role2)), t, kPriorityArrive, m);
       ++parts;
     }

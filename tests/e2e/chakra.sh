@@ -2,7 +2,8 @@
 # Chakra ET round trip through the CLI: export-chakra of the quickstart graph, graph --chakra back,
 # both replayed give the same iteration time; run --chakra replays ASTRA-sim's 8-NPU 1 MB
 # all-reduce microbenchmark; our own microbenchmarks (8 … 16,384 ranks) replay identically at
-# np 1 and 2; --expand dp=N; a truncated trace is a one-line error with no output.
+# np 1 and 2; --expand dp=N; the MSCCL ring fixture replays with eager sends; a truncated trace
+# is a one-line error with no output.
 set -euo pipefail
 bin=$1; repo=$2
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -76,6 +77,31 @@ fi
 "$bin" run --chakra "$fixtures/all_reduce-8npus-1MB/all_reduce" --set cluster.preset=dgx-h100 \
   -o "$tmp/ar" --quiet
 /usr/bin/python3 -c "import json,sys; s=json.load(open(sys.argv[1])); assert s['iteration_time_s'] > 0; print('all_reduce fixture:', s['iteration_time_s'], 's')" "$tmp/ar/summary.json"
+
+# The MSCCL ring all-reduce (every rank sends before it receives) replays with eager sends, the
+# default for a foreign trace, identically at np 1 and 2 and through graph --chakra; forced to
+# rendezvous it deadlocks, a one-line error with no output.
+ring=$fixtures/custom-ring-allreduce-8npus-1MB/custom_allreduce
+"$bin" run --chakra "$ring" -o "$tmp/ring1" --quiet
+mpirun -np 2 "$bin" run --chakra "$ring" --set run.engine=optimistic -o "$tmp/ring2" --quiet
+"$bin" graph --chakra "$ring" -o "$tmp/ring.h5" >/dev/null
+"$bin" run --graph "$tmp/ring.h5" -o "$tmp/ring3" --quiet
+/usr/bin/python3 - "$tmp" <<'PY'
+import json, sys
+import h5py, numpy as np
+d = sys.argv[1]
+t = [json.load(open(f"{d}/ring{i}/summary.json"))["iteration_time_s"] for i in (1, 2, 3)]
+assert t[0] == t[1] == t[2] > 49e-6, t  # 7 reduction steps of 7 µs each, plus 14 transfers
+with h5py.File(f"{d}/ring1/results.h5") as fa, h5py.File(f"{d}/ring2/results.h5") as fb:
+    for k in fa["ranks"]:
+        assert np.array_equal(fa["ranks"][k][()], fb["ranks"][k][()]), f"ring: /ranks/{k}"
+print(f"MSCCL ring: {t[0] * 1e6:.1f} us, np 2 and graph.h5 identical")
+PY
+if "$bin" run --chakra "$ring" --set run.p2p=rendezvous -o "$tmp/ring_rv" --quiet 2>"$tmp/err"; then
+  echo "the ring replayed with rendezvous sends" >&2; exit 1
+fi
+test "$(wc -l < "$tmp/err")" -eq 1 && grep -q "deadlocks with run.p2p=rendezvous" "$tmp/err"
+test ! -e "$tmp/ring_rv"
 
 # Errors: one line, exit ≠ 0, no outputs.
 mkdir -p "$tmp/bad"

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "emu/emulation.hpp"
 #include "graph/sliced_graph.hpp"
 #include "io/chakra_et.hpp"
 #include "io/config.hpp"
@@ -298,6 +299,51 @@ TEST_F(ChakraEt, InfersMissingSendRecvAttributesWithAWarning) {
   EXPECT_FALSE(warnings.empty());
   ASSERT_EQ(imp.graph.comms.size(), 1u);
   EXPECT_EQ(imp.graph.comms.kind[0], graph::CommKind::PpPair);
+}
+
+TEST_F(ChakraEt, EagerSendsReplayARingThatDeadlocksUnderRendezvous) {
+  // A ring of 3 ranks, as MSCCL / ASTRA-sim write one: each rank computes (rank 0 for 10 µs,
+  // the others for 1 µs), sends to the next rank, then receives from the previous one (the
+  // receive depends on the send), then computes 1 µs. Every transfer takes P = 500 ns.
+  auto p2p = [](std::uint64_t id, EtNodeType t, int peer, std::vector<std::uint64_t> deps) {
+    EtNode n;
+    n.id = id;
+    n.type = static_cast<int>(t);
+    n.data_deps = std::move(deps);
+    n.attrs = {EtAttr::int64("comm_size", 4096), EtAttr::int32("comm_tag", 0),
+               EtAttr::int32(t == EtNodeType::CommSend ? "comm_dst" : "comm_src", peer)};
+    return n;
+  };
+  std::vector<EtFile> files;
+  for (int r = 0; r < 3; ++r)
+    files.push_back(et({comp(1, r == 0 ? 10 : 1), p2p(2, EtNodeType::CommSend, (r + 1) % 3, {1}),
+                        p2p(3, EtNodeType::CommRecv, (r + 2) % 3, {2}), comp(4, 1, {3})}));
+  const ChakraImport imp = read_chakra(put_ranks(files));
+  EXPECT_FALSE(imp.scalescope_schema);
+  emu::Costs c;
+  c.compute = [](const graph::Op&) -> SimTime { return 0; };  // every COMP has its duration
+  c.collective = [](graph::OpKind, double, const cost::CommShape&) -> SimTime { return 1; };
+  c.p2p = [](double, bool) -> SimTime { return 500; };
+  c.shape = [](const std::uint32_t*, const std::uint32_t*) { return cost::CommShape{1, 1, 1}; };
+  emu::EmulationOptions o;
+  o.class_durations = resolve_durations(imp.graph, imp.durations, c.compute);
+  o.trace_ranks = {};
+  // Rendezvous: rank 0's send waits for rank 1's receive, which waits for rank 1's send, …,
+  // which waits for rank 0's receive, which comes after rank 0's send.
+  EXPECT_THROW(emu::emulate(imp.graph, c, o), ContractError);
+  o.eager_p2p = true;
+  const emu::RunResults r = emu::emulate(imp.graph, c, o);
+  // By hand (P = 500): rank 1 and 2 send at 1000, done at 1500; rank 0 sends at 10000, done at
+  // 10500. Rank 2's receive (from 1) is posted at 1500 when the data is there: done 1 ns later
+  // (a completion follows the arrival that causes it); + 1 µs → 2501. Rank 1's receive (from 0)
+  // waits until rank 0's data is there at 10500; + 1 µs → 11500. Rank 0's receive (from 2,
+  // there since 1500) is posted at 10500: done at 10501; + 1 µs → 11501.
+  EXPECT_EQ(r.ranks[0].finish, 11501);
+  EXPECT_EQ(r.ranks[1].finish, 11500);
+  EXPECT_EQ(r.ranks[2].finish, 2501);
+  // Rank 1 computed 2 × 1 µs and was idle from 1000 to 10500, blamed on its send and receive.
+  EXPECT_EQ(r.ranks[1].compute, 2000);
+  EXPECT_EQ(r.ranks[1].exposed_pp + r.ranks[1].bubble, 9500);
 }
 
 /// Every rank runs the same ops (instance numbers included) with the same dependencies, and
