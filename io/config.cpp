@@ -1107,7 +1107,6 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
     refuse(p.recompute == workload::Recompute::Selective && !m.capture_compiled,
            "parallel.recompute: selective and model.compile: eager (selective recomputes the "
            "fused attention)");
-    refuse(c.training.precision == workload::Precision::Fp8, "training.precision: fp8");
     if (c.training.micro_batch_size != m.capture->batch)
       throw_input("{}: training.micro_batch_size={} differs from the capture's batch {} ({})", f,
                   c.training.micro_batch_size, m.capture->batch, m.capture_path);

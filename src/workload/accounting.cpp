@@ -246,7 +246,9 @@ double linear_parameters_on_rank(const ModelSpec& m, const ParallelPlan& p, std:
 
 std::int64_t fp8_weight_copy_bytes(const ModelSpec& m, const ParallelPlan& p, const TrainingSpec& t,
                                    std::int64_t stage) {
-  if (t.precision != Precision::Fp8) return 0;
+  // A captured model's fp8 is torchao's: no cached copy, the fp8 weight is cast each forward and
+  // kept for the backward like an activation (workload::lower_block).
+  if (t.precision != Precision::Fp8 || m.capture) return 0;
   return static_cast<std::int64_t>(std::ceil(2 * linear_parameters_on_rank(m, p, stage)));
 }
 

@@ -457,7 +457,9 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
   // Per node: the collectives it waits for (issued just before it) and its own op.
   std::vector<std::vector<std::pair<graph::Op, std::uint32_t>>> pre(n);  // + producing node
   std::vector<std::optional<graph::Op>> own(n);
-  std::vector<std::uint32_t> ep_gemms;  // the local experts' GEMMs, in capture order
+  std::vector<std::vector<graph::Op>> casts(n);        // fp8: the casts a GEMM waits for, in order
+  std::set<std::pair<std::uint32_t, bool>> cast_done;  // (tensor, forward) cast to fp8 once
+  std::vector<std::uint32_t> ep_gemms;                 // the local experts' GEMMs, in capture order
   // Collectives issued beside a node's op (CP's key/value exchange around attention): the first
   // starts with the op before it (cp p2p) or after it (the backward reduce-scatter under
   // cp all_gather), each further one after the previous; the compute op after waits for them.
@@ -592,6 +594,8 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
                                     : plan.style_of(d.module);
       bool reduce = false;
       bool weight_gradient = false;
+      bool data_gradient = false;
+      double weight_elements = 0;  // fp8: the rank's share of the layer's weight
       if (!style.empty())
         for (std::uint32_t j : d.inputs)
           // An expert's backward reads the token copies its forward gathered and kept (as
@@ -634,6 +638,8 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
         const bool wgrad = !fwd && !reads_weight;
         if (wgrad) st[i].tokens = false;  // a weight's gradient: tokens summed out
         weight_gradient = wgrad;
+        data_gradient = !fwd && reads_weight;
+        weight_elements = static_cast<double>(out_dim) * static_cast<double>(in_dim) / t;
         if (style == "colwise") {
           if (fwd) {
             nn /= t;
@@ -691,6 +697,32 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
                   static_cast<std::uint32_t>(std::max(1.0, k))};
       op.flops = 2 * m * nn * k;
       op.mem_bytes = 2 * (m * k + k * nn + m * nn);
+      if (opt.fp8 && !style.empty()) {
+        // torchao's Float8Linear (roofline_utils.py): fp8 operands, a bf16 result.
+        op.gemm_dtype = graph::GemmDtype::Fp8;
+        op.mem_bytes = m * k + k * nn + 2 * m * nn;
+        const auto cast = [&](double elements, double bytes_per_element) {
+          graph::Op c;
+          c.kind = graph::OpKind::Elementwise;
+          c.name = graph::OpName::Fp8Cast;
+          c.phase = phase;
+          c.layer = 0;
+          c.mem_bytes = bytes_per_element * elements;
+          casts[i].push_back(c);
+        };
+        const auto amax_second_stage = [&] { cast(1, 4); };  // one fp32 scale
+        const std::uint32_t x = root(d.inputs[d.inputs.size() - 2]);
+        if ((fwd || data_gradient) && cast_done.insert({x, fwd}).second) {
+          amax_second_stage();
+          cast(m * k, 4);  // the input (forward) or the output gradient (dgrad)
+        }
+        if (fwd || (data_gradient && opt.fp8_recast_weight)) {
+          cast(weight_elements, 2);  // the weight's amax
+          amax_second_stage();
+          cast(weight_elements, 4);
+          if (!opt.fp8_recast_weight) out.saved_bytes += weight_elements;  // kept for the dgrad
+        }
+      }
       own[i] = op;
       if (style.empty())
         out.other_gemm_flops += op.flops;
@@ -856,6 +888,12 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
   const auto emit_own = [&](const graph::Op& o, bool f, const std::vector<std::uint32_t>& ms) {
     auto& list = f ? out.forward : out.backward;
     auto& after = f ? out.forward_after : out.backward_after;
+    for (std::uint32_t m : ms)
+      for (const graph::Op& c : casts[m]) {  // fp8: the GEMM's casts, just before it
+        record_part(f, m);
+        list.push_back(c);
+        after.push_back(LoweredBlock::kChain);
+      }
     after.push_back(LoweredBlock::kChain);
     const auto self = static_cast<std::int32_t>(list.size());
     for (std::uint32_t m : ms) at[m] = self;

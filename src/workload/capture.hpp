@@ -83,16 +83,28 @@ struct LoweredBlock {
 /// The parallelism lower_block applies beyond TP and SP. Context parallelism: its degree, and
 /// whether the key/value exchange is one all-gather before the attention (cp_comm_type
 /// all_gather) or a ring beside it (p2p). Expert parallelism: its degree (the experts are the
-/// modules `experts.<i>`).
+/// modules `experts.<i>`). fp8: float8 training of the plan's linear layers as torchao's
+/// Float8Linear does it (tensorwise dynamic scaling, torchtitan's `float8` converter).
 struct LowerOptions {
   std::int64_t cp = 1;
   bool cp_all_gather = false;
   std::int64_t ep = 1;
+  bool fp8 = false;
+  /// fp8 under FSDP (ZeRO-3): the weight is cast again for the dgrad instead of being kept
+  /// (torchao's force_recompute_fp8_weight_in_bwd, which its README recommends with FSDP).
+  bool fp8_recast_weight = false;
 };
 /// With `cp` > 1 (compiled only): every tensor with the token dimension is split over CP, the
 /// attention runs this rank's queries against the whole sequence, with the builder's key /
 /// value exchange around it. With `ep` > 1: the rank runs the first E/ep experts on ep× the
-/// tokens (balanced routing), between an all-to-all dispatch and combine over EP.
+/// tokens (balanced routing), between an all-to-all dispatch and combine over EP. With `fp8`:
+/// the plan's GEMMs (forward, dgrad, wgrad) take fp8 operands, after the casts torchao's roofline
+/// model (torchao/float8/roofline_utils.py) counts: per linear layer the weight (an amax kernel,
+/// 2 B read per element, and a cast, 2 B read and 2 × 1 B written: row- and column-major), the
+/// input and the output gradient (a cast each, 4 B per element, their amax fused into the op
+/// that produces them; one cast per tensor and pass), and a one-element kernel per amax for
+/// the second stage of its reduction. The fp8 weight is kept for the backward (saved bytes), or
+/// with `fp8_recast_weight` cast again before the dgrad.
 LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, bool sp = false,
                          bool compiled = false, const LowerOptions& options = {});
 

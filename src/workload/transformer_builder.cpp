@@ -94,10 +94,12 @@ class StageBuilder {
     k_w_ = m.multi_latent_attention ? qk_w_ : static_cast<double>(m.kv_width());
     v_w_ = m.multi_latent_attention ? o_w_ : static_cast<double>(m.kv_width());
     if (m.capture) {
-      LowerOptions lo{p.cp(), p.cp_comm_type == CpCommType::AllGather, p.ep()};
+      LowerOptions lo{p.cp(), p.cp_comm_type == CpCommType::AllGather, p.ep(),
+                      t.precision == Precision::Fp8, p.zero() >= 3};
       lowered_ = lower_block(*m.capture, m.capture_plan, p.tp(), p.sequence_parallel,
                              m.capture_compiled, lo);
-      lo.ep = 1;  // the outer graph has no experts
+      lo.ep = 1;       // the outer graph has no experts
+      lo.fp8 = false;  // and its output layer stays in bf16 (torchtitan, as Megatron)
       if (m.capture_outer)
         outer_ = lower_outer(*m.capture, m.capture_plan, p.tp(), p.sequence_parallel,
                              m.capture_compiled, lo);

@@ -11,6 +11,8 @@
 #include <optional>
 
 #include "core/error.hpp"
+#include "cost/cost_model.hpp"
+#include "io/config.hpp"
 #include "temp_dir_test.hpp"
 #include "workload/transformer_builder.hpp"
 
@@ -227,6 +229,87 @@ TEST(CaptureSdpa, FusedAttentionOpTakesItsFlopsFromItsShapes) {
     EXPECT_EQ(b.forward[0].kind, graph::OpKind::Attention);
     EXPECT_DOUBLE_EQ(b.forward[0].flops, (causal ? 0.5 : 1.0) * 4 * 2 * 8 * 512.0 * 512 * 64);
     EXPECT_EQ(b.forward[0].shape[0], 16u);
+  }
+}
+
+/// One nn.Linear [k → n] on m tokens, forward and backward, as make_fx traces it: x [m, k] and
+/// the weight [n, k] (module "lin", colwise in the plan), the output gradient dy [m, n] given;
+/// y = x · wᵀ, dx = dy · w, dw = dyᵀ · x.
+workload::Capture linear_capture(std::int64_t m, std::int64_t k, std::int64_t n) {
+  workload::Capture c;
+  const std::vector<std::string> bf16 = {"bfloat16"};
+  auto node = [&](const std::string& name, const std::string& kind, const std::string& op,
+                  std::vector<std::uint32_t> in, std::vector<std::int64_t> shape,
+                  const std::string& module = "", const std::string& param = "") {
+    c.block.push_back(
+        {name, kind, op, std::move(in), {std::move(shape)}, bf16, module, param, false});
+  };
+  node("x", "placeholder", "", {}, {m, k});
+  node("w", "placeholder", "", {}, {n, k}, "lin", "lin.weight");
+  node("wt", "call_function", "t.default", {1}, {k, n}, "lin");
+  node("dy", "placeholder", "", {}, {m, n});
+  node("y", "call_function", "mm.default", {0, 2}, {m, n}, "lin");
+  node("dx", "call_function", "mm.default", {3, 1}, {m, k});
+  node("dyt", "call_function", "t.default", {3}, {n, m});
+  node("dw", "call_function", "mm.default", {6, 0}, {n, k});
+  c.block.push_back({"out", "output", "", {4, 5, 7}, {}, {}, "", "", false});
+  return c;
+}
+
+TEST(CaptureFp8, Float8LinearSpeedupAsTorchaoMeasuredIt) {
+  // torchao's float8 README (torchao/float8/README.md, "Performance"): a compiled Float8Linear
+  // (tensorwise dynamic scaling), forward and backward, against bf16 on an H100: M, K, N =
+  // 1024, 2048, 1024 → 0.80×; 4096, 8192, 16384 → 1.39×. Nothing in the model was fitted to
+  // these (the casts' bytes are torchao's roofline_utils.py, the kernel rates the cluster
+  // preset's calibration on other data): they are held out. Checked: the small linear is slower
+  // in fp8 and the large one faster, the large within 10 % (measured here: 1.42×, +2 %; the
+  // small one 0.67×, −16 %: its five extra kernels weigh more in the model than on the GPU).
+  const io::ExperimentConfig cfg = io::load_experiment(std::string(SCALESCOPE_SOURCE_DIR) +
+                                                       "/inputs/experiments/quickstart.yaml");
+  const cost::CostModel cost(cfg.cluster);
+  workload::TpPlan plan;
+  plan.rules = {{"lin", "colwise"}};
+  const auto seconds = [&](const workload::LoweredBlock& b) {
+    double s = 0;
+    for (const auto* ops : {&b.forward, &b.backward})
+      for (const graph::Op& op : *ops) s += static_cast<double>(cost.compute_ns(op)) * 1e-9;
+    return s;
+  };
+  struct Case {
+    std::int64_t m, k, n;
+    double measured;
+  };
+  for (const Case& x : {Case{1024, 2048, 1024, 0.80}, Case{4096, 8192, 16384, 1.39}}) {
+    const workload::Capture c = linear_capture(x.m, x.k, x.n);
+    workload::LowerOptions fp8;
+    fp8.fp8 = true;
+    const workload::LoweredBlock b16 = workload::lower_block(c, plan, 1, false, true);
+    const workload::LoweredBlock b8 = workload::lower_block(c, plan, 1, false, true, fp8);
+    // bf16: the three GEMMs. fp8: the same GEMMs in fp8, after the input's cast and the weight's
+    // amax and cast (forward), the output gradient's cast (dgrad), each amax's second stage.
+    ASSERT_EQ(b16.forward.size() + b16.backward.size(), 3u);
+    ASSERT_EQ(b8.forward.size(), 6u);
+    ASSERT_EQ(b8.backward.size(), 4u);
+    double cast_bytes = 0;
+    for (const auto* ops : {&b8.forward, &b8.backward})
+      for (const graph::Op& op : *ops) {
+        if (op.kind == graph::OpKind::Gemm) {
+          EXPECT_EQ(op.gemm_dtype, graph::GemmDtype::Fp8);
+        }
+        if (op.name == graph::OpName::Fp8Cast) cast_bytes += op.mem_bytes;
+      }
+    const double mk = static_cast<double>(x.m * x.k), kn = static_cast<double>(x.k * x.n),
+                 mn = static_cast<double>(x.m * x.n);
+    EXPECT_DOUBLE_EQ(cast_bytes, 4 * mk + 6 * kn + 4 * mn + 3 * 4);
+    const double speedup = seconds(b16) / seconds(b8);
+    std::printf("float8 linear %ld×%ld×%ld: %.2f× (torchao measured %.2f×)\n",
+                static_cast<long>(x.m), static_cast<long>(x.k), static_cast<long>(x.n), speedup,
+                x.measured);
+    if (x.measured < 1) {
+      EXPECT_LT(speedup, 1.0);
+    } else {
+      EXPECT_NEAR(speedup, x.measured, 0.10 * x.measured);
+    }
   }
 }
 
