@@ -31,6 +31,10 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+try:  # PyTorch 2.x: make_fx imports torch._dynamo while it traces, which must not happen inside
+    import torch._dynamo  # noqa: F401  the fake mode (its own comment); import it up front.
+except ImportError:  # PyTorch 1.13 has none
+    pass
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch._subclasses import FakeTensorMode
 try:  # PyTorch 2.x
@@ -121,6 +125,7 @@ def trace(fn, args, tracker, mode):
     from torch.fx.experimental import proxy_tensor
     tracer_cls = proxy_tensor.PythonKeyTracer
     original = tracer_cls.create_node
+    own = "create_node" in tracer_cls.__dict__  # 1.13 and 2.6 inherit it; later 2.x define it
 
     def create_node(self, *a, **k):
         node = original(self, *a, **k)
@@ -132,7 +137,10 @@ def trace(fn, args, tracker, mode):
         with mode:
             return make_fx(fn)(*args)
     finally:
-        tracer_cls.create_node = original
+        if own:
+            tracer_cls.create_node = original
+        else:
+            del tracer_cls.create_node
 
 
 def is_causal(n):

@@ -50,6 +50,15 @@ std::string base_op(const std::string& op) {
   return op.substr(0, op.find('.'));
 }
 
+/// A backward op (its base name ends in "_backward"): fused attention backward ops take the
+/// output gradient before the query, key and value.
+bool is_backward_op(const std::string& op) {
+  const std::string b = base_op(op);
+  constexpr std::string_view suffix = "_backward";
+  return b.size() > suffix.size() &&
+         b.compare(b.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 /// A collective of the lowering, on `role`'s stream.
 graph::Op collective_op(graph::OpKind kind, graph::CommRole role, graph::OpName name,
                         graph::Phase phase, double bytes) {
@@ -122,13 +131,16 @@ AtenClass aten_class(const std::string& op) {
   static const std::set<std::string> gemm = {"mm",      "addmm",      "bmm",
                                              "baddbmm", "_scaled_mm", "matmul"};
   static const std::set<std::string> attention = {
-      "_scaled_dot_product_flash_attention",
-      "_scaled_dot_product_efficient_attention",
-      "_scaled_dot_product_cudnn_attention",
-      "_flash_attention_forward",
-      "_flash_attention_backward",
-      "_scaled_dot_product_flash_attention_backward",
-      "_scaled_dot_product_efficient_attention_backward"};
+      "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+      "_scaled_dot_product_cudnn_attention", "_flash_attention_forward",
+      "_flash_attention_backward", "_scaled_dot_product_flash_attention_backward",
+      "_scaled_dot_product_efficient_attention_backward",
+      "_scaled_dot_product_cudnn_attention_backward",
+      // PyTorch ≥ 2.2 on CPU tensors (what a capture traces with): the flash branch's own ops.
+      "_scaled_dot_product_flash_attention_for_cpu",
+      "_scaled_dot_product_flash_attention_for_cpu_backward",
+      "_scaled_dot_product_fused_attention_overrideable",
+      "_scaled_dot_product_fused_attention_overrideable_backward"};
   static const std::set<std::string> view = {"t",
                                              "view",
                                              "_reshape_alias",
@@ -179,6 +191,8 @@ AtenClass aten_class(const std::string& op) {
                                                "max",
                                                "min",
                                                "_softmax",
+                                               "_safe_softmax",  // SDPA's math path, 2.5+
+                                               "bernoulli",
                                                "_log_softmax",
                                                "_softmax_backward_data",
                                                "_log_softmax_backward_data",
@@ -739,15 +753,18 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
     bool any_seq = false;
     for (std::uint32_t j : d.inputs) any_seq = any_seq || st[j].seq;
     st[i].seq = any_seq && !any_sharded;
-    if (cls == AtenClass::Attention && !d.inputs.empty() && !nodes[d.inputs[0]].shapes.empty() &&
-        nodes[d.inputs[0]].shapes[0].size() == 4) {
+    // A fused SDPA kernel's query, key and value inputs: the first three, after the output
+    // gradient for a backward op (its schema: grad_out, query, key, value, out, logsumexp, …).
+    const std::size_t q_at = cls == AtenClass::Attention && is_backward_op(d.op) ? 1 : 0;
+    if (cls == AtenClass::Attention && d.inputs.size() > q_at &&
+        !nodes[d.inputs[q_at]].shapes.empty() && nodes[d.inputs[q_at]].shapes[0].size() == 4) {
       // A fused SDPA kernel (PyTorch 2.x): q [b, h, s, dh], k [b, h, sk, dh]; forward
       // 4·b·h·s·sk·dh FLOPs, half of it under a causal mask, the backward 2.5× the forward (the
       // builder's fused-attention model, MODELING §1.1).
-      const auto& q = nodes[d.inputs[0]].shapes[0];
-      const double sk = d.inputs.size() > 1 && !nodes[d.inputs[1]].shapes.empty() &&
-                                nodes[d.inputs[1]].shapes[0].size() == 4
-                            ? static_cast<double>(nodes[d.inputs[1]].shapes[0][2])
+      const auto& q = nodes[d.inputs[q_at]].shapes[0];
+      const double sk = d.inputs.size() > q_at + 1 && !nodes[d.inputs[q_at + 1]].shapes.empty() &&
+                                nodes[d.inputs[q_at + 1]].shapes[0].size() == 4
+                            ? static_cast<double>(nodes[d.inputs[q_at + 1]].shapes[0][2])
                             : static_cast<double>(q[2]);
       const double heads = static_cast<double>(q[1]) / (any_sharded ? t : 1.0);
       const double bh = static_cast<double>(q[0]) * heads;
@@ -763,9 +780,9 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
       op.mem_bytes = any_sharded ? bytes / t : bytes;
       own[i] = op;
       if (fwd) out.attention_forward.push_back(op);
-      if (d.inputs.size() >= 3)
-        cp_exchange(static_cast<std::uint32_t>(i), phase, kv_bytes(d.inputs[1], d.inputs[2]),
-                    root(d.inputs[1]));
+      if (d.inputs.size() >= q_at + 3)
+        cp_exchange(static_cast<std::uint32_t>(i), phase,
+                    kv_bytes(d.inputs[q_at + 1], d.inputs[q_at + 2]), root(d.inputs[q_at + 1]));
       continue;
     }
     op.kind = cls == AtenClass::Attention ? graph::OpKind::Attention : graph::OpKind::Elementwise;
@@ -959,7 +976,8 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
     };
     std::vector<bool> in_attention(n, false);
     for (std::uint32_t s = 0; s < n; ++s) {
-      if (!forward[s] || nodes[s].kind != "call_function" || base_op(nodes[s].op) != "_softmax" ||
+      if (!forward[s] || nodes[s].kind != "call_function" ||
+          (base_op(nodes[s].op) != "_softmax" && base_op(nodes[s].op) != "_safe_softmax") ||
           in_attention[s])
         continue;
       const std::set<std::uint32_t> fr = expand(s);

@@ -232,6 +232,47 @@ TEST(CaptureSdpa, FusedAttentionOpTakesItsFlopsFromItsShapes) {
   }
 }
 
+TEST(CaptureSdpa, BackwardOpsReadQueryKeyValueAfterTheOutputGradient) {
+  // PyTorch ≥ 2.2 on CPU: _scaled_dot_product_flash_attention_for_cpu(query, key, value, …) and
+  // its backward (grad_out, query, key, value, out, logsumexp, …). Cross-attention: 512 queries
+  // against 1024 keys, so reading the key where the query is would count half the FLOPs.
+  workload::Capture c;
+  const std::vector<std::int64_t> q = {2, 8, 512, 64}, kv = {2, 8, 1024, 64};
+  const std::vector<std::string> bf16 = {"bfloat16"};
+  c.block.push_back({"q", "placeholder", "", {}, {q}, bf16, "", "", false});
+  c.block.push_back({"k", "placeholder", "", {}, {kv}, bf16, "", "", false});
+  c.block.push_back({"v", "placeholder", "", {}, {kv}, bf16, "", "", false});
+  c.block.push_back({"sdpa",
+                     "call_function",
+                     "_scaled_dot_product_flash_attention_for_cpu.default",
+                     {0, 1, 2},
+                     {q, {2, 8, 512}},
+                     {"bfloat16", "float32"},
+                     "attn",
+                     "",
+                     false});
+  c.block.push_back({"dout", "placeholder", "", {}, {q}, bf16, "", "", false});
+  c.block.push_back({"bwd",
+                     "call_function",
+                     "_scaled_dot_product_flash_attention_for_cpu_backward.default",
+                     {4, 0, 1, 2, 3},
+                     {q, kv, kv},
+                     {"bfloat16", "bfloat16", "bfloat16"},
+                     "attn",
+                     "",
+                     false});
+  c.block.push_back({"out", "output", "", {3, 5}, {}, {}, "", "", false});
+  const workload::LoweredBlock b = workload::lower_block(c, workload::llama_tp_plan(), 1);
+  ASSERT_EQ(b.forward.size(), 1u);
+  ASSERT_EQ(b.backward.size(), 1u);
+  const double fwd = 4 * 2 * 8 * 512.0 * 1024 * 64;  // 4·b·h·s·sk·dh
+  EXPECT_EQ(b.forward[0].kind, graph::OpKind::Attention);
+  EXPECT_DOUBLE_EQ(b.forward[0].flops, fwd);
+  EXPECT_EQ(b.backward[0].kind, graph::OpKind::Attention);
+  EXPECT_DOUBLE_EQ(b.backward[0].flops, 2.5 * fwd);
+  EXPECT_EQ(workload::aten_class("_safe_softmax.default"), workload::AtenClass::MemoryBound);
+}
+
 /// One nn.Linear [k → n] on m tokens, forward and backward, as make_fx traces it: x [m, k] and
 /// the weight [n, k] (module "lin", colwise in the plan), the output gradient dy [m, n] given;
 /// y = x · wᵀ, dx = dy · w, dw = dyᵀ · x.
