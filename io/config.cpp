@@ -1088,7 +1088,9 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
       if (cond)
         throw_input("{}: model.source (a captured model) with {} is not modelled yet", f, what);
     };
-    refuse(p.tp_comm_overlap, "parallel.tp_comm_overlap");
+    refuse(p.tp_comm_overlap && !m.capture_compiled,
+           "parallel.tp_comm_overlap and model.compile: eager (a captured model's TP overlap is "
+           "Inductor's micro-pipeline TP, async TP)");
     refuse(cp > 1 && !m.capture_compiled,
            "parallel.context_parallel_size > 1 and model.compile: eager (CP needs the fused "
            "attention)");

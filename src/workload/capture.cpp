@@ -473,7 +473,11 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
   std::vector<std::optional<graph::Op>> own(n);
   std::vector<std::vector<graph::Op>> casts(n);        // fp8: the casts a GEMM waits for, in order
   std::set<std::pair<std::uint32_t, bool>> cast_done;  // (tensor, forward) cast to fp8 once
-  std::vector<std::uint32_t> ep_gemms;                 // the local experts' GEMMs, in capture order
+  // Async TP: (tensor, forward) all-gathered as a plan GEMM's row operand; the plan GEMMs.
+  std::set<std::pair<std::uint32_t, bool>> row_gathers;
+  std::vector<bool> plan_gemm(n, false);
+  std::vector<std::optional<graph::Op>> tail(n);  // async TP: a GEMM's last chunk
+  std::vector<std::uint32_t> ep_gemms;            // the local experts' GEMMs, in capture order
   // Collectives issued beside a node's op (CP's key/value exchange around attention): the first
   // starts with the op before it (cp p2p) or after it (the backward reduce-scatter under
   // cp all_gather), each further one after the previous; the compute op after waits for them.
@@ -574,6 +578,17 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
             sp ? graph::OpName::TpReduceScatter : graph::OpName::TpAllReduce,
             forward[j] ? graph::Phase::Forward : graph::Phase::Backward, cp_bytes(j));
         if (tp > 1) pre[i].push_back({ar, root(j)});
+        if (tail[root(j)] && sp) {
+          // fused_matmul_reduce_scatter sums the t partial sums it received in one kernel: it
+          // reads all of them ([m, n] bf16) and writes this rank's [m/t, n].
+          graph::Op sum;
+          sum.kind = graph::OpKind::Elementwise;
+          sum.name = graph::OpName::AtenOp;
+          sum.phase = forward[j] ? graph::Phase::Forward : graph::Phase::Backward;
+          sum.layer = 0;
+          sum.mem_bytes = cp_bytes(j) * (1 + 1 / t);
+          casts[i].push_back(sum);
+        }
         st[j].partial = false;
         st[j].seq = sp && tp > 1;
         st[root(j)].reduced = tp > 1;
@@ -625,6 +640,7 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
                     (expert_of(d.module) >= 0 && opt.ep > 1 ? static_cast<double>(opt.ep) : 1.0));
             pre[i].push_back({ag, root(j)});
             st[root(j)].reduced = true;
+            if (j == d.inputs[d.inputs.size() - 2]) row_gathers.insert({root(j), fwd});
           }
       if (!style.empty()) {
         // nn.Linear's weight [out, in]: what its forward GEMM reads, else among the module's
@@ -704,6 +720,7 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
         st[i].scale = weight_gradient ? 1.0 : e;
         ep_gemms.push_back(static_cast<std::uint32_t>(i));
       }
+      plan_gemm[i] = !style.empty();
       op.kind = graph::OpKind::Gemm;
       op.name = graph::OpName::AtenGemm;
       op.shape = {static_cast<std::uint32_t>(std::max(1.0, m)),
@@ -738,6 +755,24 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
         }
       }
       own[i] = op;
+      const bool row_gathered = row_gathers.count({root(d.inputs[d.inputs.size() - 2]), fwd}) > 0;
+      if (opt.async_tp && compiled && sp && tp > 1 && !style.empty() && (row_gathered || reduce)) {
+        // Micro-pipeline TP runs the GEMM as t chunks of m/t rows (symmetric memory's
+        // _pipelined_all_gather_and_consume / _pipelined_produce_and_all2all): the first t − 1
+        // here, the last as `tail`, which waits for the whole gather (or after which the last
+        // chunk's partial sums leave). Each chunk reads the whole weight.
+        graph::Op chunk = op;
+        chunk.shape[0] = static_cast<std::uint32_t>(std::max(1.0, m / t));
+        chunk.flops = op.flops / t;
+        chunk.mem_bytes = op.gemm_dtype == graph::GemmDtype::Fp8
+                              ? m / t * k + k * nn + 2 * m / t * nn
+                              : 2 * (m / t * k + k * nn + m / t * nn);
+        graph::Op first = chunk;
+        first.flops *= t - 1;
+        first.mem_bytes *= t - 1;
+        own[i] = first;
+        tail[i] = chunk;
+      }
       if (style.empty())
         out.other_gemm_flops += op.flops;
       else
@@ -886,6 +921,17 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
   const auto record_part = [&](bool f, std::uint32_t x) {
     if (!part.empty()) (f ? out.forward_part : out.backward_part).push_back(part[x]);
   };
+  // Async TP (compiled, SP): a plan GEMM reading a row-gathered operand does not wait for the
+  // gather; a reduce-scatter of a plan GEMM's result starts with that GEMM: after the compute op
+  // before it (`before[x]`, per node, or the pass start).
+  const bool async_tp = opt.async_tp && compiled && sp && tp > 1;
+  const auto overlaps_gather = [&](std::uint32_t x) {
+    const CapturedNode& d = nodes[x];
+    return async_tp && plan_gemm[x] && d.inputs.size() >= 2 &&
+           row_gathers.count({root(d.inputs[d.inputs.size() - 2]), forward[x]}) > 0;
+  };
+  std::vector<std::int32_t> before(n, LoweredBlock::kPassStart);
+  std::array<std::int32_t, 2> last_compute{LoweredBlock::kPassStart, LoweredBlock::kPassStart};
   const auto emit_collectives = [&](std::uint32_t x) {
     for (const auto& [o, producer] : pre[x]) {
       const bool f = o.phase == graph::Phase::Forward;
@@ -897,32 +943,61 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
                          ? producer
                          : x);
       list.push_back(o);
-      after.push_back(at[producer] >= 0 && forward[producer] == f
-                          ? static_cast<std::int32_t>(at[producer])
-                          : LoweredBlock::kPassStart);
+      const bool same_pass = at[producer] >= 0 && forward[producer] == f;
+      if (async_tp && same_pass && o.kind == graph::OpKind::ReduceScatter && tail[producer]) {
+        // The partial sums of the GEMM's first t − 1 chunks leave beside them, the last
+        // chunk's after it.
+        graph::Op last = o;
+        list.back().comm_bytes = o.comm_bytes * (t - 1) / t;
+        last.comm_bytes = o.comm_bytes / t;
+        after.push_back(before[producer]);
+        record_part(f, o.kind != graph::OpKind::AllGather && nodes[producer].kind == "call_function"
+                           ? producer
+                           : x);
+        list.push_back(last);
+        after.push_back(static_cast<std::int32_t>(at[producer]) + 1);
+      } else
+        after.push_back(same_pass ? static_cast<std::int32_t>(at[producer])
+                                  : LoweredBlock::kPassStart);
     }
   };
   const auto emit_own = [&](const graph::Op& o, bool f, const std::vector<std::uint32_t>& ms) {
     auto& list = f ? out.forward : out.backward;
     auto& after = f ? out.forward_after : out.backward_after;
+    // fp8: the GEMM's casts, just before it (an overlapped gather waits beside them too).
+    bool overlap = false;
+    for (std::uint32_t m : ms) overlap = overlap || overlaps_gather(m);
     for (std::uint32_t m : ms)
-      for (const graph::Op& c : casts[m]) {  // fp8: the GEMM's casts, just before it
+      for (const graph::Op& c : casts[m]) {
         record_part(f, m);
         list.push_back(c);
-        after.push_back(LoweredBlock::kChain);
+        after.push_back(overlap ? LoweredBlock::kChainOverlap : LoweredBlock::kChain);
+        last_compute[f] = static_cast<std::int32_t>(list.size()) - 1;
       }
-    after.push_back(LoweredBlock::kChain);
+    after.push_back(overlap ? LoweredBlock::kChainOverlap : LoweredBlock::kChain);
     const auto self = static_cast<std::int32_t>(list.size());
-    for (std::uint32_t m : ms) at[m] = self;
+    for (std::uint32_t m : ms) {
+      at[m] = self;
+      before[m] = last_compute[f];
+    }
+    last_compute[f] = self;
     record_part(f, ms.front());
     list.push_back(o);
+    for (std::uint32_t m : ms)
+      if (tail[m]) {  // async TP: the GEMM's last chunk, at index at[m] + 1
+        record_part(f, m);
+        list.push_back(*tail[m]);
+        after.push_back(LoweredBlock::kChain);
+        last_compute[f] = self + 1;
+      }
+    const std::int32_t done = last_compute[f];  // the op itself, or its last chunk
     for (std::uint32_t m : ms)
       for (std::size_t k = 0; k < beside[m].size(); ++k) {
         const auto& [comm, starts_before] = beside[m][k];
         record_part(f, m);
         list.push_back(comm);
         after.push_back(k > 0            ? static_cast<std::int32_t>(list.size()) - 2
-                        : !starts_before ? self
+                        : !starts_before ? done
                         : self > 0       ? self - 1
                                          : LoweredBlock::kPassStart);
       }

@@ -57,8 +57,10 @@ struct LoweredBlock {
   std::vector<graph::Op> forward, backward;
   /// Per op, what it follows: kChain (a compute op: the previous compute op, and the
   /// collectives listed since), or for a collective the index of the op producing its tensor in
-  /// the same list, or kPassStart (the tensor comes from the other pass).
-  static constexpr std::int32_t kChain = -1, kPassStart = -2;
+  /// the same list, or kPassStart (the tensor comes from the other pass). kChainOverlap: a
+  /// compute op after the previous one that leaves the collectives listed since to the next
+  /// kChain op (async TP: a GEMM consuming its operand's all-gather chunk by chunk).
+  static constexpr std::int32_t kChain = -1, kPassStart = -2, kChainOverlap = -3;
   std::vector<std::int32_t> forward_after, backward_after;
   /// lower_outer only: per op, 0 = before the blocks, 1 = after them.
   std::vector<std::uint8_t> forward_part, backward_part;
@@ -93,6 +95,12 @@ struct LowerOptions {
   /// fp8 under FSDP (ZeRO-3): the weight is cast again for the dgrad instead of being kept
   /// (torchao's force_recompute_fp8_weight_in_bwd, which its README recommends with FSDP).
   bool fp8_recast_weight = false;
+  /// Compiled with sequence parallelism: Inductor's micro-pipeline TP (torchtitan's
+  /// enable_async_tensor_parallel). An all-gather whose result is a plan GEMM's row operand
+  /// runs beside the GEMMs that read it (fused_all_gather_matmul), and the reduce-scatter of a
+  /// plan GEMM's row-split partial sums beside that GEMM (fused_matmul_reduce_scatter): each
+  /// pair costs the longer of the two.
+  bool async_tp = false;
 };
 /// With `cp` > 1 (compiled only): every tensor with the token dimension is split over CP, the
 /// attention runs this rank's queries against the whole sequence, with the builder's key /

@@ -94,8 +94,9 @@ class StageBuilder {
     k_w_ = m.multi_latent_attention ? qk_w_ : static_cast<double>(m.kv_width());
     v_w_ = m.multi_latent_attention ? o_w_ : static_cast<double>(m.kv_width());
     if (m.capture) {
-      LowerOptions lo{p.cp(), p.cp_comm_type == CpCommType::AllGather, p.ep(),
-                      t.precision == Precision::Fp8, p.zero() >= 3};
+      LowerOptions lo{p.cp(),        p.cp_comm_type == CpCommType::AllGather,
+                      p.ep(),        t.precision == Precision::Fp8,
+                      p.zero() >= 3, p.tp_comm_overlap};
       lowered_ = lower_block(*m.capture, m.capture_plan, p.tp(), p.sequence_parallel,
                              m.capture_compiled, lo);
       lo.ep = 1;       // the outer graph has no experts
@@ -617,6 +618,8 @@ class StageBuilder {
       }
       if (after[k] == LoweredBlock::kChain) {
         ids.push_back(chain(op, std::exchange(pending, {})));
+      } else if (after[k] == LoweredBlock::kChainOverlap) {
+        ids.push_back(chain(op, {}));  // the pending collectives run beside it
       } else {
         const std::uint32_t from = after[k] >= 0 ? ids[static_cast<std::size_t>(after[k])]
                                                  : (start != kNone ? start : chain_);

@@ -354,6 +354,35 @@ TEST(CaptureFp8, Float8LinearSpeedupAsTorchaoMeasuredIt) {
   }
 }
 
+TEST(CaptureAsyncTp, GatheredGemmRunsInChunksBesideItsAllGather) {
+  // Inductor's micro-pipeline TP at TP 2 with SP: x [m, k] is split along the sequence and
+  // all-gathered for the colwise GEMM, which runs as 2 chunks of m/2 rows: the first beside the
+  // gather (kChainOverlap: it does not wait for it), the last after it (kChain).
+  const std::int64_t m = 4096, k = 2048, n = 1024;
+  const workload::Capture c = linear_capture(m, k, n);
+  workload::TpPlan plan;
+  plan.rules = {{"lin", "colwise"}};
+  workload::LowerOptions o;
+  o.async_tp = true;
+  const workload::LoweredBlock b = workload::lower_block(c, plan, 2, true, true, o);
+  ASSERT_EQ(b.forward.size(), 3u);
+  EXPECT_EQ(b.forward[0].kind, graph::OpKind::AllGather);
+  EXPECT_DOUBLE_EQ(b.forward[0].comm_bytes, 2.0 * m * k);  // bf16 [m, k], nccl-tests' size
+  const double flops = 2.0 * m * (n / 2) * k;              // the rank's n/2 columns
+  for (std::size_t i : {1, 2}) {
+    EXPECT_EQ(b.forward[i].kind, graph::OpKind::Gemm);
+    EXPECT_EQ(b.forward[i].shape[0], static_cast<std::uint32_t>(m / 2));
+    EXPECT_DOUBLE_EQ(b.forward[i].flops, flops / 2);
+  }
+  EXPECT_EQ(b.forward_after[1], workload::LoweredBlock::kChainOverlap);
+  EXPECT_EQ(b.forward_after[2], workload::LoweredBlock::kChain);
+  // Without async TP: one GEMM that waits for the gather.
+  const workload::LoweredBlock plain = workload::lower_block(c, plan, 2, true, true);
+  ASSERT_EQ(plain.forward.size(), 2u);
+  EXPECT_DOUBLE_EQ(plain.forward[1].flops, flops);
+  EXPECT_EQ(plain.forward_after[1], workload::LoweredBlock::kChain);
+}
+
 // Context parallelism (compiled): at TP 2 · CP 2 with SP the captured block has the builder's
 // GEMM and attention FLOPs per layer, its key/value exchange (an all-gather forward, an
 // all-gather and a reduce-scatter backward, of the whole sequence's K and V) and its TP

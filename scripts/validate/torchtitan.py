@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Captured Llama modules against torchtitan's published H100 measurements (held out: nothing in
+scalescope was fitted to them). torchtitan runs PyTorch code with torch.compile, FSDP2, DTensor
+TP/SP, torchao float8 and Inductor's async TP, which is what a capture of
+inputs/pytorch/llama.py models (docs/flint.md "fp8", "Async TP").
+
+    scripts/validate/torchtitan.py [BUILD_DIR]     (needs /usr/bin/python3 with torch and h5py)
+
+Sources (pytorch/torchtitan):
+  benchmarks/llama3_h100_202412_torchtitan.md, Tables 1, 3, 4;
+  benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md (its table, restated in docs/performance.md).
+Their H100s are Grand Teton's 96 GB HBM2e parts at a 500 W power limit; the cluster preset is a
+700 W DGX H100, so absolute tokens/s are not comparable and the script compares ratios: what a
+technique buys (fp8 over bf16, async TP over plain TP) at one job, both runs modelled alike.
+Also printed: peak memory against the reported one (GiB), where the runs are comparable.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+build = sys.argv[1] if len(sys.argv) > 1 else os.path.join(repo, "build")
+bin_ = os.path.join(build, "scalescope")
+tmp = tempfile.mkdtemp()
+
+L8 = dict(dim=4096, n_layers=32, n_heads=32, n_kv_heads=8, vocab_size=128256, ffn_dim=14336)
+L70 = dict(dim=8192, n_layers=80, n_heads=64, n_kv_heads=8, vocab_size=128256, ffn_dim=28672)
+# name, module args, preset, GPUs, TP, local batch, recompute, [(label, measured tokens/s/GPU,
+# measured GiB or None, precision, async TP)]
+JOBS = [
+    ("8B, 8 GPUs, FSDP 8 (Dec 2024 Table 1)", L8, "llama3-8b", 8, 1, 2, "selective",
+     [("bf16", 6667, 77.0, "bf16", False), ("fp8", 8532, 76.8, "fp8", False)]),
+    ("8B, 128 GPUs, FSDP 128 (Dec 2024 Table 3)", L8, "llama3-8b", 128, 1, 2, "selective",
+     [("bf16", 6514, 62.0, "bf16", False), ("fp8", 8380, 61.8, "fp8", False)]),
+    ("8B, 64 GPUs, FSDP 8 x TP 8 (June 2025)", L8, "llama3-8b", 64, 8, 12, "selective",
+     [("bf16", 4378, None, "bf16", False), ("bf16 async TP", 4809, None, "bf16", True),
+      ("fp8", 5078, None, "fp8", False), ("fp8 async TP", 5570, None, "fp8", True)]),
+    ("70B, 256 GPUs, FSDP 32 x TP 8 (June 2025)", L70, "llama3-70b", 256, 8, 16, "full",
+     [("bf16", 597, None, "bf16", False), ("bf16 async TP", 652, None, "bf16", True),
+      ("fp8", 810, None, "fp8", False), ("fp8 async TP", 942, None, "fp8", True)]),
+    ("70B, 256 GPUs, FSDP 32 x TP 8 (Dec 2024 Table 4)", L70, "llama3-70b", 256, 8, 16, "full",
+     [("fp8", 829, 71.9, "fp8", False), ("fp8 async TP", 876, 67.6, "fp8", True)]),
+]
+# Ratios compared: (job index, numerator label, denominator label).
+RATIOS = [(0, "fp8", "bf16"), (1, "fp8", "bf16"), (2, "fp8", "bf16"), (2, "bf16 async TP", "bf16"),
+          (2, "fp8 async TP", "fp8"), (3, "fp8", "bf16"), (3, "bf16 async TP", "bf16"),
+          (3, "fp8 async TP", "fp8"), (4, "fp8 async TP", "fp8")]
+
+
+def run(*args):
+    r = subprocess.run(args, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"{' '.join(args)}: {r.stderr.strip()}")
+    return r.stdout
+
+
+captures = {}
+results = {}
+for j, (name, margs, preset, gpus, tp, batch, recompute, runs) in enumerate(JOBS):
+    key = (margs["n_layers"], batch)
+    if key not in captures:
+        argfile = os.path.join(tmp, f"{j}.args.json")
+        json.dump(margs, open(argfile, "w"))
+        captures[key] = os.path.join(tmp, f"{j}.capture.h5")
+        run("/usr/bin/python3", os.path.join(repo, "scripts/capture/capture.py"),
+            os.path.join(repo, "inputs/pytorch/llama.py:Transformer"), "--args", argfile,
+            "--seq", "8192", "--batch", str(batch), "-o", captures[key])
+    dp = gpus // tp
+    exp = os.path.join(tmp, f"{j}.yaml")
+    with open(exp, "w") as f:
+        f.write(f"""model: {{preset: {preset}, seq_length: 8192}}
+parallel: {{tp: {tp}, pp: 1, dp: {dp}, sequence_parallel: {str(tp > 1).lower()}, fsdp: true,
+           reshard_after_forward: true, recompute: {recompute}}}
+training: {{micro_batch_size: {batch}, global_batch_size: {batch * dp}}}
+cluster: {{preset: dgx-h100, num_gpus: {gpus}}}
+run: {{trace_ranks: [0]}}
+""")
+    for label, measured, gib, precision, async_tp in runs:
+        out = os.path.join(tmp, f"{j}-{label.replace(' ', '_')}")
+        run(bin_, "run", exp, "-o", out, "--quiet", "--set", f"model.source={captures[key]}",
+            "--set", "model.tp_plan=llama", "--set", f"training.precision={precision}",
+            "--set", f"parallel.tp_comm_overlap={str(async_tp).lower()}",
+            "--set", "run.on_oom=warn")
+        s = json.load(open(os.path.join(out, "summary.json")))
+        results[(j, label)] = (s["tokens_per_s"] / s["world_size"], measured,
+                               s["peak_memory_bytes"] / 2**30, gib)
+
+print("| job | run | tokens/s/GPU here | measured | peak GiB here | measured |")
+print("|---|---|---|---|---|---|")
+for (j, label), (tps, measured, gib, mgib) in results.items():
+    print(f"| {JOBS[j][0]} | {label} | {tps:,.0f} | {measured:,} | {gib:.1f} | "
+          f"{'' if mgib is None else mgib} |")
+print()
+print("| job | ratio | here | measured | error |")
+print("|---|---|---|---|---|")
+for j, a, b in RATIOS:
+    here = results[(j, a)][0] / results[(j, b)][0]
+    measured = results[(j, a)][1] / results[(j, b)][1]
+    print(f"| {JOBS[j][0]} | {a} / {b} | {here:.3f} | {measured:.3f} | "
+          f"{(here / measured - 1) * 100:+.1f} % |")
