@@ -476,8 +476,9 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
   // Async TP: (tensor, forward) all-gathered as a plan GEMM's row operand; the plan GEMMs.
   std::set<std::pair<std::uint32_t, bool>> row_gathers;
   std::vector<bool> plan_gemm(n, false);
-  std::vector<std::optional<graph::Op>> tail(n);  // async TP: a GEMM's last chunk
-  std::vector<std::uint32_t> ep_gemms;            // the local experts' GEMMs, in capture order
+  std::vector<std::optional<graph::Op>> tail(n);     // async TP: a GEMM's last chunk
+  std::vector<std::vector<graph::Op>> pre_casts(n);  // fp8: casts before an fp8 all-gather
+  std::vector<std::uint32_t> ep_gemms;               // the local experts' GEMMs, in capture order
   // Collectives issued beside a node's op (CP's key/value exchange around attention): the first
   // starts with the op before it (cp p2p) or after it (the backward reduce-scatter under
   // cp all_gather), each further one after the previous; the compute op after waits for them.
@@ -746,6 +747,16 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
         if ((fwd || data_gradient) && cast_done.insert({x, fwd}).second) {
           amax_second_stage();
           cast(m * k, 4);  // the input (forward) or the output gradient (dgrad)
+          // Gathered over TP: torchao's Float8ColwiseParallel / Float8RowwiseParallel cast the
+          // sequence shard and all-gather it in fp8 (torchtitan's default with float8 and TP).
+          for (auto& [g, of] : pre[i])
+            if (g.kind == graph::OpKind::AllGather && g.role == graph::CommRole::Tp && of == x &&
+                casts[i].size() >= 2) {
+              g.comm_bytes /= 2;
+              casts[i][casts[i].size() - 1].mem_bytes /= t;
+              pre_casts[i].assign(casts[i].end() - 2, casts[i].end());
+              casts[i].resize(casts[i].size() - 2);
+            }
         }
         if (fwd || (data_gradient && opt.fp8_recast_weight)) {
           cast(weight_elements, 2);  // the weight's amax
@@ -933,10 +944,27 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
   std::vector<std::int32_t> before(n, LoweredBlock::kPassStart);
   std::array<std::int32_t, 2> last_compute{LoweredBlock::kPassStart, LoweredBlock::kPassStart};
   const auto emit_collectives = [&](std::uint32_t x) {
+    // fp8 with TP: the casts of an operand gathered in fp8 run before its gather, which waits
+    // for them.
+    std::int32_t cast_at = -1;
+    for (const graph::Op& c : pre_casts[x]) {
+      const bool f = c.phase == graph::Phase::Forward;
+      record_part(f, x);
+      (f ? out.forward : out.backward).push_back(c);
+      (f ? out.forward_after : out.backward_after).push_back(LoweredBlock::kChain);
+      cast_at = static_cast<std::int32_t>((f ? out.forward : out.backward).size()) - 1;
+      last_compute[f] = cast_at;
+    }
     for (const auto& [o, producer] : pre[x]) {
       const bool f = o.phase == graph::Phase::Forward;
       auto& list = f ? out.forward : out.backward;
       auto& after = f ? out.forward_after : out.backward_after;
+      if (o.kind == graph::OpKind::AllGather && cast_at >= 0) {
+        record_part(f, x);
+        list.push_back(o);
+        after.push_back(cast_at);
+        continue;
+      }
       // A reduction belongs where its partial sums are made (the embedding's, before the
       // blocks, not with the head that reads it); a gather where its result is read.
       record_part(f, o.kind != graph::OpKind::AllGather && nodes[producer].kind == "call_function"

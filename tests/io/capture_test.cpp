@@ -383,6 +383,28 @@ TEST(CaptureAsyncTp, GatheredGemmRunsInChunksBesideItsAllGather) {
   EXPECT_EQ(plain.forward_after[1], workload::LoweredBlock::kChain);
 }
 
+TEST(CaptureFp8, TensorParallelGathersTheCastShardInFp8) {
+  // torchao's Float8ColwiseParallel at TP 2 with SP: the rank casts its sequence shard of x
+  // (m/2 × k elements, 4 B each) and all-gathers it in fp8 (1 B per element: m·k bytes), then
+  // casts the weight and runs the fp8 GEMM.
+  const std::int64_t m = 4096, k = 2048, n = 1024;
+  const workload::Capture c = linear_capture(m, k, n);
+  workload::TpPlan plan;
+  plan.rules = {{"lin", "colwise"}};
+  workload::LowerOptions o;
+  o.fp8 = true;
+  const workload::LoweredBlock b = workload::lower_block(c, plan, 2, true, true, o);
+  ASSERT_EQ(b.forward.size(), 7u);  // amax stage 2, cast; gather; weight amax, stage 2, cast; GEMM
+  EXPECT_EQ(b.forward[1].name, graph::OpName::Fp8Cast);
+  EXPECT_DOUBLE_EQ(b.forward[1].mem_bytes, 4.0 * m / 2 * k);
+  EXPECT_EQ(b.forward[2].kind, graph::OpKind::AllGather);
+  EXPECT_DOUBLE_EQ(b.forward[2].comm_bytes, 1.0 * m * k);
+  EXPECT_EQ(b.forward_after[2], 1);                           // after the cast
+  EXPECT_DOUBLE_EQ(b.forward[3].mem_bytes, 2.0 * n / 2 * k);  // the weight shard's amax
+  EXPECT_EQ(b.forward[6].kind, graph::OpKind::Gemm);
+  EXPECT_EQ(b.forward[6].gemm_dtype, graph::GemmDtype::Fp8);
+}
+
 // Context parallelism (compiled): at TP 2 · CP 2 with SP the captured block has the builder's
 // GEMM and attention FLOPs per layer, its key/value exchange (an all-gather forward, an
 // all-gather and a reduce-scatter backward, of the whole sequence's K and V) and its TP
