@@ -1104,7 +1104,6 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
       refuse(p.moe_token_dispatcher_type == workload::MoeDispatcher::AllGather,
              "parallel.moe_token_dispatcher_type: allgather");
       refuse(p.etp() != p.tp(), "parallel.expert_tensor_parallel_size other than TP");
-      refuse(c.training.moe_expert_load_skew > 0, "training.moe_expert_load_skew");
     }
     refuse(p.recompute == workload::Recompute::Selective && !m.capture_compiled,
            "parallel.recompute: selective and model.compile: eager (selective recomputes the "

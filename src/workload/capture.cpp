@@ -390,6 +390,16 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
         "experts.<i>, {} here) it divides",
         opt.ep, experts);
   const std::int64_t local_experts = opt.ep > 1 ? experts / opt.ep : experts;
+  // Token copies of a local expert relative to the capture's (balanced, one rank's): the ep
+  // ranks' copies, times its routing share relative to balanced (LowerOptions::expert_tokens).
+  const bool moe_scaled = opt.ep > 1 || !opt.expert_tokens.empty();
+  const auto expert_factor = [&](const std::string& module) {
+    const std::int64_t e = expert_of(module);
+    const double share = e >= 0 && static_cast<std::size_t>(e) < opt.expert_tokens.size()
+                             ? opt.expert_tokens[static_cast<std::size_t>(e)]
+                             : 1.0;
+    return static_cast<double>(opt.ep) * share;
+  };
   const auto remote_expert = [&](const std::string& module) {
     return opt.ep > 1 && expert_of(module) >= local_experts;
   };
@@ -521,7 +531,7 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
     const CapturedNode& d = nodes[i];
     if (d.kind != "call_function") continue;
     for (std::uint32_t j : d.inputs) st[i].tokens = st[i].tokens || st[j].tokens;
-    if (opt.ep > 1) {
+    if (moe_scaled) {
       // Another rank's expert (its module, or only its tensors as inputs): nothing runs here.
       // A local expert's tensors carry the token copies of all ep ranks.
       bool all_remote = false;
@@ -541,7 +551,7 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
       st[i].remote = remote_expert(d.module) || all_remote;
       if (st[i].remote) continue;
       if (expert_of(d.module) >= 0 && aten_class(d.op) != AtenClass::Gemm)
-        st[i].scale = static_cast<double>(opt.ep);
+        st[i].scale = expert_factor(d.module);
     }
     st[i].tokens = st[i].tokens && (d.shapes.empty() || numel(d.shapes[0]) >= tokens);
     const bool fwd = forward[i];
@@ -638,7 +648,7 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
             graph::Op ag = collective_op(
                 graph::OpKind::AllGather, graph::CommRole::Tp, graph::OpName::TpAllGather, phase,
                 cp_bytes(j) *
-                    (expert_of(d.module) >= 0 && opt.ep > 1 ? static_cast<double>(opt.ep) : 1.0));
+                    (expert_of(d.module) >= 0 && moe_scaled ? expert_factor(d.module) : 1.0));
             pre[i].push_back({ag, root(j)});
             st[root(j)].reduced = true;
             if (j == d.inputs[d.inputs.size() - 2]) row_gathers.insert({root(j), fwd});
@@ -713,10 +723,10 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
         else if (in_tokens)
           k /= cp;
       }
-      const bool expert = opt.ep > 1 && expert_of(d.module) >= 0;
+      const bool expert = moe_scaled && expert_of(d.module) >= 0;
       if (expert) {
         // A local expert receives the token copies of all ep ranks of its group.
-        const double e = static_cast<double>(opt.ep);
+        const double e = expert_factor(d.module);
         (weight_gradient ? k : m) *= e;
         st[i].scale = weight_gradient ? 1.0 : e;
         ep_gemms.push_back(static_cast<std::uint32_t>(i));
@@ -898,6 +908,7 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
     }
     double copies = 0;
     for (const auto& [e, b] : input_of_expert) copies += b;
+    copies *= opt.all_to_all_scale;
     for (const bool fwd : {true, false}) {
       std::vector<std::uint32_t> g;
       for (std::uint32_t i : ep_gemms)

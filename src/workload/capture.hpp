@@ -101,6 +101,12 @@ struct LowerOptions {
   /// plan GEMM's row-split partial sums beside that GEMM (fused_matmul_reduce_scatter): each
   /// pair costs the longer of the two.
   bool async_tp = false;
+  /// MoE routing other than balanced (a load skew, a capacity factor): per local expert (the
+  /// capture's experts 0 … E/ep − 1 stand for the rank's), its token copies relative to
+  /// balanced routing; empty = balanced. And the all-to-alls' bytes relative to balanced (the
+  /// busiest member's exchange sets them, as in the builder).
+  std::vector<double> expert_tokens;
+  double all_to_all_scale = 1;
 };
 /// With `cp` > 1 (compiled only): every tensor with the token dimension is split over CP, the
 /// attention runs this rank's queries against the whole sequence, with the builder's key /

@@ -28,22 +28,30 @@ std::vector<double> expert_load_shares(std::int64_t experts, double skew, std::i
   return w;
 }
 
-MoeLoad moe_load(const ModelSpec& m, const ParallelPlan& p, const TrainingSpec& t,
-                 std::int64_t ep_rank, double local_tokens) {
-  SCALESCOPE_EXPECTS(m.moe() && ep_rank >= 0 && ep_rank < p.ep());
-  const std::vector<double> w =
+std::vector<double> expert_copies(const ModelSpec& m, const ParallelPlan& p, const TrainingSpec& t,
+                                  double local_tokens) {
+  SCALESCOPE_EXPECTS(m.moe());
+  std::vector<double> w =
       expert_load_shares(m.num_experts, t.moe_expert_load_skew, t.moe_expert_load_seed);
-  const double ep = static_cast<double>(p.ep());
-  const double k = static_cast<double>(m.moe_router_topk);
-  const double copies = ep * local_tokens * k;  // routed in the EP group
+  const double copies = static_cast<double>(p.ep()) * local_tokens *
+                        static_cast<double>(m.moe_router_topk);  // routed in the EP group
   const double cap = m.moe_expert_capacity_factor > 0 ? m.moe_expert_capacity_factor * copies /
                                                             static_cast<double>(m.num_experts)
                                                       : INFINITY;
+  for (double& x : w) x = std::min(cap, x * copies);
+  return w;
+}
+
+MoeLoad moe_load(const ModelSpec& m, const ParallelPlan& p, const TrainingSpec& t,
+                 std::int64_t ep_rank, double local_tokens) {
+  SCALESCOPE_EXPECTS(m.moe() && ep_rank >= 0 && ep_rank < p.ep());
+  const double ep = static_cast<double>(p.ep());
+  const std::vector<double> kept_by_expert = expert_copies(m, p, t, local_tokens);
   const std::int64_t per_rank = m.num_experts / p.ep();
   std::vector<double> received(static_cast<std::size_t>(p.ep()), 0.0);
   double kept = 0;
   for (std::int64_t e = 0; e < m.num_experts; ++e) {
-    const double x = std::min(cap, w[static_cast<std::size_t>(e)] * copies);
+    const double x = kept_by_expert[static_cast<std::size_t>(e)];
     received[static_cast<std::size_t>(e / per_rank)] += x;
     kept += x;
   }

@@ -25,6 +25,12 @@ struct MoeLoad {
   double max_exchanged = 0;
 };
 
+/// The token copies each of the E experts keeps in one MoE layer's forward of one micro-batch
+/// when every rank of the EP group routes `local_tokens` tokens (shares of
+/// expert_load_shares, capped by the capacity factor as moe_load describes).
+std::vector<double> expert_copies(const ModelSpec& m, const ParallelPlan& p, const TrainingSpec& t,
+                                  double local_tokens);
+
 /// The load of EP rank `ep_rank` (its experts are [ep_rank·E/EP, (ep_rank + 1)·E/EP), Megatron's
 /// contiguous assignment); `local_tokens` tokens per rank. With a capacity factor c > 0 each
 /// expert keeps at most c·(EP·local_tokens·k)/E of the copies routed to it (Megatron's drop

@@ -93,10 +93,36 @@ class StageBuilder {
     o_w_ = static_cast<double>(m.attn_out_width());
     k_w_ = m.multi_latent_attention ? qk_w_ : static_cast<double>(m.kv_width());
     v_w_ = m.multi_latent_attention ? o_w_ : static_cast<double>(m.kv_width());
+    if (m.moe()) {
+      // Each layer's MoE block sees the rank's SP share of its tokens (Megatron requires SP with
+      // TP); the EP-rank program models its own experts' load, the balanced one EP rank 0's.
+      load_ = moe_load(m, p, t, ep_rank < 0 ? 0 : ep_rank, tokens_ / seq_shard_);
+      local_experts_ = static_cast<double>(m.num_experts / p.ep());
+    }
     if (m.capture) {
-      LowerOptions lo{p.cp(),        p.cp_comm_type == CpCommType::AllGather,
-                      p.ep(),        t.precision == Precision::Fp8,
-                      p.zero() >= 3, p.tp_comm_overlap};
+      LowerOptions lo;
+      lo.cp = p.cp();
+      lo.cp_all_gather = p.cp_comm_type == CpCommType::AllGather;
+      lo.ep = p.ep();
+      lo.fp8 = t.precision == Precision::Fp8;
+      lo.fp8_recast_weight = p.zero() >= 3;
+      lo.async_tp = p.tp_comm_overlap;
+      if (m.moe()) {
+        // This EP rank's experts' loads (skew, capacity), relative to balanced routing; without
+        // a skew every EP rank is EP rank 0.
+        const double local = tokens_ / seq_shard_;
+        const std::vector<double> copies = expert_copies(m, p, t, local);
+        const double balanced = static_cast<double>(p.ep()) * local *
+                                static_cast<double>(m.moe_router_topk) /
+                                static_cast<double>(m.num_experts);
+        const std::int64_t per_rank = m.num_experts / p.ep();
+        for (std::int64_t j = 0; j < per_rank; ++j)
+          lo.expert_tokens.push_back(
+              copies[static_cast<std::size_t>(std::max<std::int64_t>(ep_rank, 0) * per_rank + j)] /
+              balanced);
+        lo.all_to_all_scale =
+            load_.max_exchanged / (local * static_cast<double>(m.moe_router_topk));
+      }
       lowered_ = lower_block(*m.capture, m.capture_plan, p.tp(), p.sequence_parallel,
                              m.capture_compiled, lo);
       lo.ep = 1;       // the outer graph has no experts
@@ -104,12 +130,6 @@ class StageBuilder {
       if (m.capture_outer)
         outer_ = lower_outer(*m.capture, m.capture_plan, p.tp(), p.sequence_parallel,
                              m.capture_compiled, lo);
-    }
-    if (m.moe()) {
-      // Each layer's MoE block sees the rank's SP share of its tokens (Megatron requires SP with
-      // TP); the EP-rank program models its own experts' load, the balanced one EP rank 0's.
-      load_ = moe_load(m, p, t, ep_rank < 0 ? 0 : ep_rank, tokens_ / seq_shard_);
-      local_experts_ = static_cast<double>(m.num_experts / p.ep());
     }
   }
 

@@ -44,9 +44,9 @@ struct LayerTotals {
       }
     return t;
   }
-  static LayerTotals of_graph(const graph::SlicedGraph& g) {
+  static LayerTotals of_graph(const graph::SlicedGraph& g, std::size_t k = 0) {
     LayerTotals t;
-    for (const auto& op : g.templates[0].ops)
+    for (const auto& op : g.templates[k].ops)
       if (op.layer == 1 && op.microbatch == 0) t.add(op);
     return t;
   }
@@ -57,6 +57,16 @@ struct LayerTotals {
     return t;
   }
 };
+
+/// LowerOptions with context parallelism `cp` (its all-gather exchange or the ring) and expert
+/// parallelism `ep`.
+workload::LowerOptions options(std::int64_t cp, bool cp_all_gather, std::int64_t ep) {
+  workload::LowerOptions o;
+  o.cp = cp;
+  o.cp_all_gather = cp_all_gather;
+  o.ep = ep;
+  return o;
+}
 
 class Capture : public TempDirTest {
  protected:
@@ -424,7 +434,7 @@ TEST_F(Capture, ContextParallelMatchesTheBuilder) {
   const LayerTotals builder =
       LayerTotals::of_graph(workload::build_graph(m, p, workload::TrainingSpec{}));
   const LayerTotals captured = LayerTotals::of_block(
-      workload::lower_block(c, workload::llama_tp_plan(), 2, true, true, {2, false, 1}));
+      workload::lower_block(c, workload::llama_tp_plan(), 2, true, true, options(2, false, 1)));
   EXPECT_NEAR(captured.gemm / builder.gemm, 1.0, 1e-12);
   EXPECT_NEAR(captured.attention / builder.attention, 1.0, 1e-12);
   const auto kv = captured.of(std::nullopt, graph::CommRole::Cp);
@@ -435,8 +445,9 @@ TEST_F(Capture, ContextParallelMatchesTheBuilder) {
                   builder.of(std::nullopt, graph::CommRole::Tp).second,
               1.0, 1e-12);
   // Eager has no fused attention to run the exchange around.
-  EXPECT_THROW(workload::lower_block(c, workload::llama_tp_plan(), 2, true, false, {2, false, 1}),
-               InputError);
+  EXPECT_THROW(
+      workload::lower_block(c, workload::llama_tp_plan(), 2, true, false, options(2, false, 1)),
+      InputError);
 }
 
 // Recomputation of a captured layer, as the builder does it: full — the first forward keeps only
@@ -523,7 +534,7 @@ TEST_F(Capture, ExpertParallelMatchesTheBuilder) {
   t.global_batch_size = 2;
   const LayerTotals builder = LayerTotals::of_graph(workload::build_graph(m, p, t));
   const LayerTotals captured = LayerTotals::of_block(
-      workload::lower_block(c, workload::llama_tp_plan(), 2, true, true, {1, false, 2}));
+      workload::lower_block(c, workload::llama_tp_plan(), 2, true, true, options(1, false, 2)));
   EXPECT_NEAR(captured.gemm / builder.gemm, 1.0, 1e-12);
   EXPECT_NEAR(captured.attention / builder.attention, 1.0, 1e-12);
   const auto a2a = captured.of(graph::OpKind::AllToAll);
@@ -535,8 +546,32 @@ TEST_F(Capture, ExpertParallelMatchesTheBuilder) {
   for (const auto kind : {graph::OpKind::AllGather, graph::OpKind::ReduceScatter})
     EXPECT_NEAR(captured.of(kind).second / builder.of(kind).second, 1.0, 1e-3);
   // An EP degree that does not divide the experts is one line.
-  EXPECT_THROW(workload::lower_block(c, workload::llama_tp_plan(), 2, true, true, {1, false, 3}),
-               InputError);
+  EXPECT_THROW(
+      workload::lower_block(c, workload::llama_tp_plan(), 2, true, true, options(1, false, 3)),
+      InputError);
+
+  // A router load skew: one program per EP rank, whose experts take their own token copies. The
+  // captured model's EP-rank programs have the builder's GEMM FLOPs and all-to-all bytes (the
+  // busiest member's exchange), rank by rank, and the two ranks differ.
+  t.moe_expert_load_skew = 1.0;
+  const graph::SlicedGraph skewed = workload::build_graph(m, p, t);
+  workload::ModelSpec mc = m;
+  mc.capture = std::make_shared<const workload::Capture>(c);
+  mc.capture_plan = workload::llama_tp_plan();
+  mc.capture_compiled = true;
+  const graph::SlicedGraph skewed_capture = workload::build_graph(mc, p, t);
+  ASSERT_EQ(skewed.templates.size(), 2u);
+  ASSERT_EQ(skewed_capture.templates.size(), 2u);
+  for (std::size_t e = 0; e < 2; ++e) {
+    const LayerTotals b = LayerTotals::of_graph(skewed, e);
+    const LayerTotals k = LayerTotals::of_graph(skewed_capture, e);
+    EXPECT_NEAR(k.gemm / b.gemm, 1.0, 1e-12) << "EP rank " << e;
+    EXPECT_NEAR(k.of(graph::OpKind::AllToAll).second / b.of(graph::OpKind::AllToAll).second, 1.0,
+                1e-12)
+        << "EP rank " << e;
+  }
+  EXPECT_NE(LayerTotals::of_graph(skewed_capture, 0).gemm,
+            LayerTotals::of_graph(skewed_capture, 1).gemm);
 }
 
 // The outer graph (embedding, final norm, output layer, loss) splits at the block marker: before
