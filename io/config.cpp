@@ -1103,7 +1103,8 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
                     m.capture_path, captured);
       refuse(p.moe_token_dispatcher_type == workload::MoeDispatcher::AllGather,
              "parallel.moe_token_dispatcher_type: allgather");
-      refuse(p.etp() != p.tp(), "parallel.expert_tensor_parallel_size other than TP");
+      refuse(p.etp() != p.tp() && p.etp() != 1,
+             "parallel.expert_tensor_parallel_size other than 1 or TP");
     }
     refuse(p.recompute == workload::Recompute::Selective && !m.capture_compiled,
            "parallel.recompute: selective and model.compile: eager (selective recomputes the "

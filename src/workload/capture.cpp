@@ -706,10 +706,20 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
         m /= t;  // per-head batched GEMMs on this rank's heads
         st[i].sharded = true;
       } else {
-        bool any_seq = false;
-        for (std::uint32_t j : d.inputs) any_seq = any_seq || st[j].seq;
-        if (any_seq) {
-          m /= t;  // a replicated GEMM (a router) on this rank's part of the sequence
+        bool any_seq = false, reads_weight = false;
+        for (std::uint32_t j : d.inputs) {
+          any_seq = any_seq || st[j].seq;
+          const CapturedNode& r = nodes[root(j)];
+          reads_weight = reads_weight || (r.kind == "placeholder" && !r.param.empty());
+        }
+        // A replicated GEMM (a router; experts at ETP 1) on this rank's part of the sequence:
+        // its rows, or for a weight gradient the tokens it sums over.
+        if (any_seq && !fwd && !reads_weight) {
+          k /= t;
+          weight_gradient = true;
+          st[i].tokens = false;
+        } else if (any_seq) {
+          m /= t;
           st[i].seq = true;
         }
       }
@@ -899,8 +909,9 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
     std::map<std::int64_t, double> input_of_expert;  // its first column-parallel GEMM's input
     for (std::size_t i = 0; i < n; ++i) {
       const CapturedNode& d = nodes[i];
+      // Node order: an expert's first GEMM reads its input (w1's).
       if (!forward[i] || expert_of(d.module) < 0 || aten_class(d.op) != AtenClass::Gemm ||
-          plan.style_of(d.module) != "colwise" || d.inputs.size() < 2)
+          d.inputs.size() < 2)
         continue;
       const std::uint32_t x = d.inputs[d.inputs.size() - 2];
       input_of_expert.emplace(expert_of(d.module),
@@ -1450,7 +1461,12 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
 
 LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, bool sp,
                          bool compiled, const LowerOptions& opt) {
-  return lower_nodes(c.block, plan, tp, sp, compiled, opt, {}, {});
+  if (!opt.experts_replicated) return lower_nodes(c.block, plan, tp, sp, compiled, opt, {}, {});
+  // ETP 1: the experts' linear layers keep whole weights on every TP rank (the first rule that
+  // matches a path decides its style).
+  TpPlan whole = plan;
+  whole.rules.insert(whole.rules.begin(), {"experts.*.*", ""});
+  return lower_nodes(c.block, whole, tp, sp, compiled, opt, {}, {});
 }
 
 LoweredOuter lower_outer(const Capture& c, const TpPlan& plan, std::int64_t tp, bool sp,

@@ -107,6 +107,9 @@ struct LowerOptions {
   /// busiest member's exchange sets them, as in the builder).
   std::vector<double> expert_tokens;
   double all_to_all_scale = 1;
+  /// Expert tensor parallelism 1 with TP > 1 (torchtitan's default ETP): every TP rank runs
+  /// whole experts on its own sequence share of the tokens; no TP collectives around them.
+  bool experts_replicated = false;
 };
 /// With `cp` > 1 (compiled only): every tensor with the token dimension is split over CP, the
 /// attention runs this rank's queries against the whole sequence, with the builder's key /

@@ -572,6 +572,25 @@ TEST_F(Capture, ExpertParallelMatchesTheBuilder) {
   }
   EXPECT_NE(LayerTotals::of_graph(skewed_capture, 0).gemm,
             LayerTotals::of_graph(skewed_capture, 1).gemm);
+
+  // ETP 1 (torchtitan's default): whole experts on every TP rank, each on its sequence share;
+  // the builder's GEMM FLOPs, all-to-all bytes and TP collectives (the attention's only).
+  t.moe_expert_load_skew = 0;
+  p.expert_tensor_parallel_size = 1;
+  const LayerTotals etp1 = LayerTotals::of_graph(workload::build_graph(m, p, t));
+  const LayerTotals etp1_capture = LayerTotals::of_graph(workload::build_graph(mc, p, t));
+  EXPECT_NEAR(etp1_capture.gemm / etp1.gemm, 1.0, 1e-12);
+  EXPECT_NEAR(
+      etp1_capture.of(graph::OpKind::AllToAll).second / etp1.of(graph::OpKind::AllToAll).second,
+      1.0, 1e-12);
+  for (const auto kind : {graph::OpKind::AllGather, graph::OpKind::ReduceScatter}) {
+    EXPECT_EQ(etp1_capture.of(kind, graph::CommRole::Tp).first,
+              etp1.of(kind, graph::CommRole::Tp).first);
+    EXPECT_NEAR(etp1_capture.of(kind).second / etp1.of(kind).second, 1.0, 1e-3);
+  }
+  // Fewer TP collectives than at ETP 2 (the experts' gathers and reductions are gone).
+  EXPECT_LT(etp1_capture.of(graph::OpKind::AllGather).first,
+            captured.of(graph::OpKind::AllGather).first);
 }
 
 // The outer graph (embedding, final norm, output layer, loss) splits at the block marker: before
