@@ -307,6 +307,15 @@ workload::Capture linear_capture(std::int64_t m, std::int64_t k, std::int64_t n)
   return c;
 }
 
+/// linear_capture(m, k, n) lowered compiled with "lin" column-parallel at `tp` (with SP when
+/// tp > 1).
+workload::LoweredBlock lower_linear(std::int64_t m, std::int64_t k, std::int64_t n, std::int64_t tp,
+                                    const workload::LowerOptions& o = {}) {
+  workload::TpPlan plan;
+  plan.rules = {{"lin", "colwise"}};
+  return workload::lower_block(linear_capture(m, k, n), plan, tp, tp > 1, true, o);
+}
+
 TEST(CaptureFp8, Float8LinearSpeedupAsTorchaoMeasuredIt) {
   // torchao's float8 README (torchao/float8/README.md, "Performance"): a compiled Float8Linear
   // (tensorwise dynamic scaling), forward and backward, against bf16 on an H100: M, K, N =
@@ -318,8 +327,6 @@ TEST(CaptureFp8, Float8LinearSpeedupAsTorchaoMeasuredIt) {
   const io::ExperimentConfig cfg = io::load_experiment(std::string(SCALESCOPE_SOURCE_DIR) +
                                                        "/inputs/experiments/quickstart.yaml");
   const cost::CostModel cost(cfg.cluster);
-  workload::TpPlan plan;
-  plan.rules = {{"lin", "colwise"}};
   const auto seconds = [&](const workload::LoweredBlock& b) {
     double s = 0;
     for (const auto* ops : {&b.forward, &b.backward})
@@ -331,11 +338,10 @@ TEST(CaptureFp8, Float8LinearSpeedupAsTorchaoMeasuredIt) {
     double measured;
   };
   for (const Case& x : {Case{1024, 2048, 1024, 0.80}, Case{4096, 8192, 16384, 1.39}}) {
-    const workload::Capture c = linear_capture(x.m, x.k, x.n);
     workload::LowerOptions fp8;
     fp8.fp8 = true;
-    const workload::LoweredBlock b16 = workload::lower_block(c, plan, 1, false, true);
-    const workload::LoweredBlock b8 = workload::lower_block(c, plan, 1, false, true, fp8);
+    const workload::LoweredBlock b16 = lower_linear(x.m, x.k, x.n, 1);
+    const workload::LoweredBlock b8 = lower_linear(x.m, x.k, x.n, 1, fp8);
     // bf16: the three GEMMs. fp8: the same GEMMs in fp8, after the input's cast and the weight's
     // amax and cast (forward), the output gradient's cast (dgrad), each amax's second stage.
     ASSERT_EQ(b16.forward.size() + b16.backward.size(), 3u);
@@ -369,12 +375,9 @@ TEST(CaptureAsyncTp, GatheredGemmRunsInChunksBesideItsAllGather) {
   // all-gathered for the colwise GEMM, which runs as 2 chunks of m/2 rows: the first beside the
   // gather (kChainOverlap: it does not wait for it), the last after it (kChain).
   const std::int64_t m = 4096, k = 2048, n = 1024;
-  const workload::Capture c = linear_capture(m, k, n);
-  workload::TpPlan plan;
-  plan.rules = {{"lin", "colwise"}};
   workload::LowerOptions o;
   o.async_tp = true;
-  const workload::LoweredBlock b = workload::lower_block(c, plan, 2, true, true, o);
+  const workload::LoweredBlock b = lower_linear(m, k, n, 2, o);
   ASSERT_EQ(b.forward.size(), 3u);
   EXPECT_EQ(b.forward[0].kind, graph::OpKind::AllGather);
   EXPECT_DOUBLE_EQ(b.forward[0].comm_bytes, 2.0 * m * k);  // bf16 [m, k], nccl-tests' size
@@ -387,7 +390,7 @@ TEST(CaptureAsyncTp, GatheredGemmRunsInChunksBesideItsAllGather) {
   EXPECT_EQ(b.forward_after[1], workload::LoweredBlock::kChainOverlap);
   EXPECT_EQ(b.forward_after[2], workload::LoweredBlock::kChain);
   // Without async TP: one GEMM that waits for the gather.
-  const workload::LoweredBlock plain = workload::lower_block(c, plan, 2, true, true);
+  const workload::LoweredBlock plain = lower_linear(m, k, n, 2);
   ASSERT_EQ(plain.forward.size(), 2u);
   EXPECT_DOUBLE_EQ(plain.forward[1].flops, flops);
   EXPECT_EQ(plain.forward_after[1], workload::LoweredBlock::kChain);
@@ -398,12 +401,9 @@ TEST(CaptureFp8, TensorParallelGathersTheCastShardInFp8) {
   // (m/2 × k elements, 4 B each) and all-gathers it in fp8 (1 B per element: m·k bytes), then
   // casts the weight and runs the fp8 GEMM.
   const std::int64_t m = 4096, k = 2048, n = 1024;
-  const workload::Capture c = linear_capture(m, k, n);
-  workload::TpPlan plan;
-  plan.rules = {{"lin", "colwise"}};
   workload::LowerOptions o;
   o.fp8 = true;
-  const workload::LoweredBlock b = workload::lower_block(c, plan, 2, true, true, o);
+  const workload::LoweredBlock b = lower_linear(m, k, n, 2, o);
   ASSERT_EQ(b.forward.size(), 7u);  // amax stage 2, cast; gather; weight amax, stage 2, cast; GEMM
   EXPECT_EQ(b.forward[1].name, graph::OpName::Fp8Cast);
   EXPECT_DOUBLE_EQ(b.forward[1].mem_bytes, 4.0 * m / 2 * k);
