@@ -684,9 +684,12 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
         plan ? detail::read_choice(*plan, "model.tp_plan", {"llama", "gpt"}) : std::string("llama");
     m.capture_plan = name == "gpt" ? workload::gpt_tp_plan() : workload::llama_tp_plan();
     m.capture_plan_name = name;
-    if (const Value* mode = get(inline_keys, "compile"))
-      m.capture_compiled =
-          detail::read_choice(*mode, "model.compile", {"inductor", "eager"}) == "inductor";
+    if (const Value* mode = get(inline_keys, "compile")) {
+      const std::string c =
+          detail::read_choice(*mode, "model.compile", {"inductor", "eager", "blocks"});
+      m.capture_compiled = c != "eager";
+      m.capture_outer_compiled = c == "inductor";
+    }
     if (const Value* outer = get(inline_keys, "outer"))
       m.capture_outer =
           detail::read_choice(*outer, "model.outer", {"captured", "builder"}) == "captured";
@@ -1202,7 +1205,10 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
   if (m.capture) {
     out << YAML::Key << "source" << YAML::Value << m.capture_path;
     out << YAML::Key << "tp_plan" << YAML::Value << m.capture_plan_name;
-    out << YAML::Key << "compile" << YAML::Value << (m.capture_compiled ? "inductor" : "eager");
+    out << YAML::Key << "compile" << YAML::Value
+        << (!m.capture_compiled        ? "eager"
+            : m.capture_outer_compiled ? "inductor"
+                                       : "blocks");
     out << YAML::Key << "outer" << YAML::Value << (m.capture_outer ? "captured" : "builder");
   }
   if (m.moe()) {

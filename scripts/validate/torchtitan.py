@@ -12,7 +12,9 @@ Sources (pytorch/torchtitan):
 Their H100s are Grand Teton's 96 GB HBM2e parts at a 500 W power limit; the cluster preset is a
 700 W DGX H100, so absolute tokens/s are not comparable and the script compares ratios: what a
 technique buys (fp8 over bf16, async TP over plain TP) at one job, both runs modelled alike.
-Also printed: peak memory against the reported one (GiB), where the runs are comparable.
+torchtitan compiles each TransformerBlock and runs embedding, output and loss eager
+(`apply_compile`): model.compile: blocks. Also printed: peak memory against the reported one
+(GiB; torchtitan reports the caching allocator's peak reserved memory).
 """
 import json
 import os
@@ -80,7 +82,8 @@ run: {{trace_ranks: [0]}}
     for label, measured, gib, precision, async_tp in runs:
         out = os.path.join(tmp, f"{j}-{label.replace(' ', '_')}")
         run(bin_, "run", exp, "-o", out, "--quiet", "--set", f"model.source={captures[key]}",
-            "--set", "model.tp_plan=llama", "--set", f"training.precision={precision}",
+            "--set", "model.tp_plan=llama", "--set", "model.compile=blocks",
+            "--set", f"training.precision={precision}",
             "--set", f"parallel.tp_comm_overlap={str(async_tp).lower()}",
             "--set", "run.on_oom=warn")
         s = json.load(open(os.path.join(out, "summary.json")))

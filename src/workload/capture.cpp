@@ -944,6 +944,15 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
     return false;
   };
   std::vector<bool> dropped(n, false);  // not materialised (inside a fused attention kernel)
+  std::vector<bool> saved(n, false);    // kept for the backward (saved_bytes)
+  // Gathered copies (TP all-gathers): (pass, op index, tensor gathered, bytes of the copy).
+  struct Gathered {
+    bool forward;
+    std::int32_t at;
+    std::uint32_t tensor;
+    double bytes;
+  };
+  std::vector<Gathered> gathered_copies;
   std::map<std::uint32_t, std::vector<std::uint32_t>> recompute;  // kept → recomputed from
 
   // Emission. A collective starts once the op producing its tensor is done (or at the start of
@@ -981,6 +990,9 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
       const bool f = o.phase == graph::Phase::Forward;
       auto& list = f ? out.forward : out.backward;
       auto& after = f ? out.forward_after : out.backward_after;
+      if (o.kind == graph::OpKind::AllGather)
+        gathered_copies.push_back(
+            {f, static_cast<std::int32_t>(list.size()), producer, o.comm_bytes});
       if (o.kind == graph::OpKind::AllGather && cast_at >= 0) {
         record_part(f, x);
         list.push_back(o);
@@ -1349,6 +1361,7 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
       }
     }
     for (std::uint32_t x : kept) {
+      saved[x] = true;
       out.saved_bytes += rank_bytes(x);
       if (!part.empty()) out.saved_by_part[part[x]] += rank_bytes(x);
     }
@@ -1450,10 +1463,50 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
     for (std::uint32_t i = 0; i < n; ++i) {
       if (!forward[i] || nodes[i].kind != "call_function" || is_view(i) || st[i].remote) continue;
       if (read_by_backward(i, 0)) {
+        saved[i] = true;
         out.saved_bytes += rank_bytes(i);
         if (!part.empty()) out.saved_by_part[part[i]] += rank_bytes(i);
       }
     }
+  // Transient memory: what the caching allocator holds besides the saved tensors while an op
+  // runs. A tensor the backward does not keep lives from the op that writes it to the last op
+  // of its pass that reads it (through views); compiled, a tensor read only inside its own
+  // kernel is never written. A gathered copy lives from its all-gather to the last op reading
+  // the tensor. Each op's mem_transient is the sum alive while it runs.
+  const std::function<std::int64_t(std::uint32_t, bool)> last_use = [&](std::uint32_t y, bool f) {
+    std::int64_t last = -1;
+    for (std::uint32_t c : consumers[y]) {
+      if (is_view(c)) last = std::max(last, last_use(c, f));
+      if (!is_view(c) && at[c] >= 0 && forward[c] == f) last = std::max(last, at[c]);
+    }
+    return last;
+  };
+  for (const bool f : {true, false}) {
+    auto& list = f ? out.forward : out.backward;
+    std::vector<double> delta(list.size() + 1, 0.0);
+    const auto live = [&](std::int64_t from, std::int64_t to, double bytes) {
+      if (from < 0 || bytes <= 0) return;
+      to = std::min<std::int64_t>(std::max(from, to), static_cast<std::int64_t>(list.size()) - 1);
+      delta[static_cast<std::size_t>(from)] += bytes;
+      delta[static_cast<std::size_t>(to) + 1] -= bytes;
+    };
+    for (std::uint32_t x = 0; x < n; ++x) {
+      if (nodes[x].kind != "call_function" || is_view(x) || at[x] < 0 || forward[x] != f ||
+          saved[x] || dropped[x] || st[x].remote)
+        continue;
+      const std::int64_t last = last_use(x, f);
+      if (compiled && last <= at[x]) continue;  // never leaves its kernel
+      live(at[x], last, rank_bytes(x));
+    }
+    for (const Gathered& g : gathered_copies)
+      if (g.forward == f) live(g.at, last_use(g.tensor, f), g.bytes);
+    double alive = 0;
+    for (std::size_t k = 0; k < list.size(); ++k) {
+      alive += delta[k];
+      if (!graph::is_communication(list[k].kind))
+        list[k].mem_transient = std::max(list[k].mem_transient, static_cast<std::int64_t>(alive));
+    }
+  }
   return out;
 }
 

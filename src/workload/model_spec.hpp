@@ -64,8 +64,10 @@ struct ModelSpec {
   std::string capture_path;
   std::string capture_plan_name;  ///< llama | gpt
   /// model.compile: inductor (default; torch.compile's fused attention and point-wise kernels)
-  /// or eager (one kernel per ATen op).
+  /// or eager (one kernel per ATen op) for the blocks, and for the outer graph (embedding, head,
+  /// loss) as well but with `blocks` (torchtitan's per-block compile), where it runs eager.
   bool capture_compiled = true;
+  bool capture_outer_compiled = true;
   /// model.outer: captured (default; the capture's embedding, head and loss, where it has them)
   /// or builder (the built-in ones).
   bool capture_outer = true;

@@ -130,7 +130,7 @@ class StageBuilder {
       lo.fp8 = false;  // and its output layer stays in bf16 (torchtitan, as Megatron)
       if (m.capture_outer)
         outer_ = lower_outer(*m.capture, m.capture_plan, p.tp(), p.sequence_parallel,
-                             m.capture_compiled, lo);
+                             m.capture_outer_compiled, lo);
     }
   }
 

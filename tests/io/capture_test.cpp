@@ -316,6 +316,34 @@ workload::LoweredBlock lower_linear(std::int64_t m, std::int64_t k, std::int64_t
   return workload::lower_block(linear_capture(m, k, n), plan, tp, tp > 1, true, o);
 }
 
+TEST(CaptureMemory, TemporariesLiveFromTheirWriterToTheirLastReader) {
+  // x [m, k] → s = x + x → u = −s → y = u · wᵀ, forward only (nothing is kept for a backward).
+  // Eager, one kernel per op: s lives over add and neg, u over neg and the GEMM; y, the block's
+  // output, is held beyond the block (counted with the saved bytes). Compiled, add and neg fuse:
+  // s never leaves the kernel, and u lives from the fused kernel to the GEMM.
+  const std::int64_t m = 1024, k = 512, n = 256;
+  workload::Capture c;
+  const std::vector<std::string> bf16 = {"bfloat16"};
+  c.block.push_back({"x", "placeholder", "", {}, {{m, k}}, bf16, "", "", false});
+  c.block.push_back({"w", "placeholder", "", {}, {{n, k}}, bf16, "lin", "lin.weight", false});
+  c.block.push_back({"wt", "call_function", "t.default", {1}, {{k, n}}, bf16, "lin", "", false});
+  c.block.push_back({"s", "call_function", "add.Tensor", {0, 0}, {{m, k}}, bf16, "", "", false});
+  c.block.push_back({"u", "call_function", "neg.default", {3}, {{m, k}}, bf16, "", "", false});
+  c.block.push_back({"y", "call_function", "mm.default", {4, 2}, {{m, n}}, bf16, "lin", "", false});
+  c.block.push_back({"out", "output", "", {5}, {}, {}, "", "", false});
+  const double mk = 2.0 * m * k;  // bf16 bytes of [m, k]
+  const workload::LoweredBlock eager = workload::lower_block(c, workload::llama_tp_plan(), 1);
+  ASSERT_EQ(eager.forward.size(), 3u);
+  EXPECT_EQ(eager.forward[0].mem_transient, static_cast<std::int64_t>(mk));
+  EXPECT_EQ(eager.forward[1].mem_transient, static_cast<std::int64_t>(2 * mk));
+  EXPECT_EQ(eager.forward[2].mem_transient, static_cast<std::int64_t>(mk));
+  const workload::LoweredBlock compiled =
+      workload::lower_block(c, workload::llama_tp_plan(), 1, false, true);
+  ASSERT_EQ(compiled.forward.size(), 2u);
+  EXPECT_EQ(compiled.forward[0].mem_transient, static_cast<std::int64_t>(mk));
+  EXPECT_EQ(compiled.forward[1].mem_transient, static_cast<std::int64_t>(mk));
+}
+
 TEST(CaptureFp8, Float8LinearSpeedupAsTorchaoMeasuredIt) {
   // torchao's float8 README (torchao/float8/README.md, "Performance"): a compiled Float8Linear
   // (tensorwise dynamic scaling), forward and backward, against bf16 on an H100: M, K, N =
