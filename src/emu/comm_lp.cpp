@@ -22,20 +22,17 @@ CommLP::CommLP(std::uint32_t comm, const ModelData& data)
                                 static_cast<std::int32_t>(comm);
     const graph::Stream s = graph::stream_of(downstream ? graph::CommRole::PpPrev : role);
     stream_[i] = static_cast<std::uint8_t>(s);
-    if (!downstream) up_ = static_cast<std::uint8_t>(i);
   }
   eager_ = data.eager_p2p && kind_ == graph::CommKind::PpPair && size_ == 2;
   if (eager_) {
-    // One delivery time per send, sized from the senders' programs: no allocation per event.
-    for (int ch = 0; ch < 2; ++ch) {
-      const std::uint32_t sender = members_[ch == kChannelDown ? up_ : 1 - up_];
-      const graph::CommRole to =
-          ch == kChannelDown ? graph::CommRole::PpNext : graph::CommRole::PpPrev;
+    // One delivery time per send of each member (its channel), sized from the members'
+    // programs: no allocation per event.
+    for (std::uint32_t i = 0; i < 2; ++i) {
       std::size_t sends = 0;
-      if (data.graph->comm_of(sender, to) == static_cast<std::int32_t>(comm))
-        for (const graph::Op& op : data.graph->program_of(sender).ops)
-          sends += op.kind == graph::OpKind::SendRecv && op.role == to;
-      delivered_[ch].resize(sends);
+      for (const graph::Op& op : data.graph->program_of(members_[i]).ops)
+        sends += op.kind == graph::OpKind::SendRecv && op.role != graph::CommRole::None &&
+                 data.graph->comm_of(members_[i], op.role) == static_cast<std::int32_t>(comm);
+      delivered_[i].resize(sends);
     }
   }
 }
@@ -51,9 +48,16 @@ SimTime CommLP::duration(const pdes::Event& arrival) const {
   return memo_ns_;
 }
 
+std::uint32_t CommLP::eager_channel(const pdes::Event& e) const {
+  // Each direction has its own counters, keyed by the sending member: also right for a pair that
+  // is each rank's next and previous at once (a two-rank ring), where roles cannot tell them.
+  const std::uint32_t me = members_[0] == e.key.src ? 0u : 1u;
+  return e.as<EmuMsg>().recv ? 1u - me : me;
+}
+
 void CommLP::forward_eager(pdes::Event& e, pdes::Context& ctx) {
   EmuMsg& m = e.as<EmuMsg>();
-  const int ch = m.channel;
+  const std::uint32_t ch = eager_channel(e);  // = the sending member
   // Sends and receives each arrive in instance order in a consistent history (a stream issues
   // its next op after the last one completed); an out-of-order one belongs to a history about
   // to be rolled back and is ignored, as in forward().
@@ -65,8 +69,9 @@ void CommLP::forward_eager(pdes::Event& e, pdes::Context& ctx) {
   m.undo_completed = 0;
   ++count;
   const std::uint32_t k = m.instance;
-  const std::uint32_t sender = ch == kChannelDown ? up_ : 1u - up_;
-  const std::uint32_t receiver = 1u - sender;
+  // The stream the arriving op waits on (a COMPLETE finishes the head op of that stream).
+  const auto own_stream =
+      static_cast<std::uint8_t>(data_->graph->program_of(e.key.src).ops[m.op].stream);
   EmuMsg done;
   done.kind = MsgKind::Complete;
   if (!m.recv) {
@@ -74,17 +79,18 @@ void CommLP::forward_eager(pdes::Event& e, pdes::Context& ctx) {
     const SimTime end = ctx.now() + duration(e);
     if (k >= delivered_[ch].size()) delivered_[ch].resize(k + 1);  // not sized: a foreign role
     delivered_[ch][k] = end;
-    done.stream = stream_[sender];
-    ctx.send(members_[sender], end, kPriorityComplete, done);
+    done.stream = own_stream;
+    ctx.send(members_[ch], end, kPriorityComplete, done);
     if (received_[ch] > k) {  // the receive was posted first and waits
-      done.stream = stream_[receiver];
-      ctx.send(members_[receiver], end, kPriorityComplete, done);
+      done.stream = waiting_stream_[ch];
+      ctx.send(members_[1 - ch], end, kPriorityComplete, done);
     }
   } else if (expected_[ch] > k) {
     // Sent before: done when the data is there, at least 1 ns after this ARRIVE (messages.hpp).
-    done.stream = stream_[receiver];
-    ctx.send(members_[receiver], std::max(delivered_[ch][k], ctx.now() + 1), kPriorityComplete,
-             done);
+    done.stream = own_stream;
+    ctx.send(members_[1 - ch], std::max(delivered_[ch][k], ctx.now() + 1), kPriorityComplete, done);
+  } else {
+    waiting_stream_[ch] = own_stream;  // completed by the send's arrival
   }
 }
 
@@ -130,7 +136,7 @@ void CommLP::reverse(pdes::Event& e, pdes::Context&) {
   const int ch = m.channel;
   if (m.undo_completed == 2) return;  // ignored in forward
   if (eager_) {
-    --(m.recv ? received_ : expected_)[ch];
+    --(m.recv ? received_ : expected_)[eager_channel(e)];
     return;
   }
   if (m.undo_completed) {

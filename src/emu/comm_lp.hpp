@@ -36,6 +36,7 @@ class CommLP final : public pdes::LogicalProcess {
  private:
   SimTime duration(const pdes::Event& arrival) const;
   void forward_eager(pdes::Event& e, pdes::Context& ctx);
+  std::uint32_t eager_channel(const pdes::Event& e) const;
 
   std::uint32_t comm_;
   const ModelData* data_;
@@ -46,16 +47,18 @@ class CommLP final : public pdes::LogicalProcess {
   /// Stream of the COMPLETE each member receives: members 0 and 1 of a pipeline pair differ; a
   /// collective's members all use stream_[0] (index min(i, 1) with equal entries).
   std::array<std::uint8_t, 2> stream_{};
-  bool eager_ = false;   ///< a pipeline pair with eager sends
-  std::uint8_t up_ = 0;  ///< eager: the member index of the upstream rank (sends on channel 0)
+  bool eager_ = false;  ///< a pipeline pair with eager sends
 
   // Dynamic state (undone by reverse): per channel, the instance awaited and arrivals so far.
-  // Eager pairs: per channel, sends (expected_) and receives (received_) that have arrived, and
-  // when each send's data is there (entries below expected_ are valid; reverse only counts down).
+  // Eager pairs: per sending member, sends (expected_) and receives (received_) that have
+  // arrived, and when each send's data is there (entries below expected_ are valid; reverse
+  // only counts down).
   std::array<std::uint32_t, 2> expected_{};
   std::array<std::uint32_t, 2> arrived_{};
   std::array<std::uint32_t, 2> received_{};
   std::array<std::vector<SimTime>, 2> delivered_;
+  /// Eager: the stream of a receive posted before its data (written when it arrives).
+  std::array<std::uint8_t, 2> waiting_stream_{};
 
   // Memo of the last duration asked for; a pure function of its key, so rollback-safe.
   mutable graph::OpKind memo_kind_ = graph::OpKind::Gemm;

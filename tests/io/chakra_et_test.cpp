@@ -344,6 +344,21 @@ TEST_F(ChakraEt, EagerSendsReplayARingThatDeadlocksUnderRendezvous) {
   // Rank 1 computed 2 × 1 µs and was idle from 1000 to 10500, blamed on its send and receive.
   EXPECT_EQ(r.ranks[1].compute, 2000);
   EXPECT_EQ(r.ranks[1].exposed_pp + r.ranks[1].bubble, 9500);
+
+  // A ring of two: each rank's next is its previous, one pair both ways. By hand: rank 1 sends
+  // at 1000 (done 1500) and waits for rank 0's data, there at 10500; + 1 µs → 11500. Rank 0
+  // sends at 10000 (done 10500), rank 1's data is there since 1500: done at 10501; → 11501.
+  fs::remove_all(dir_);
+  fs::create_directories(dir_);
+  std::vector<EtFile> two;
+  for (int rank = 0; rank < 2; ++rank)
+    two.push_back(et({comp(1, rank == 0 ? 10 : 1), p2p(2, EtNodeType::CommSend, 1 - rank, {1}),
+                      p2p(3, EtNodeType::CommRecv, 1 - rank, {2}), comp(4, 1, {3})}));
+  const ChakraImport pair = read_chakra(put_ranks(two));
+  o.class_durations = resolve_durations(pair.graph, pair.durations, c.compute);
+  const emu::RunResults rp = emu::emulate(pair.graph, c, o);
+  EXPECT_EQ(rp.ranks[0].finish, 11501);
+  EXPECT_EQ(rp.ranks[1].finish, 11500);
 }
 
 /// Every rank runs the same ops (instance numbers included) with the same dependencies, and
