@@ -786,9 +786,10 @@ workload::ParallelPlan build_parallel(const Section& s) {
   r.flag("account_for_embedding_in_pipeline_split", p.account_for_embedding_in_pipeline_split);
   r.flag("account_for_loss_in_pipeline_split", p.account_for_loss_in_pipeline_split);
   r.flag("sequence_parallel", p.sequence_parallel);
-  const std::string recompute = r.choice("recompute", {"none", "selective", "full"}, "none");
+  const std::string recompute = r.choice("recompute", {"none", "selective", "full", "op"}, "none");
   p.recompute = recompute == "full"        ? workload::Recompute::Full
                 : recompute == "selective" ? workload::Recompute::Selective
+                : recompute == "op"        ? workload::Recompute::Op
                                            : workload::Recompute::None;
   r.flag("use_distributed_optimizer", p.use_distributed_optimizer);
   p.schedule = r.choice("schedule", {"1f1b", "gpipe"}, "1f1b") == "gpipe"
@@ -1109,6 +1110,9 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
       refuse(p.etp() != p.tp() && p.etp() != 1,
              "parallel.expert_tensor_parallel_size other than 1 or TP");
     }
+    refuse(p.recompute == workload::Recompute::Op && !m.capture_compiled,
+           "parallel.recompute: op and model.compile: eager (per-op checkpointing is modelled "
+           "as the compiled partitioner applies it)");
     refuse(p.recompute == workload::Recompute::Selective && !m.capture_compiled,
            "parallel.recompute: selective and model.compile: eager (selective recomputes the "
            "fused attention)");
@@ -1116,6 +1120,11 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
       throw_input("{}: training.micro_batch_size={} differs from the capture's batch {} ({})", f,
                   c.training.micro_batch_size, m.capture->batch, m.capture_path);
   }
+  if (!m.capture && p.recompute == workload::Recompute::Op)
+    throw_input(
+        "{}: parallel.recompute: op (torchtitan's per-op checkpointing) applies to a captured "
+        "model (model.source or model.pytorch); Megatron's are selective and full",
+        f);
   if (m.multi_latent_attention && m.position_embedding_type != workload::PositionEmbedding::Rope)
     throw_input("{}: model.multi_latent_attention needs position_embedding_type: rope", f);
 
@@ -1171,6 +1180,8 @@ const char* name_of(workload::Recompute r) {
       return "selective";
     case workload::Recompute::Full:
       return "full";
+    case workload::Recompute::Op:
+      return "op";
     default:
       return "none";
   }

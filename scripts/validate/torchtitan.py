@@ -32,11 +32,11 @@ L70 = dict(dim=8192, n_layers=80, n_heads=64, n_kv_heads=8, vocab_size=128256, f
 # name, module args, preset, GPUs, TP, local batch, recompute, [(label, measured tokens/s/GPU,
 # measured GiB or None, precision, async TP)]
 JOBS = [
-    ("8B, 8 GPUs, FSDP 8 (Dec 2024 Table 1)", L8, "llama3-8b", 8, 1, 2, "selective",
+    ("8B, 8 GPUs, FSDP 8 (Dec 2024 Table 1)", L8, "llama3-8b", 8, 1, 2, "op",
      [("bf16", 6667, 77.0, "bf16", False), ("fp8", 8532, 76.8, "fp8", False)]),
-    ("8B, 128 GPUs, FSDP 128 (Dec 2024 Table 3)", L8, "llama3-8b", 128, 1, 2, "selective",
+    ("8B, 128 GPUs, FSDP 128 (Dec 2024 Table 3)", L8, "llama3-8b", 128, 1, 2, "op",
      [("bf16", 6514, 62.0, "bf16", False), ("fp8", 8380, 61.8, "fp8", False)]),
-    ("8B, 64 GPUs, FSDP 8 x TP 8 (June 2025)", L8, "llama3-8b", 64, 8, 12, "selective",
+    ("8B, 64 GPUs, FSDP 8 x TP 8 (June 2025)", L8, "llama3-8b", 64, 8, 12, "op",
      [("bf16", 4378, None, "bf16", False), ("bf16 async TP", 4809, None, "bf16", True),
       ("fp8", 5078, None, "fp8", False), ("fp8 async TP", 5570, None, "fp8", True)]),
     ("70B, 256 GPUs, FSDP 32 x TP 8 (June 2025)", L70, "llama3-70b", 256, 8, 16, "full",

@@ -486,7 +486,8 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
   // Async TP: (tensor, forward) all-gathered as a plan GEMM's row operand; the plan GEMMs.
   std::set<std::pair<std::uint32_t, bool>> row_gathers;
   std::vector<bool> plan_gemm(n, false);
-  std::vector<std::optional<graph::Op>> tail(n);     // async TP: a GEMM's last chunk
+  std::vector<std::optional<graph::Op>> tail(n);  // async TP: a GEMM's last chunk
+  std::set<std::uint32_t> scattered;  // partial sums reduce-scattered (SP): the scatter's result
   std::vector<std::vector<graph::Op>> pre_casts(n);  // fp8: casts before an fp8 all-gather
   std::vector<std::uint32_t> ep_gemms;               // the local experts' GEMMs, in capture order
   // Collectives issued beside a node's op (CP's key/value exchange around attention): the first
@@ -589,6 +590,7 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
             sp ? graph::OpName::TpReduceScatter : graph::OpName::TpAllReduce,
             forward[j] ? graph::Phase::Forward : graph::Phase::Backward, cp_bytes(j));
         if (tp > 1) pre[i].push_back({ar, root(j)});
+        if (tp > 1 && sp) scattered.insert(root(j));
         if (tail[root(j)] && sp) {
           // fused_matmul_reduce_scatter sums the t partial sums it received in one kernel: it
           // reads all of them ([m, n] bf16) and writes this rank's [m/t, n].
@@ -945,6 +947,7 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
   };
   std::vector<bool> dropped(n, false);  // not materialised (inside a fused attention kernel)
   std::vector<bool> saved(n, false);    // kept for the backward (saved_bytes)
+  std::set<std::uint32_t> fused_attention_output;  // the output of each fused attention
   // Gathered copies (TP all-gathers): (pass, op index, tensor gathered, bytes of the copy).
   struct Gathered {
     bool forward;
@@ -1202,6 +1205,7 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
         if (!is_view(x)) units.unite(qk, x);  // a view stays with the tensor it shows
       }
       for (std::uint32_t x : interior) dropped[x] = x != pv;
+      fused_attention_output.insert(pv);
       // Log-sum-exp, fp32 per query row: what the fused kernel keeps for its backward.
       out.saved_bytes += 4 * bh * static_cast<double>(so[1]) / cp;
       out.attention_saved_bytes += 4 * bh * static_cast<double>(so[1]) / cp;
@@ -1468,6 +1472,77 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
         if (!part.empty()) out.saved_by_part[part[i]] += rank_bytes(i);
       }
     }
+  // Per-op selective activation checkpointing (torchtitan's `selective_ac_option: op`,
+  // compiled): what the backward needs is kept where the policy saves it (every odd-numbered
+  // mm of the forward, attention outputs, reduce-scatter results) and recomputed otherwise, from
+  // its inputs, back to saved tensors and the block input. The recomputed GEMMs (and the
+  // all-gathers of their operands) run again before the backward; recomputed point-wise ops
+  // fuse into the backward's kernels, as the partitioner places them.
+  if (compiled) {
+    std::uint32_t hidden_input = static_cast<std::uint32_t>(n);  // the first non-parameter input
+    for (std::uint32_t x = 0; x < n && hidden_input == n; ++x)
+      if (nodes[x].kind == "placeholder" && nodes[x].param.empty()) hidden_input = x;
+    std::vector<bool> must_save(n, false);
+    int mm_count = 0;
+    for (std::uint32_t x = 0; x < n; ++x) {
+      if (!forward[x] || nodes[x].kind != "call_function" || st[x].remote) continue;
+      if (base_op(nodes[x].op) == "mm" && ++mm_count % 2 == 1) must_save[x] = true;
+      if (own[x] && own[x]->kind == graph::OpKind::Attention) must_save[x] = true;  // SDPA
+      if (fused_attention_output.count(x) || scattered.count(x)) must_save[x] = true;
+    }
+    std::vector<bool> visited(n, false);
+    std::vector<std::uint32_t> todo;
+    for (std::uint32_t x = 0; x < n; ++x)
+      if (forward[x] && !dropped[x] && !st[x].remote && read_by_backward(x, 0)) todo.push_back(x);
+    std::vector<std::uint32_t> again;  // recomputed GEMMs
+    while (!todo.empty()) {
+      const std::uint32_t y = todo.back();
+      todo.pop_back();
+      if (visited[y] || !forward[y]) continue;
+      visited[y] = true;
+      const CapturedNode& d = nodes[y];
+      if (d.kind == "placeholder") {
+        if (y == hidden_input) out.op_sac_saved_bytes += rank_bytes(y);  // the block input
+        continue;
+      }
+      if (d.kind != "call_function") continue;
+      if (!is_view(y) && must_save[y]) {
+        out.op_sac_saved_bytes += scattered.count(y) ? rank_bytes(y) / t : rank_bytes(y);
+        continue;
+      }
+      if (!is_view(y) && own[y] && own[y]->kind == graph::OpKind::Gemm) again.push_back(y);
+      for (std::uint32_t j : d.inputs) todo.push_back(j);
+    }
+    out.op_sac_saved_bytes += out.attention_saved_bytes;  // the log-sum-exps
+    std::sort(again.begin(), again.end(),
+              [&](std::uint32_t a, std::uint32_t b2) { return at[a] < at[b2]; });
+    // The forward's gathers by the tensor they gather: a recomputed GEMM gathers its operand
+    // again (the gathered copy is not kept), once per tensor.
+    std::map<std::uint32_t, graph::Op> forward_gather;
+    for (std::uint32_t x = 0; x < n; ++x)
+      for (const auto& [o, producer] : pre[x])
+        if (o.kind == graph::OpKind::AllGather && forward[x]) forward_gather.emplace(producer, o);
+    std::set<std::uint32_t> regathered;
+    for (std::uint32_t y : again) {
+      for (std::uint32_t j : nodes[y].inputs)
+        if (const auto g = forward_gather.find(root(j));
+            g != forward_gather.end() && regathered.insert(root(j)).second) {
+          out.op_sac_recompute.push_back(g->second);
+          out.op_sac_recompute_after.push_back(LoweredBlock::kPassStart);
+        }
+      for (const auto* list : {&pre_casts[y], &casts[y]})
+        for (const graph::Op& c : *list) {
+          out.op_sac_recompute.push_back(c);
+          out.op_sac_recompute_after.push_back(LoweredBlock::kChain);
+        }
+      out.op_sac_recompute.push_back(*own[y]);
+      out.op_sac_recompute_after.push_back(LoweredBlock::kChain);
+      if (tail[y]) {
+        out.op_sac_recompute.push_back(*tail[y]);
+        out.op_sac_recompute_after.push_back(LoweredBlock::kChain);
+      }
+    }
+  }
   // Transient memory: what the caching allocator holds besides the saved tensors while an op
   // runs. A tensor the backward does not keep lives from the op that writes it to the last op
   // of its pass that reads it (through views); compiled, a tensor read only inside its own

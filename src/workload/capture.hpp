@@ -70,6 +70,11 @@ struct LoweredBlock {
   /// what they keep for their backward (the log-sum-exp, part of saved_bytes).
   std::vector<graph::Op> attention_forward;
   double attention_saved_bytes = 0;
+  /// Compiled, under per-op selective checkpointing (recompute: op): what the forward keeps, and
+  /// the GEMMs (with their operands' all-gathers and casts) that run again before the backward.
+  double op_sac_saved_bytes = 0;
+  std::vector<graph::Op> op_sac_recompute;
+  std::vector<std::int32_t> op_sac_recompute_after;
   double params_on_rank = 0;
   std::int64_t experts = 0;      ///< the capture's experts (modules experts.<i>), 0 for none
   double linear_gemm_flops = 0;  ///< GEMMs of the plan's (or any) nn.Linear modules

@@ -4,7 +4,9 @@
 
 namespace scalescope::workload {
 
-enum class Recompute : std::uint8_t { None, Selective, Full };
+/// Activation recomputation: none; Megatron's selective (core attention) or full; Op, the per-op
+/// selective checkpointing torchtitan applies (`selective_ac_option: op`), captured models only.
+enum class Recompute : std::uint8_t { None, Selective, Full, Op };
 /// How context-parallel attention exchanges keys and values (Megatron's --cp-comm-type): a ring
 /// of point-to-point transfers overlapped with the attention blocks, or one all-gather first.
 enum class CpCommType : std::uint8_t { P2p, AllGather };

@@ -610,8 +610,10 @@ class StageBuilder {
       return;
     }
     const double saved =
-        lowered_.saved_bytes -
-        (p_.recompute == Recompute::Selective ? lowered_.attention_saved_bytes : 0.0);
+        p_.recompute == Recompute::Op
+            ? lowered_.op_sac_saved_bytes
+            : lowered_.saved_bytes -
+                  (p_.recompute == Recompute::Selective ? lowered_.attention_saved_bytes : 0.0);
     captured_pass(lowered_.forward, lowered_.forward_after, l, cur_mb_,
                   static_cast<std::int64_t>(saved), phase);
     layer_saved_[{l, cur_mb_}] = {static_cast<std::int64_t>(saved), 0};
@@ -654,6 +656,9 @@ class StageBuilder {
   }
   /// Its backward: every gradient of the layer counts as ready at the layer's last op.
   void captured_backward(std::int64_t l, std::int64_t mb) {
+    if (p_.recompute == Recompute::Op)  // per-op checkpointing: the GEMMs it did not keep
+      captured_pass(lowered_.op_sac_recompute, lowered_.op_sac_recompute_after, l, mb, 0,
+                    Phase::Recompute);
     captured_pass(lowered_.backward, lowered_.backward_after, l, mb, 0, Phase::Backward);
     const auto saved = layer_saved_.at({l, mb});
     std::int64_t input = 0;

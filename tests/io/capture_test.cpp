@@ -482,6 +482,36 @@ TEST_F(Capture, ContextParallelMatchesTheBuilder) {
 // the layer input and the whole forward runs again (phase Recompute) before the backward;
 // selective (compiled) — the fused attention runs again before its backward and keeps no
 // log-sum-exp.
+// Per-op selective checkpointing (torchtitan's `selective_ac_option: op`), compiled, at TP 2 with
+// SP on the Llama block with separate projections. Forward mms in order: wq 1, wk 2, wv 3, wo 4,
+// w1 5, w3 6, w2 7; the odd ones are kept, with the attention's output and the reduce-scatter
+// results. What the backward needs otherwise is recomputed: wk (k feeds the attention's
+// backward) and w3 (SwiGLU's); wo and w2 are not needed (their scattered results are kept).
+TEST_F(Capture, PerOpCheckpointingKeepsOddMatmulsAttentionAndScatters) {
+  const std::string path = file("capture.h5");
+  if (!capture(path)) GTEST_SKIP() << "SKIPPED LOUDLY: no PyTorch (scripts/setup.sh installs it)";
+  const workload::Capture c = read_capture_h5(path);
+  const workload::LoweredBlock b =
+      workload::lower_block(c, workload::llama_tp_plan(), 2, true, true);
+  // By hand, bf16, s = 512, h = 1024, 8 heads of 128 (2 for k and v), f = 2816, t = 2:
+  const double x = 512 / 2 * 1024 * 2.0;  // the block input, split along the sequence
+  const double wq = 512 * (1024 / 2) * 2.0, wv = 512 * (256 / 2) * 2.0;
+  const double attention = 4 * 512 * 128 * 2.0, lse = 4.0 * 4 * 512;  // 4 heads on this rank
+  const double scattered = 512 / 2 * 1024 * 2.0;                      // wo's and w2's, each
+  const double w1 = 512 * (2816 / 2) * 2.0;
+  EXPECT_DOUBLE_EQ(b.op_sac_saved_bytes, x + wq + wv + attention + lse + 2 * scattered + w1);
+  double flops = 0;
+  int gemms = 0, gathers = 0;
+  for (const graph::Op& op : b.op_sac_recompute) {
+    gemms += op.kind == graph::OpKind::Gemm;
+    gathers += op.kind == graph::OpKind::AllGather;
+    if (op.kind == graph::OpKind::Gemm) flops += op.flops;
+  }
+  EXPECT_EQ(gemms, 2);
+  EXPECT_EQ(gathers, 2);  // their gathered inputs (the two norms' outputs), gathered again
+  EXPECT_DOUBLE_EQ(flops, 2.0 * 512 * (256 / 2) * 1024 + 2.0 * 512 * (2816 / 2) * 1024);
+}
+
 TEST_F(Capture, RecomputationAsTheBuilderDoesIt) {
   const std::string path = file("capture.h5");
   if (!capture(path, 1024, ", fused_projections: true"))
