@@ -4,7 +4,10 @@ scalescope was fitted to them). torchtitan runs PyTorch code with torch.compile,
 TP/SP, torchao float8 and Inductor's async TP, which is what a capture of
 inputs/pytorch/llama.py models (docs/flint.md "fp8", "Async TP").
 
-    scripts/validate/torchtitan.py [BUILD_DIR]     (needs /usr/bin/python3 with torch and h5py)
+    scripts/validate/torchtitan.py [BUILD_DIR] [--check]   (needs /usr/bin/python3 with torch)
+
+--check (tests/e2e/torchtitan.sh): exit 1 if a ratio is off by more than 10 % or the 8B jobs'
+peak memory by more than 5 % (a guard on the model, not a fit: nothing here tunes anything).
 
 Sources (pytorch/torchtitan):
   benchmarks/llama3_h100_202412_torchtitan.md, Tables 1, 3, 4;
@@ -23,7 +26,9 @@ import sys
 import tempfile
 
 repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-build = sys.argv[1] if len(sys.argv) > 1 else os.path.join(repo, "build")
+args = [a for a in sys.argv[1:] if a != "--check"]
+check = "--check" in sys.argv[1:]
+build = args[0] if args else os.path.join(repo, "build")
 bin_ = os.path.join(build, "scalescope")
 tmp = tempfile.mkdtemp()
 
@@ -98,8 +103,17 @@ for (j, label), (tps, measured, gib, mgib) in results.items():
 print()
 print("| job | ratio | here | measured | error |")
 print("|---|---|---|---|---|")
+failures = []
 for j, a, b in RATIOS:
     here = results[(j, a)][0] / results[(j, b)][0]
     measured = results[(j, a)][1] / results[(j, b)][1]
     print(f"| {JOBS[j][0]} | {a} / {b} | {here:.3f} | {measured:.3f} | "
           f"{(here / measured - 1) * 100:+.1f} % |")
+    if abs(here / measured - 1) > 0.10:
+        failures.append(f"{JOBS[j][0]}: {a} / {b} {here:.3f} against {measured:.3f}")
+for (j, label), (_, _, gib, mgib) in results.items():
+    if mgib is not None and JOBS[j][2] == "llama3-8b" and abs(gib / mgib - 1) > 0.05:
+        failures.append(f"{JOBS[j][0]} {label}: {gib:.1f} GiB against {mgib} GiB")
+if check and failures:
+    print("torchtitan check FAILED:\n  " + "\n  ".join(failures), file=sys.stderr)
+    sys.exit(1)
