@@ -50,6 +50,11 @@ JOBS = [
     ("70B, 256 GPUs, FSDP 32 x TP 8 (Dec 2024 Table 4)", L70, "llama3-70b", 256, 8, 16, "full",
      [("fp8", 829, 71.9, "fp8", False), ("fp8 async TP", 876, 67.6, "fp8", True)]),
 ]
+# Context parallelism (Dec 2024 Table 2): Llama 3.1 8B on 8 GPUs, FSDP × CP = 8, local batch 1,
+# full AC, compile + float8, the sequence growing with CP. Reported, not checked: each job is
+# its own sequence length, so only tokens/s across them compare.
+CP_JOBS = [(1, 32768, 3890, 83.9), (2, 65536, 2540, 84.2), (4, 131072, 1071, 84.0),
+           (8, 262144, 548, 84.5)]
 # Ratios compared: (job index, numerator label, denominator label).
 RATIOS = [(0, "fp8", "bf16"), (1, "fp8", "bf16"), (2, "fp8", "bf16"), (2, "bf16 async TP", "bf16"),
           (2, "fp8 async TP", "fp8"), (3, "fp8", "bf16"), (3, "bf16 async TP", "bf16"),
@@ -95,6 +100,31 @@ run: {{trace_ranks: [0]}}
         results[(j, label)] = (s["tokens_per_s"] / s["world_size"], measured,
                                s["peak_memory_bytes"] / 2**30, gib)
 
+cp_rows = []
+for cp, seq, measured, gib in CP_JOBS:
+    argfile = os.path.join(tmp, f"cp{cp}.args.json")
+    json.dump(L8, open(argfile, "w"))
+    cap = os.path.join(tmp, f"cp{cp}.capture.h5")
+    run("/usr/bin/python3", os.path.join(repo, "scripts/capture/capture.py"),
+        os.path.join(repo, "inputs/pytorch/llama.py:Transformer"), "--args", argfile,
+        "--seq", str(seq), "--batch", "1", "-o", cap)
+    exp = os.path.join(tmp, f"cp{cp}.yaml")
+    with open(exp, "w") as f:
+        f.write(f"""model: {{preset: llama3-8b, seq_length: {seq}}}
+parallel: {{tp: 1, pp: 1, cp: {cp}, dp: {8 // cp}, fsdp: true, reshard_after_forward: true,
+           recompute: full}}
+training: {{micro_batch_size: 1, global_batch_size: {8 // cp}, precision: fp8}}
+cluster: {{preset: dgx-h100, num_gpus: 8}}
+run: {{trace_ranks: [0]}}
+""")
+    out = os.path.join(tmp, f"cp{cp}")
+    run(bin_, "run", exp, "-o", out, "--quiet", "--set", f"model.source={cap}",
+        "--set", "model.tp_plan=llama", "--set", "model.compile=blocks",
+        "--set", "run.on_oom=warn")
+    s = json.load(open(os.path.join(out, "summary.json")))
+    cp_rows.append((cp, seq, s["tokens_per_s"] / s["world_size"], measured,
+                    s["peak_memory_bytes"] / 2**30, gib))
+
 print("| job | run | tokens/s/GPU here | measured | peak GiB here | measured |")
 print("|---|---|---|---|---|---|")
 for (j, label), (tps, measured, gib, mgib) in results.items():
@@ -114,6 +144,13 @@ for j, a, b in RATIOS:
 for (j, label), (_, _, gib, mgib) in results.items():
     if mgib is not None and JOBS[j][2] == "llama3-8b" and abs(gib / mgib - 1) > 0.05:
         failures.append(f"{JOBS[j][0]} {label}: {gib:.1f} GiB against {mgib} GiB")
+print()
+print("| 8B, 8 GPUs, FSDP x CP = 8, float8, full AC (Dec 2024 Table 2) | tokens/s/GPU here | "
+      "measured | relative to CP 1, here | measured | peak GiB here | measured |")
+print("|---|---|---|---|---|---|---|")
+for cp, seq, tps, measured, gib, mgib in cp_rows:
+    print(f"| CP {cp}, sequence {seq:,} | {tps:,.0f} | {measured:,} | {tps / cp_rows[0][2]:.3f} | "
+          f"{measured / cp_rows[0][3]:.3f} | {gib:.1f} | {mgib} |")
 if check and failures:
     print("torchtitan check FAILED:\n  " + "\n  ".join(failures), file=sys.stderr)
     sys.exit(1)

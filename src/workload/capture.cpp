@@ -343,9 +343,6 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
   const std::size_t n = nodes.size();
   const double t = static_cast<double>(tp);
   const double cp = static_cast<double>(opt.cp);
-  if (opt.cp > 1 && !compiled)
-    throw_input(
-        "capture: context parallelism needs the fused attention of model.compile: inductor");
   LoweredBlock out;
   // The block's result: the first tensor the output node returns. Forward = its ancestors.
   std::int64_t output = -1;
@@ -1589,6 +1586,10 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
 
 LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, bool sp,
                          bool compiled, const LowerOptions& opt) {
+  // (The outer graph has no attention: an eager one splits its tokens over CP all the same.)
+  if (opt.cp > 1 && !compiled)
+    throw_input(
+        "capture: context parallelism needs the fused attention of model.compile: inductor");
   if (!opt.experts_replicated) return lower_nodes(c.block, plan, tp, sp, compiled, opt, {}, {});
   // ETP 1: the experts' linear layers keep whole weights on every TP rank (the first rule that
   // matches a path decides its style).
