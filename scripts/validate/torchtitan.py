@@ -68,17 +68,34 @@ def run(*args):
     return r.stdout
 
 
+def capture(name, margs, seq, batch):
+    """inputs/pytorch/llama.py captured at these constructor arguments; the capture's path."""
+    argfile = os.path.join(tmp, f"{name}.args.json")
+    json.dump(margs, open(argfile, "w"))
+    path = os.path.join(tmp, f"{name}.capture.h5")
+    run("/usr/bin/python3", os.path.join(repo, "scripts/capture/capture.py"),
+        os.path.join(repo, "inputs/pytorch/llama.py:Transformer"), "--args", argfile,
+        "--seq", str(seq), "--batch", str(batch), "-o", path)
+    return path
+
+
+def replay(exp, cap, out, *sets):
+    """Runs experiment `exp` on capture `cap` as torchtitan compiles it: (tokens/s per GPU,
+    peak GiB)."""
+    extra = [a for kv in sets for a in ("--set", kv)]
+    run(bin_, "run", exp, "-o", out, "--quiet", "--set", f"model.source={cap}",
+        "--set", "model.tp_plan=llama", "--set", "model.compile=blocks",
+        "--set", "run.on_oom=warn", *extra)
+    s = json.load(open(os.path.join(out, "summary.json")))
+    return s["tokens_per_s"] / s["world_size"], s["peak_memory_bytes"] / 2**30
+
+
 captures = {}
 results = {}
 for j, (name, margs, preset, gpus, tp, batch, recompute, runs) in enumerate(JOBS):
     key = (margs["n_layers"], batch)
     if key not in captures:
-        argfile = os.path.join(tmp, f"{j}.args.json")
-        json.dump(margs, open(argfile, "w"))
-        captures[key] = os.path.join(tmp, f"{j}.capture.h5")
-        run("/usr/bin/python3", os.path.join(repo, "scripts/capture/capture.py"),
-            os.path.join(repo, "inputs/pytorch/llama.py:Transformer"), "--args", argfile,
-            "--seq", "8192", "--batch", str(batch), "-o", captures[key])
+        captures[key] = capture(str(j), margs, 8192, batch)
     dp = gpus // tp
     exp = os.path.join(tmp, f"{j}.yaml")
     with open(exp, "w") as f:
@@ -90,24 +107,14 @@ cluster: {{preset: dgx-h100, num_gpus: {gpus}}}
 run: {{trace_ranks: [0]}}
 """)
     for label, measured, gib, precision, async_tp in runs:
-        out = os.path.join(tmp, f"{j}-{label.replace(' ', '_')}")
-        run(bin_, "run", exp, "-o", out, "--quiet", "--set", f"model.source={captures[key]}",
-            "--set", "model.tp_plan=llama", "--set", "model.compile=blocks",
-            "--set", f"training.precision={precision}",
-            "--set", f"parallel.tp_comm_overlap={str(async_tp).lower()}",
-            "--set", "run.on_oom=warn")
-        s = json.load(open(os.path.join(out, "summary.json")))
-        results[(j, label)] = (s["tokens_per_s"] / s["world_size"], measured,
-                               s["peak_memory_bytes"] / 2**30, gib)
+        tps, peak = replay(exp, captures[key], os.path.join(tmp, f"{j}-{label.replace(' ', '_')}"),
+                           f"training.precision={precision}",
+                           f"parallel.tp_comm_overlap={str(async_tp).lower()}")
+        results[(j, label)] = (tps, measured, peak, gib)
 
 cp_rows = []
 for cp, seq, measured, gib in CP_JOBS:
-    argfile = os.path.join(tmp, f"cp{cp}.args.json")
-    json.dump(L8, open(argfile, "w"))
-    cap = os.path.join(tmp, f"cp{cp}.capture.h5")
-    run("/usr/bin/python3", os.path.join(repo, "scripts/capture/capture.py"),
-        os.path.join(repo, "inputs/pytorch/llama.py:Transformer"), "--args", argfile,
-        "--seq", str(seq), "--batch", "1", "-o", cap)
+    cap = capture(f"cp{cp}", L8, seq, 1)
     exp = os.path.join(tmp, f"cp{cp}.yaml")
     with open(exp, "w") as f:
         f.write(f"""model: {{preset: llama3-8b, seq_length: {seq}}}
@@ -117,13 +124,8 @@ training: {{micro_batch_size: 1, global_batch_size: {8 // cp}, precision: fp8}}
 cluster: {{preset: dgx-h100, num_gpus: 8}}
 run: {{trace_ranks: [0]}}
 """)
-    out = os.path.join(tmp, f"cp{cp}")
-    run(bin_, "run", exp, "-o", out, "--quiet", "--set", f"model.source={cap}",
-        "--set", "model.tp_plan=llama", "--set", "model.compile=blocks",
-        "--set", "run.on_oom=warn")
-    s = json.load(open(os.path.join(out, "summary.json")))
-    cp_rows.append((cp, seq, s["tokens_per_s"] / s["world_size"], measured,
-                    s["peak_memory_bytes"] / 2**30, gib))
+    tps, peak = replay(exp, cap, os.path.join(tmp, f"cp{cp}"))
+    cp_rows.append((cp, seq, tps, measured, peak, gib))
 
 print("| job | run | tokens/s/GPU here | measured | peak GiB here | measured |")
 print("|---|---|---|---|---|---|")

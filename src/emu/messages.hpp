@@ -34,8 +34,8 @@ struct EmuMsg {
   std::uint32_t instance = 0;    ///< Arrive: instance number of the op on that channel
   /// CommLP: 1 = forward completed an instance, 2 = forward ignored the event (see CommLP)
   std::uint8_t undo_completed = 0;
-  std::uint8_t recv =
-      0;  ///< Arrive: 1 for the receive part of a SendRecv (eager pairs tell them apart)
+  /// Arrive: 1 for the receive part of a SendRecv (eager pairs tell the parts apart)
+  std::uint8_t recv = 0;
   std::array<std::uint8_t, graph::kNumStreams> undo_outstanding{};
   std::array<std::uint32_t, graph::kNumStreams> undo_cursor{};
 };

@@ -416,12 +416,10 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
   // Sequence parallelism: activations outside the TP regions are split along the sequence
   // (the block's input first); a plan GEMM gathers such an operand (once per tensor and pass),
   // partial sums are reduce-scattered back, as Megatron's SP does.
-  if (sp && tp > 1)
-    for (std::size_t i = 0; i < n; ++i)
-      if (nodes[i].kind == "placeholder" && nodes[i].param.empty()) {
-        st[i].seq = true;  // the hidden states
-        break;
-      }
+  std::uint32_t hidden_input = static_cast<std::uint32_t>(n);  // the first non-parameter input
+  for (std::uint32_t x = 0; x < n && hidden_input == n; ++x)
+    if (nodes[x].kind == "placeholder" && nodes[x].param.empty()) hidden_input = x;
+  if (sp && tp > 1 && hidden_input < n) st[hidden_input].seq = true;  // the hidden states
   // Context parallelism splits the tokens (b·s, from the hidden states [b, s, h]): the block's
   // inputs but the parameters, and what is computed from them with at least b·s elements, but
   // weight gradients.
@@ -974,18 +972,20 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
   };
   std::vector<std::int32_t> before(n, LoweredBlock::kPassStart);
   std::array<std::int32_t, 2> last_compute{LoweredBlock::kPassStart, LoweredBlock::kPassStart};
+  // A compute op of node x's part on its pass's chain (`follows`: kChain or kChainOverlap);
+  // returns its index.
+  const auto emit_compute = [&](bool f, const graph::Op& o, std::uint32_t x, std::int32_t follows) {
+    record_part(f, x);
+    (f ? out.forward : out.backward).push_back(o);
+    (f ? out.forward_after : out.backward_after).push_back(follows);
+    return last_compute[f] = static_cast<std::int32_t>((f ? out.forward : out.backward).size()) - 1;
+  };
   const auto emit_collectives = [&](std::uint32_t x) {
     // fp8 with TP: the casts of an operand gathered in fp8 run before its gather, which waits
     // for them.
     std::int32_t cast_at = -1;
-    for (const graph::Op& c : pre_casts[x]) {
-      const bool f = c.phase == graph::Phase::Forward;
-      record_part(f, x);
-      (f ? out.forward : out.backward).push_back(c);
-      (f ? out.forward_after : out.backward_after).push_back(LoweredBlock::kChain);
-      cast_at = static_cast<std::int32_t>((f ? out.forward : out.backward).size()) - 1;
-      last_compute[f] = cast_at;
-    }
+    for (const graph::Op& c : pre_casts[x])
+      cast_at = emit_compute(c.phase == graph::Phase::Forward, c, x, LoweredBlock::kChain);
     for (const auto& [o, producer] : pre[x]) {
       const bool f = o.phase == graph::Phase::Forward;
       auto& list = f ? out.forward : out.backward;
@@ -1001,9 +1001,10 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
       }
       // A reduction belongs where its partial sums are made (the embedding's, before the
       // blocks, not with the head that reads it); a gather where its result is read.
-      record_part(f, o.kind != graph::OpKind::AllGather && nodes[producer].kind == "call_function"
-                         ? producer
-                         : x);
+      const std::uint32_t owner =
+          o.kind != graph::OpKind::AllGather && nodes[producer].kind == "call_function" ? producer
+                                                                                        : x;
+      record_part(f, owner);
       list.push_back(o);
       const bool same_pass = at[producer] >= 0 && forward[producer] == f;
       if (async_tp && same_pass && o.kind == graph::OpKind::ReduceScatter && tail[producer]) {
@@ -1013,9 +1014,7 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
         list.back().comm_bytes = o.comm_bytes * (t - 1) / t;
         last.comm_bytes = o.comm_bytes / t;
         after.push_back(before[producer]);
-        record_part(f, o.kind != graph::OpKind::AllGather && nodes[producer].kind == "call_function"
-                           ? producer
-                           : x);
+        record_part(f, owner);
         list.push_back(last);
         after.push_back(static_cast<std::int32_t>(at[producer]) + 1);
       } else
@@ -1029,14 +1028,10 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
     // fp8: the GEMM's casts, just before it (an overlapped gather waits beside them too).
     bool overlap = false;
     for (std::uint32_t m : ms) overlap = overlap || overlaps_gather(m);
+    const std::int32_t follows = overlap ? LoweredBlock::kChainOverlap : LoweredBlock::kChain;
     for (std::uint32_t m : ms)
-      for (const graph::Op& c : casts[m]) {
-        record_part(f, m);
-        list.push_back(c);
-        after.push_back(overlap ? LoweredBlock::kChainOverlap : LoweredBlock::kChain);
-        last_compute[f] = static_cast<std::int32_t>(list.size()) - 1;
-      }
-    after.push_back(overlap ? LoweredBlock::kChainOverlap : LoweredBlock::kChain);
+      for (const graph::Op& c : casts[m]) emit_compute(f, c, m, follows);
+    after.push_back(follows);
     const auto self = static_cast<std::int32_t>(list.size());
     for (std::uint32_t m : ms) {
       at[m] = self;
@@ -1046,12 +1041,7 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
     record_part(f, ms.front());
     list.push_back(o);
     for (std::uint32_t m : ms)
-      if (tail[m]) {  // async TP: the GEMM's last chunk, at index at[m] + 1
-        record_part(f, m);
-        list.push_back(*tail[m]);
-        after.push_back(LoweredBlock::kChain);
-        last_compute[f] = self + 1;
-      }
+      if (tail[m]) emit_compute(f, *tail[m], m, LoweredBlock::kChain);  // at at[m] + 1
     const std::int32_t done = last_compute[f];  // the op itself, or its last chunk
     for (std::uint32_t m : ms)
       for (std::size_t k = 0; k < beside[m].size(); ++k) {
@@ -1476,9 +1466,6 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
   // all-gathers of their operands) run again before the backward; recomputed point-wise ops
   // fuse into the backward's kernels, as the partitioner places them.
   if (compiled) {
-    std::uint32_t hidden_input = static_cast<std::uint32_t>(n);  // the first non-parameter input
-    for (std::uint32_t x = 0; x < n && hidden_input == n; ++x)
-      if (nodes[x].kind == "placeholder" && nodes[x].param.empty()) hidden_input = x;
     std::vector<bool> must_save(n, false);
     int mm_count = 0;
     for (std::uint32_t x = 0; x < n; ++x) {

@@ -126,7 +126,8 @@ class StageBuilder {
       }
       lowered_ = lower_block(*m.capture, m.capture_plan, p.tp(), p.sequence_parallel,
                              m.capture_compiled, lo);
-      lo.ep = 1;       // the outer graph has no experts
+      lo.ep = 1;  // the outer graph has no experts
+      lo.expert_tokens.clear();
       lo.fp8 = false;  // and its output layer stays in bf16 (torchtitan, as Megatron)
       if (m.capture_outer)
         outer_ = lower_outer(*m.capture, m.capture_plan, p.tp(), p.sequence_parallel,
