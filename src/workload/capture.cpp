@@ -46,6 +46,11 @@ double numel(const std::vector<std::int64_t>& shape) {
   return n;
 }
 
+/// A node's (first) result dtype; "" when it has none.
+std::string dtype_of(const CapturedNode& d) {
+  return d.dtypes.empty() ? std::string() : d.dtypes.front();
+}
+
 std::string base_op(const std::string& op) {
   return op.substr(0, op.find('.'));
 }
@@ -489,6 +494,10 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
   // starts with the op before it (cp p2p) or after it (the backward reduce-scatter under
   // cp all_gather), each further one after the previous; the compute op after waits for them.
   std::vector<std::vector<std::pair<graph::Op, bool>>> beside(n);  // + starts before the op
+  // Eager loss parallelism (DTensor's loss_parallel): bytes alive inside a node's op beyond its
+  // inputs and output (the decomposition's intermediates), and results that alias their input.
+  std::vector<double> scratch(n, 0.0);
+  std::vector<bool> alias(n, false);
   // Context parallelism around an attention op at node x (Megatron's AttnFuncWithCPAndKVP2P, as
   // the builder models it): K and V of the whole sequence, `kv` bytes on this rank, gathered
   // over the CP group (a ring passing c − 1 blocks); the backward sends dK, dV back the same way.
@@ -895,6 +904,38 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
                                    graph::OpName::CeAllReduce, phase, 4 * rows / cp);
       for (int k = 0; k < (bop == "_log_softmax" ? 2 : 1); ++k) beside[i].push_back({ar, false});
       if (bop == "nll_loss_forward") st[i].sharded = false;  // the loss is whole on every rank
+      if (bop == "_log_softmax" && !compiled) {
+        // Eager, loss_parallel's _log_softmax runs torch._decomp's decomposition on the local
+        // shard B (fp32): amax (reads B), shifted = x − max (B → B), exp (B → B), sum (reads
+        // B), result = shifted − log(sum) (B → B): 7·B, and `shifted` is alive beside exp's
+        // output and then beside the result (one B besides input and output). A low-precision
+        // input is first copied to fp32, a low-precision result cast back.
+        const auto y = static_cast<std::uint32_t>(i);
+        const double b32 = rank_bytes(y) * 4 / dtype_bytes(dtype_of(d));
+        op.mem_bytes = 7 * b32;
+        scratch[i] = b32;
+        if (dtype_of(d) != "float32") op.mem_bytes += b32 + rank_bytes(y);
+        if (dtype_of(nodes[d.inputs.front()]) != "float32") {
+          op.mem_bytes += b32 + rank_bytes(d.inputs.front());
+          scratch[i] += b32;
+        }
+      }
+    } else if (bop == "nll_loss_backward" && any_sharded && tp > 1 && !compiled &&
+               !d.shapes.empty()) {
+      // Eager loss_parallel fuses the log-softmax backward into this op (no all-gather of the
+      // gradient): (zeros_like(x) with −1 scattered at the targets + exp(x)) · grad, on the
+      // local shard B: zeros (writes B), exp (B → B), add (2·B → B), mul (B → B): 8·B; at
+      // the add, the zeros, exp(x) and their sum are alive, two B besides the output.
+      const double b = rank_bytes(static_cast<std::uint32_t>(i));
+      op.mem_bytes = 8 * b;
+      scratch[i] = 2 * b;
+    } else if (bop == "_log_softmax_backward_data" && any_sharded && tp > 1 && !compiled &&
+               !d.shapes.empty() && !d.inputs.empty() &&
+               dtype_of(nodes[d.inputs.front()]) == dtype_of(d)) {
+      // ... and this one only returns its gradient, converted to the input's dtype: no kernel
+      // and no copy when it already is one.
+      alias[i] = true;
+      continue;
     }
     own[i] = op;
   }
@@ -1535,7 +1576,7 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
   const std::function<std::int64_t(std::uint32_t, bool)> last_use = [&](std::uint32_t y, bool f) {
     std::int64_t last = -1;
     for (std::uint32_t c : consumers[y]) {
-      if (is_view(c)) last = std::max(last, last_use(c, f));
+      if (is_view(c) || alias[c]) last = std::max(last, last_use(c, f));
       if (!is_view(c) && at[c] >= 0 && forward[c] == f) last = std::max(last, at[c]);
     }
     return last;
@@ -1550,8 +1591,9 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
       delta[static_cast<std::size_t>(to) + 1] -= bytes;
     };
     for (std::uint32_t x = 0; x < n; ++x) {
+      if (at[x] >= 0 && forward[x] == f) live(at[x], at[x], scratch[x]);
       if (nodes[x].kind != "call_function" || is_view(x) || at[x] < 0 || forward[x] != f ||
-          saved[x] || dropped[x] || st[x].remote)
+          saved[x] || dropped[x] || st[x].remote || alias[x])
         continue;
       const std::int64_t last = last_use(x, f);
       if (compiled && last <= at[x]) continue;  // never leaves its kernel

@@ -344,6 +344,76 @@ TEST(CaptureMemory, TemporariesLiveFromTheirWriterToTheirLastReader) {
   EXPECT_EQ(compiled.forward[1].mem_transient, static_cast<std::int64_t>(mk));
 }
 
+TEST(CaptureMemory, EagerLossParallelHoldsTheDecompositionsIntermediates) {
+  // The head and loss of an eager outer graph at TP 2: logits = h · wᵀ (colwise "output": this
+  // rank's V/2 columns), their fp32 copy x, log_softmax, nll_loss; backward nll_loss_backward,
+  // _log_softmax_backward_data, the bf16 cast, the head's dgrad and wgrad. DTensor's
+  // loss_parallel (torch/distributed/tensor/parallel/loss.py) replaces the loss ops with
+  // torch._decomp's decompositions on the local shard, B = m · V/2 fp32 bytes:
+  // - _log_softmax: amax, x − max, exp, sum, − log(sum): 7·B moved; `shifted` lives beside
+  //   exp's output and then beside the result. Alive at the op: x (B) and that intermediate
+  //   (B); its result is kept for the backward (saved, not transient).
+  // - nll_loss_backward: (zeros + exp(x)) · grad: 8·B moved; at the add the zeros, exp(x) and
+  //   their sum are alive: its output (B) + two more B, + the 4-byte loss gradient it reads.
+  // - _log_softmax_backward_data returns that gradient as it is: no op; the gradient lives on
+  //   to the bf16 cast, which holds it (B) and its own output (B/2).
+  const std::int64_t m = 1024, k = 512, v = 4096;
+  const double b = 4.0 * m * (v / 2);
+  workload::Capture c;
+  const std::vector<std::string> bf16 = {"bfloat16"}, f32 = {"float32"};
+  const auto node = [&](const char* name, const char* kind, const char* op,
+                        std::vector<std::uint32_t> in, std::vector<std::vector<std::int64_t>> sh,
+                        std::vector<std::string> dt, const char* module = "",
+                        const char* param = "") {
+    c.block.push_back({name, kind, op, std::move(in), std::move(sh), std::move(dt), module, param,
+                       false});
+  };
+  node("h", "placeholder", "", {}, {{m, k}}, bf16);                                    // 0
+  node("w", "placeholder", "", {}, {{v, k}}, bf16, "output", "output.weight");         // 1
+  node("wt", "call_function", "t.default", {1}, {{k, v}}, bf16, "output");             // 2
+  node("y", "call_function", "mm.default", {0, 2}, {{m, v}}, bf16, "output");          // 3
+  node("x", "call_function", "_to_copy.default", {3}, {{m, v}}, f32);                  // 4
+  node("labels", "placeholder", "", {}, {{m}}, {"int64"});                             // 5
+  node("ls", "call_function", "_log_softmax.default", {4}, {{m, v}}, f32);             // 6
+  node("nll", "call_function", "nll_loss_forward.default", {6, 5}, {{}, {}}, {"float32", "float32"});
+  node("loss", "call_function", "<built-in function getitem>", {7}, {{}}, f32);       // 8
+  node("tw", "call_function", "<built-in function getitem>", {7}, {{}}, f32);         // 9
+  node("one", "call_function", "ones_like.default", {8}, {{}}, f32);                   // 10
+  node("g", "call_function", "nll_loss_backward.default", {10, 6, 5, 9}, {{m, v}}, f32);
+  node("gx", "call_function", "_log_softmax_backward_data.default", {11, 6}, {{m, v}}, f32);
+  node("gy", "call_function", "_to_copy.default", {12}, {{m, v}}, bf16);               // 13
+  node("gyt", "call_function", "t.default", {13}, {{v, m}}, bf16);                     // 14
+  node("dw", "call_function", "mm.default", {14, 0}, {{v, k}}, bf16, "output");        // 15
+  node("dh", "call_function", "mm.default", {13, 1}, {{m, k}}, bf16, "output");        // 16
+  c.block.push_back({"out", "output", "", {8, 15, 16}, {}, {}, "", "", false});
+  workload::TpPlan plan;
+  plan.rules = {{"output", "colwise"}};
+  const workload::LoweredBlock lp = workload::lower_block(c, plan, 2);
+  const auto find = [](const std::vector<graph::Op>& ops, double bytes) -> const graph::Op* {
+    for (const graph::Op& op : ops)
+      if (op.kind == graph::OpKind::Elementwise && op.mem_bytes == bytes) return &op;
+    return nullptr;
+  };
+  const graph::Op* log_softmax = find(lp.forward, 7 * b);
+  ASSERT_NE(log_softmax, nullptr);
+  EXPECT_EQ(log_softmax->mem_transient, static_cast<std::int64_t>(2 * b));
+  const graph::Op* nll_backward = find(lp.backward, 8 * b);
+  ASSERT_NE(nll_backward, nullptr);
+  EXPECT_EQ(nll_backward->mem_transient, static_cast<std::int64_t>(3 * b + 4));
+  // Backward kernels: ones_like, nll_loss_backward, the cast, two GEMMs; no
+  // _log_softmax_backward_data.
+  std::size_t kernels = 0;
+  for (const graph::Op& op : lp.backward) kernels += graph::is_communication(op.kind) ? 0 : 1;
+  EXPECT_EQ(kernels, 5u);
+  const graph::Op* cast = find(lp.backward, b + b / 2);
+  ASSERT_NE(cast, nullptr);
+  EXPECT_EQ(cast->mem_transient, static_cast<std::int64_t>(b + b / 2));
+  // Compiled (Inductor fuses the decomposition), or without TP, the loss is the plain ops.
+  const workload::LoweredBlock fused = workload::lower_block(c, plan, 2, false, true);
+  EXPECT_EQ(find(fused.forward, 7 * b), nullptr);
+  EXPECT_EQ(find(fused.backward, 8 * b), nullptr);
+}
+
 TEST(CaptureFp8, Float8LinearSpeedupAsTorchaoMeasuredIt) {
   // torchao's float8 README (torchao/float8/README.md, "Performance"): a compiled Float8Linear
   // (tensorwise dynamic scaling), forward and backward, against bf16 on an H100: M, K, N =
