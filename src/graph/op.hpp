@@ -147,6 +147,7 @@ enum class OpName : std::uint8_t {
   EdpAllGather,       ///< MoE: updated expert parameters gathered over expert DP
   AtenGemm,           ///< a captured model's matrix multiply (mm, addmm, bmm, …)
   AtenOp,             ///< a captured model's memory-bound ATen op
+  CpMerge,            ///< context parallelism: ring attention's per-step output / gradient merge
   Count
 };
 std::string_view op_name(OpName n);

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "workload/ring_attention.hpp"
 
 namespace scalescope::workload {
 
@@ -501,6 +502,10 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
   // Context parallelism around an attention op at node x (Megatron's AttnFuncWithCPAndKVP2P, as
   // the builder models it): K and V of the whole sequence, `kv` bytes on this rank, gathered
   // over the CP group (a ring passing c − 1 blocks); the backward sends dK, dV back the same way.
+  // With the ring (cp_comm_type p2p), the attention op itself becomes PyTorch's ring attention
+  // (ring_attention.hpp): its first step stays the node's op, the further steps and merges run
+  // after it (`ring_rest`), the dK, dV blocks travel in fp32 (twice the bytes).
+  std::vector<std::vector<graph::Op>> ring_rest(n);
   const auto cp_exchange = [&](std::uint32_t x, graph::Phase phase, double kv,
                                std::uint32_t k_root) {
     if (opt.cp <= 1) return;
@@ -508,10 +513,22 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
                                      graph::OpName::CpKvExchange, phase, kv);
     graph::Op reduce = gather;
     reduce.kind = graph::OpKind::ReduceScatter;
-    if (opt.cp_all_gather)
+    if (opt.cp_all_gather) {
       pre[x].push_back({gather, k_root});
-    else
+    } else {
       beside[x].push_back({gather, true});
+      reduce.comm_bytes *= 2;
+      const graph::Op& whole = *own[x];
+      // Elements of this rank's attention output and of one K plus V block (bf16 K and V).
+      const RingTensors tensors{static_cast<double>(whole.shape[0]) * whole.shape[1] *
+                                    (whole.value_dim > 0 ? whole.value_dim : whole.shape[2]),
+                                kv / static_cast<double>(opt.cp) / 2};
+      std::vector<graph::Op> ring = ring_attention(whole, opt.cp, RingImpl::PyTorch, tensors);
+      if (phase == graph::Phase::Forward) out.attention_forward.back() = ring;
+      own[x] = ring.front();
+      ring_rest[x].assign(ring.begin() + 1, ring.end());
+      out.attention_steps = opt.cp;
+    }
     if (phase == graph::Phase::Backward) beside[x].push_back({reduce, opt.cp_all_gather});
   };
   // The bytes on this rank of the K or V an attention op reads, before GQA's repeat and for the
@@ -851,7 +868,7 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
                  sk * static_cast<double>(q[3]) / cp;
       op.mem_bytes = any_sharded ? bytes / t : bytes;
       own[i] = op;
-      if (fwd) out.attention_forward.push_back(op);
+      if (fwd) out.attention_forward.push_back({op});
       if (d.inputs.size() >= q_at + 3)
         cp_exchange(static_cast<std::uint32_t>(i), phase,
                     kv_bytes(d.inputs[q_at + 1], d.inputs[q_at + 2]), root(d.inputs[q_at + 1]));
@@ -1084,16 +1101,24 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
     for (std::uint32_t m : ms)
       if (tail[m]) emit_compute(f, *tail[m], m, LoweredBlock::kChain);  // at at[m] + 1
     const std::int32_t done = last_compute[f];  // the op itself, or its last chunk
-    for (std::uint32_t m : ms)
+    for (std::uint32_t m : ms) {
+      // A ring's further steps wait for its key/value gather (the first collective beside it);
+      // its dK, dV exchange starts after the first step and is waited for after the last.
+      const bool ring = !ring_rest[m].empty();
       for (std::size_t k = 0; k < beside[m].size(); ++k) {
+        if (ring && k == 1)
+          for (const graph::Op& r : ring_rest[m]) emit_compute(f, r, m, LoweredBlock::kChain);
         const auto& [comm, starts_before] = beside[m][k];
         record_part(f, m);
         list.push_back(comm);
-        after.push_back(k > 0            ? static_cast<std::int32_t>(list.size()) - 2
+        after.push_back(k > 0 ? (ring ? done : static_cast<std::int32_t>(list.size()) - 2)
                         : !starts_before ? done
                         : self > 0       ? self - 1
                                          : LoweredBlock::kPassStart);
       }
+      if (ring && beside[m].size() < 2)
+        for (const graph::Op& r : ring_rest[m]) emit_compute(f, r, m, LoweredBlock::kChain);
+    }
   };
   if (!compiled) {
     for (std::uint32_t i = 0; i < n; ++i) {
@@ -1237,7 +1262,7 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
       // Log-sum-exp, fp32 per query row: what the fused kernel keeps for its backward.
       out.saved_bytes += 4 * bh * static_cast<double>(so[1]) / cp;
       out.attention_saved_bytes += 4 * bh * static_cast<double>(so[1]) / cp;
-      out.attention_forward.push_back(fa);
+      out.attention_forward.push_back({fa});
       const std::uint32_t k_root = root(nodes[qk].inputs.back());
       const double kv = kv_bytes(nodes[qk].inputs.back(), nodes[pv].inputs.back());
       cp_exchange(pv, graph::Phase::Forward, kv, k_root);
@@ -1605,7 +1630,7 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
     for (std::size_t k = 0; k < list.size(); ++k) {
       alive += delta[k];
       if (!graph::is_communication(list[k].kind))
-        list[k].mem_transient = std::max(list[k].mem_transient, static_cast<std::int64_t>(alive));
+        list[k].mem_transient += static_cast<std::int64_t>(alive);  // on top of its own
     }
   }
   return out;

@@ -68,7 +68,10 @@ struct LoweredBlock {
   double saved_bytes = 0;
   /// Compiled: the fused attention forward ops (to run again under selective recomputation) and
   /// what they keep for their backward (the log-sum-exp, part of saved_bytes).
-  std::vector<graph::Op> attention_forward;
+  /// Each entry: the kernels of one attention forward (one op, or CP's ring steps and merges).
+  std::vector<std::vector<graph::Op>> attention_forward;
+  /// Attention kernels per attention of a backward pass: 1, or c under CP's ring.
+  std::int64_t attention_steps = 1;
   double attention_saved_bytes = 0;
   /// Compiled, under per-op selective checkpointing (recompute: op): what the forward keeps, and
   /// the GEMMs (with their operands' all-gathers and casts) that run again before the backward.

@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "workload/accounting.hpp"
 #include "workload/moe.hpp"
+#include "workload/ring_attention.hpp"
 
 namespace scalescope::workload {
 
@@ -254,7 +255,14 @@ class StageBuilder {
     start.push_back(chain_);
     const std::uint32_t kv = add_free(gather, start);
     const std::uint32_t dkv = backward ? add_free(reduce, {kv}) : kNone;
-    chain(attn);
+    if (attn.attention_impl == graph::AttentionImpl::Fused) {
+      // The ring's c steps and its output / gradient corrections (Transformer Engine's).
+      const RingTensors tensors{tokens_ * o_w_ / tp_, tokens_ * (k_w_ + v_w_) / tp_};
+      for (const Op& op : ring_attention(attn, p_.cp(), RingImpl::TransformerEngine, tensors))
+        chain(op);
+    } else {
+      chain(attn);
+    }
     wait_for(kv);
     if (dkv != kNone) wait_for(dkv);
   }
@@ -632,13 +640,21 @@ class StageBuilder {
       op.microbatch = static_cast<std::uint16_t>(mb);
       if (op.phase == Phase::Forward) op.phase = phase;  // Recompute under full recomputation
       if (k == 0) op.mem_alloc = alloc;
+      // Selective recomputation: an attention's forward kernels again before its backward's
+      // first (of c under CP's ring).
       if (op.kind == OpKind::Attention && op.phase == Phase::Backward &&
-          p_.recompute == Recompute::Selective && attention < lowered_.attention_forward.size()) {
-        Op again = lowered_.attention_forward[attention++];
-        again.phase = Phase::Recompute;
-        again.layer = op.layer;
-        again.microbatch = op.microbatch;
-        chain(again, std::exchange(pending, {}));
+          p_.recompute == Recompute::Selective &&
+          attention++ % static_cast<std::size_t>(lowered_.attention_steps) == 0) {
+        const std::size_t g = (attention - 1) / static_cast<std::size_t>(lowered_.attention_steps);
+        for (std::size_t r = 0;
+             g < lowered_.attention_forward.size() && r < lowered_.attention_forward[g].size();
+             ++r) {
+          Op again = lowered_.attention_forward[g][r];
+          again.phase = Phase::Recompute;
+          again.layer = op.layer;
+          again.microbatch = op.microbatch;
+          chain(again, std::exchange(pending, {}));
+        }
       }
       if (after[k] == LoweredBlock::kChain) {
         ids.push_back(chain(op, std::exchange(pending, {})));

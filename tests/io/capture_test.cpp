@@ -365,26 +365,27 @@ TEST(CaptureMemory, EagerLossParallelHoldsTheDecompositionsIntermediates) {
                         std::vector<std::uint32_t> in, std::vector<std::vector<std::int64_t>> sh,
                         std::vector<std::string> dt, const char* module = "",
                         const char* param = "") {
-    c.block.push_back({name, kind, op, std::move(in), std::move(sh), std::move(dt), module, param,
-                       false});
+    c.block.push_back(
+        {name, kind, op, std::move(in), std::move(sh), std::move(dt), module, param, false});
   };
-  node("h", "placeholder", "", {}, {{m, k}}, bf16);                                    // 0
-  node("w", "placeholder", "", {}, {{v, k}}, bf16, "output", "output.weight");         // 1
-  node("wt", "call_function", "t.default", {1}, {{k, v}}, bf16, "output");             // 2
-  node("y", "call_function", "mm.default", {0, 2}, {{m, v}}, bf16, "output");          // 3
-  node("x", "call_function", "_to_copy.default", {3}, {{m, v}}, f32);                  // 4
-  node("labels", "placeholder", "", {}, {{m}}, {"int64"});                             // 5
-  node("ls", "call_function", "_log_softmax.default", {4}, {{m, v}}, f32);             // 6
-  node("nll", "call_function", "nll_loss_forward.default", {6, 5}, {{}, {}}, {"float32", "float32"});
-  node("loss", "call_function", "<built-in function getitem>", {7}, {{}}, f32);       // 8
-  node("tw", "call_function", "<built-in function getitem>", {7}, {{}}, f32);         // 9
-  node("one", "call_function", "ones_like.default", {8}, {{}}, f32);                   // 10
+  node("h", "placeholder", "", {}, {{m, k}}, bf16);                             // 0
+  node("w", "placeholder", "", {}, {{v, k}}, bf16, "output", "output.weight");  // 1
+  node("wt", "call_function", "t.default", {1}, {{k, v}}, bf16, "output");      // 2
+  node("y", "call_function", "mm.default", {0, 2}, {{m, v}}, bf16, "output");   // 3
+  node("x", "call_function", "_to_copy.default", {3}, {{m, v}}, f32);           // 4
+  node("labels", "placeholder", "", {}, {{m}}, {"int64"});                      // 5
+  node("ls", "call_function", "_log_softmax.default", {4}, {{m, v}}, f32);      // 6
+  node("nll", "call_function", "nll_loss_forward.default", {6, 5}, {{}, {}},
+       {"float32", "float32"});
+  node("loss", "call_function", "<built-in function getitem>", {7}, {{}}, f32);  // 8
+  node("tw", "call_function", "<built-in function getitem>", {7}, {{}}, f32);    // 9
+  node("one", "call_function", "ones_like.default", {8}, {{}}, f32);             // 10
   node("g", "call_function", "nll_loss_backward.default", {10, 6, 5, 9}, {{m, v}}, f32);
   node("gx", "call_function", "_log_softmax_backward_data.default", {11, 6}, {{m, v}}, f32);
-  node("gy", "call_function", "_to_copy.default", {12}, {{m, v}}, bf16);               // 13
-  node("gyt", "call_function", "t.default", {13}, {{v, m}}, bf16);                     // 14
-  node("dw", "call_function", "mm.default", {14, 0}, {{v, k}}, bf16, "output");        // 15
-  node("dh", "call_function", "mm.default", {13, 1}, {{m, k}}, bf16, "output");        // 16
+  node("gy", "call_function", "_to_copy.default", {12}, {{m, v}}, bf16);         // 13
+  node("gyt", "call_function", "t.default", {13}, {{v, m}}, bf16);               // 14
+  node("dw", "call_function", "mm.default", {14, 0}, {{v, k}}, bf16, "output");  // 15
+  node("dh", "call_function", "mm.default", {13, 1}, {{m, k}}, bf16, "output");  // 16
   c.block.push_back({"out", "output", "", {8, 15, 16}, {}, {}, "", "", false});
   workload::TpPlan plan;
   plan.rules = {{"output", "colwise"}};
@@ -531,14 +532,43 @@ TEST_F(Capture, ContextParallelMatchesTheBuilder) {
   p.sequence_parallel = true;
   const LayerTotals builder =
       LayerTotals::of_graph(workload::build_graph(m, p, workload::TrainingSpec{}));
-  const LayerTotals captured = LayerTotals::of_block(
-      workload::lower_block(c, workload::llama_tp_plan(), 2, true, true, options(2, false, 1)));
+  const workload::LoweredBlock b =
+      workload::lower_block(c, workload::llama_tp_plan(), 2, true, true, options(2, false, 1));
+  const LayerTotals captured = LayerTotals::of_block(b);
   EXPECT_NEAR(captured.gemm / builder.gemm, 1.0, 1e-12);
   EXPECT_NEAR(captured.attention / builder.attention, 1.0, 1e-12);
-  const auto kv = captured.of(std::nullopt, graph::CommRole::Cp);
-  EXPECT_EQ(kv.first, 3);
-  EXPECT_EQ(builder.of(std::nullopt, graph::CommRole::Cp).first, 3);
-  EXPECT_NEAR(kv.second / builder.of(std::nullopt, graph::CommRole::Cp).second, 1.0, 1e-12);
+  // The same key/value gathers; PyTorch's ring sends the dK, dV blocks in fp32, twice
+  // Transformer Engine's bf16 bytes.
+  for (const graph::OpKind kind : {graph::OpKind::AllGather, graph::OpKind::ReduceScatter}) {
+    const auto kv = captured.of(kind, graph::CommRole::Cp);
+    const auto te = builder.of(kind, graph::CommRole::Cp);
+    EXPECT_EQ(kv.first, te.first);
+    EXPECT_NEAR(kv.second / te.second, kind == graph::OpKind::AllGather ? 1.0 : 2.0, 1e-12);
+  }
+  EXPECT_EQ(captured.of(std::nullopt, graph::CommRole::Cp).first, 3);
+  // PyTorch's ring (torch/distributed/tensor/experimental/_attention.py, ring_attention.hpp):
+  // each pass runs c = 2 steps of half the FLOPs, each followed by its merge, then the cast
+  // back to bf16. This rank's output: 4 heads × L = 512 queries × 128 = 262,144 elements; one
+  // K plus V block: 2 × 1 head × 512 × 128 = 131,072. Forward: the fp32 copy (6 B per
+  // element), the merge of step 1 (38 B, or 19 + 8 B on half-query steps: 32.5 on average),
+  // the cast (6 B). Backward: step 0 adds dq (10 B per element) and dK, dV (18 B); step 1 at
+  // the average of full-query (10 B; 13 B) and half-query (13 B; 18 B) steps; the casts
+  // (6 B per element of both).
+  const double o = 4 * 512 * 128, kv = 2 * 512 * 128;
+  std::vector<double> forward, backward;
+  int steps = 0;
+  for (const auto* ops : {&b.forward, &b.backward})
+    for (const graph::Op& op : *ops) {
+      steps += op.kind == graph::OpKind::Attention;
+      if (op.name == graph::OpName::CpMerge)
+        (ops == &b.forward ? forward : backward).push_back(op.mem_bytes);
+    }
+  EXPECT_EQ(steps, 4);
+  EXPECT_EQ(forward, (std::vector<double>{6 * o, 32.5 * o, 6 * o}));
+  EXPECT_EQ(backward, (std::vector<double>{10 * o + 18 * kv, 11.5 * o + 15.5 * kv, 6 * (o + kv)}));
+  ASSERT_EQ(b.attention_forward.size(), 1u);
+  EXPECT_EQ(b.attention_forward[0].size(), 5u);  // two steps, their merges, the cast
+  EXPECT_EQ(b.attention_steps, 2);
   EXPECT_NEAR(captured.of(std::nullopt, graph::CommRole::Tp).second /
                   builder.of(std::nullopt, graph::CommRole::Tp).second,
               1.0, 1e-12);
@@ -626,7 +656,8 @@ TEST_F(Capture, RecomputationAsTheBuilderDoesIt) {
   EXPECT_EQ(full.first_alloc, static_cast<std::int64_t>(2 * 1024 * 1024));  // [s, h] bf16
   const Layer selective = layer(workload::Recompute::Selective);
   EXPECT_EQ(selective.ops.at(graph::Phase::Recompute), 1);
-  EXPECT_DOUBLE_EQ(selective.attention.at(graph::Phase::Recompute), b.attention_forward[0].flops);
+  EXPECT_DOUBLE_EQ(selective.attention.at(graph::Phase::Recompute),
+                   b.attention_forward[0][0].flops);
   // Without the log-sum-exp: 4 bytes per query row of the rank's a/t heads.
   EXPECT_EQ(selective.first_alloc, static_cast<std::int64_t>(b.saved_bytes - 4.0 * (8 / 2) * 1024));
 }
