@@ -144,7 +144,7 @@ Keys concat(Keys a, const Keys& b) {
 Keys section_keys(std::string_view section) {
   if (section == "model")
     return concat(kModelShapeKeys, {"preset", "hf_config", "source", "tp_plan", "compile", "outer",
-                                    "pytorch", "pytorch_args", "pytorch_blocks"});
+                                    "sdpa", "pytorch", "pytorch_args", "pytorch_blocks"});
   if (section == "parallel") return kParallelKeys;
   if (section == "training") return kTrainingKeys;
   if (section == "cluster") return concat(kClusterNetworkKeys, {"preset"});
@@ -543,7 +543,7 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
   }
   for (const auto& [k, v] : inline_keys)
     if (k != "preset" && k != "hf_config" && k != "source" && k != "tp_plan" && k != "compile" &&
-        k != "outer" && k.rfind("pytorch", 0) != 0)
+        k != "sdpa" && k != "outer" && k.rfind("pytorch", 0) != 0)
       merged.insert_or_assign(k, v);
 
   // A captured model (docs/flint.md): its block replaces the built-in layer; the shape keys it
@@ -693,6 +693,12 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
     if (const Value* outer = get(inline_keys, "outer"))
       m.capture_outer =
           detail::read_choice(*outer, "model.outer", {"captured", "builder"}) == "captured";
+    if (const Value* sdpa = get(inline_keys, "sdpa"))
+      m.capture_sdpa_flash =
+          detail::read_choice(*sdpa, "model.sdpa", {"flash", "cudnn"}) == "flash";
+  } else if (const Value* sdpa = get(inline_keys, "sdpa")) {
+    fail(*sdpa, "model.sdpa",
+         "applies to a captured model only (set model.source or model.pytorch)");
   } else if (const Value* plan = get(inline_keys, "tp_plan")) {
     fail(*plan, "model.tp_plan",
          "applies to a captured model only (set model.source or model.pytorch)");
@@ -1221,6 +1227,7 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
             : m.capture_outer_compiled ? "inductor"
                                        : "blocks");
     out << YAML::Key << "outer" << YAML::Value << (m.capture_outer ? "captured" : "builder");
+    out << YAML::Key << "sdpa" << YAML::Value << (m.capture_sdpa_flash ? "flash" : "cudnn");
   }
   if (m.moe()) {
     out << YAML::Key << "num_experts" << YAML::Value << m.num_experts;

@@ -48,10 +48,14 @@ CASES = [
 # What captures do not lower yet, switched off in both runs: TE's TP overlap; selective
 # recomputation for eager captures.
 COMMON = ["--set", "parallel.tp_comm_overlap=false"]
+# Compiled captures run their SDPA through cuDNN here, the fused attention the builder models
+# (Transformer Engine's), so that the rows compare the lowering like for like (a capture's default
+# is PyTorch's flash backend, FlashAttention-2: docs/flint.md "SDPA backend").
+CUDNN = ["--set", "model.sdpa=cudnn"]
 MODES = [  # label, model.compile, the builder's attention, settings of both runs, of the capture's
-    ("inductor", "inductor", ["--set", "training.attention=flash"], [], []),
+    ("inductor", "inductor", ["--set", "training.attention=flash"], [], CUDNN),
     ("inductor, builder's head", "inductor", ["--set", "training.attention=flash"], [],
-     ["--set", "model.outer=builder"]),
+     ["--set", "model.outer=builder"] + CUDNN),
     ("eager", "eager", ["--set", "training.attention=unfused"], ["--set", "parallel.recompute=none"],
      [])]
 

@@ -152,9 +152,12 @@ double compute_seconds(const GpuSpec& gpu, const KernelCalibration& cal, const g
         return t;
       }
       // One fused kernel at the measured rate, which already includes its own memory traffic;
-      // the memory term only matters for degenerate shapes.
-      const double rate =
-          attention_pass_tflops(gpu, op.shape[1], backward) * 1e12 * cal.attention_efficiency;
+      // the memory term only matters for degenerate shapes. FlashAttention-2 (PyTorch's flash
+      // backend) at its fwd+bwd table in both passes.
+      const double table = op.attention_impl == graph::AttentionImpl::Flash2
+                               ? attention_tflops(gpu, op.shape[1])
+                               : attention_pass_tflops(gpu, op.shape[1], backward);
+      const double rate = table * 1e12 * cal.attention_efficiency;
       return kernel_seconds(gpu, cal, op.flops, rate, op.mem_bytes);
     }
     case graph::OpKind::Norm:

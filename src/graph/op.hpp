@@ -86,10 +86,12 @@ constexpr Stream stream_of(CommRole r) {
 enum class Phase : std::uint8_t { Forward, Backward, Recompute, Optimizer, Other };
 
 /// How core attention is computed, which sets the kernels the cost model charges
-/// (docs/cost-model.md §1.4): one fused kernel (FlashAttention / cuDNN) or the unfused path
-/// (batched QKᵀ GEMM, softmax, dropout, PV GEMM, each a pass over the s² scores).
-enum class AttentionImpl : std::uint8_t { Fused = 0, Unfused = 1 };
-inline constexpr int kNumAttentionImpls = 2;
+/// (docs/cost-model.md §1.4): one fused kernel (cuDNN's, as Transformer Engine and PyTorch's
+/// cuDNN SDPA backend run it, at FlashAttention-3's rates), the unfused path (batched QKᵀ GEMM,
+/// softmax, dropout, PV GEMM, each a pass over the s² scores), or one FlashAttention-2 kernel
+/// (PyTorch's flash SDPA backend).
+enum class AttentionImpl : std::uint8_t { Fused = 0, Unfused = 1, Flash2 = 2 };
+inline constexpr int kNumAttentionImpls = 3;
 
 /// Names shown in traces; an op's `name` indexes this table.
 enum class OpName : std::uint8_t {

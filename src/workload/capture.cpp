@@ -479,6 +479,9 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
       }
     }
   }
+  // The fused attention's kernel: PyTorch's SDPA backend.
+  const graph::AttentionImpl sdpa_impl =
+      opt.sdpa_flash ? graph::AttentionImpl::Flash2 : graph::AttentionImpl::Fused;
   // Per node: the collectives it waits for (issued just before it) and its own op.
   std::vector<std::vector<std::pair<graph::Op, std::uint32_t>>> pre(n);  // + producing node
   std::vector<std::optional<graph::Op>> own(n);
@@ -858,6 +861,7 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
       const double heads = static_cast<double>(q[1]) / (any_sharded ? t : 1.0);
       const double bh = static_cast<double>(q[0]) * heads;
       op.kind = graph::OpKind::Attention;
+      op.attention_impl = sdpa_impl;
       op.name = graph::OpName::Attention;
       // With CP: this rank's s/c queries against the whole sequence, 1/c of the work, the
       // kernel running on blocks of s/c.
@@ -1236,6 +1240,7 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
       };
       graph::Op fa;
       fa.kind = graph::OpKind::Attention;
+      fa.attention_impl = sdpa_impl;
       fa.name = graph::OpName::Attention;
       fa.layer = 0;
       fa.shape = {static_cast<std::uint32_t>(std::max(1.0, bh)),

@@ -118,6 +118,9 @@ struct LowerOptions {
   /// Expert tensor parallelism 1 with TP > 1 (torchtitan's default ETP): every TP rank runs
   /// whole experts on its own sequence share of the tokens; no TP collectives around them.
   bool experts_replicated = false;
+  /// Fused attention through PyTorch's flash SDPA backend (FlashAttention-2,
+  /// graph::AttentionImpl::Flash2) rather than cuDNN's.
+  bool sdpa_flash = false;
 };
 /// With `cp` > 1 (compiled only): every tensor with the token dimension is split over CP, the
 /// attention runs this rank's queries against the whole sequence, with the builder's key /

@@ -68,6 +68,10 @@ struct ModelSpec {
   /// loss) as well but with `blocks` (torchtitan's per-block compile), where it runs eager.
   bool capture_compiled = true;
   bool capture_outer_compiled = true;
+  /// model.sdpa: the backend PyTorch's scaled_dot_product_attention runs for the captured model:
+  /// flash (default; FlashAttention-2, PyTorch's default on Hopper until cuDNN ≥ 9.15 and what
+  /// torchtitan pins on H100) or cudnn (cuDNN's fused attention, FlashAttention-3's rates).
+  bool capture_sdpa_flash = true;
   /// model.outer: captured (default; the capture's embedding, head and loss, where it has them)
   /// or builder (the built-in ones).
   bool capture_outer = true;

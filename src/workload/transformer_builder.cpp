@@ -108,6 +108,7 @@ class StageBuilder {
       lo.fp8 = t.precision == Precision::Fp8;
       lo.fp8_recast_weight = p.zero() >= 3;
       lo.async_tp = p.tp_comm_overlap;
+      lo.sdpa_flash = m.capture_sdpa_flash;
       lo.experts_replicated = m.moe() && p.etp() == 1 && p.tp() > 1;
       if (m.moe()) {
         // This EP rank's experts' loads (skew, capacity), relative to balanced routing; without

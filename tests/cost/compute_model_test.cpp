@@ -209,6 +209,20 @@ TEST(ComputeSeconds, FusedAttentionOnHopperUsesTheFa3RatePerPass) {
   EXPECT_NEAR(compute_seconds(find_gpu("H100"), op), 1e12 / 501e12 + 2e-6, 1e-15);
 }
 
+TEST(ComputeSeconds, FlashAttention2OnHopperUsesTheFa2TableInBothPasses) {
+  // PyTorch's flash SDPA backend is FlashAttention-2: on H100 at s = 2048 the FA2 paper's
+  // fwd+bwd figure, 265 TFLOP/s (MODELING §6.3), forward and backward alike, not FA3's 521 / 501.
+  graph::Op op;
+  op.kind = graph::OpKind::Attention;
+  op.attention_impl = graph::AttentionImpl::Flash2;
+  op.shape = {32, 2048, 128};
+  op.flops = 1e12;
+  for (const graph::Phase phase : {graph::Phase::Forward, graph::Phase::Backward}) {
+    op.phase = phase;
+    EXPECT_NEAR(compute_seconds(find_gpu("H100"), op), 1e12 / 265e12 + 2e-6, 1e-15);
+  }
+}
+
 TEST(UnfusedAttention, PassesDoTheBatchedGemmWork) {
   // B = 32 heads·batch, s = 2048, dh = 128. Forward: QKᵀ and PV, 2·B·s²·dh each, 4·B·s²·dh in
   // all; backward: dP, dV, dQ, dK, 8·B·s²·dh. Each GEMM moves one [B,s,s] tensor (2·B·s² bytes)

@@ -44,6 +44,7 @@ expect_error capture_missing "model.source" run "$qs" --set model.source=/nonexi
 expect_error tp_plan_without_source "model.tp_plan" run "$qs" --set model.tp_plan=llama
 expect_error outer_without_source "model.outer" run "$qs" --set model.outer=builder
 expect_error compile_without_source "model.compile" run "$qs" --set model.compile=eager
+expect_error sdpa_without_source "model.sdpa" run "$qs" --set model.sdpa=flash
 expect_error op_checkpointing_without_source "recompute: op" run "$qs" --set parallel.recompute=op
 expect_error p2p_choice "run.p2p" run "$qs" --set run.p2p=lazy
 expect_error pytorch_bad_spec "model.pytorch" run "$qs" --set model.pytorch=no_class_given.py

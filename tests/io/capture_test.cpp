@@ -569,6 +569,20 @@ TEST_F(Capture, ContextParallelMatchesTheBuilder) {
   ASSERT_EQ(b.attention_forward.size(), 1u);
   EXPECT_EQ(b.attention_forward[0].size(), 5u);  // two steps, their merges, the cast
   EXPECT_EQ(b.attention_steps, 2);
+  // The kernel: cuDNN's fused attention unless PyTorch's flash backend (FlashAttention-2) runs it.
+  workload::LowerOptions flash = options(2, false, 1);
+  flash.sdpa_flash = true;
+  for (const auto& [opts, impl] :
+       {std::pair{options(2, false, 1), graph::AttentionImpl::Fused},
+        std::pair{flash, graph::AttentionImpl::Flash2}}) {
+    const workload::LoweredBlock lowered =
+        workload::lower_block(c, workload::llama_tp_plan(), 2, true, true, opts);
+    for (const auto* ops : {&lowered.forward, &lowered.backward})
+      for (const graph::Op& op : *ops)
+        if (op.kind == graph::OpKind::Attention) {
+          EXPECT_EQ(op.attention_impl, impl);
+        }
+  }
   EXPECT_NEAR(captured.of(std::nullopt, graph::CommRole::Tp).second /
                   builder.of(std::nullopt, graph::CommRole::Tp).second,
               1.0, 1e-12);
