@@ -81,6 +81,8 @@ const Keys kParallelKeys = {"tensor_model_parallel_size",
                             "virtual_pipeline_model_parallel_size",
                             "sequence_parallel",
                             "recompute",
+                            "recompute_method",
+                            "recompute_num_layers",
                             "use_distributed_optimizer",
                             "schedule",
                             "overlap_grad_reduce",
@@ -797,6 +799,15 @@ workload::ParallelPlan build_parallel(const Section& s) {
                 : recompute == "selective" ? workload::Recompute::Selective
                 : recompute == "op"        ? workload::Recompute::Op
                                            : workload::Recompute::None;
+  // Which layers full recomputation checkpoints (Megatron's --recompute-method and
+  // --recompute-num-layers); full recomputation only.
+  for (std::string_view k : {"recompute_method", "recompute_num_layers"})
+    if (const Value* v = r.find(k); v && p.recompute != workload::Recompute::Full)
+      fail(*v, r.key(k), "applies to parallel.recompute: full only");
+  p.recompute_method = r.choice("recompute_method", {"uniform", "block"}, "uniform") == "block"
+                           ? workload::RecomputeMethod::Block
+                           : workload::RecomputeMethod::Uniform;
+  r.positive("recompute_num_layers", p.recompute_num_layers);
   r.flag("use_distributed_optimizer", p.use_distributed_optimizer);
   p.schedule = r.choice("schedule", {"1f1b", "gpipe"}, "1f1b") == "gpipe"
                    ? workload::Schedule::GPipe
@@ -821,6 +832,12 @@ workload::ParallelPlan build_parallel(const Section& s) {
   for (const char* k : {"reshard_after_forward", "fsdp_reduce_every_microbatch", "fsdp_shard_size"})
     if (const Value* v = r.find(k); v && p.zero() < 3)
       fail(*v, r.key(k), "applies to ZeRO-3 only (parallel.fsdp: true or zero_stage: 3)");
+  if (const Value* v = r.find("recompute_num_layers");
+      v && p.zero() >= 3 && p.recompute_method == workload::RecomputeMethod::Uniform &&
+      p.recompute_num_layers > 1)
+    fail(*v, r.key("recompute_num_layers"),
+         "uniform groups of more than one layer under ZeRO-3 / FSDP are not modelled (FSDP "
+         "gathers one layer's parameters per recompute); use 1 or recompute_method: block");
   r.flag("reshard_after_forward", p.reshard_after_forward);
   r.flag("fsdp_reduce_every_microbatch", p.fsdp_reduce_every_microbatch);
   r.positive("fsdp_shard_size", p.fsdp_shard_size);
@@ -1263,6 +1280,11 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
   }
   out << YAML::Key << "sequence_parallel" << YAML::Value << p.sequence_parallel;
   out << YAML::Key << "recompute" << YAML::Value << name_of(p.recompute);
+  if (p.recompute == workload::Recompute::Full) {
+    out << YAML::Key << "recompute_method" << YAML::Value
+        << (p.recompute_method == workload::RecomputeMethod::Block ? "block" : "uniform");
+    out << YAML::Key << "recompute_num_layers" << YAML::Value << p.recompute_num_layers;
+  }
   out << YAML::Key << "use_distributed_optimizer" << YAML::Value << p.use_distributed_optimizer;
   out << YAML::Key << "schedule" << YAML::Value
       << (p.schedule == workload::Schedule::GPipe ? "gpipe" : "1f1b");

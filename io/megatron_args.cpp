@@ -426,8 +426,8 @@ LaunchLine parse_megatron_args(std::string_view text, std::string_view label) {
   }
 
   // Recomputation: --recompute-activations is selective recomputation and wins over
-  // --recompute-granularity (arguments.py); full recomputation as scalescope models it is every
-  // layer, one at a time (docs/model.md): method uniform, one layer per checkpoint.
+  // --recompute-granularity (arguments.py); full recomputation takes Megatron's method (uniform
+  // groups or the first block of layers) and layer count (docs/model.md).
   if (has("--recompute-activations")) {
     set("parallel", "recompute", "selective", at("--recompute-activations"));
   } else if (has("--recompute-granularity")) {
@@ -437,14 +437,14 @@ LaunchLine parse_megatron_args(std::string_view text, std::string_view label) {
     } else if (g.value == "full") {
       if (!has("--recompute-method") || !has("--recompute-num-layers"))
         refuse("--recompute-granularity",
-               "full recomputation needs --recompute-method uniform --recompute-num-layers 1 "
-               "(Megatron-LM requires a method and a layer count)");
-      if (at("--recompute-method").value != "uniform" || at("--recompute-num-layers").value != "1")
-        throw_input(
-            "{}: {} {}: not modelled by scalescope (its full recomputation is --recompute-method "
-            "uniform --recompute-num-layers 1: every layer recomputed)",
-            label, at("--recompute-method").text, at("--recompute-num-layers").text);
+               "full recomputation needs --recompute-method (uniform or block) and "
+               "--recompute-num-layers (Megatron-LM requires a method and a layer count)");
+      if (at("--recompute-method").value != "uniform" && at("--recompute-method").value != "block")
+        refuse("--recompute-method", "expected uniform or block");
       set("parallel", "recompute", "full", g);
+      set("parallel", "recompute_method", at("--recompute-method").value, at("--recompute-method"));
+      set("parallel", "recompute_num_layers", at("--recompute-num-layers").value,
+          at("--recompute-num-layers"));
     } else {
       refuse("--recompute-granularity", "expected full or selective");
     }

@@ -10,6 +10,11 @@ enum class Recompute : std::uint8_t { None, Selective, Full, Op };
 /// How context-parallel attention exchanges keys and values (Megatron's --cp-comm-type): a ring
 /// of point-to-point transfers overlapped with the attention blocks, or one all-gather first.
 enum class CpCommType : std::uint8_t { P2p, AllGather };
+/// Which layers full recomputation checkpoints (Megatron's --recompute-method, with
+/// --recompute-num-layers N, per model chunk of a pipeline stage): uniform, the chunk's layers in
+/// groups of N, each group keeping only its input and recomputed as a whole before its backward;
+/// block, the chunk's first N layers one by one, the others keeping all their activations.
+enum class RecomputeMethod : std::uint8_t { Uniform, Block };
 enum class Schedule : std::uint8_t { OneFOneB, GPipe };
 enum class Precision : std::uint8_t { Bf16, Fp16, Fp8 };
 enum class AttentionBackend : std::uint8_t { Flash, Unfused };
@@ -27,6 +32,8 @@ struct ParallelPlan {
   CpCommType cp_comm_type = CpCommType::P2p;
   bool sequence_parallel = false;
   Recompute recompute = Recompute::None;
+  RecomputeMethod recompute_method = RecomputeMethod::Uniform;  ///< recompute: full only
+  std::int64_t recompute_num_layers = 1;                        ///< recompute: full only
   bool use_distributed_optimizer = false;
   /// ZeRO stage (Rajbhandari et al. SC'20, §5): 0 plain DDP, 1 optimizer state sharded over
   /// DP × CP (Megatron's distributed optimizer; use_distributed_optimizer is its Megatron name),

@@ -487,6 +487,27 @@ class StageBuilder {
     }
     if (last_ && chunk == p_.vpp() - 1) head_forward();
   }
+  /// Under full recomputation, the checkpoint holding layer l: [first, last] of the layers run
+  /// again together before the backward of the last (parallel_plan.hpp RecomputeMethod, within
+  /// l's model chunk); an empty span (first > last) when l keeps its activations.
+  std::pair<std::int64_t, std::int64_t> checkpoint_of(std::int64_t l) const {
+    if (p_.recompute != Recompute::Full) return {1, 0};
+    std::int64_t first = l, last = l;
+    for (std::size_t c = 0; c < chunk_first_.size(); ++c)
+      if (l >= chunk_first_[c] && l < chunk_first_[c] + chunk_layers_[c]) {
+        first = chunk_first_[c];
+        last = first + chunk_layers_[c] - 1;
+      }
+    const std::int64_t n = p_.recompute_num_layers;
+    if (p_.recompute_method == RecomputeMethod::Block)
+      return l - first < n ? std::pair{l, l} : std::pair<std::int64_t, std::int64_t>{1, 0};
+    const std::int64_t g = first + (l - first) / n * n;
+    return {g, std::min(g + n - 1, last)};
+  }
+  bool checkpointed(std::int64_t l) const {
+    const auto [first, last] = checkpoint_of(l);
+    return first <= last;
+  }
   /// ZeRO-3 / FSDP: the backward gathers each layer again (with reshard_after_forward), the
   /// gather of layer l − 1 issued before layer l's backward (BACKWARD_PRE prefetch); after a
   /// unit's backward its parameters are freed and its gradients reduce-scattered (on the last
@@ -512,7 +533,10 @@ class StageBuilder {
       }
       cur_layer_ = l;
       if (zero3_ && alloc_grads) pending_alloc_ += static_cast<std::int64_t>(gb * layer_unit_);
-      if (p_.recompute == Recompute::Full) layer_forward(l, Phase::Recompute, false);
+      // Full recomputation: a checkpoint's layers run forward again before the backward of its
+      // last one.
+      if (const auto [g0, g1] = checkpoint_of(l); g0 <= g1 && l == g1)
+        for (std::int64_t k = g0; k <= g1; ++k) layer_forward(k, Phase::Recompute, false);
       layer_backward(l, mb);
       if (zero3_) {
         free_at_chain(2 * layer_unit_);
@@ -613,8 +637,10 @@ class StageBuilder {
   /// (compiled captures) the fused attention keeps no log-sum-exp and runs again before its
   /// backward, as the builder's.
   void captured_forward(std::int64_t l, Phase phase) {
-    if (p_.recompute == Recompute::Full && phase == Phase::Forward) {
-      const auto input = static_cast<std::int64_t>(2 * tokens_ * h_ / seq_shard_);
+    if (checkpointed(l) && phase == Phase::Forward) {
+      const auto input = checkpoint_of(l).first == l
+                             ? static_cast<std::int64_t>(2 * tokens_ * h_ / seq_shard_)
+                             : std::int64_t{0};
       captured_pass(lowered_.forward, lowered_.forward_after, l, cur_mb_, input, phase);
       saved_input_[{l, cur_mb_}] = input;
       return;
@@ -697,7 +723,7 @@ class StageBuilder {
     const double kv = static_cast<double>(m_.kv_width());
     const double f = static_cast<double>(m_.ffn());
     const double local = T * h / seq_shard_;  // elements of [T, h] held by this rank
-    const bool keep = p_.recompute != Recompute::Full || phase == Phase::Recompute;
+    const bool keep = !checkpointed(l) || phase == Phase::Recompute;
     auto alloc = [&](double bytes) { return keep ? static_cast<std::int64_t>(bytes) : 0; };
     std::int64_t attn_alloc = 0, mlp_alloc = 0;
 
@@ -717,8 +743,8 @@ class StageBuilder {
         memory_bound(OpKind::Norm, OpName::InputNorm, phase, (2 + out_bytes) * local, 8 * local),
         local / h, h, norm_kind());
     norm.mem_alloc = alloc((2 + out_bytes) * local);  // its input and its output (QKV input)
-    if (p_.recompute == Recompute::Full && phase == Phase::Forward)
-      norm.mem_alloc = static_cast<std::int64_t>(2 * local);  // only the layer input is kept
+    if (checkpointed(l) && phase == Phase::Forward)   // only the checkpoint's input is kept
+      norm.mem_alloc = checkpoint_of(l).first == l ? static_cast<std::int64_t>(2 * local) : 0;
     attn_alloc += norm.mem_alloc;
     chain(norm, extra);
     if (m_.multi_latent_attention) {
@@ -764,8 +790,8 @@ class StageBuilder {
     bda2.mem_alloc = alloc(m_.hidden_dropout > 0 ? local : 0);
     mlp_alloc += bda2.mem_alloc;
     chain(bda2);
-    if (p_.recompute == Recompute::Full && phase == Phase::Forward) {
-      // Only the layer input stays until this layer's recompute.
+    if (checkpointed(l) && phase == Phase::Forward) {
+      // Only the checkpoint's input stays until its recompute.
       saved_input_[{l, cur_mb_}] = norm.mem_alloc;
     } else {
       layer_saved_[{l, cur_mb_}] = {attn_alloc, mlp_alloc};

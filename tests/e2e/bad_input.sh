@@ -46,6 +46,9 @@ expect_error outer_without_source "model.outer" run "$qs" --set model.outer=buil
 expect_error compile_without_source "model.compile" run "$qs" --set model.compile=eager
 expect_error sdpa_without_source "model.sdpa" run "$qs" --set model.sdpa=flash
 expect_error op_checkpointing_without_source "recompute: op" run "$qs" --set parallel.recompute=op
+expect_error recompute_method_without_full "parallel.recompute_method" run "$qs" --set parallel.recompute_method=block
+expect_error recompute_groups_under_fsdp "parallel.recompute_num_layers" run "$qs" --set parallel.recompute=full \
+  --set parallel.recompute_num_layers=2 --set parallel.fsdp=true
 expect_error p2p_choice "run.p2p" run "$qs" --set run.p2p=lazy
 expect_error pytorch_bad_spec "model.pytorch" run "$qs" --set model.pytorch=no_class_given.py
 expect_error pytorch_and_source "model.pytorch" run "$qs" --set model.pytorch=x.py:X \

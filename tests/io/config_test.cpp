@@ -900,9 +900,17 @@ TEST(ConfigMegatron, BadLaunchLinesAreOneLineErrorsNamingTheOption) {
          "applies to MoE models only");
   expect(ok + "--fp16", "--bf16 and --fp16", "cannot be combined");
   expect(ok + "--recompute-granularity full", "--recompute-granularity full",
-         "--recompute-method uniform");
-  expect(ok + "--recompute-granularity full --recompute-method block --recompute-num-layers 1",
-         "--recompute-method block", "not modelled");
+         "--recompute-method (uniform or block)");
+  expect(ok + "--recompute-granularity full --recompute-method random --recompute-num-layers 1",
+         "--recompute-method random", "expected uniform or block");
+  {
+    const ExperimentConfig c = load_experiment(
+        "", cluster,
+        ok + "--recompute-granularity full --recompute-method block --recompute-num-layers 3");
+    EXPECT_EQ(c.parallel.recompute, workload::Recompute::Full);
+    EXPECT_EQ(c.parallel.recompute_method, workload::RecomputeMethod::Block);
+    EXPECT_EQ(c.parallel.recompute_num_layers, 3);
+  }
   expect(ok + "--num-layers-per-virtual-pipeline-stage 3", "--num-layers-per-virtual-pipeline",
          "2 layers per pipeline stage");  // 4 layers / PP 2 = 2, not a multiple of 3
   expect(ok + "--position-embedding-type mrope", "--position-embedding-type mrope",

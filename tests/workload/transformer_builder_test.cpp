@@ -270,6 +270,70 @@ TEST(TransformerBuilder, ContextParallelAttentionAndGroups) {
   EXPECT_EQ(members(graph::CommRole::Dp), (std::vector<std::uint32_t>{0, 2, 4, 6}));
 }
 
+TEST(TransformerBuilder, RecomputeMethodsCheckpointTheirLayers) {
+  // Megatron's full recomputation over 6 layers on one stage, one micro-batch
+  // (transformer_block.py _checkpointed_forward): uniform N keeps only the input of each group
+  // of N layers ([T, h] bf16 = 2·1024·1024 bytes, allocated by the group's first op) and runs
+  // the whole group forward again before the backward of its last layer; block N checkpoints the
+  // first N layers one by one and the others keep every activation, as without recomputation.
+  Job s = small(1, 1, 1);
+  s.m.num_layers = 6;
+  s.t.global_batch_size = 1;
+  const std::int64_t input = 2 * 1024 * 1024;
+  struct Layer {
+    std::int64_t forward_alloc = 0;
+    int recompute_ops = 0;
+    std::size_t first_recompute = SIZE_MAX, last_recompute = 0, first_backward = SIZE_MAX,
+                last_backward = 0;
+  };
+  const auto layers = [&](Recompute rc, RecomputeMethod method, std::int64_t n) {
+    s.p.recompute = rc;
+    s.p.recompute_method = method;
+    s.p.recompute_num_layers = n;
+    const graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
+    std::vector<Layer> out(6);
+    const auto& ops = g.templates[0].ops;
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const graph::Op& op = ops[i];
+      if (op.layer >= 6 || graph::is_communication(op.kind)) continue;
+      Layer& x = out[op.layer];
+      if (op.phase == graph::Phase::Forward) x.forward_alloc += op.mem_alloc;
+      if (op.phase == graph::Phase::Recompute) {
+        ++x.recompute_ops;
+        x.first_recompute = std::min(x.first_recompute, i);
+        x.last_recompute = std::max(x.last_recompute, i);
+      }
+      if (op.phase == graph::Phase::Backward) {
+        x.first_backward = std::min(x.first_backward, i);
+        x.last_backward = std::max(x.last_backward, i);
+      }
+    }
+    return out;
+  };
+  const std::vector<Layer> none = layers(Recompute::None, RecomputeMethod::Uniform, 1);
+  const std::vector<Layer> every = layers(Recompute::Full, RecomputeMethod::Uniform, 1);
+  const std::vector<Layer> groups = layers(Recompute::Full, RecomputeMethod::Uniform, 4);
+  const std::vector<Layer> block = layers(Recompute::Full, RecomputeMethod::Block, 2);
+  for (int l = 0; l < 6; ++l) {
+    SCOPED_TRACE(l);
+    EXPECT_EQ(every[l].forward_alloc, input);
+    EXPECT_GT(every[l].recompute_ops, 0);
+    // Groups [0, 3] and [4, 5].
+    EXPECT_EQ(groups[l].forward_alloc, l == 0 || l == 4 ? input : 0);
+    EXPECT_EQ(groups[l].recompute_ops, every[l].recompute_ops);
+    EXPECT_EQ(block[l].forward_alloc, l < 2 ? input : none[l].forward_alloc);
+    EXPECT_EQ(block[l].recompute_ops, l < 2 ? every[l].recompute_ops : 0);
+  }
+  EXPECT_GT(none[2].forward_alloc, 4 * input);
+  // The group [0, 3] runs again after layer 4's backward, all of it before layer 3's backward.
+  EXPECT_GT(groups[0].first_recompute, groups[4].last_backward);
+  EXPECT_LT(groups[0].last_recompute, groups[1].first_recompute);
+  EXPECT_LT(groups[3].last_recompute, groups[3].first_backward);
+  // One layer at a time: layer 1 runs again after layer 2's backward, layer 0 after layer 1's.
+  EXPECT_GT(every[1].first_recompute, every[2].last_backward);
+  EXPECT_GT(every[0].first_recompute, every[1].last_backward);
+}
+
 TEST(TransformerBuilder, GraphsValidateForEveryOption) {
   for (auto sched : {Schedule::OneFOneB, Schedule::GPipe})
     for (auto rc : {Recompute::None, Recompute::Selective, Recompute::Full})
