@@ -588,6 +588,19 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
         merged.insert_or_assign(key, Value{YAML::Node(value), from});
       }
     }
+    // Tied or untied output layer, as the capture's outer graph has it (the tied embedding's
+    // gradients are all-reduced between the first and last stage under PP).
+    if (const std::optional<bool> tied = workload::capture_ties_embeddings(*capture)) {
+      if (const Value* given = get(merged, "untie_embeddings")) {
+        if (detail::read_bool(*given, "model.untie_embeddings") == *tied)
+          fail(*given, "model.untie_embeddings",
+               fmt::format("disagrees with the capture {} (its output layer is {}tied to the "
+                           "embedding)",
+                           capture_path, *tied ? "" : "not "));
+      } else {
+        merged.insert_or_assign("untie_embeddings", Value{YAML::Node(!*tied), from});
+      }
+    }
   }
 
   workload::ModelSpec m;
@@ -804,9 +817,11 @@ workload::ParallelPlan build_parallel(const Section& s) {
   for (std::string_view k : {"recompute_method", "recompute_num_layers"})
     if (const Value* v = r.find(k); v && p.recompute != workload::Recompute::Full)
       fail(*v, r.key(k), "applies to parallel.recompute: full only");
-  p.recompute_method = r.choice("recompute_method", {"uniform", "block"}, "uniform") == "block"
-                           ? workload::RecomputeMethod::Block
-                           : workload::RecomputeMethod::Uniform;
+  const std::string method =
+      r.choice("recompute_method", {"uniform", "block", "interval"}, "uniform");
+  p.recompute_method = method == "block"      ? workload::RecomputeMethod::Block
+                       : method == "interval" ? workload::RecomputeMethod::Interval
+                                              : workload::RecomputeMethod::Uniform;
   r.positive("recompute_num_layers", p.recompute_num_layers);
   r.flag("use_distributed_optimizer", p.use_distributed_optimizer);
   p.schedule = r.choice("schedule", {"1f1b", "gpipe"}, "1f1b") == "gpipe"
@@ -1282,7 +1297,9 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
   out << YAML::Key << "recompute" << YAML::Value << name_of(p.recompute);
   if (p.recompute == workload::Recompute::Full) {
     out << YAML::Key << "recompute_method" << YAML::Value
-        << (p.recompute_method == workload::RecomputeMethod::Block ? "block" : "uniform");
+        << (p.recompute_method == workload::RecomputeMethod::Block      ? "block"
+            : p.recompute_method == workload::RecomputeMethod::Interval ? "interval"
+                                                                        : "uniform");
     out << YAML::Key << "recompute_num_layers" << YAML::Value << p.recompute_num_layers;
   }
   out << YAML::Key << "use_distributed_optimizer" << YAML::Value << p.use_distributed_optimizer;

@@ -1734,4 +1734,20 @@ LoweredOuter lower_outer(const Capture& c, const TpPlan& plan, std::int64_t tp, 
   return out;
 }
 
+std::optional<bool> capture_ties_embeddings(const Capture& c) {
+  const std::vector<CapturedNode>& nodes = c.outer;
+  std::set<std::uint32_t> tables;  // parameters an embedding lookup reads as its table
+  for (const CapturedNode& d : nodes)
+    if (d.kind == "call_function" && base_op(d.op) == "embedding" && !d.inputs.empty() &&
+        d.inputs.front() < nodes.size() && !nodes[d.inputs.front()].param.empty())
+      tables.insert(d.inputs.front());
+  if (tables.empty()) return std::nullopt;
+  for (const CapturedNode& d : nodes) {
+    if (d.kind != "call_function" || aten_class(d.op) != AtenClass::Gemm) continue;
+    for (std::uint32_t j : d.inputs)
+      if (j < nodes.size() && tables.count(view_root(nodes, j))) return true;
+  }
+  return false;
+}
+
 }  // namespace scalescope::workload

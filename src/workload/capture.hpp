@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,10 @@ struct TpPlan {
 };
 /// The number of experts of a captured block (modules experts.<i>), 0 for a dense one.
 std::int64_t capture_experts(const Capture& c);
+/// Whether the capture's outer graph ties the output layer to the embedding (one parameter read
+/// by the embedding lookup and by a GEMM, as `lm_head.weight = wte.weight` leaves it); nullopt
+/// without an outer graph or an embedding.
+std::optional<bool> capture_ties_embeddings(const Capture& c);
 /// The plan shipped for inputs/pytorch/llama.py and mixtral.py, and for gpt3.py.
 TpPlan llama_tp_plan();
 TpPlan gpt_tp_plan();

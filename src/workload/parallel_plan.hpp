@@ -13,8 +13,10 @@ enum class CpCommType : std::uint8_t { P2p, AllGather };
 /// Which layers full recomputation checkpoints (Megatron's --recompute-method, with
 /// --recompute-num-layers N, per model chunk of a pipeline stage): uniform, the chunk's layers in
 /// groups of N, each group keeping only its input and recomputed as a whole before its backward;
-/// block, the chunk's first N layers one by one, the others keeping all their activations.
-enum class RecomputeMethod : std::uint8_t { Uniform, Block };
+/// block, the chunk's first N layers one by one, the others keeping all their activations;
+/// interval, every N-th layer of the chunk one by one (the N-th, 2N-th, …: torchtitan's
+/// layer-wise selective checkpointing, `selective_ac_option: N`).
+enum class RecomputeMethod : std::uint8_t { Uniform, Block, Interval };
 enum class Schedule : std::uint8_t { OneFOneB, GPipe };
 enum class Precision : std::uint8_t { Bf16, Fp16, Fp8 };
 enum class AttentionBackend : std::uint8_t { Flash, Unfused };

@@ -499,8 +499,11 @@ class StageBuilder {
         last = first + chunk_layers_[c] - 1;
       }
     const std::int64_t n = p_.recompute_num_layers;
+    constexpr std::pair<std::int64_t, std::int64_t> kKept{1, 0};  // not checkpointed
     if (p_.recompute_method == RecomputeMethod::Block)
-      return l - first < n ? std::pair{l, l} : std::pair<std::int64_t, std::int64_t>{1, 0};
+      return l - first < n ? std::pair{l, l} : kKept;
+    if (p_.recompute_method == RecomputeMethod::Interval)
+      return (l - first + 1) % n == 0 ? std::pair{l, l} : kKept;
     const std::int64_t g = first + (l - first) / n * n;
     return {g, std::min(g + n - 1, last)};
   }

@@ -90,6 +90,16 @@ for bad in "--set model.num_experts=8" "--set model.compile=eager --set parallel
   test "$(wc -l < "$tmp/err")" -eq 1 && test ! -e "$tmp/bad"
   cat "$tmp/err"
 done
+# gpt3.py ties its output layer to the embedding: untied embeddings disagree with the capture.
+if "$bin" run "$repo/inputs/experiments/quickstart.yaml" "${common[@]}" --set model.preset=gpt3-175b \
+    --set model.num_attention_heads=8 --set model.kv_channels=128 --set model.ffn_hidden_size=4096 \
+    --set model.tp_plan=gpt --set model.source="$tmp/gpt.h5" --set model.num_layers=4 \
+    --set model.seq_length=512 --set model.vocab_size=32000 --set model.hidden_size=1024 \
+    --set model.untie_embeddings=true -o "$tmp/bad" --quiet 2>"$tmp/err"; then
+  echo "accepted: untied embeddings on a tied capture" >&2; exit 1
+fi
+test "$(wc -l < "$tmp/err")" -eq 1 && test ! -e "$tmp/bad" && grep -q "model.untie_embeddings" "$tmp/err"
+cat "$tmp/err"
 /usr/bin/python3 - "$tmp" <<'PY'
 import json, sys
 import h5py, numpy as np

@@ -275,7 +275,8 @@ TEST(TransformerBuilder, RecomputeMethodsCheckpointTheirLayers) {
   // (transformer_block.py _checkpointed_forward): uniform N keeps only the input of each group
   // of N layers ([T, h] bf16 = 2·1024·1024 bytes, allocated by the group's first op) and runs
   // the whole group forward again before the backward of its last layer; block N checkpoints the
-  // first N layers one by one and the others keep every activation, as without recomputation.
+  // first N layers one by one and the others keep every activation, as without recomputation;
+  // interval N every N-th layer (torchtitan's selective_ac_option: N).
   Job s = small(1, 1, 1);
   s.m.num_layers = 6;
   s.t.global_batch_size = 1;
@@ -314,6 +315,8 @@ TEST(TransformerBuilder, RecomputeMethodsCheckpointTheirLayers) {
   const std::vector<Layer> every = layers(Recompute::Full, RecomputeMethod::Uniform, 1);
   const std::vector<Layer> groups = layers(Recompute::Full, RecomputeMethod::Uniform, 4);
   const std::vector<Layer> block = layers(Recompute::Full, RecomputeMethod::Block, 2);
+  // torchtitan's layer-wise checkpointing every 3rd layer: layers 2 and 5 (counted from 1).
+  const std::vector<Layer> interval = layers(Recompute::Full, RecomputeMethod::Interval, 3);
   for (int l = 0; l < 6; ++l) {
     SCOPED_TRACE(l);
     EXPECT_EQ(every[l].forward_alloc, input);
@@ -323,6 +326,9 @@ TEST(TransformerBuilder, RecomputeMethodsCheckpointTheirLayers) {
     EXPECT_EQ(groups[l].recompute_ops, every[l].recompute_ops);
     EXPECT_EQ(block[l].forward_alloc, l < 2 ? input : none[l].forward_alloc);
     EXPECT_EQ(block[l].recompute_ops, l < 2 ? every[l].recompute_ops : 0);
+    const bool third = l == 2 || l == 5;
+    EXPECT_EQ(interval[l].forward_alloc, third ? input : none[l].forward_alloc);
+    EXPECT_EQ(interval[l].recompute_ops, third ? every[l].recompute_ops : 0);
   }
   EXPECT_GT(none[2].forward_alloc, 4 * input);
   // The group [0, 3] runs again after layer 4's backward, all of it before layer 3's backward.
