@@ -1148,9 +1148,6 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
       refuse(p.etp() != p.tp() && p.etp() != 1,
              "parallel.expert_tensor_parallel_size other than 1 or TP");
     }
-    refuse(p.recompute == workload::Recompute::Op && !m.capture_compiled,
-           "parallel.recompute: op and model.compile: eager (per-op checkpointing is modelled "
-           "as the compiled partitioner applies it)");
     refuse(p.recompute == workload::Recompute::Selective && !m.capture_compiled,
            "parallel.recompute: selective and model.compile: eager (selective recomputes the "
            "fused attention)");

@@ -1536,15 +1536,46 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
   // its inputs, back to saved tensors and the block input. The recomputed GEMMs (and the
   // all-gathers of their operands) run again before the backward; recomputed point-wise ops
   // fuse into the backward's kernels, as the partitioner places them.
-  if (compiled) {
-    std::vector<bool> must_save(n, false);
-    int mm_count = 0;
+  std::vector<bool> must_save(n, false);  // the policy's save list
+  std::vector<bool> cached(n, false);     // … its ops proper: odd-numbered mms and SDPA
+  int mm_count = 0;
+  for (std::uint32_t x = 0; x < n; ++x) {
+    if (!forward[x] || nodes[x].kind != "call_function" || st[x].remote) continue;
+    if (base_op(nodes[x].op) == "mm" && ++mm_count % 2 == 1) cached[x] = true;
+    if (own[x] && own[x]->kind == graph::OpKind::Attention) cached[x] = true;  // SDPA
+    must_save[x] = cached[x] || fused_attention_output.count(x) || scattered.count(x);
+  }
+  if (!compiled) {
+    // Eager (torch.utils.checkpoint, non-reentrant, with the policy's context): the forward
+    // caches the output of every op on the save list, the block input stays, and the recompute
+    // before the backward runs the block's forward again, each op on the list returning its
+    // cached output instead, every other op and collective running again (all-gathers, casts)
+    // but the reduce-scatters, whose shards are cached too. An odd-numbered reduce-scattered mm
+    // keeps both its [m, n] partial sums and the shard.
+    if (hidden_input < n) out.op_sac_saved_bytes += rank_bytes(hidden_input);
     for (std::uint32_t x = 0; x < n; ++x) {
-      if (!forward[x] || nodes[x].kind != "call_function" || st[x].remote) continue;
-      if (base_op(nodes[x].op) == "mm" && ++mm_count % 2 == 1) must_save[x] = true;
-      if (own[x] && own[x]->kind == graph::OpKind::Attention) must_save[x] = true;  // SDPA
-      if (fused_attention_output.count(x) || scattered.count(x)) must_save[x] = true;
+      if (!forward[x]) continue;
+      if (cached[x]) out.op_sac_saved_bytes += rank_bytes(x);
+      if (scattered.count(x)) out.op_sac_saved_bytes += rank_bytes(x) / t;
     }
+    std::map<std::uint32_t, std::int32_t> again;  // node → index of its recomputed op
+    const auto push = [&](const graph::Op& o, std::int32_t after) {
+      out.op_sac_recompute.push_back(o);
+      out.op_sac_recompute_after.push_back(after);
+      return static_cast<std::int32_t>(out.op_sac_recompute.size()) - 1;
+    };
+    for (std::uint32_t x = 0; x < n; ++x) {
+      if (!forward[x] || !own[x]) continue;
+      for (const auto& [o, producer] : pre[x]) {
+        if (o.kind == graph::OpKind::ReduceScatter) continue;  // its shard is cached
+        const auto from = again.find(producer);
+        push(o, from != again.end() ? from->second : LoweredBlock::kPassStart);
+      }
+      for (const auto* list : {&pre_casts[x], &casts[x]})
+        for (const graph::Op& c : *list) push(c, LoweredBlock::kChain);
+      if (!cached[x]) again[x] = push(*own[x], LoweredBlock::kChain);
+    }
+  } else {
     std::vector<bool> visited(n, false);
     std::vector<std::uint32_t> todo;
     for (std::uint32_t x = 0; x < n; ++x)

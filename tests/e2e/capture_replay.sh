@@ -3,7 +3,7 @@
 # and of gpt3.py at small sizes, then `run` with model.source under the sequential engine and the
 # optimistic one at np 2 (with sequence parallelism): identical results, compiled (the default,
 # model.compile: inductor) and, for Llama, eager, with context parallelism 2, with full
-# recomputation and per-op checkpointing, under ZeRO-3, in fp8 (torchao's Float8Linear) and with
+# recomputation and per-op checkpointing (compiled and eager), under ZeRO-3, in fp8 (torchao's Float8Linear) and with
 # async TP; and a Mixtral block with expert parallelism 2, balanced, with a router load skew and
 # at ETP 1. Exit 77, loudly, where PyTorch is missing (scripts/setup.sh installs python3-torch).
 set -euo pipefail
@@ -25,15 +25,15 @@ echo '{dim: 1024, n_layers: 4, n_heads: 8, n_kv_heads: 2, vocab_size: 32000, ffn
   -o "$tmp/mixtral.h5" >/dev/null
 common=(--set parallel.tp=2 --set parallel.pp=2 --set parallel.dp=2 --set cluster.num_gpus=8
         --set training.global_batch_size=8 --set run.trace_ranks=[0,7])
-for m in llama gpt llama-eager llama-cp llama-full llama-zero3 llama-fp8 llama-atp llama-sac mixtral-ep mixtral-skew mixtral-etp1; do
+for m in llama gpt llama-eager llama-cp llama-full llama-zero3 llama-fp8 llama-atp llama-sac llama-esac mixtral-ep mixtral-skew mixtral-etp1; do
   cap=${m%-*}
-  mode=inductor; [ $m = llama-eager ] && mode=eager
+  mode=inductor; [ $m = llama-eager ] || [ $m = llama-esac ] && mode=eager
   cpargs=()
   [ $m = llama-cp ] && cpargs=(--set parallel.cp=2 --set parallel.dp=1)
   [ $m = llama-full ] && cpargs=(--set parallel.recompute=full)
   [ $m = llama-zero3 ] && cpargs=(--set parallel.pp=1 --set parallel.dp=4 --set parallel.zero_stage=3)
   [ $m = llama-fp8 ] && cpargs=(--set training.precision=fp8)
-  [ $m = llama-sac ] && cpargs=(--set parallel.recompute=op)
+  [ $m = llama-sac ] || [ $m = llama-esac ] && cpargs=(--set parallel.recompute=op)
   [ $m = llama-atp ] && cpargs=(--set parallel.tp_comm_overlap=true --set parallel.sequence_parallel=true)
   [ $m = mixtral-skew ] && cpargs=(--set training.moe_expert_load_skew=0.5)
   [ $m = mixtral-etp1 ] && cpargs=(--set parallel.expert_tensor_parallel_size=1)
@@ -105,7 +105,7 @@ import json, sys
 import h5py, numpy as np
 d = sys.argv[1]
 for m in ("llama", "gpt", "llama-eager", "llama-cp", "llama-full", "llama-zero3", "llama-fp8",
-          "llama-atp", "llama-sac", "mixtral-ep", "mixtral-skew", "mixtral-etp1"):
+          "llama-atp", "llama-sac", "llama-esac", "mixtral-ep", "mixtral-skew", "mixtral-etp1"):
     a, b = (json.load(open(f"{d}/{m}-{r}/summary.json")) for r in ("seq", "np2"))
     a.pop("engine"); b.pop("engine")
     assert a == b, f"{m}: summary differs between the engines"

@@ -572,9 +572,8 @@ TEST_F(Capture, ContextParallelMatchesTheBuilder) {
   // The kernel: cuDNN's fused attention unless PyTorch's flash backend (FlashAttention-2) runs it.
   workload::LowerOptions flash = options(2, false, 1);
   flash.sdpa_flash = true;
-  for (const auto& [opts, impl] :
-       {std::pair{options(2, false, 1), graph::AttentionImpl::Fused},
-        std::pair{flash, graph::AttentionImpl::Flash2}}) {
+  for (const auto& [opts, impl] : {std::pair{options(2, false, 1), graph::AttentionImpl::Fused},
+                                   std::pair{flash, graph::AttentionImpl::Flash2}}) {
     const workload::LoweredBlock lowered =
         workload::lower_block(c, workload::llama_tp_plan(), 2, true, true, opts);
     for (const auto* ops : {&lowered.forward, &lowered.backward})
@@ -590,6 +589,35 @@ TEST_F(Capture, ContextParallelMatchesTheBuilder) {
   EXPECT_THROW(
       workload::lower_block(c, workload::llama_tp_plan(), 2, true, false, options(2, false, 1)),
       InputError);
+}
+
+// Per-op checkpointing of an eager capture (torchtitan's default: no compile, selective_ac_option
+// op), same block and layout as below: torch.utils.checkpoint caches the output of every op on the
+// save list — the odd-numbered forward mms wq (1), wv (3), w1 (5), w2 (7), and the reduce-scatter
+// shards of wo and w2 — and keeps the block input; its recompute runs the forward again but for
+// those: every forward kernel but the 4 cached mms, every all-gather, no reduce-scatter.
+TEST_F(Capture, EagerPerOpCheckpointingRecomputesAllButTheCachedOps) {
+  const std::string path = file("capture.h5");
+  if (!capture(path)) GTEST_SKIP() << "SKIPPED LOUDLY: no PyTorch (scripts/setup.sh installs it)";
+  const workload::Capture c = read_capture_h5(path);
+  const workload::LoweredBlock b =
+      workload::lower_block(c, workload::llama_tp_plan(), 2, true, false);
+  // By hand, bf16, s = 512, h = 1024, 8 heads of 128 (2 for k and v), f = 2816, t = 2:
+  const double x = 512 / 2 * 1024 * 2.0;                                 // the block input
+  const double wq = 512 * (1024 / 2) * 2.0, wv = 512 * (256 / 2) * 2.0;  // colwise outputs
+  const double w1 = 512 * (2816 / 2) * 2.0;
+  const double w2 = 512 * 1024 * 2.0;             // rowwise: the [s, h] partial sums
+  const double scattered = 512 / 2 * 1024 * 2.0;  // wo's and w2's shards, each
+  EXPECT_DOUBLE_EQ(b.op_sac_saved_bytes, x + wq + wv + w1 + w2 + 2 * scattered);
+  std::map<graph::OpKind, int> forward, again;
+  for (const graph::Op& op : b.forward) ++forward[op.kind];
+  for (const graph::Op& op : b.op_sac_recompute) ++again[op.kind];
+  EXPECT_EQ(again[graph::OpKind::Gemm], forward[graph::OpKind::Gemm] - 4);
+  EXPECT_EQ(again[graph::OpKind::Elementwise], forward[graph::OpKind::Elementwise]);
+  EXPECT_EQ(again[graph::OpKind::AllGather], forward[graph::OpKind::AllGather]);
+  EXPECT_EQ(forward[graph::OpKind::AllGather], 2);  // the two norm outputs (SP)
+  EXPECT_EQ(again[graph::OpKind::ReduceScatter], 0);
+  EXPECT_EQ(b.op_sac_recompute.size(), b.op_sac_recompute_after.size());
 }
 
 // Recomputation of a captured layer, as the builder does it: full — the first forward keeps only
