@@ -530,7 +530,6 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
       if (phase == graph::Phase::Forward) out.attention_forward.back() = ring;
       own[x] = ring.front();
       ring_rest[x].assign(ring.begin() + 1, ring.end());
-      out.attention_steps = opt.cp;
     }
     if (phase == graph::Phase::Backward) beside[x].push_back({reduce, opt.cp_all_gather});
   };

@@ -75,8 +75,6 @@ struct LoweredBlock {
   /// what they keep for their backward (the log-sum-exp, part of saved_bytes).
   /// Each entry: the kernels of one attention forward (one op, or CP's ring steps and merges).
   std::vector<std::vector<graph::Op>> attention_forward;
-  /// Attention kernels per attention of a backward pass: 1, or c under CP's ring.
-  std::int64_t attention_steps = 1;
   double attention_saved_bytes = 0;
   /// Compiled, under per-op selective checkpointing (recompute: op): what the forward keeps, and
   /// the GEMMs (with their operands' all-gathers and casts) that run again before the backward.

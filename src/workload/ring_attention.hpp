@@ -24,13 +24,15 @@ struct RingTensors {
 
 /// The ops replacing fused attention op `whole` (this rank's share of one pass: forward,
 /// recompute or backward) under CP degree `cp` > 1 with the load-balanced causal layout (rank r
-/// holds sequence chunks r and 2c − 1 − r). Step 0 is the causal L × L block, each later step an
-/// unmasked L × L/2 (the first half of a received K, V block) or L/2 × L (the second half of the
-/// queries) block: the same FLOPs each, so every step is `whole` with 1/c of its FLOPs and bytes,
-/// at the rate of blocks of L. Between and after them, the memory-bound merges (OpName::CpMerge),
-/// each step counted at the ranks' average: half of the steps after the first are full-query
-/// steps and half half-query ones. The last op carries `whole`'s allocation, every op its
-/// transient, the last merge of a forward the merge's own temporaries too.
+/// holds sequence chunks r and 2c − 1 − r): the ring's c steps, then its merges. Step 0 is the
+/// causal L × L block, each later step an unmasked L × L/2 (the first half of a received K, V
+/// block) or L/2 × L (the second half of the queries) block: the same FLOPs each, so the c steps
+/// are `whole` (its FLOPs and bytes, at the rate of blocks of L) as one op; the memory-bound merges
+/// are one OpName::CpMerge op, each step counted at the ranks' average (half of the steps after
+/// the first are full-query steps, half half-query ones), carrying `whole`'s allocation and
+/// release and, beside its transient, the merges' own temporaries. Two ops rather than 2c keep a
+/// CP-16 graph a third of the size; they run back to back on the compute stream either way, so
+/// only the further 2c − 2 kernel launches (2 µs each on the presets) are not charged.
 ///
 /// Transformer Engine (context_parallel.py; bf16 throughout):
 /// - forward: the c steps, then the output corrections, one per step, after the loop: the first

@@ -670,16 +670,12 @@ class StageBuilder {
       op.microbatch = static_cast<std::uint16_t>(mb);
       if (op.phase == Phase::Forward) op.phase = phase;  // Recompute under full recomputation
       if (k == 0) op.mem_alloc = alloc;
-      // Selective recomputation: an attention's forward kernels again before its backward's
-      // first (of c under CP's ring).
+      // Selective recomputation: an attention's forward kernels (CP's ring: its steps and
+      // merges) again before its backward.
       if (op.kind == OpKind::Attention && op.phase == Phase::Backward &&
-          p_.recompute == Recompute::Selective &&
-          attention++ % static_cast<std::size_t>(lowered_.attention_steps) == 0) {
-        const std::size_t g = (attention - 1) / static_cast<std::size_t>(lowered_.attention_steps);
-        for (std::size_t r = 0;
-             g < lowered_.attention_forward.size() && r < lowered_.attention_forward[g].size();
-             ++r) {
-          Op again = lowered_.attention_forward[g][r];
+          p_.recompute == Recompute::Selective && attention < lowered_.attention_forward.size()) {
+        for (const Op& kernel : lowered_.attention_forward[attention++]) {
+          Op again = kernel;
           again.phase = Phase::Recompute;
           again.layer = op.layer;
           again.microbatch = op.microbatch;

@@ -547,13 +547,13 @@ TEST_F(Capture, ContextParallelMatchesTheBuilder) {
   }
   EXPECT_EQ(captured.of(std::nullopt, graph::CommRole::Cp).first, 3);
   // PyTorch's ring (torch/distributed/tensor/experimental/_attention.py, ring_attention.hpp):
-  // each pass runs c = 2 steps of half the FLOPs, each followed by its merge, then the cast
-  // back to bf16. This rank's output: 4 heads × L = 512 queries × 128 = 262,144 elements; one
-  // K plus V block: 2 × 1 head × 512 × 128 = 131,072. Forward: the fp32 copy (6 B per
-  // element), the merge of step 1 (38 B, or 19 + 8 B on half-query steps: 32.5 on average),
-  // the cast (6 B). Backward: step 0 adds dq (10 B per element) and dK, dV (18 B); step 1 at
-  // the average of full-query (10 B; 13 B) and half-query (13 B; 18 B) steps; the casts
-  // (6 B per element of both).
+  // each pass runs c = 2 steps, one op of the attention's FLOPs, then one op of their merges.
+  // This rank's output: 4 heads × L = 512 queries × 128 = 262,144 elements; one K plus V block:
+  // 2 × 1 head × 512 × 128 = 131,072. Forward: the fp32 copy of step 0 (6 B per element), the
+  // merge of step 1 (38 B, or 19 + 8 B on half-query steps: 32.5 on average), the cast back
+  // (6 B). Backward: step 0 adds dq (10 B per element) and dK, dV (18 B); step 1 at the average
+  // of full-query (10 B; 13 B) and half-query (13 B; 18 B) steps; the casts (6 B per element of
+  // both).
   const double o = 4 * 512 * 128, kv = 2 * 512 * 128;
   std::vector<double> forward, backward;
   int steps = 0;
@@ -563,12 +563,12 @@ TEST_F(Capture, ContextParallelMatchesTheBuilder) {
       if (op.name == graph::OpName::CpMerge)
         (ops == &b.forward ? forward : backward).push_back(op.mem_bytes);
     }
-  EXPECT_EQ(steps, 4);
-  EXPECT_EQ(forward, (std::vector<double>{6 * o, 32.5 * o, 6 * o}));
-  EXPECT_EQ(backward, (std::vector<double>{10 * o + 18 * kv, 11.5 * o + 15.5 * kv, 6 * (o + kv)}));
+  EXPECT_EQ(steps, 2);
+  EXPECT_EQ(forward, (std::vector<double>{6 * o + 32.5 * o + 6 * o}));
+  EXPECT_EQ(backward,
+            (std::vector<double>{(10 * o + 18 * kv) + (11.5 * o + 15.5 * kv) + 6 * (o + kv)}));
   ASSERT_EQ(b.attention_forward.size(), 1u);
-  EXPECT_EQ(b.attention_forward[0].size(), 5u);  // two steps, their merges, the cast
-  EXPECT_EQ(b.attention_steps, 2);
+  EXPECT_EQ(b.attention_forward[0].size(), 2u);  // the steps and their merges
   // The kernel: cuDNN's fused attention unless PyTorch's flash backend (FlashAttention-2) runs it.
   workload::LowerOptions flash = options(2, false, 1);
   flash.sdpa_flash = true;

@@ -48,14 +48,13 @@ std::set<std::string> signatures(const graph::SlicedGraph& g) {
 TEST(KernelSignature, LayerOpsMapToTheirKernels) {
   // T = s·b/CP = 1024 tokens per rank; SP shard T/TP = 512 rows for norms; QKV GEMM
   // [T, (q + 2kv)/t] = [1024, (1024 + 512)/2 = 768], K = h; attention bh = 16/2 = 8 heads,
-  // sq = 1024 local queries; under CP 2 Transformer Engine's ring runs 2 steps of equal work,
-  // measured as the causal 1024 × 1024 block of step 0; d = dv = 64; SwiGLU [1024, 2816/2];
+  // sq = 1024 local queries against sk = 2048 keys (CP), d = dv = 64; SwiGLU [1024, 2816/2];
   // RoPE on (16 + 4)/2 = 10 heads of 64; the loss over V/t = 32000/2 columns.
   const Job j = llama_like();
   const auto sigs = signatures(build_graph(j.m, j.p, j.t));
   for (const char* expected :
-       {"gemm:bf16:m=1024:n=768:k=1024", "attention:fwd:bh=8:sq=1024:sk=1024:d=64:dv=64:causal=1",
-        "attention:bwd:bh=8:sq=1024:sk=1024:d=64:dv=64:causal=1", "rmsnorm:fwd:rows=512:cols=1024",
+       {"gemm:bf16:m=1024:n=768:k=1024", "attention:fwd:bh=8:sq=1024:sk=2048:d=64:dv=64:causal=1",
+        "attention:bwd:bh=8:sq=1024:sk=2048:d=64:dv=64:causal=1", "rmsnorm:fwd:rows=512:cols=1024",
         "rmsnorm:bwd:rows=512:cols=1024", "swiglu:fwd:rows=1024:cols=1408",
         "swiglu:bwd:rows=1024:cols=1408", "rope:fwd:rows=1024:heads=10:dim=64",
         "cross_entropy:fwd:rows=1024:vocab=16000", "embedding:fwd:rows=1024:cols=1024:vocab=16000"})
