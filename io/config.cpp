@@ -791,12 +791,13 @@ workload::ParallelPlan build_parallel(const Section& s) {
   if (const Value* v = r.find("cp_comm_type")) {
     const std::string type =
         r.choice("cp_comm_type", {"p2p", "all_gather", "a2a", "a2a+p2p"}, "p2p");
-    if (type == "a2a" || type == "a2a+p2p")
+    if (type == "a2a+p2p")
       fail(*v, r.key("cp_comm_type"),
-           fmt::format("'{}' (Ulysses-style all-to-all) is not modelled yet; use p2p or all_gather",
-                       type));
-    p.cp_comm_type =
-        type == "all_gather" ? workload::CpCommType::AllGather : workload::CpCommType::P2p;
+           "'a2a+p2p' (hierarchical all-to-all and ring) is not modelled yet; use p2p, all_gather "
+           "or a2a");
+    p.cp_comm_type = type == "all_gather" ? workload::CpCommType::AllGather
+                     : type == "a2a"      ? workload::CpCommType::A2a
+                                          : workload::CpCommType::P2p;
   }
   r.positive("virtual_pipeline_model_parallel_size", p.virtual_pipeline_model_parallel_size);
   r.positive("microbatch_group_size_per_vp_stage", p.microbatch_group_size_per_vp_stage);
@@ -1059,6 +1060,19 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
           "{}: parallel.context_parallel_size={} needs fused attention (training.attention: "
           "flash), as Megatron's context parallelism does",
           f, cp);
+    if (p.cp_comm_type == workload::CpCommType::A2a) {
+      // Transformer Engine's all-to-all splits each TP rank's query and key/value heads over CP.
+      if ((m.num_attention_heads / tp) % cp != 0 || (m.query_groups() / tp) % cp != 0)
+        throw_input(
+            "{}: parallel.cp_comm_type: a2a needs parallel.context_parallel_size={} to divide the "
+            "attention heads and key/value groups per TP rank ({} and {})",
+            f, cp, m.num_attention_heads / tp, m.query_groups() / tp);
+      if (m.capture)
+        throw_input(
+            "{}: model.source (a captured model) with parallel.cp_comm_type: a2a is not "
+            "modelled yet (captures run PyTorch's ring: p2p or all_gather)",
+            f);
+    }
   }
 
   // World size: DP is derived from the GPU count when omitted, the GPU count from TP·CP·PP·DP.
@@ -1288,7 +1302,9 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
   if (p.cp() > 1) {
     out << YAML::Key << "context_parallel_size" << YAML::Value << p.cp();
     out << YAML::Key << "cp_comm_type" << YAML::Value
-        << (p.cp_comm_type == workload::CpCommType::AllGather ? "all_gather" : "p2p");
+        << (p.cp_comm_type == workload::CpCommType::AllGather ? "all_gather"
+            : p.cp_comm_type == workload::CpCommType::A2a     ? "a2a"
+                                                              : "p2p");
   }
   out << YAML::Key << "sequence_parallel" << YAML::Value << p.sequence_parallel;
   out << YAML::Key << "recompute" << YAML::Value << name_of(p.recompute);

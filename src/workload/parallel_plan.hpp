@@ -8,8 +8,9 @@ namespace scalescope::workload {
 /// selective checkpointing torchtitan applies (`selective_ac_option: op`), captured models only.
 enum class Recompute : std::uint8_t { None, Selective, Full, Op };
 /// How context-parallel attention exchanges keys and values (Megatron's --cp-comm-type): a ring
-/// of point-to-point transfers overlapped with the attention blocks, or one all-gather first.
-enum class CpCommType : std::uint8_t { P2p, AllGather };
+/// of point-to-point transfers overlapped with the attention blocks, one all-gather first, or
+/// all-to-alls that trade the sequence split for a head split around the attention (Ulysses).
+enum class CpCommType : std::uint8_t { P2p, AllGather, A2a };
 /// Which layers full recomputation checkpoints (Megatron's --recompute-method, with
 /// --recompute-num-layers N, per model chunk of a pipeline stage): uniform, the chunk's layers in
 /// groups of N, each group keeping only its input and recomputed as a whole before its backward;

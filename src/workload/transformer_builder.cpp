@@ -242,6 +242,20 @@ class StageBuilder {
       chain(attn);
       return;
     }
+    if (p_.cp_comm_type == CpCommType::A2a) {
+      // Transformer Engine's AttnFuncWithCPAndQKVOA2A (DeepSpeed-Ulysses): all-to-alls over the
+      // CP group turn this rank's s/c tokens of every head into all s tokens of 1/c of the
+      // heads before the attention, and back after it; the backward does the same with dO
+      // before and dQ, dK, dV after. Each moves this rank's tensors (bf16, nccl-tests' size);
+      // (c − 1)/c of them leave the rank.
+      const double qkv = 2 * tokens_ * (qk_w_ + k_w_ + v_w_) / tp_, out = 2 * tokens_ * o_w_ / tp_;
+      chain(collective(OpKind::AllToAll, CommRole::Cp, OpName::CpKvExchange, attn.phase,
+                       backward ? out : qkv));
+      chain(attn);
+      chain(collective(OpKind::AllToAll, CommRole::Cp, OpName::CpKvExchange, attn.phase,
+                       backward ? qkv : out));
+      return;
+    }
     const double bytes = cp_ * kv_block_bytes();
     const Phase phase = attn.phase;
     Op gather = collective(OpKind::AllGather, CommRole::Cp, OpName::CpKvExchange, phase, bytes);
@@ -1087,11 +1101,15 @@ class StageBuilder {
       // With context parallelism (causal, load-balanced DualChunkSwap) the rank's s/c queries
       // attend to keys of the whole sequence in c blocks of s/c: 1/c of the work, the kernel
       // running on blocks of s/c (the rate table's length), every key/value block read once.
+      // With the all-to-all (Ulysses) the same work is 1/c of the heads over all s tokens.
       const double local = s / cp_;
-      op.shape[1] = static_cast<std::uint32_t>(local);
+      const bool a2a = p_.cp_comm_type == CpCommType::A2a;
+      op.shape[0] = static_cast<std::uint32_t>(b * heads / (a2a ? cp_ : 1.0));
+      op.shape[1] = static_cast<std::uint32_t>(a2a ? s : local);
       // QKᵀ over a·dqk and PV over a·dv: 2·b·s·local·(qk + o) FLOPs, causal half.
       op.flops = factor * 0.5 * 2 * b * s * local * (qk_w_ + o_w_) / tp_;
-      op.mem_bytes = factor * 2 * tokens_ * (qk_w_ + o_w_ + (k_w_ + v_w_) * cp_) / tp_;
+      op.mem_bytes =
+          factor * 2 * tokens_ * (qk_w_ + o_w_ + (k_w_ + v_w_) * (a2a ? 1.0 : cp_)) / tp_;
     }
     op.mem_alloc = static_cast<std::int64_t>(saved);
     attn_alloc += op.mem_alloc;

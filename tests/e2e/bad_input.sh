@@ -46,6 +46,10 @@ expect_error outer_without_source "model.outer" run "$qs" --set model.outer=buil
 expect_error compile_without_source "model.compile" run "$qs" --set model.compile=eager
 expect_error sdpa_without_source "model.sdpa" run "$qs" --set model.sdpa=flash
 expect_error op_checkpointing_without_source "recompute: op" run "$qs" --set parallel.recompute=op
+expect_error cp_a2a_p2p "parallel.cp_comm_type" run "$qs" --set parallel.cp=2 --set parallel.dp=4 \
+  --set parallel.cp_comm_type=a2a+p2p
+expect_error cp_a2a_heads "cp_comm_type: a2a" run "$qs" --set parallel.cp=4 --set parallel.dp=2 \
+  --set parallel.cp_comm_type=a2a
 expect_error recompute_method_without_full "parallel.recompute_method" run "$qs" --set parallel.recompute_method=block
 expect_error recompute_groups_under_fsdp "parallel.recompute_num_layers" run "$qs" --set parallel.recompute=full \
   --set parallel.recompute_num_layers=2 --set parallel.fsdp=true

@@ -270,6 +270,40 @@ TEST(TransformerBuilder, ContextParallelAttentionAndGroups) {
   EXPECT_EQ(members(graph::CommRole::Dp), (std::vector<std::uint32_t>{0, 2, 4, 6}));
 }
 
+TEST(TransformerBuilder, UlyssesAllToAllsAroundTheAttention) {
+  // CP c = 2 with cp_comm_type a2a (Transformer Engine's AttnFuncWithCPAndQKVOA2A), TP 2 with
+  // SP, s = 1024, b = 1 (small(): 16 heads of 64, 4 query groups: q = o = 1024, k = v = 256).
+  // Each rank holds s/c = 512 tokens; an all-to-all over CP turns its Q, K, V of every head into
+  // all 1024 tokens of 16/(2·2) = 4 heads: bf16 bytes 2·512·(1024 + 256 + 256)/2 = 786,432
+  // (nccl-tests' size), another brings the output back, 2·512·1024/2 = 524,288; the backward
+  // the other way round. The attention is causal over all s for 4 heads:
+  // 4·s²·64·4/2 = 536,870,912 FLOPs, at the rate of length 1024; no key/value ring.
+  Job s = small(2, 1, 1);
+  s.p.context_parallel_size = 2;
+  s.p.cp_comm_type = CpCommType::A2a;
+  s.t.global_batch_size = 1;
+  const graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
+  std::vector<std::pair<graph::Phase, double>> a2a;
+  int attention = 0;
+  for (const graph::Op& op : g.templates[0].ops) {
+    if (op.layer != 1) continue;
+    if (op.role == graph::CommRole::Cp) {
+      EXPECT_EQ(op.kind, graph::OpKind::AllToAll);
+      a2a.emplace_back(op.phase, op.comm_bytes);
+    }
+    if (op.kind == graph::OpKind::Attention && op.phase == graph::Phase::Forward) {
+      ++attention;
+      EXPECT_DOUBLE_EQ(op.flops, 4.0 * 1024 * 1024 * 64 * 4 / 2);
+      EXPECT_EQ(op.shape[0], 4u);
+      EXPECT_EQ(op.shape[1], 1024u);
+    }
+  }
+  EXPECT_EQ(attention, 1);
+  const auto f = graph::Phase::Forward, b = graph::Phase::Backward;
+  EXPECT_EQ(a2a, (std::vector<std::pair<graph::Phase, double>>{
+                     {f, 786432}, {f, 524288}, {b, 524288}, {b, 786432}}));
+}
+
 TEST(TransformerBuilder, RecomputeMethodsCheckpointTheirLayers) {
   // Megatron's full recomputation over 6 layers on one stage, one micro-batch
   // (transformer_block.py _checkpointed_forward): uniform N keeps only the input of each group
