@@ -58,6 +58,8 @@ const Keys kModelShapeKeys = {"name",
                               "gated_linear_unit",
                               "untie_embeddings",
                               "add_bias_linear",
+                              "add_qkv_bias",
+                              "qk_layernorm",
                               "hidden_dropout",
                               "attention_dropout",
                               "position_embedding_type",
@@ -619,6 +621,8 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
   r.flag("gated_linear_unit", m.gated_linear_unit);
   r.flag("untie_embeddings", m.untie_embeddings);
   r.flag("add_bias_linear", m.add_bias_linear);
+  r.flag("add_qkv_bias", m.add_qkv_bias);
+  r.flag("qk_layernorm", m.qk_layernorm);
   r.number("hidden_dropout", m.hidden_dropout, 0.0, false, 1.0);
   r.number("attention_dropout", m.attention_dropout, 0.0, false, 1.0);
   m.position_embedding_type =
@@ -1257,6 +1261,8 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
   out << YAML::Key << "gated_linear_unit" << YAML::Value << m.gated_linear_unit;
   out << YAML::Key << "untie_embeddings" << YAML::Value << m.untie_embeddings;
   out << YAML::Key << "add_bias_linear" << YAML::Value << m.add_bias_linear;
+  out << YAML::Key << "add_qkv_bias" << YAML::Value << m.add_qkv_bias;
+  out << YAML::Key << "qk_layernorm" << YAML::Value << m.qk_layernorm;
   out << YAML::Key << "hidden_dropout" << YAML::Value << num(m.hidden_dropout);
   out << YAML::Key << "attention_dropout" << YAML::Value << num(m.attention_dropout);
   out << YAML::Key << "position_embedding_type" << YAML::Value

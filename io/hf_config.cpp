@@ -98,11 +98,15 @@ YAML::Node hf_model_keys(const std::string& path) {
   // Megatron's --swiglu. Any other activation is read as the plain (GPT) MLP.
   const std::string act = get_string(j, path, "hidden_act").value_or("silu");
   m["gated_linear_unit"] = act == "silu" || act == "swish";
-  // attention_bias / mlp_bias (Llama) put biases on the linear layers. Qwen2's QKV-only bias
-  // is not represented (Megatron's --add-qkv-bias); it changes no FLOP or memory term that
-  // matters at this scale.
+  // attention_bias / mlp_bias (Llama) put biases on the linear layers. Qwen2 and Qwen2-MoE have
+  // a bias on Q, K and V only (modeling_qwen2.py: q/k/v_proj bias=True, o_proj bias=False;
+  // Megatron's --add-qkv-bias); Qwen3 and Qwen3-MoE none, but an RMSNorm over each query and
+  // key head (modeling_qwen3.py q_norm, k_norm over head_dim; Megatron's --qk-layernorm).
+  const std::string type = get_string(j, path, "model_type").value_or("");
   m["add_bias_linear"] = get_bool(j, path, "attention_bias").value_or(false) ||
                          get_bool(j, path, "mlp_bias").value_or(false);
+  m["add_qkv_bias"] = type == "qwen2" || type == "qwen2_moe";
+  m["qk_layernorm"] = type == "qwen3" || type == "qwen3_moe";
   // Llama-family models train without hidden-state dropout; attention dropout is a key.
   m["hidden_dropout"] = 0.0;
   m["attention_dropout"] = get_double(j, path, "attention_dropout").value_or(0.0);
@@ -192,6 +196,8 @@ workload::ModelSpec load_hf_config(const std::string& path) {
   m.untie_embeddings = n["untie_embeddings"].as<bool>();
   m.gated_linear_unit = n["gated_linear_unit"].as<bool>();
   m.add_bias_linear = n["add_bias_linear"].as<bool>();
+  m.add_qkv_bias = n["add_qkv_bias"].as<bool>();
+  m.qk_layernorm = n["qk_layernorm"].as<bool>();
   m.hidden_dropout = n["hidden_dropout"].as<double>();
   m.attention_dropout = n["attention_dropout"].as<double>();
   m.position_embedding_type = workload::PositionEmbedding::Rope;

@@ -235,8 +235,8 @@ constexpr Option kOptions[] = {
     {"--moe-router-num-groups", Kind::Ignored},
     {"--moe-router-group-topk", Kind::Ignored},
     // ---- refused: they change the iteration in ways scalescope does not model
-    {"--qk-layernorm", Kind::UnmodelledFlag, {}, {}, "the extra norms on queries and keys"},
-    {"--add-qkv-bias", Kind::UnmodelledFlag, {}, {}, "a bias on Q/K/V only"},
+    {"--qk-layernorm", Kind::Flag, "model", "qk_layernorm", "true"},
+    {"--add-qkv-bias", Kind::Flag, "model", "add_qkv_bias", "true"},
     {"--cpu-offloading", Kind::UnmodelledFlag, {}, {}, "activation offloading to the CPU"},
 };
 

@@ -60,7 +60,8 @@ std::string_view op_name(OpName n) {
                                                 "edp_all_gather",
                                                 "aten_gemm",
                                                 "aten_op",
-                                                "cp_merge"};
+                                                "cp_merge",
+                                                "qk_norm"};
   static_assert(std::size(kNames) == static_cast<std::size_t>(OpName::Count),
                 "one name per OpName");
   auto i = static_cast<std::size_t>(n);

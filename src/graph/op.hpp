@@ -150,6 +150,7 @@ enum class OpName : std::uint8_t {
   AtenGemm,           ///< a captured model's matrix multiply (mm, addmm, bmm, …)
   AtenOp,             ///< a captured model's memory-bound ATen op
   CpMerge,            ///< context parallelism: ring attention's per-step output / gradient merge
+  QkNorm,             ///< the norms over each query and key head (--qk-layernorm)
   Count
 };
 std::string_view op_name(OpName n);

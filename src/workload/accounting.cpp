@@ -55,7 +55,7 @@ LayerParts layer_parts(const ModelSpec& m, std::int64_t layer) {
     const double q = static_cast<double>(m.query_width());
     const double kv = static_cast<double>(m.kv_width());
     x.attn_w = h * (q + 2 * kv) + q * h;
-    x.col_bias += bias * (q + 2 * kv);
+    x.col_bias += (m.add_qkv_bias ? 1.0 : bias) * (q + 2 * kv);
   }
   x.row_bias += bias * h;  // out-projection
   const auto mlp = [&](double f) { return h * f * glu(m) + f * h; };
@@ -76,6 +76,9 @@ LayerParts layer_parts(const ModelSpec& m, std::int64_t layer) {
     x.row_bias += bias * h;
   }
   x.norms = 2 * norm_params(m);
+  // Query and key norms: one head_dim weight each (and bias for LayerNorm), shared by the heads.
+  if (m.qk_layernorm)
+    x.norms += 2 * static_cast<double>(m.head_dim()) * (m.add_bias_linear ? 2.0 : 1.0);
   return x;
 }
 

@@ -27,7 +27,11 @@ struct ModelSpec {
   bool gated_linear_unit = false;  ///< SwiGLU (Llama) instead of GELU (GPT)
   bool untie_embeddings = false;   ///< Megatron's --untie-embeddings-and-output-weights
   bool add_bias_linear = true;     ///< GPT-3 has biases; Llama does not
-  double hidden_dropout = 0.0;     ///< > 0 stores 1-byte dropout masks
+  bool add_qkv_bias = false;       ///< a bias on Q, K and V only (Qwen2; --add-qkv-bias)
+  /// A norm over each query and key head before rotary embedding (Qwen3, OLMo 2; --qk-layernorm),
+  /// LayerNorm or RMSNorm as the model's other norms, weights of head_dim shared by the heads.
+  bool qk_layernorm = false;
+  double hidden_dropout = 0.0;  ///< > 0 stores 1-byte dropout masks
   double attention_dropout = 0.0;
   /// Megatron's own default is learned_absolute; scalescope's is RoPE, what every model had
   /// before this key existed.

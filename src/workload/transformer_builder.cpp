@@ -281,6 +281,22 @@ class StageBuilder {
     wait_for(kv);
     if (dkv != kNone) wait_for(dkv);
   }
+  /// --qk-layernorm: a norm over each query and key head (Megatron's q_layernorm and
+  /// k_layernorm, TENorm over head_dim) between the QKV GEMM and the rotary embedding: forward
+  /// reads and writes the rank's [T, (q + kv)/t] (bf16), keeping its input for the backward,
+  /// which reads the input and dY and writes dX, as the layer norms do.
+  void qk_norm(Phase phase, bool keep, std::int64_t& attn_alloc) {
+    if (!m_.qk_layernorm) return;
+    const double dh = static_cast<double>(m_.head_dim());
+    const double e = tokens_ * static_cast<double>(m_.query_width() + m_.kv_width()) / tp_;
+    const bool bwd = phase == Phase::Backward;
+    Op op = shaped(
+        memory_bound(OpKind::Norm, OpName::QkNorm, phase, (bwd ? 6 : 4) * e, (bwd ? 10 : 8) * e),
+        e / dh, dh, norm_kind());
+    if (!bwd && keep) op.mem_alloc = static_cast<std::int64_t>(2 * e);
+    attn_alloc += op.mem_alloc;
+    chain(op);
+  }
   /// Transformer Engine's cast of `elements` bf16 values to fp8 (read 2 B, write 1 B) with the
   /// amax update fused in; under fp8 only.
   void fp8_cast(Phase phase, double elements) {
@@ -769,6 +785,7 @@ class StageBuilder {
       attn_alloc += qkv.mem_alloc;
       chain(qkv);
       wait_for_overlapped(qkv_gather);
+      qk_norm(phase, keep, attn_alloc);
       if (m_.position_embedding_type == PositionEmbedding::Rope)
         chain(shaped(
             memory_bound(OpKind::Elementwise, OpName::Rope, phase, 2 * 2 * T * (q + kv) / t), T,
@@ -1218,6 +1235,7 @@ class StageBuilder {
                                   2 * 2 * T * (q + kv) / t),
                      T, (q + kv) / t / static_cast<double>(m_.head_dim()),
                      static_cast<double>(m_.head_dim())));
+      qk_norm(Phase::Backward, false, none);
       ready_[param_key(l, kQkv)] = column_backward(OpName::QkvGemm, T, (q + 2 * kv) / t, h);
     }
     Op norm = shaped(

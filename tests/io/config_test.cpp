@@ -904,6 +904,11 @@ TEST(ConfigMegatron, BadLaunchLinesAreOneLineErrorsNamingTheOption) {
   expect(ok + "--recompute-granularity full --recompute-method random --recompute-num-layers 1",
          "--recompute-method random", "expected uniform or block");
   {
+    const ExperimentConfig c = load_experiment("", cluster, ok + "--qk-layernorm --add-qkv-bias");
+    EXPECT_TRUE(c.model.qk_layernorm);
+    EXPECT_TRUE(c.model.add_qkv_bias);
+  }
+  {
     const ExperimentConfig c = load_experiment(
         "", cluster,
         ok + "--recompute-granularity full --recompute-method block --recompute-num-layers 3");
@@ -970,6 +975,8 @@ void expect_hf_matches_preset(const std::string& experiment, const std::string& 
   EXPECT_EQ(a.v_dim(), b.v_dim());
   EXPECT_EQ(a.vocab_size, b.vocab_size);
   EXPECT_EQ(a.untie_embeddings, b.untie_embeddings);
+  EXPECT_EQ(a.qk_layernorm, b.qk_layernorm);
+  EXPECT_EQ(a.add_qkv_bias, b.add_qkv_bias);
   EXPECT_DOUBLE_EQ(workload::total_parameters(a), workload::total_parameters(b));
 }
 

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <set>
+#include <tuple>
 
 #include "core/error.hpp"
 #include "workload/accounting.hpp"
@@ -268,6 +269,33 @@ TEST(TransformerBuilder, ContextParallelAttentionAndGroups) {
   EXPECT_EQ(members(graph::CommRole::Tp), (std::vector<std::uint32_t>{0, 1}));
   EXPECT_EQ(members(graph::CommRole::Cp), (std::vector<std::uint32_t>{0, 2, 4, 6}));
   EXPECT_EQ(members(graph::CommRole::Dp), (std::vector<std::uint32_t>{0, 2, 4, 6}));
+}
+
+TEST(TransformerBuilder, QkvBiasAndQkNorms) {
+  // small() at TP 2 (16 heads of 64, 4 query groups: q = 1024, kv = 256; s = 1024, b = 1):
+  // --add-qkv-bias adds q + 2kv = 1536 biases per layer; --qk-layernorm two RMSNorm weights of
+  // head_dim, 128. The norms run on the rank's [T, (q + kv)/t] = 1024 · 640 = 655,360 values
+  // between the QKV GEMM and the rotary embedding: forward reads and writes them (bf16, 4 B per
+  // value) and keeps its input (2 B), backward reads the input and dY and writes dX (6 B).
+  Job s = small(2, 1, 1);
+  s.t.global_batch_size = 1;
+  const double plain = layer_parameters(s.m, 0);
+  s.m.add_qkv_bias = true;
+  s.m.qk_layernorm = true;
+  EXPECT_DOUBLE_EQ(layer_parameters(s.m, 0) - plain, 1536 + 128);
+  const graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
+  const double e = 1024.0 * 640;
+  std::vector<std::tuple<graph::Phase, double, std::int64_t>> norms;
+  for (const graph::Op& op : g.templates[0].ops)
+    if (op.layer == 1 && op.name == graph::OpName::QkNorm) {
+      EXPECT_EQ(op.kind, graph::OpKind::Norm);
+      EXPECT_EQ(op.shape[0], 1024u * 10);  // rows: tokens × the rank's 8 + 2 heads
+      EXPECT_EQ(op.shape[1], 64u);
+      norms.emplace_back(op.phase, op.mem_bytes, op.mem_alloc);
+    }
+  EXPECT_EQ(norms, (std::vector<std::tuple<graph::Phase, double, std::int64_t>>{
+                       {graph::Phase::Forward, 4 * e, static_cast<std::int64_t>(2 * e)},
+                       {graph::Phase::Backward, 6 * e, 0}}));
 }
 
 TEST(TransformerBuilder, UlyssesAllToAllsAroundTheAttention) {
