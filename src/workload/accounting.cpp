@@ -77,7 +77,8 @@ LayerParts layer_parts(const ModelSpec& m, std::int64_t layer) {
   }
   x.norms = 2 * norm_params(m);
   // Query and key norms: one head_dim weight each (and bias for LayerNorm), shared by the heads.
-  if (m.qk_layernorm)
+  // (With MLA, Megatron's qk_layernorm is the latent norms, counted above.)
+  if (m.qk_layernorm && !m.multi_latent_attention)
     x.norms += 2 * static_cast<double>(m.head_dim()) * (m.add_bias_linear ? 2.0 : 1.0);
   return x;
 }
