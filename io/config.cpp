@@ -89,6 +89,7 @@ const Keys kParallelKeys = {"tensor_model_parallel_size",
                             "schedule",
                             "overlap_grad_reduce",
                             "overlap_param_gather",
+                            "fp8_param_gather",
                             "decoder_first_pipeline_num_layers",
                             "decoder_last_pipeline_num_layers",
                             "account_for_embedding_in_pipeline_split",
@@ -834,6 +835,7 @@ workload::ParallelPlan build_parallel(const Section& s) {
                    : workload::Schedule::OneFOneB;
   r.flag("overlap_grad_reduce", p.overlap_grad_reduce);
   r.flag("overlap_param_gather", p.overlap_param_gather);
+  r.flag("fp8_param_gather", p.fp8_param_gather);
   // ZeRO stages; use_distributed_optimizer is Megatron's name for stage 1 (and Megatron-FSDP
   // requires it beside its sharding), fsdp PyTorch FSDP2's = stage 3.
   if (const Value* v = r.find("zero_stage")) {
@@ -970,6 +972,13 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
         f);
   if (p.overlap_param_gather && !p.use_distributed_optimizer)
     throw_input("{}: parallel.overlap_param_gather requires parallel.use_distributed_optimizer", f);
+  if (p.fp8_param_gather && (c.training.precision != workload::Precision::Fp8 || m.capture ||
+                             p.zero() < 1 || p.zero() > 2))
+    throw_input(
+        "{}: parallel.fp8_param_gather needs training.precision: fp8 on a built-in model with "
+        "the distributed optimizer (Megatron's --fp8-param-gather with "
+        "--use-distributed-optimizer)",
+        f);
   if (p.zero() >= 3 && pp > 1)
     throw_input(
         "{}: parallel.zero_stage=3 / fsdp with pipeline_model_parallel_size > 1 is not modelled "
@@ -1326,6 +1335,7 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
       << (p.schedule == workload::Schedule::GPipe ? "gpipe" : "1f1b");
   out << YAML::Key << "overlap_grad_reduce" << YAML::Value << p.overlap_grad_reduce;
   out << YAML::Key << "overlap_param_gather" << YAML::Value << p.overlap_param_gather;
+  out << YAML::Key << "fp8_param_gather" << YAML::Value << p.fp8_param_gather;
   if (p.zero_stage > 0) out << YAML::Key << "zero_stage" << YAML::Value << p.zero_stage;
   if (p.fsdp) out << YAML::Key << "fsdp" << YAML::Value << true;
   if (p.zero() >= 3) {

@@ -79,7 +79,8 @@ constexpr Option kOptions[] = {
      "account_for_embedding_in_pipeline_split", "true"},
     {"--account-for-loss-in-pipeline-split", Kind::Flag, "parallel",
      "account_for_loss_in_pipeline_split", "true"},
-    {"--sequence-parallel", Kind::Flag, "parallel", "sequence_parallel", "true"},
+    {"--sequence-parallel", Kind::SpecialFlag},
+    {"--fp8-param-gather", Kind::Flag, "parallel", "fp8_param_gather", "true"},
     {"--use-distributed-optimizer", Kind::Flag, "parallel", "use_distributed_optimizer", "true"},
     {"--overlap-grad-reduce", Kind::Flag, "parallel", "overlap_grad_reduce", "true"},
     {"--overlap-param-gather", Kind::Flag, "parallel", "overlap_param_gather", "true"},
@@ -122,6 +123,18 @@ constexpr Option kOptions[] = {
     // (docs/config.md lists them). Fusion switches are here too: scalescope models Megatron's
     // default fused kernels.
     {"--max-position-embeddings", Kind::Ignored},
+    {"--apply-layernorm-1p", Kind::IgnoredFlag},  // zero-centred γ: the same kernels
+    {"--decoupled-lr", Kind::Ignored},
+    {"--decoupled-min-lr", Kind::Ignored},
+    {"--calculate-per-token-loss", Kind::IgnoredFlag},
+    {"--empty-unused-memory-level", Kind::Ignored},  // releases cached, not allocated, memory
+    {"--fp8-amax-history-len", Kind::Ignored},
+    {"--fp8-amax-compute-algo", Kind::Ignored},
+    {"--tiktoken-pattern", Kind::Ignored},
+    {"--profile", Kind::IgnoredFlag},
+    {"--profile-step-start", Kind::Ignored},
+    {"--profile-step-end", Kind::Ignored},
+    {"--profile-ranks", Kind::IgnoredList},
     {"--transformer-impl", Kind::Ignored},
     {"--tokenizer-type", Kind::Ignored},
     {"--tokenizer-model", Kind::Ignored},
@@ -449,6 +462,13 @@ LaunchLine parse_megatron_args(std::string_view text, std::string_view label) {
       refuse("--recompute-granularity", "expected full or selective");
     }
   }
+
+  // Sequence parallelism: Megatron turns it off, with a warning, without tensor parallelism
+  // (arguments.py: "Disabling sequence parallelism because tensor model parallelism is
+  // disabled").
+  if (has("--sequence-parallel") &&
+      (!has("--tensor-model-parallel-size") || at("--tensor-model-parallel-size").value != "1"))
+    set("parallel", "sequence_parallel", "true", at("--sequence-parallel"));
 
   // PyTorch FSDP2 through Megatron: fully sharded (ZeRO-3) layers.
   if (has("--use-torch-fsdp2")) {

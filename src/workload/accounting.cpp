@@ -252,7 +252,8 @@ std::int64_t fp8_weight_copy_bytes(const ModelSpec& m, const ParallelPlan& p, co
                                    std::int64_t stage) {
   // A captured model's fp8 is torchao's: no cached copy, the fp8 weight is cast each forward and
   // kept for the backward like an activation (workload::lower_block).
-  if (t.precision != Precision::Fp8 || m.capture) return 0;
+  // With fp8 primary weights the fp8 data and its transpose take the place of the bf16 weight.
+  if (t.precision != Precision::Fp8 || m.capture || p.fp8_param_gather) return 0;
   return static_cast<std::int64_t>(std::ceil(2 * linear_parameters_on_rank(m, p, stage)));
 }
 

@@ -55,6 +55,10 @@ struct ParallelPlan {
   Schedule schedule = Schedule::OneFOneB;
   bool overlap_grad_reduce = false;   ///< DP reduction overlapped with the last backward
   bool overlap_param_gather = false;  ///< param all-gather overlapped with the next forward
+  /// fp8 training with fp8 primary weights (Megatron's --fp8-param-gather, TE's fp8_model_init):
+  /// the distributed optimizer all-gathers the linear layers' weights in fp8 (1 B a parameter),
+  /// and no bf16 copy of them is kept beside the fp8 data and its transpose.
+  bool fp8_param_gather = false;
   /// Layers on the first / last pipeline stage, 0 = an even split (Megatron's
   /// --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers). The other stages
   /// share the remaining layers evenly (Llama 3 405B: 126 layers, PP 16, 7 on each end stage).

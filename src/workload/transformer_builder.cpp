@@ -148,8 +148,8 @@ class StageBuilder {
       for (std::int64_t c = 0; c < p_.vpp(); ++c)
         for (auto it = buckets_.rbegin(); it != buckets_.rend(); ++it) {
           if (it->chunk != c || !reduces(*it)) continue;
-          std::uint32_t ag =
-              add_free(bucket_collective(*it, OpKind::AllGather, Phase::Other, 2 * it->params), {});
+          std::uint32_t ag = add_free(
+              bucket_collective(*it, OpKind::AllGather, Phase::Other, gather_bytes(*it)), {});
           for (std::int64_t key : it->keys) gather_of_[layer_of_key(key)].push_back(ag);
         }
     }
@@ -363,6 +363,7 @@ class StageBuilder {
   // ---- data-parallel buckets ----------------------------------------------------------------
   struct Bucket {
     double params = 0;
+    double linear = 0;  ///< of which linear-layer weights (gathered in fp8 with fp8_param_gather)
     std::vector<std::int64_t> keys;  ///< param_key()s (−1 embedding, −2 output layer)
     std::int64_t chunk = 0;
     bool expert = false;  ///< routed-expert parameters (reduced over expert DP)
@@ -427,6 +428,7 @@ class StageBuilder {
         cur.expert = expert;
         for (const ParamGroup& g : expert ? expert_groups : groups) {
           cur.params += g.params;
+          if (g.key >= 0 && is_linear_part(g.key % kParts)) cur.linear += g.params;
           cur.keys.push_back(g.key);
           if (cur.params >= bucket) {
             buckets_.push_back(cur);
@@ -438,6 +440,15 @@ class StageBuilder {
         if (!cur.keys.empty()) buckets_.push_back(cur);
       }
     }
+  }
+  /// Layer parts holding linear-layer weights (fp8 GEMM operands).
+  static bool is_linear_part(std::int64_t part) {
+    return part == kQkv || part == kOutProj || part == kFc1 || part == kFc2 || part == kExperts;
+  }
+  /// Bytes of a bucket's parameter all-gather: bf16, the linear weights in fp8 with
+  /// fp8_param_gather.
+  double gather_bytes(const Bucket& b) const {
+    return 2 * b.params - (p_.fp8_param_gather ? b.linear : 0.0);
   }
   /// Whether a bucket's reduction communicates: its group has more than one member.
   bool reduces(const Bucket& b) const { return b.expert ? p_.edp() > 1 : p_.dp_cp() > 1; }
@@ -1539,7 +1550,8 @@ class StageBuilder {
       const std::uint32_t step = chain_;
       for (auto it = buckets_.rbegin(); it != buckets_.rend(); ++it)
         if (reduces(*it))
-          add_free(bucket_collective(*it, OpKind::AllGather, Phase::Other, 2 * it->params), {step});
+          add_free(bucket_collective(*it, OpKind::AllGather, Phase::Other, gather_bytes(*it)),
+                   {step});
     }
   }
 

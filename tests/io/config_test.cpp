@@ -861,6 +861,45 @@ TEST(ConfigMegatron, PrecedenceYamlThenLaunchLinesThenSet) {
   EXPECT_EQ(v.parallel.vpp(), 2);  // not 4 layers / PP 2 / 2 = 1
 }
 
+TEST(ConfigMegatron, MegatronsOwnLlama3Fp8ExampleParses) {
+  // The argument arrays of NVIDIA/Megatron-LM examples/llama/train_llama3_8b_h100_fp8.sh
+  // (commit 157006d), mock-data branch, paths replaced: every option is read or knowingly
+  // ignored. Megatron turns --sequence-parallel off at TP 1 (arguments.py), and
+  // --fp8-param-gather keeps fp8 primary weights, gathered in fp8.
+  const std::string line =
+      "--use-mcore-models --num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 "
+      "--num-attention-heads 32 --group-query-attention --num-query-groups 8 --kv-channels 128 "
+      "--seq-length 8192 --max-position-embeddings 8192 --position-embedding-type rope "
+      "--rotary-base 1000000 --rotary-percent 1.0 --attention-dropout 0.0 --hidden-dropout 0.0 "
+      "--swiglu --init-method-std 0.0134 --attention-backend fused --apply-layernorm-1p "
+      "--untie-embeddings-and-output-weights --disable-bias-linear --micro-batch-size 1 "
+      "--global-batch-size 128 --train-samples 1953125000 --lr-decay-samples 1949218748 "
+      "--lr-warmup-samples 3906252 --lr 0.00015 --min-lr 0.00001 --decoupled-lr 5.0e-4 "
+      "--decoupled-min-lr 4.5e-5 --lr-decay-style cosine --clip-grad 1.0 --weight-decay 0.1 "
+      "--adam-beta1 0.9 --adam-beta2 0.95 --bf16 --grad-reduce-in-bf16 "
+      "--cross-entropy-loss-fusion --calculate-per-token-loss --manual-gc "
+      "--empty-unused-memory-level 1 --exit-duration-in-mins 235 --fp8-format hybrid "
+      "--fp8-amax-history-len 1024 --fp8-amax-compute-algo max --fp8-param-gather "
+      "--tensor-model-parallel-size 1 --context-parallel-size 1 --sequence-parallel "
+      "--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --mock-data "
+      "--tokenizer-type NullTokenizer --vocab-size 128256 --data-cache-path /tmp/x "
+      "--tiktoken-pattern v2 --split '99,1,0' --no-create-attention-mask-in-dataloader "
+      "--no-mmap-bin-files --num-workers 1 --log-interval 1 --eval-iters 32 --eval-interval 100 "
+      "--save-interval 1000 --log-throughput --profile --profile-step-start 4 "
+      "--profile-step-end 6 --ckpt-format torch_dist --distributed-timeout-minutes 60 --save "
+      "/tmp/ck --load /tmp/ck --tensorboard-dir /tmp/tb ";
+  const ExperimentConfig c =
+      load_experiment("", {"cluster.preset=dgx-h100", "cluster.num_gpus=8"}, line);
+  EXPECT_EQ(c.model.num_layers, 32);
+  EXPECT_EQ(c.model.num_query_groups, 8);
+  EXPECT_EQ(c.training.precision, workload::Precision::Fp8);
+  EXPECT_TRUE(c.parallel.fp8_param_gather);
+  EXPECT_FALSE(c.parallel.sequence_parallel);
+  EXPECT_EQ(c.parallel.tp(), 1);
+  EXPECT_EQ(c.parallel.dp(), 8);
+  EXPECT_TRUE(c.parallel.use_distributed_optimizer);
+}
+
 TEST(ConfigMegatron, BadLaunchLinesAreOneLineErrorsNamingTheOption) {
   const std::vector<std::string> cluster = {"cluster.preset=dgx-a100", "cluster.num_gpus=8"};
   const std::string ok =

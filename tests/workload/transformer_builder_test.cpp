@@ -5,6 +5,7 @@
 #include <map>
 
 #include <array>
+#include <cmath>
 #include <set>
 #include <tuple>
 
@@ -269,6 +270,32 @@ TEST(TransformerBuilder, ContextParallelAttentionAndGroups) {
   EXPECT_EQ(members(graph::CommRole::Tp), (std::vector<std::uint32_t>{0, 1}));
   EXPECT_EQ(members(graph::CommRole::Cp), (std::vector<std::uint32_t>{0, 2, 4, 6}));
   EXPECT_EQ(members(graph::CommRole::Dp), (std::vector<std::uint32_t>{0, 2, 4, 6}));
+}
+
+TEST(TransformerBuilder, Fp8ParamGatherGathersLinearWeightsInFp8) {
+  // --fp8-param-gather (fp8 primary weights): the distributed optimizer's parameter all-gathers
+  // move the linear layers' weights in fp8, 1 B instead of 2, the rest (norms, embedding, output
+  // layer) in bf16; TE keeps no bf16 copy beside the fp8 data and its transpose, so the 2 B of
+  // fp8 copies per linear parameter are no longer added to the static memory.
+  Job s = small(1, 1, 2);
+  s.p.overlap_param_gather = true;
+  s.t.precision = Precision::Fp8;
+  const auto gathered = [&](bool fp8) {
+    s.p.fp8_param_gather = fp8;
+    double bytes = 0;
+    const graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
+    for (const graph::Op& op : g.templates[0].ops)
+      if (op.name == graph::OpName::DpAllGather) bytes += op.comm_bytes;
+    return bytes;
+  };
+  const double linear = linear_parameters_on_rank(s.m, s.p, 0);
+  EXPECT_GT(linear, 0);
+  EXPECT_DOUBLE_EQ(gathered(false) - gathered(true), linear);
+  s.p.fp8_param_gather = false;
+  EXPECT_EQ(fp8_weight_copy_bytes(s.m, s.p, s.t, 0),
+            static_cast<std::int64_t>(std::ceil(2 * linear)));
+  s.p.fp8_param_gather = true;
+  EXPECT_EQ(fp8_weight_copy_bytes(s.m, s.p, s.t, 0), 0);
 }
 
 TEST(TransformerBuilder, QkvBiasAndQkNorms) {
