@@ -136,7 +136,9 @@ constexpr Option kOptions[] = {
     {"--profile-step-end", Kind::Ignored},
     {"--profile-ranks", Kind::IgnoredList},
     {"--transformer-impl", Kind::Ignored},
-    {"--tokenizer-type", Kind::Ignored},
+    {"--tokenizer-type", Kind::Special},
+    {"--no-position-embedding", Kind::IgnoredFlag},  // legacy; --position-embedding-type rules
+    {"--rampup-batch-size", Kind::IgnoredList},      // the steady state has the full batch
     {"--tokenizer-model", Kind::Ignored},
     {"--vocab-file", Kind::Ignored},
     {"--merge-file", Kind::Ignored},
@@ -417,6 +419,19 @@ LaunchLine parse_megatron_args(std::string_view text, std::string_view label) {
   both("--vocab-size", "--padded-vocab-size", "give the vocabulary once");
   both("--make-vocab-size-divisible-by", "--padded-vocab-size",
        "a padded vocabulary is not padded again");
+  // Without a vocabulary size, Megatron takes the tokenizer's: the two fixed vocabularies of
+  // its examples (megatron/training/tokenizer: GPT-2's BPE, a --vocab-file with a --merge-file,
+  // has 50,257 entries, Llama 2's SentencePiece model 32,000); any other tokenizer needs
+  // --vocab-size.
+  if (!has("--vocab-size") && !has("--padded-vocab-size")) {
+    const bool gpt2 = has("--tokenizer-type") ? at("--tokenizer-type").value == "GPT2BPETokenizer"
+                                              : has("--merge-file");
+    if (gpt2)
+      set("model", "vocab_size", "50257",
+          at(has("--tokenizer-type") ? "--tokenizer-type" : "--merge-file"));
+    if (has("--tokenizer-type") && at("--tokenizer-type").value == "Llama2Tokenizer")
+      set("model", "vocab_size", "32000", at("--tokenizer-type"));
+  }
   if (has("--padded-vocab-size")) {
     set("model", "vocab_size", at("--padded-vocab-size").value, at("--padded-vocab-size"));
     set("model", "make_vocab_size_divisible_by", "1", at("--padded-vocab-size"));

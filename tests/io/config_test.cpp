@@ -900,6 +900,32 @@ TEST(ConfigMegatron, MegatronsOwnLlama3Fp8ExampleParses) {
   EXPECT_TRUE(c.parallel.use_distributed_optimizer);
 }
 
+TEST(ConfigMegatron, MegatronsOwnGpt3Example175bParses) {
+  // NVIDIA/Megatron-LM examples/gpt3/train_gpt3_175b_distributed.sh (commit 157006d), paths
+  // replaced. No --vocab-size: a --vocab-file with a --merge-file is GPT-2's BPE, 50,257
+  // entries; --rampup-batch-size (3 values) only shapes the first iterations.
+  const std::string line =
+      "--num-layers 96 --hidden-size 12288 --num-attention-heads 96 --seq-length 2048 "
+      "--max-position-embeddings 2048 --attention-backend auto --micro-batch-size 1 "
+      "--global-batch-size 1536 --rampup-batch-size 16 16 5859375 --train-iters 500000 "
+      "--weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --init-method-std 0.006 "
+      "--clip-grad 1.0 --fp16 --lr 6.0e-5 --lr-decay-style cosine --min-lr 6.0e-6 "
+      "--lr-warmup-fraction .001 --lr-decay-iters 430000 --tensor-model-parallel-size 8 "
+      "--pipeline-model-parallel-size 16 --data-path /d/x_text_document --vocab-file "
+      "/v/gpt2-vocab.json --merge-file /v/gpt2-merges.txt --split 949,50,1 --log-interval 100 "
+      "--save-interval 10000 --eval-interval 1000 --save /c --load /c --eval-iters 10 "
+      "--tensorboard-dir /t ";
+  const ExperimentConfig c =
+      load_experiment("", {"cluster.preset=dgx-a100", "cluster.num_gpus=1024"}, line);
+  EXPECT_EQ(c.model.vocab_size, 50257);
+  EXPECT_EQ(c.model.num_layers, 96);
+  EXPECT_EQ(c.training.precision, workload::Precision::Fp16);
+  EXPECT_EQ(c.parallel.tp(), 8);
+  EXPECT_EQ(c.parallel.pp(), 16);
+  EXPECT_EQ(c.parallel.dp(), 8);
+  EXPECT_EQ(c.training.global_batch_size, 1536);
+}
+
 TEST(ConfigMegatron, BadLaunchLinesAreOneLineErrorsNamingTheOption) {
   const std::vector<std::string> cluster = {"cluster.preset=dgx-a100", "cluster.num_gpus=8"};
   const std::string ok =
@@ -963,10 +989,11 @@ TEST(ConfigMegatron, BadLaunchLinesAreOneLineErrorsNamingTheOption) {
   std::string fp32 = ok;
   fp32.erase(fp32.find("--bf16"));
   expect(fp32, "(command line)", "fp32");
-  // No vocabulary: the tokenizer is not read, the message says what to give.
+  // No vocabulary and a tokenizer whose size depends on its files (not GPT-2's or Llama 2's
+  // fixed ones): the tokenizer is not read, the message says what to give.
   std::string no_vocab = ok;
   no_vocab.erase(no_vocab.find("--vocab-size 1000"), 18);
-  expect(no_vocab + "--tokenizer-type GPT2BPETokenizer", "model.vocab_size",
+  expect(no_vocab + "--tokenizer-type HuggingFaceTokenizer", "model.vocab_size",
          "--vocab-size or --padded-vocab-size");
   // A launch line has no cluster: the preset must come from the file or --set.
   try {
