@@ -107,8 +107,9 @@ const Keys kParallelKeys = {"tensor_model_parallel_size",
                             "expert_model_parallel_size",
                             "expert_tensor_parallel_size",
                             "moe_token_dispatcher_type"};
-const Keys kTrainingKeys = {"micro_batch_size", "global_batch_size",    "precision",
-                            "attention",        "moe_expert_load_skew", "moe_expert_load_seed"};
+const Keys kTrainingKeys = {"micro_batch_size",    "global_batch_size", "precision",
+                            "fp8_recipe",          "attention",         "moe_expert_load_skew",
+                            "moe_expert_load_seed"};
 const Keys kClusterNetworkKeys = {"gpu",
                                   "gpus_per_node",
                                   "num_gpus",
@@ -883,6 +884,16 @@ workload::TrainingSpec build_training(const Section& s) {
   t.precision = precision == "fp16"  ? workload::Precision::Fp16
                 : precision == "fp8" ? workload::Precision::Fp8
                                      : workload::Precision::Bf16;
+  if (const Value* v = r.find("fp8_recipe")) {
+    if (t.precision != workload::Precision::Fp8)
+      fail(*v, r.key("fp8_recipe"), "applies to training.precision: fp8 only");
+    const std::string recipe =
+        r.choice("fp8_recipe", {"delayed", "tensorwise", "mxfp8", "blockwise"}, "delayed");
+    t.fp8_recipe = recipe == "tensorwise"  ? workload::Fp8Recipe::Tensorwise
+                   : recipe == "mxfp8"     ? workload::Fp8Recipe::Mxfp8
+                   : recipe == "blockwise" ? workload::Fp8Recipe::Blockwise
+                                           : workload::Fp8Recipe::Delayed;
+  }
   t.attention = r.choice("attention", {"flash", "unfused"}, "flash") == "unfused"
                     ? workload::AttentionBackend::Unfused
                     : workload::AttentionBackend::Flash;
@@ -1199,6 +1210,12 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
         "{}: training.global_batch_size={} is not divisible by "
         "training.micro_batch_size·parallel.data_parallel_size={}·{}={}",
         f, tr.global_batch_size, tr.micro_batch_size, p.dp(), tr.micro_batch_size * p.dp());
+  if (tr.precision == workload::Precision::Fp8 && tr.fp8_recipe == workload::Fp8Recipe::Mxfp8 &&
+      cl.gpu.rfind("B", 0) != 0 && cl.gpu.rfind("GB", 0) != 0)
+    throw_input(
+        "{}: training.fp8_recipe: mxfp8 needs a Blackwell GPU (Transformer Engine's MXFP8 "
+        "recipe), not cluster.gpu={}",
+        f, cl.gpu);
   if (tr.precision == workload::Precision::Fp8 && cost::find_gpu(cl.gpu).peak_tflops_fp8 <= 0)
     throw_input("{}: training.precision=fp8 needs fp8 tensor cores, which cluster.gpu={} lacks", f,
                 cl.gpu);
@@ -1382,6 +1399,12 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
       << (t.precision == workload::Precision::Fp16  ? "fp16"
           : t.precision == workload::Precision::Fp8 ? "fp8"
                                                     : "bf16");
+  if (t.precision == workload::Precision::Fp8)
+    out << YAML::Key << "fp8_recipe" << YAML::Value
+        << (t.fp8_recipe == workload::Fp8Recipe::Tensorwise  ? "tensorwise"
+            : t.fp8_recipe == workload::Fp8Recipe::Mxfp8     ? "mxfp8"
+            : t.fp8_recipe == workload::Fp8Recipe::Blockwise ? "blockwise"
+                                                             : "delayed");
   out << YAML::Key << "attention" << YAML::Value
       << (t.attention == workload::AttentionBackend::Unfused ? "unfused" : "flash");
   if (c.model.moe()) {

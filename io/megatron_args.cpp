@@ -81,6 +81,7 @@ constexpr Option kOptions[] = {
      "account_for_loss_in_pipeline_split", "true"},
     {"--sequence-parallel", Kind::SpecialFlag},
     {"--fp8-param-gather", Kind::Flag, "parallel", "fp8_param_gather", "true"},
+    {"--fp8-recipe", Kind::Value, "training", "fp8_recipe"},
     {"--use-distributed-optimizer", Kind::Flag, "parallel", "use_distributed_optimizer", "true"},
     {"--overlap-grad-reduce", Kind::Flag, "parallel", "overlap_grad_reduce", "true"},
     {"--overlap-param-gather", Kind::Flag, "parallel", "overlap_param_gather", "true"},

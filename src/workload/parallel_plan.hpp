@@ -20,6 +20,11 @@ enum class CpCommType : std::uint8_t { P2p, AllGather, A2a };
 enum class RecomputeMethod : std::uint8_t { Uniform, Block, Interval };
 enum class Schedule : std::uint8_t { OneFOneB, GPipe };
 enum class Precision : std::uint8_t { Bf16, Fp16, Fp8 };
+/// Transformer Engine's fp8 scaling (Megatron's --fp8-recipe): delayed (amax history, one pass
+/// per cast), tensorwise (current scaling: the amax of the tensor first, then the cast),
+/// mxfp8 (Blackwell: one E8M0 scale per 32 values, computed in the cast) and blockwise
+/// (DeepSeek-V3's: one fp32 scale per 128 values).
+enum class Fp8Recipe : std::uint8_t { Delayed, Tensorwise, Mxfp8, Blockwise };
 enum class AttentionBackend : std::uint8_t { Flash, Unfused };
 /// Megatron's --moe-token-dispatcher-type: all-to-all among the EP ranks, or an all-gather of
 /// every token to every EP rank (each keeps its experts' tokens) and a reduce-scatter back.
@@ -186,6 +191,7 @@ struct TrainingSpec {
   std::int64_t micro_batch_size = 1;
   std::int64_t global_batch_size = 1;
   Precision precision = Precision::Bf16;
+  Fp8Recipe fp8_recipe = Fp8Recipe::Delayed;  ///< precision fp8 only
   AttentionBackend attention = AttentionBackend::Flash;
   /// MoE router load imbalance: expert popularity drawn as exp(σ·z), z standard normal from a
   /// seeded generator (σ = moe_expert_load_skew, 0 = every expert gets T·k/E tokens), so the

@@ -297,10 +297,29 @@ class StageBuilder {
     attn_alloc += op.mem_alloc;
     chain(op);
   }
-  /// Transformer Engine's cast of `elements` bf16 values to fp8 (read 2 B, write 1 B) with the
-  /// amax update fused in; under fp8 only.
+  /// Transformer Engine's cast of `elements` bf16 values to fp8 (read 2 B, write 1 B), under
+  /// fp8 only: with delayed scaling the amax update fused in; tensorwise (current scaling) reads
+  /// the tensor once more for its amax first; mxfp8 and blockwise write their scales too (one
+  /// byte per 32 values, one fp32 per 128).
   void fp8_cast(Phase phase, double elements) {
-    if (fp8_) chain(memory_bound(OpKind::Elementwise, OpName::Fp8Cast, phase, 3 * elements));
+    if (fp8_)
+      chain(memory_bound(OpKind::Elementwise, OpName::Fp8Cast, phase,
+                         (3 + fp8_recipe_bytes(false)) * elements));
+  }
+  /// A recipe's bytes per value beyond delayed scaling's: tensorwise reads the tensor (2 B) for
+  /// its amax; mxfp8 writes a 1-byte scale per 32 values, blockwise an fp32 one per 128 (a
+  /// weight's per 128 × 128 block), for each fp8 layout written (`weight`: both).
+  double fp8_recipe_bytes(bool weight) const {
+    switch (t_.fp8_recipe) {
+      case Fp8Recipe::Tensorwise:
+        return 2;
+      case Fp8Recipe::Mxfp8:
+        return (weight ? 2.0 : 1.0) / 32;
+      case Fp8Recipe::Blockwise:
+        return weight ? 2 * 4.0 / (128 * 128) : 4.0 / 128;
+      default:
+        return 0;
+    }
   }
   /// The kernel shape of a memory-bound op (docs/kernels.md): rows × cols (× a third figure:
   /// the GLU factor of an activation, the vocabulary shard of an embedding, a rotary dim).
@@ -776,9 +795,9 @@ class StageBuilder {
     // The first micro-batch casts the layer's linear weights to fp8 and their transposes
     // (read 2 B, write 1 + 1 B per weight); later micro-batches reuse the cached copies.
     if (fp8_ && first_microbatch && phase == Phase::Forward)
-      chain(memory_bound(
-          OpKind::Elementwise, OpName::Fp8Cast, phase,
-          4 * linear_parameters_on_rank(m_, p_, stage_) / static_cast<double>(layers_)));
+      chain(memory_bound(OpKind::Elementwise, OpName::Fp8Cast, phase,
+                         (4 + fp8_recipe_bytes(true)) * linear_parameters_on_rank(m_, p_, stage_) /
+                             static_cast<double>(layers_)));
     Op norm = shaped(
         memory_bound(OpKind::Norm, OpName::InputNorm, phase, (2 + out_bytes) * local, 8 * local),
         local / h, h, norm_kind());

@@ -50,6 +50,9 @@ expect_error cp_a2a_p2p "parallel.cp_comm_type" run "$qs" --set parallel.cp=2 --
   --set parallel.cp_comm_type=a2a+p2p
 expect_error cp_a2a_heads "cp_comm_type: a2a" run "$qs" --set parallel.cp=4 --set parallel.dp=2 \
   --set parallel.cp_comm_type=a2a
+expect_error fp8_recipe_without_fp8 "training.fp8_recipe" run "$qs" --set training.fp8_recipe=tensorwise
+expect_error mxfp8_on_hopper "mxfp8 needs a Blackwell" run "$qs" --set training.precision=fp8 \
+  --set training.fp8_recipe=mxfp8
 expect_error recompute_method_without_full "parallel.recompute_method" run "$qs" --set parallel.recompute_method=block
 expect_error recompute_groups_under_fsdp "parallel.recompute_num_layers" run "$qs" --set parallel.recompute=full \
   --set parallel.recompute_num_layers=2 --set parallel.fsdp=true

@@ -298,6 +298,29 @@ TEST(TransformerBuilder, Fp8ParamGatherGathersLinearWeightsInFp8) {
   EXPECT_EQ(fp8_weight_copy_bytes(s.m, s.p, s.t, 0), 0);
 }
 
+TEST(TransformerBuilder, Fp8RecipesCastWithTheirOwnPasses) {
+  // Transformer Engine's casts of activations and gradients to fp8 per bf16 value (the second
+  // micro-batch: the first also casts the weights): delayed scaling reads 2 B and writes 1 B
+  // (amax fused); tensorwise (current scaling) reads the tensor once more for its amax, 5 B;
+  // blockwise writes an fp32 scale per 128 values, 3 + 4/128 B; mxfp8 (Blackwell) a byte per 32.
+  Job s = small(2, 1, 1);
+  s.t.global_batch_size = 2;
+  s.t.precision = Precision::Fp8;
+  const auto cast_bytes = [&](Fp8Recipe recipe) {
+    s.t.fp8_recipe = recipe;
+    const graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
+    double bytes = 0;
+    for (const graph::Op& op : g.templates[0].ops)
+      if (op.name == graph::OpName::Fp8Cast && op.microbatch == 1) bytes += op.mem_bytes;
+    return bytes;
+  };
+  const double delayed = cast_bytes(Fp8Recipe::Delayed);
+  EXPECT_GT(delayed, 0);
+  EXPECT_DOUBLE_EQ(cast_bytes(Fp8Recipe::Tensorwise) / delayed, 5.0 / 3);
+  EXPECT_DOUBLE_EQ(cast_bytes(Fp8Recipe::Blockwise) / delayed, (3 + 4.0 / 128) / 3);
+  EXPECT_DOUBLE_EQ(cast_bytes(Fp8Recipe::Mxfp8) / delayed, (3 + 1.0 / 32) / 3);
+}
+
 TEST(TransformerBuilder, QkvBiasAndQkNorms) {
   // small() at TP 2 (16 heads of 64, 4 query groups: q = 1024, kv = 256; s = 1024, b = 1):
   // --add-qkv-bias adds q + 2kv = 1536 biases per layer; --qk-layernorm two RMSNorm weights of
