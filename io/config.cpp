@@ -106,7 +106,8 @@ const Keys kParallelKeys = {"tensor_model_parallel_size",
                             "fsdp_shard_size",
                             "expert_model_parallel_size",
                             "expert_tensor_parallel_size",
-                            "moe_token_dispatcher_type"};
+                            "moe_token_dispatcher_type",
+                            "moe_shared_expert_overlap"};
 const Keys kTrainingKeys = {"micro_batch_size",    "global_batch_size", "precision",
                             "fp8_recipe",          "attention",         "moe_expert_load_skew",
                             "moe_expert_load_seed"};
@@ -868,6 +869,7 @@ workload::ParallelPlan build_parallel(const Section& s) {
   r.positive("decoder_last_pipeline_num_layers", p.decoder_last_pipeline_num_layers);
   r.positive("expert_model_parallel_size", p.expert_model_parallel_size);
   r.positive("expert_tensor_parallel_size", p.expert_tensor_parallel_size);
+  r.flag("moe_shared_expert_overlap", p.moe_shared_expert_overlap);
   p.moe_token_dispatcher_type =
       r.choice("moe_token_dispatcher_type", {"alltoall", "allgather"}, "alltoall") == "allgather"
           ? workload::MoeDispatcher::AllGather
@@ -1128,10 +1130,11 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
   // Mixture of experts (Megatron arguments.py and parallel_state.py rules).
   const Tree::mapped_type& par = t.at("parallel");
   if (!m.moe()) {
-    for (const char* k :
-         {"expert_model_parallel_size", "expert_tensor_parallel_size", "moe_token_dispatcher_type"})
+    for (const char* k : {"expert_model_parallel_size", "expert_tensor_parallel_size",
+                          "moe_token_dispatcher_type", "moe_shared_expert_overlap"})
       if (const Value* v = get(par, k);
-          v && !(std::string_view(k) != "moe_token_dispatcher_type" && v->node.Scalar() == "1"))
+          v && !(std::string_view(k) != "moe_token_dispatcher_type" &&
+                 std::string_view(k) != "moe_shared_expert_overlap" && v->node.Scalar() == "1"))
         fail(*v, std::string("parallel.") + k,
              "applies to MoE models only (set model.num_experts)");
     for (const char* k : {"moe_expert_load_skew", "moe_expert_load_seed"})
@@ -1140,6 +1143,13 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
              "applies to MoE models only (set model.num_experts)");
   } else {
     const std::int64_t ep = p.ep(), etp = p.etp();
+    if (const Value* v = get(par, "moe_shared_expert_overlap");
+        v && p.moe_shared_expert_overlap &&
+        (m.moe_shared_expert_intermediate_size <= 0 ||
+         p.moe_token_dispatcher_type != workload::MoeDispatcher::AllToAll))
+      fail(*v, "parallel.moe_shared_expert_overlap",
+           "needs shared experts (model.moe_shared_expert_intermediate_size) and the all-to-all "
+           "dispatcher, as Megatron asserts");
     must_divide("parallel.expert_model_parallel_size", ep, "model.num_experts", m.num_experts);
     if ((tp * cp * p.dp()) % (etp * ep) != 0)
       throw_input(
@@ -1388,6 +1398,7 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
     out << YAML::Key << "moe_token_dispatcher_type" << YAML::Value
         << (p.moe_token_dispatcher_type == workload::MoeDispatcher::AllGather ? "allgather"
                                                                               : "alltoall");
+    out << YAML::Key << "moe_shared_expert_overlap" << YAML::Value << p.moe_shared_expert_overlap;
   }
   out << YAML::EndMap;
 

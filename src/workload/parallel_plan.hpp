@@ -39,6 +39,8 @@ struct ParallelPlan {
   std::int64_t context_parallel_size = 1;
   CpCommType cp_comm_type = CpCommType::P2p;
   bool sequence_parallel = false;
+  /// Megatron's --moe-shared-expert-overlap: the shared experts beside the EP all-to-alls.
+  bool moe_shared_expert_overlap = false;
   Recompute recompute = Recompute::None;
   RecomputeMethod recompute_method = RecomputeMethod::Uniform;  ///< recompute: full only
   std::int64_t recompute_num_layers = 1;                        ///< recompute: full only

@@ -840,7 +840,7 @@ class StageBuilder {
     chain(norm2);
     if (m_.is_moe_layer(l)) {
       moe_forward(phase, keep, out_bytes, mlp_alloc);
-      if (m_.moe_shared_expert_intermediate_size > 0)
+      if (m_.moe_shared_expert_intermediate_size > 0 && overlapped_shared() == 0)
         mlp_forward(static_cast<double>(m_.moe_shared_expert_intermediate_size), phase, keep,
                     out_bytes, mlp_alloc, OpName::SharedFc1Gemm, OpName::SharedFc2Gemm);
     } else {
@@ -862,6 +862,13 @@ class StageBuilder {
   /// the SP gather before and the TP reduction after.
   void mlp_forward(double f, Phase phase, bool keep, double out_bytes, std::int64_t& mlp_alloc,
                    OpName fc1_name, OpName fc2_name) {
+    mlp_fc1(f, phase, keep, out_bytes, mlp_alloc, fc1_name);
+    mlp_fc2(f, phase, fc2_name);
+  }
+  /// Its first half: the SP gather, FC1 and the activation (GELU / SwiGLU read [T, φ₁·f/t] and
+  /// write [T, f/t], in fp8 under fp8: FC2's input).
+  void mlp_fc1(double f, Phase phase, bool keep, double out_bytes, std::int64_t& mlp_alloc,
+               OpName fc1_name) {
     const double T = tokens_, t = tp_, h = h_;
     const double glu = m_.gated_linear_unit ? 2.0 : 1.0;
     auto alloc = [&](double bytes) { return keep ? static_cast<std::int64_t>(bytes) : 0; };
@@ -871,27 +878,38 @@ class StageBuilder {
     mlp_alloc += fc1.mem_alloc;
     chain(fc1);
     wait_for_overlapped(fc1_gather);
-    // GELU / SwiGLU read [T, φ₁·f/t] and write [T, f/t] (in fp8 under fp8: it is FC2's input).
     Op act = shaped(memory_bound(OpKind::Elementwise, OpName::Activation, phase,
                                  2 * T * f / t * glu + out_bytes * T * f / t, 8 * T * f / t),
                     T, f / t, glu);
     act.mem_alloc = alloc(out_bytes * T * f / t);
     mlp_alloc += act.mem_alloc;
     chain(act);
-    Op fc2 = gemm(fc2_name, phase, T, h, f / t);
-    fc2.mem_transient = static_cast<std::int64_t>(2 * T * h);
+  }
+  /// … and its second: FC2 and the TP reduction.
+  void mlp_fc2(double f, Phase phase, OpName fc2_name) {
+    Op fc2 = gemm(fc2_name, phase, tokens_, h_, f / tp_);
+    fc2.mem_transient = static_cast<std::int64_t>(2 * tokens_ * h_);
     gemm_then_reduce(fc2, phase);
   }
   /// Backward of mlp_forward; returns the ops that finished FC2's and FC1's weight gradients.
   std::pair<std::uint32_t, std::uint32_t> mlp_backward(double f, OpName fc1_name, OpName fc2_name) {
-    const double T = tokens_, t = tp_, h = h_;
+    const std::uint32_t fc2 = mlp_fc2_backward(f, fc2_name);
+    return {fc2, mlp_fc1_backward(f, fc1_name)};
+  }
+  /// Its halves: FC2's backward and the activation's; FC1's backward. Each returns the op that
+  /// finished its weight gradient.
+  std::uint32_t mlp_fc2_backward(double f, OpName fc2_name) {
+    const double T = tokens_, t = tp_;
     const double glu = m_.gated_linear_unit ? 2.0 : 1.0;
-    const std::uint32_t fc2 = row_backward(fc2_name, T, h, f / t);
+    const std::uint32_t fc2 = row_backward(fc2_name, T, h_, f / t);
     chain(shaped(memory_bound(OpKind::Elementwise, OpName::Activation, Phase::Backward,
                               2 * T * f / t * (glu + 2), 8 * T * f / t),
                  T, f / t, glu));
-    const std::uint32_t fc1 = column_backward(fc1_name, T, f * glu / t, h);
-    return {fc2, fc1};
+    return fc2;
+  }
+  std::uint32_t mlp_fc1_backward(double f, OpName fc1_name) {
+    const double glu = m_.gated_linear_unit ? 2.0 : 1.0;
+    return column_backward(fc1_name, tokens_, f * glu / tp_, h_);
   }
 
   /// MLA's projections before core attention (megatron/core/transformer/multi_latent_attention.py):
@@ -986,23 +1004,39 @@ class StageBuilder {
   /// copies over EP, with the all-to-all dispatcher: S = 2·h·(the busiest member's copies), the
   /// send and receive buffers alive while it runs. The all-gather dispatcher gathers every
   /// token of the EP group (and its routing) instead, and reduce-scatters the outputs back.
-  void ep_exchange(Phase phase, OpName name, bool towards_experts) {
+  /// Returns kNone, or with `beside` the all-to-all issued beside the compute chain (the shared
+  /// experts' overlap), for the caller to wait for.
+  std::uint32_t ep_exchange(Phase phase, OpName name, bool towards_experts, bool beside = false) {
     const double h = h_;
     if (p_.moe_token_dispatcher_type == MoeDispatcher::AllGather) {
       // MoEAllGatherTokenDispatcher: hidden states [T_l, h] (and the routing) of the whole
       // ETP × EP group gathered, the experts' outputs reduce-scattered back over it.
-      if (!allgather_dispatch()) return;
+      if (!allgather_dispatch()) return kNone;
       const double bytes = 2 * h * load_.local_tokens * static_cast<double>(p_.ep() * p_.etp());
       Op op = collective(towards_experts ? OpKind::AllGather : OpKind::ReduceScatter,
                          CommRole::TpEp, name, phase, bytes);
       op.mem_transient = static_cast<std::int64_t>(bytes);
       chain(op);
-      return;
+      return kNone;
     }
-    if (!ep_comm()) return;
+    if (!ep_comm()) return kNone;
     Op op = collective(OpKind::AllToAll, CommRole::Ep, name, phase, 2 * h * load_.max_exchanged);
     op.mem_transient = static_cast<std::int64_t>(2 * h * (load_.sent + load_.received));
-    chain(op);
+    if (!beside) {
+      chain(op);
+      return kNone;
+    }
+    std::vector<std::uint32_t> start = wait_next_;
+    start.push_back(chain_);
+    return add_free(op, start);
+  }
+  /// Megatron's --moe-shared-expert-overlap: the shared experts' FC1 and activation run while
+  /// the dispatch all-to-all is in flight, their FC2 while the combine is (moe_layer.py,
+  /// shared_experts.py on their own stream); the backward likewise.
+  double overlapped_shared() const {
+    return p_.moe_shared_expert_overlap
+               ? static_cast<double>(m_.moe_shared_expert_intermediate_size)
+               : 0.0;
   }
   /// The MoE block's forward (Megatron MoELayer with MoEAlltoAllTokenDispatcher: router,
   /// permute → A2A(EP) → AG(ETP) → grouped FC1, activation, grouped FC2 → RS(ETP) → A2A(EP) →
@@ -1031,7 +1065,12 @@ class StageBuilder {
     Op permute = memory_bound(OpKind::Elementwise, OpName::MoePermute, phase,
                               2 * Tl * h + 2 * load_.sent * h);
     chain(permute);
-    ep_exchange(phase, OpName::EpDispatch, true);
+    const double shared = overlapped_shared();
+    const std::uint32_t dispatch = ep_exchange(phase, OpName::EpDispatch, true, shared > 0);
+    if (shared > 0) {
+      mlp_fc1(shared, phase, keep, out_bytes, mlp_alloc, OpName::SharedFc1Gemm);
+      wait_for_overlapped(dispatch);
+    }
     if (etp_comm())
       chain(collective(OpKind::AllGather, CommRole::Etp, OpName::EtpAllGather, phase, 2 * h * N));
     fp8_cast(phase, N * h);
@@ -1051,7 +1090,11 @@ class StageBuilder {
     if (etp_comm())
       chain(collective(OpKind::ReduceScatter, CommRole::Etp, OpName::EtpReduceScatter, phase,
                        2 * h * N));
-    ep_exchange(phase, OpName::EpCombine, false);
+    const std::uint32_t combine = ep_exchange(phase, OpName::EpCombine, false, shared > 0);
+    if (shared > 0) {
+      mlp_fc2(shared, phase, OpName::SharedFc2Gemm);
+      wait_for_overlapped(combine);
+    }
     // Unpermute: the k expert outputs of each token, weighted by their probabilities and summed;
     // the expert outputs stay for the probabilities' gradient.
     Op unpermute = memory_bound(OpKind::Elementwise, OpName::MoeUnpermute, phase,
@@ -1070,7 +1113,12 @@ class StageBuilder {
     const Phase B = Phase::Backward;
     chain(memory_bound(OpKind::Elementwise, OpName::MoeUnpermute, B,
                        2 * Tl * h + 2 * 2 * load_.sent * h));
-    ep_exchange(B, OpName::EpCombine, true);
+    const double shared = overlapped_shared();
+    const std::uint32_t combine = ep_exchange(B, OpName::EpCombine, true, shared > 0);
+    if (shared > 0) {
+      ready_[param_key(l, kFc2)] = mlp_fc2_backward(shared, OpName::SharedFc2Gemm);
+      wait_for_overlapped(combine);
+    }
     if (etp_comm())
       chain(collective(OpKind::AllGather, CommRole::Etp, OpName::EtpAllGather, B, 2 * h * N));
     fp8_cast(B, N * h);
@@ -1096,7 +1144,11 @@ class StageBuilder {
     if (etp_comm())
       chain(
           collective(OpKind::ReduceScatter, CommRole::Etp, OpName::EtpReduceScatter, B, 2 * h * N));
-    ep_exchange(B, OpName::EpDispatch, false);
+    const std::uint32_t dispatch = ep_exchange(B, OpName::EpDispatch, false, shared > 0);
+    if (shared > 0) {
+      ready_[param_key(l, kFc1)] = mlp_fc1_backward(shared, OpName::SharedFc1Gemm);
+      wait_for_overlapped(dispatch);
+    }
     chain(
         memory_bound(OpKind::Elementwise, OpName::MoePermute, B, 2 * load_.sent * h + 2 * Tl * h));
     chain(memory_bound(OpKind::Elementwise, OpName::RouterTopk, B, 3 * 4 * Tl * E, 8 * Tl * E));
@@ -1234,7 +1286,8 @@ class StageBuilder {
     chain(
         memory_bound(OpKind::Elementwise, OpName::BiasDropoutAdd, Phase::Backward, 3 * 2 * local));
     if (m_.is_moe_layer(l)) {
-      if (const auto fs = static_cast<double>(m_.moe_shared_expert_intermediate_size); fs > 0)
+      if (const auto fs = static_cast<double>(m_.moe_shared_expert_intermediate_size);
+          fs > 0 && overlapped_shared() == 0)
         std::tie(ready_[param_key(l, kFc2)], ready_[param_key(l, kFc1)]) =
             mlp_backward(fs, OpName::SharedFc1Gemm, OpName::SharedFc2Gemm);
       moe_backward(l);

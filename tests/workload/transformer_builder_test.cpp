@@ -729,6 +729,39 @@ std::vector<std::uint32_t> members(const graph::SlicedGraph& g, std::uint32_t ra
   return {g.comms.members_begin(c), g.comms.members_end(c)};
 }
 
+TEST(MoeBuilder, SharedExpertOverlapRunsTheSharedMlpBesideTheAllToAlls) {
+  // --moe-shared-expert-overlap (Megatron moe_layer.py with shared_experts.py on its own
+  // stream): the shared experts' FC1 and activation run while the dispatch all-to-all is in
+  // flight, their FC2 while the combine is; without it they run after the routed experts.
+  // Program order on layer 1's forward: dispatch, shared FC1, expert FC1, …, combine, shared FC2,
+  // unpermute; backward: combine, shared FC2's backward, …, dispatch, shared FC1's, permute.
+  Job s = moe_job(1, 1, 2, 2);
+  s.m.moe_shared_expert_intermediate_size = 1024;
+  s.t.global_batch_size = 2;
+  const auto order = [&](bool overlap, graph::Phase phase) {
+    s.p.moe_shared_expert_overlap = overlap;
+    const graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
+    std::vector<graph::OpName> names;
+    for (const graph::Op& op : g.templates[0].ops)
+      if (op.layer == 1 && op.microbatch == 0 && op.phase == phase &&
+          (op.name == graph::OpName::EpDispatch || op.name == graph::OpName::EpCombine ||
+           op.name == graph::OpName::SharedFc1Gemm || op.name == graph::OpName::SharedFc2Gemm ||
+           op.name == graph::OpName::ExpertFc1Gemm || op.name == graph::OpName::MoeUnpermute))
+        if (names.empty() || names.back() != op.name) names.push_back(op.name);
+    return names;
+  };
+  using N = graph::OpName;
+  EXPECT_EQ(order(true, graph::Phase::Forward),
+            (std::vector<N>{N::EpDispatch, N::SharedFc1Gemm, N::ExpertFc1Gemm, N::EpCombine,
+                            N::SharedFc2Gemm, N::MoeUnpermute}));
+  EXPECT_EQ(order(false, graph::Phase::Forward),
+            (std::vector<N>{N::EpDispatch, N::ExpertFc1Gemm, N::EpCombine, N::MoeUnpermute,
+                            N::SharedFc1Gemm, N::SharedFc2Gemm}));
+  EXPECT_EQ(order(true, graph::Phase::Backward),
+            (std::vector<N>{N::MoeUnpermute, N::EpCombine, N::SharedFc2Gemm, N::ExpertFc1Gemm,
+                            N::EpDispatch, N::SharedFc1Gemm}));
+}
+
 TEST(MoeBuilder, AllToAllBytesPerLayerAreTokensTimesTopkTimesHidden) {
   // Each MoE layer moves, per micro-batch and rank, T·k token copies of h bf16 values to the
   // experts and back: the all-to-all's buffer S = T·k·h·2, of which (EP − 1)/EP crosses to
