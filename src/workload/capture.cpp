@@ -1573,6 +1573,11 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
       for (const auto* list : {&pre_casts[x], &casts[x]})
         for (const graph::Op& c : *list) push(c, LoweredBlock::kChain);
       if (!cached[x]) again[x] = push(*own[x], LoweredBlock::kChain);
+      // Collectives beside the op (MoE's combine all-to-all after the last expert GEMM) run
+      // again after it.
+      const auto self = again.find(x);
+      for (const auto& [comm, starts_before] : beside[x])
+        push(comm, self != again.end() ? self->second : LoweredBlock::kPassStart);
     }
   } else {
     std::vector<bool> visited(n, false);
