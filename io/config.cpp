@@ -985,12 +985,12 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
         f);
   if (p.overlap_param_gather && !p.use_distributed_optimizer)
     throw_input("{}: parallel.overlap_param_gather requires parallel.use_distributed_optimizer", f);
-  if (p.fp8_param_gather && (c.training.precision != workload::Precision::Fp8 || m.capture ||
-                             p.zero() < 1 || p.zero() > 2))
+  if (p.fp8_param_gather && (c.training.precision != workload::Precision::Fp8 ||
+                             (m.capture ? p.zero() < 3 : (p.zero() < 1 || p.zero() > 2))))
     throw_input(
-        "{}: parallel.fp8_param_gather needs training.precision: fp8 on a built-in model with "
-        "the distributed optimizer (Megatron's --fp8-param-gather with "
-        "--use-distributed-optimizer)",
+        "{}: parallel.fp8_param_gather needs training.precision: fp8, and the distributed "
+        "optimizer on a built-in model (Megatron's --fp8-param-gather) or FSDP on a captured "
+        "one (torchao's enable_fsdp_float8_all_gather)",
         f);
   if (p.zero() >= 3 && pp > 1)
     throw_input(

@@ -803,7 +803,12 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
               casts[i].resize(casts[i].size() - 2);
             }
         }
-        if (fwd || (data_gradient && opt.fp8_recast_weight)) {
+        if (opt.fp8_fsdp_gather) {
+          // The shard's cast (read 2 B, write 1 B) before each fp8 all-gather; the dgrad's
+          // transposed copy of the gathered fp8 weight (read and write 1 B).
+          if (fwd || data_gradient) cast(weight_elements / opt.fsdp_shard, 3);
+          if (data_gradient) cast(weight_elements, 2);
+        } else if (fwd || (data_gradient && opt.fp8_recast_weight)) {
           cast(weight_elements, 2);  // the weight's amax
           amax_second_stage();
           cast(weight_elements, 4);

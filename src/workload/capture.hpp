@@ -124,6 +124,13 @@ struct LowerOptions {
   /// Fused attention through PyTorch's flash SDPA backend (FlashAttention-2,
   /// graph::AttentionImpl::Flash2) rather than cuDNN's.
   bool sdpa_flash = false;
+  /// fp8 under FSDP with torchao's float8 all-gather (enable_fsdp_float8_all_gather, with
+  /// precompute_float8_dynamic_scale_for_fsdp): a weight is cast on its FSDP shard (1/fsdp_shard
+  /// of it) before a 1-byte all-gather, in the forward and again for the backward's re-gather;
+  /// the dgrad reads a transposed fp8 copy. No amax pass per use (one per iteration, for all
+  /// weights, not modelled).
+  bool fp8_fsdp_gather = false;
+  double fsdp_shard = 1;
 };
 /// With `cp` > 1 (compiled only): every tensor with the token dimension is split over CP, the
 /// attention runs this rank's queries against the whole sequence, with the builder's key /

@@ -86,6 +86,12 @@ class StageBuilder {
     // layer), as fully_shard wraps them (MODELING §3.3).
     zero3_ = p.zero() >= 3 && p.zero_shard() > 1;
     layer_unit_ = layer_parameters_on_rank(m, p);
+    // torchao's FSDP float8 all-gather (a captured model's fp8 with parallel.fp8_param_gather):
+    // the layer units' linear weights move and stay gathered at 1 B a parameter.
+    fp8_fsdp_gather_ =
+        m.capture && p.zero() >= 3 && p.fp8_param_gather && t.precision == Precision::Fp8;
+    if (fp8_fsdp_gather_)
+      layer_linear_ = linear_parameters_on_rank(m, p, stage) / static_cast<double>(layers_);
     root_unit_ = parameters_on_rank(m, p, stage) - layer_unit_ * static_cast<double>(layers_);
     // Attention widths: scores over a·dqk, values and output a·dv; keys and values have g heads
     // (GQA), or a with MLA's per-head up-projected keys and values.
@@ -109,6 +115,8 @@ class StageBuilder {
       lo.fp8_recast_weight = p.zero() >= 3;
       lo.async_tp = p.tp_comm_overlap;
       lo.sdpa_flash = m.capture_sdpa_flash;
+      lo.fp8_fsdp_gather = fp8_fsdp_gather_;
+      lo.fsdp_shard = static_cast<double>(p.zero_shard());
       lo.experts_replicated = m.moe() && p.etp() == 1 && p.tp() > 1;
       if (m.moe()) {
         // This EP rank's experts' loads (skew, capacity), relative to balanced routing; without
@@ -543,7 +551,7 @@ class StageBuilder {
         wait_for(gathered);
       }
       layer_forward(l, Phase::Forward, mb == 0);
-      if (zero3_ && p_.reshard_after_forward) free_at_chain(2 * layer_unit_);
+      if (zero3_ && p_.reshard_after_forward) free_at_chain(gathered_layer_bytes());
     }
     if (last_ && chunk == p_.vpp() - 1) head_forward();
   }
@@ -602,7 +610,7 @@ class StageBuilder {
         for (std::int64_t k = g0; k <= g1; ++k) layer_forward(k, Phase::Recompute, false);
       layer_backward(l, mb);
       if (zero3_) {
-        free_at_chain(2 * layer_unit_);
+        free_at_chain(gathered_layer_bytes());
         if (reduce) unit_reduce(l, layer_unit_);
       }
     }
@@ -619,13 +627,16 @@ class StageBuilder {
   /// the gathered tensor) into a buffer allocated when it is issued; issued after the chain.
   std::uint32_t unit_gather(std::int64_t layer, double params, Phase phase) {
     const std::int64_t saved = std::exchange(cur_layer_, layer);
-    Op op = collective(OpKind::AllGather, CommRole::Dp, OpName::DpAllGather, phase, 2 * params);
-    op.mem_alloc = static_cast<std::int64_t>(std::ceil(2 * params));
+    const double bytes = layer >= 0 ? gathered_layer_bytes() : 2 * params;
+    Op op = collective(OpKind::AllGather, CommRole::Dp, OpName::DpAllGather, phase, bytes);
+    op.mem_alloc = static_cast<std::int64_t>(std::ceil(bytes));
     cur_layer_ = saved;
     std::vector<std::uint32_t> deps;
     if (chain_ != kNone) deps.push_back(chain_);
     return add_free(op, deps);
   }
+  /// A gathered layer unit's bytes: bf16, its linear weights in fp8 with fp8_fsdp_gather_.
+  double gathered_layer_bytes() const { return 2 * layer_unit_ - layer_linear_; }
   /// ZeRO-3: reduce-scatter of a unit's gradients (S = grad bytes · unit parameters) once its
   /// backward is done, beside the next unit's backward; the unsharded gradients are freed.
   void unit_reduce(std::int64_t layer, double params) {
@@ -1650,7 +1661,9 @@ class StageBuilder {
   bool fp8_ = false;
   bool zero3_ = false;                     ///< ZeRO-3 / FSDP with a DP × CP group to shard over
   double layer_unit_ = 0, root_unit_ = 0;  ///< parameters of a layer unit, of the root unit
-  std::int64_t pending_alloc_ = 0;         ///< bytes the next chained op allocates
+  bool fp8_fsdp_gather_ = false;    ///< torchao's FSDP float8 all-gather (captured fp8 under FSDP)
+  double layer_linear_ = 0;         ///< … the linear weights of a layer unit it gathers in fp8
+  std::int64_t pending_alloc_ = 0;  ///< bytes the next chained op allocates
   std::vector<std::uint32_t> zero3_reductions_;
   bool ub_ = false;                  ///< TE userbuffers TP overlap (tp_comm_overlap)
   mutable std::uint8_t ub_sms_ = 0;  ///< SMs the next GEMM gives to an overlapped gather

@@ -469,6 +469,28 @@ TEST(CaptureFp8, Float8LinearSpeedupAsTorchaoMeasuredIt) {
   }
 }
 
+TEST(CaptureFp8, FsdpFloat8AllGatherCastsTheShard) {
+  // torchao's enable_fsdp_float8_all_gather with precomputed scales, FSDP over 8 ranks, one
+  // linear m × k → n: the weight is cast on its shard (k·n/8 values, read 2 B, write 1 B) before
+  // each fp8 all-gather, in the forward and for the backward's re-gather; the dgrad reads a
+  // transposed fp8 copy (read and write 1 B per value); no per-use amax. The input and the output
+  // gradient are cast as without (4 B per value, plus a one-element second amax stage each).
+  const std::int64_t m = 4096, k = 2048, n = 1024;
+  workload::LowerOptions o;
+  o.fp8 = true;
+  o.fp8_recast_weight = true;
+  o.fp8_fsdp_gather = true;
+  o.fsdp_shard = 8;
+  const workload::LoweredBlock b = lower_linear(m, k, n, 1, o);
+  double cast_bytes = 0;
+  for (const auto* ops : {&b.forward, &b.backward})
+    for (const graph::Op& op : *ops)
+      if (op.name == graph::OpName::Fp8Cast) cast_bytes += op.mem_bytes;
+  const double mk = static_cast<double>(m * k), kn = static_cast<double>(k * n),
+               mn = static_cast<double>(m * n);
+  EXPECT_DOUBLE_EQ(cast_bytes, 4 * mk + 4 * mn + 2 * (3 * kn / 8) + 2 * kn + 2 * 4);
+}
+
 TEST(CaptureAsyncTp, GatheredGemmRunsInChunksBesideItsAllGather) {
   // Inductor's micro-pipeline TP at TP 2 with SP: x [m, k] is split along the sequence and
   // all-gathered for the colwise GEMM, which runs as 2 chunks of m/2 rows: the first beside the
