@@ -498,9 +498,7 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
   // starts with the op before it (cp p2p) or after it (the backward reduce-scatter under
   // cp all_gather), each further one after the previous; the compute op after waits for them.
   std::vector<std::vector<std::pair<graph::Op, bool>>> beside(n);  // + starts before the op
-  // Eager loss parallelism (DTensor's loss_parallel): bytes alive inside a node's op beyond its
-  // inputs and output (the decomposition's intermediates), and results that alias their input.
-  std::vector<double> scratch(n, 0.0);
+  // Eager loss parallelism (DTensor's loss_parallel): results that alias their input.
   std::vector<bool> alias(n, false);
   // Context parallelism around an attention op at node x (Megatron's AttnFuncWithCPAndKVP2P, as
   // the builder models it): K and V of the whole sequence, `kv` bytes on this rank, gathered
@@ -935,15 +933,17 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
         // B), result = shifted − log(sum) (B → B): 7·B, and `shifted` is alive beside exp's
         // output and then beside the result (one B besides input and output). A low-precision
         // input is first copied to fp32, a low-precision result cast back.
+        // The intermediates are the op's own transient, beside what the liveness pass adds.
         const auto y = static_cast<std::uint32_t>(i);
         const double b32 = rank_bytes(y) * 4 / dtype_bytes(dtype_of(d));
         op.mem_bytes = 7 * b32;
-        scratch[i] = b32;
+        double intermediates = b32;
         if (dtype_of(d) != "float32") op.mem_bytes += b32 + rank_bytes(y);
         if (dtype_of(nodes[d.inputs.front()]) != "float32") {
           op.mem_bytes += b32 + rank_bytes(d.inputs.front());
-          scratch[i] += b32;
+          intermediates += b32;
         }
+        op.mem_transient = static_cast<std::int64_t>(intermediates);
       }
     } else if (bop == "nll_loss_backward" && any_sharded && tp > 1 && !compiled &&
                !d.shapes.empty()) {
@@ -953,7 +953,7 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
       // the add, the zeros, exp(x) and their sum are alive, two B besides the output.
       const double b = rank_bytes(static_cast<std::uint32_t>(i));
       op.mem_bytes = 8 * b;
-      scratch[i] = 2 * b;
+      op.mem_transient = static_cast<std::int64_t>(2 * b);
     } else if (bop == "_log_softmax_backward_data" && any_sharded && tp > 1 && !compiled &&
                !d.shapes.empty() && !d.inputs.empty() &&
                dtype_of(nodes[d.inputs.front()]) == dtype_of(d)) {
@@ -1114,8 +1114,6 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
       // its dK, dV exchange starts after the first step and is waited for after the last.
       const bool ring = !ring_rest[m].empty();
       for (std::size_t k = 0; k < beside[m].size(); ++k) {
-        if (ring && k == 1)
-          for (const graph::Op& r : ring_rest[m]) emit_compute(f, r, m, LoweredBlock::kChain);
         const auto& [comm, starts_before] = beside[m][k];
         record_part(f, m);
         list.push_back(comm);
@@ -1123,9 +1121,9 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
                         : !starts_before ? done
                         : self > 0       ? self - 1
                                          : LoweredBlock::kPassStart);
+        if (ring && k == 0)
+          for (const graph::Op& r : ring_rest[m]) emit_compute(f, r, m, LoweredBlock::kChain);
       }
-      if (ring && beside[m].size() < 2)
-        for (const graph::Op& r : ring_rest[m]) emit_compute(f, r, m, LoweredBlock::kChain);
     }
   };
   if (!compiled) {
@@ -1661,7 +1659,6 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
       delta[static_cast<std::size_t>(to) + 1] -= bytes;
     };
     for (std::uint32_t x = 0; x < n; ++x) {
-      if (at[x] >= 0 && forward[x] == f) live(at[x], at[x], scratch[x]);
       if (nodes[x].kind != "call_function" || is_view(x) || at[x] < 0 || forward[x] != f ||
           saved[x] || dropped[x] || st[x].remote || alias[x])
         continue;

@@ -274,9 +274,7 @@ class StageBuilder {
       if (backward) chain(reduce);
       return;
     }
-    std::vector<std::uint32_t> start = wait_next_;
-    start.push_back(chain_);
-    const std::uint32_t kv = add_free(gather, start);
+    const std::uint32_t kv = add_beside(gather);
     const std::uint32_t dkv = backward ? add_free(reduce, {kv}) : kNone;
     if (attn.attention_impl == graph::AttentionImpl::Fused) {
       // The ring's c steps and its output / gradient corrections (Transformer Engine's).
@@ -370,6 +368,13 @@ class StageBuilder {
     std::sort(deps.begin(), deps.end());
     deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
     return prog_.add(op, deps);
+  }
+  /// Issues `op` beside the chain: it starts once the chain's last op and everything the next
+  /// chained op waits for are done, and nothing on the chain waits for it unless told to.
+  std::uint32_t add_beside(const Op& op) {
+    std::vector<std::uint32_t> start = wait_next_;
+    start.push_back(chain_);
+    return add_free(op, start);
   }
   bool tp_comm() const { return p_.tp() > 1; }
   /// The sequence-parallel all-gather of [T, h] before a column-parallel GEMM (f operator).
@@ -540,14 +545,14 @@ class StageBuilder {
     const std::int64_t end = first + chunk_layers_[chunk];
     std::uint32_t next = kNone;
     if (zero3_) {
-      wait_for(unit_gather(-1, root_unit_, Phase::Forward));
-      if (end > first) next = unit_gather(first, layer_unit_, Phase::Forward);
+      wait_for(unit_gather(-1, Phase::Forward));
+      if (end > first) next = unit_gather(first, Phase::Forward);
     }
     if (first_ && chunk == 0) embedding_forward();
     for (std::int64_t l = first; l < end; ++l) {
       if (zero3_) {
         const std::uint32_t gathered = next;
-        next = l + 1 < end ? unit_gather(l + 1, layer_unit_, Phase::Forward) : kNone;
+        next = l + 1 < end ? unit_gather(l + 1, Phase::Forward) : kNone;
         wait_for(gathered);
       }
       layer_forward(l, Phase::Forward, mb == 0);
@@ -593,13 +598,13 @@ class StageBuilder {
     const std::int64_t last = first + chunk_layers_[chunk] - 1;
     const bool regather = zero3_ && p_.reshard_after_forward;
     std::uint32_t next = kNone;
-    if (regather && last >= first) next = unit_gather(last, layer_unit_, Phase::Backward);
+    if (regather && last >= first) next = unit_gather(last, Phase::Backward);
     if (zero3_ && alloc_grads) pending_alloc_ += static_cast<std::int64_t>(gb * root_unit_);
     if (last_ && chunk == p_.vpp() - 1) head_backward();
     for (std::int64_t l = last; l >= first; --l) {
       if (regather) {
         const std::uint32_t gathered = next;
-        next = l > first ? unit_gather(l - 1, layer_unit_, Phase::Backward) : kNone;
+        next = l > first ? unit_gather(l - 1, Phase::Backward) : kNone;
         wait_for(gathered);
       }
       cur_layer_ = l;
@@ -623,11 +628,12 @@ class StageBuilder {
     // shard (DeepSpeed ZeRO-2); the last micro-batch's in finish_iteration.
     if (p_.zero() == 2 && p_.dp_cp() > 1 && mb != num_mb_ - 1) reduce_buckets(chunk, chain_);
   }
-  /// ZeRO-3: all-gather of a unit's bf16 parameters over DP × CP (S = 2 · unit parameters,
-  /// the gathered tensor) into a buffer allocated when it is issued; issued after the chain.
-  std::uint32_t unit_gather(std::int64_t layer, double params, Phase phase) {
+  /// ZeRO-3: all-gather of unit `layer`'s bf16 parameters (−1: the root unit) over DP × CP
+  /// (S = 2 · unit parameters, the gathered tensor; gathered_layer_bytes for a layer) into a
+  /// buffer allocated when it is issued; issued after the chain.
+  std::uint32_t unit_gather(std::int64_t layer, Phase phase) {
     const std::int64_t saved = std::exchange(cur_layer_, layer);
-    const double bytes = layer >= 0 ? gathered_layer_bytes() : 2 * params;
+    const double bytes = layer >= 0 ? gathered_layer_bytes() : 2 * root_unit_;
     Op op = collective(OpKind::AllGather, CommRole::Dp, OpName::DpAllGather, phase, bytes);
     op.mem_alloc = static_cast<std::int64_t>(std::ceil(bytes));
     cur_layer_ = saved;
@@ -1033,13 +1039,9 @@ class StageBuilder {
     if (!ep_comm()) return kNone;
     Op op = collective(OpKind::AllToAll, CommRole::Ep, name, phase, 2 * h * load_.max_exchanged);
     op.mem_transient = static_cast<std::int64_t>(2 * h * (load_.sent + load_.received));
-    if (!beside) {
-      chain(op);
-      return kNone;
-    }
-    std::vector<std::uint32_t> start = wait_next_;
-    start.push_back(chain_);
-    return add_free(op, start);
+    if (beside) return add_beside(op);
+    chain(op);
+    return kNone;
   }
   /// Megatron's --moe-shared-expert-overlap: the shared experts' FC1 and activation run while
   /// the dispatch all-to-all is in flight, their FC2 while the combine is (moe_layer.py,

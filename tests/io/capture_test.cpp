@@ -642,10 +642,6 @@ TEST_F(Capture, EagerPerOpCheckpointingRecomputesAllButTheCachedOps) {
   EXPECT_EQ(b.op_sac_recompute.size(), b.op_sac_recompute_after.size());
 }
 
-// Recomputation of a captured layer, as the builder does it: full — the first forward keeps only
-// the layer input and the whole forward runs again (phase Recompute) before the backward;
-// selective (compiled) — the fused attention runs again before its backward and keeps no
-// log-sum-exp.
 // Per-op selective checkpointing (torchtitan's `selective_ac_option: op`), compiled, at TP 2 with
 // SP on the Llama block with separate projections. Forward mms in order: wq 1, wk 2, wv 3, wo 4,
 // w1 5, w3 6, w2 7; the odd ones are kept, with the attention's output and the reduce-scatter
@@ -676,6 +672,10 @@ TEST_F(Capture, PerOpCheckpointingKeepsOddMatmulsAttentionAndScatters) {
   EXPECT_DOUBLE_EQ(flops, 2.0 * 512 * (256 / 2) * 1024 + 2.0 * 512 * (2816 / 2) * 1024);
 }
 
+// Recomputation of a captured layer, as the builder does it: full — the first forward keeps only
+// the layer input and the whole forward runs again (phase Recompute) before the backward;
+// selective (compiled) — the fused attention runs again before its backward and keeps no
+// log-sum-exp.
 TEST_F(Capture, RecomputationAsTheBuilderDoesIt) {
   const std::string path = file("capture.h5");
   if (!capture(path, 1024, ", fused_projections: true"))
