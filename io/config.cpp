@@ -60,6 +60,7 @@ const Keys kModelShapeKeys = {"name",
                               "add_bias_linear",
                               "add_qkv_bias",
                               "qk_layernorm",
+                              "mtp_num_layers",
                               "hidden_dropout",
                               "attention_dropout",
                               "position_embedding_type",
@@ -626,6 +627,10 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
   r.flag("add_bias_linear", m.add_bias_linear);
   r.flag("add_qkv_bias", m.add_qkv_bias);
   r.flag("qk_layernorm", m.qk_layernorm);
+  if (const Value* v = r.find("mtp_num_layers")) {
+    m.mtp_num_layers = detail::read_int(*v, r.key("mtp_num_layers"));
+    if (m.mtp_num_layers < 0) fail(*v, r.key("mtp_num_layers"), "must be >= 0");
+  }
   r.number("hidden_dropout", m.hidden_dropout, 0.0, false, 1.0);
   r.number("attention_dropout", m.attention_dropout, 0.0, false, 1.0);
   m.position_embedding_type =
@@ -1210,6 +1215,21 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
         f);
   if (m.multi_latent_attention && m.position_embedding_type != workload::PositionEmbedding::Rope)
     throw_input("{}: model.multi_latent_attention needs position_embedding_type: rope", f);
+  if (m.mtp_num_layers > 0) {
+    // Megatron's checks (arguments.py, multi_token_prediction.py) and what is modelled.
+    const auto refuse = [&](bool cond, std::string_view what) {
+      if (cond) throw_input("{}: model.mtp_num_layers={} with {}", f, m.mtp_num_layers, what);
+    };
+    refuse(m.capture != nullptr, "a captured model is not modelled (the capture has no MTP)");
+    refuse(m.position_embedding_type != workload::PositionEmbedding::Rope,
+           "position_embedding_type: learned_absolute (Megatron: MTP needs rope)");
+    refuse(p.zero() >= 3, "ZeRO-3 / fsdp is not modelled");
+    refuse(p.recompute == workload::Recompute::Full &&
+               p.recompute_method == workload::RecomputeMethod::Uniform &&
+               p.recompute_num_layers > 1,
+           "recompute_method: uniform and recompute_num_layers > 1 (Megatron asserts "
+           "recompute_num_layers == 1 for MTP)");
+  }
 
   // Megatron: global_batch_size defaults to micro_batch_size · data_parallel_size.
   auto& tr = c.training;
@@ -1299,6 +1319,7 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
   out << YAML::Key << "add_bias_linear" << YAML::Value << m.add_bias_linear;
   out << YAML::Key << "add_qkv_bias" << YAML::Value << m.add_qkv_bias;
   out << YAML::Key << "qk_layernorm" << YAML::Value << m.qk_layernorm;
+  if (m.mtp_num_layers > 0) out << YAML::Key << "mtp_num_layers" << YAML::Value << m.mtp_num_layers;
   out << YAML::Key << "hidden_dropout" << YAML::Value << num(m.hidden_dropout);
   out << YAML::Key << "attention_dropout" << YAML::Value << num(m.attention_dropout);
   out << YAML::Key << "position_embedding_type" << YAML::Value

@@ -61,7 +61,9 @@ std::string_view op_name(OpName n) {
                                                 "aten_gemm",
                                                 "aten_op",
                                                 "cp_merge",
-                                                "qk_norm"};
+                                                "qk_norm",
+                                                "mtp_norm",
+                                                "mtp_proj_gemm"};
   static_assert(std::size(kNames) == static_cast<std::size_t>(OpName::Count),
                 "one name per OpName");
   auto i = static_cast<std::size_t>(n);

@@ -151,6 +151,8 @@ enum class OpName : std::uint8_t {
   AtenOp,             ///< a captured model's memory-bound ATen op
   CpMerge,            ///< context parallelism: ring attention's per-step output / gradient merge
   QkNorm,             ///< the norms over each query and key head (--qk-layernorm)
+  MtpNorm,            ///< MTP: the norms over the hidden states and the next tokens' embeddings
+  MtpProjGemm,        ///< MTP: the [T, 2h]·[2h, h/t] projection of their concatenation
   Count
 };
 std::string_view op_name(OpName n);

@@ -25,6 +25,7 @@ struct LayerParts {
   double col_bias = 0;      ///< column-parallel biases (split over TP)
   double row_bias = 0;      ///< row-parallel biases (replicated over TP)
   double norms = 0;         ///< the two layer norms
+  double mtp_proj = 0;      ///< an MTP module's [2h → h] projection (column-parallel, TP-split)
 };
 
 LayerParts layer_parts(const ModelSpec& m, std::int64_t layer) {
@@ -80,13 +81,19 @@ LayerParts layer_parts(const ModelSpec& m, std::int64_t layer) {
   // (With MLA, Megatron's qk_layernorm is the latent norms, counted above.)
   if (m.qk_layernorm && !m.multi_latent_attention)
     x.norms += 2 * static_cast<double>(m.head_dim()) * (m.add_bias_linear ? 2.0 : 1.0);
+  // An MTP module around its layer: enorm, hnorm and its final norm, eh_proj without a bias
+  // (multi_token_prediction.py MultiTokenPredictionLayer).
+  if (m.is_mtp_layer(layer)) {
+    x.mtp_proj = 2 * h * h;
+    x.norms += 3 * norm_params(m);
+  }
   return x;
 }
 
 /// Everything of a layer but its routed experts.
 double layer_dense_common(const LayerParts& x) {
   return x.attn_w + x.attn_rep_w + x.latent_norms + x.mlp_w + x.router + x.col_bias + x.row_bias +
-         x.norms;
+         x.norms + x.mtp_proj;
 }
 }  // namespace
 
@@ -140,8 +147,8 @@ RankParameters layer_parameters_on_rank(const ModelSpec& m, const ParallelPlan& 
   // (megatron/core/tensor_parallel/layers.py). Routed experts: E/EP per rank, each split over
   // ETP (megatron/core/transformer/moe/experts.py TEGroupedMLP).
   RankParameters r;
-  r.dense = (x.attn_w + x.mlp_w + x.col_bias) / t + x.attn_rep_w + x.latent_norms + x.router +
-            x.row_bias + x.norms;
+  r.dense = (x.attn_w + x.mlp_w + x.col_bias + x.mtp_proj) / t + x.attn_rep_w + x.latent_norms +
+            x.router + x.row_bias + x.norms;
   if (m.is_moe_layer(layer)) {
     const double local = static_cast<double>(m.num_experts / p.ep());
     r.expert = local * (x.expert_w + x.expert_b) / static_cast<double>(p.etp());
@@ -153,13 +160,25 @@ double layer_parameters_on_rank(const ModelSpec& m, const ParallelPlan& p) {
   return layer_parameters_on_rank(m, p, 0).total();
 }
 
+std::int64_t layers_in_chunk(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage,
+                             std::int64_t chunk) {
+  const bool mtp = stage == p.pp() - 1 && chunk == p.vpp() - 1;
+  return p.layers_in_chunk(stage, chunk, m.num_layers) + (mtp ? m.mtp_num_layers : 0);
+}
+std::int64_t layers_on_stage(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage) {
+  std::int64_t n = 0;
+  for (std::int64_t c = 0; c < p.vpp(); ++c) n += layers_in_chunk(m, p, stage, c);
+  return n;
+}
+
 namespace {
-/// Global indices of the transformer layers on pipeline stage `stage`, all chunks.
+/// Global indices of the transformer layers on pipeline stage `stage`, all chunks: the MTP
+/// modules' after the decoder's on the last stage.
 template <class F>
 void for_each_layer_on_stage(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage, F f) {
   for (std::int64_t c = 0; c < p.vpp(); ++c) {
     const std::int64_t first = p.first_layer_of_chunk(stage, c, m.num_layers);
-    const std::int64_t n = p.layers_in_chunk(stage, c, m.num_layers);
+    const std::int64_t n = layers_in_chunk(m, p, stage, c);
     for (std::int64_t l = first; l < first + n; ++l) f(l);
   }
 }
@@ -179,8 +198,11 @@ RankParameters rank_parameters(const ModelSpec& m, const ParallelPlan& p, std::i
   if (stage == p.pp() - 1) {
     r.dense += norm_params(m);
     // The output layer: its own weight when untied; with tied weights and PP > 1 the last stage
-    // keeps a copy of the embedding (megatron/core/models/common/language_module).
+    // keeps a copy of the embedding (megatron/core/models/common/language_module). MTP's
+    // embedding lookups need the embedding there too: a copy of its own beside an untied output
+    // layer (GPTModel builds the embedding where pre_process or mtp_process).
     if (m.untie_embeddings || p.pp() > 1) r.dense += vocab_shard;
+    if (m.mtp_num_layers > 0 && m.untie_embeddings && p.pp() > 1) r.dense += vocab_shard;
   }
   return r;
 }
@@ -217,8 +239,8 @@ std::int64_t zero3_unsharded_param_bytes(const ModelSpec& m, const ParallelPlan&
                                          std::int64_t stage) {
   if (p.zero() < 3 || p.zero_shard() == 1) return 0;
   const double layer = layer_parameters_on_rank(m, p);
-  const double root = parameters_on_rank(m, p, stage) -
-                      layer * static_cast<double>(p.layers_on_stage(stage, m.num_layers));
+  const double root =
+      parameters_on_rank(m, p, stage) - layer * static_cast<double>(layers_on_stage(m, p, stage));
   if (!p.reshard_after_forward)
     return static_cast<std::int64_t>(std::ceil(2 * parameters_on_rank(m, p, stage)));
   // The root unit stays gathered through the micro-batch; two layer units besides it.
@@ -231,8 +253,8 @@ std::int64_t zero3_unsharded_grad_bytes(const ModelSpec& m, const ParallelPlan& 
   if (t.num_microbatches(p.dp()) > 1 && !p.fsdp_reduce_every_microbatch)
     return static_cast<std::int64_t>(std::ceil(p.grad_bytes() * parameters_on_rank(m, p, stage)));
   const double layer = layer_parameters_on_rank(m, p);
-  const double root = parameters_on_rank(m, p, stage) -
-                      layer * static_cast<double>(p.layers_on_stage(stage, m.num_layers));
+  const double root =
+      parameters_on_rank(m, p, stage) - layer * static_cast<double>(layers_on_stage(m, p, stage));
   // The root's gradients (produced first, in the head's backward, reduced last) and the layer's.
   return static_cast<std::int64_t>(std::ceil(p.grad_bytes() * (root + layer)));
 }
@@ -241,7 +263,7 @@ double linear_parameters_on_rank(const ModelSpec& m, const ParallelPlan& p, std:
   double n = 0;
   for_each_layer_on_stage(m, p, stage, [&](std::int64_t l) {
     const LayerParts x = layer_parts(m, l);
-    n += (x.attn_w + x.mlp_w) / static_cast<double>(p.tp()) + x.attn_rep_w;
+    n += (x.attn_w + x.mlp_w + x.mtp_proj) / static_cast<double>(p.tp()) + x.attn_rep_w;
     if (m.is_moe_layer(l))
       n += static_cast<double>(m.num_experts / p.ep()) * x.expert_w / static_cast<double>(p.etp());
   });
@@ -296,21 +318,25 @@ double model_flops_per_iteration(const ModelSpec& m, const TrainingSpec& t, std:
   // F = 6·B·s·[Σ_l A_l + h·V] + 3·B·s²·Σ_l a·(dqk + dv), A_l the layer's active linear weights
   // (attention projections; the dense MLP, or the router, the top-k routed and the shared
   // experts), the causal attention term halved (κ = 6 for dqk = dv = dh: 6·B·s²·q·L), as
-  // Megatron's num_floating_point_operations counts MoE and MLA layers (training.py).
+  // Megatron's num_floating_point_operations counts MoE and MLA layers (training.py). MTP
+  // (D modules): D more layers like the last, their projections 2h² and norms 3h per token
+  // (Megatron counts the norms as 3h "FLOPs" too), and D more logits GEMMs.
+  const double D = static_cast<double>(m.mtp_num_layers);
   const double B = static_cast<double>(t.global_batch_size);
   const double s = static_cast<double>(m.seq_length);
   const double h = static_cast<double>(m.hidden_size);
   const double V = static_cast<double>(m.padded_vocab(tp));
   double linear = 0;
-  for (std::int64_t l = 0; l < m.num_layers; ++l) {
+  for (std::int64_t l = 0; l < m.num_layers + m.mtp_num_layers; ++l) {
     const LayerParts x = layer_parts(m, l);
-    linear += x.attn_w + x.attn_rep_w + x.mlp_w + x.router +
+    linear += x.attn_w + x.attn_rep_w + x.mlp_w + x.router + x.mtp_proj +
+              (m.is_mtp_layer(l) ? 3 * h : 0.0) +
               (m.is_moe_layer(l) ? static_cast<double>(m.moe_router_topk) * x.expert_w : 0.0);
   }
-  const double attn = static_cast<double>(m.num_layers) *
+  const double attn = static_cast<double>(m.num_layers + m.mtp_num_layers) *
                       static_cast<double>(m.num_attention_heads) *
                       static_cast<double>(m.qk_dim() + m.v_dim());
-  return 6 * B * s * (linear + h * V) + 3 * B * s * s * attn;
+  return 6 * B * s * (linear + (1 + D) * h * V) + 3 * B * s * s * attn;
 }
 
 }  // namespace scalescope::workload

@@ -17,8 +17,16 @@ double layer_active_parameters(const ModelSpec& m, std::int64_t layer = 0);
 /// max positions = seq_length. 0 with rotary embeddings.
 double position_parameters(const ModelSpec& m);
 
+/// Transformer layers in model chunk `chunk` of pipeline stage `stage`: the decoder's, and on the
+/// last chunk of the last stage the MTP modules' after them (ModelSpec::mtp_num_layers).
+std::int64_t layers_in_chunk(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage,
+                             std::int64_t chunk);
+/// … and on the whole stage.
+std::int64_t layers_on_stage(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage);
+
 /// Parameters of the whole model: layers, final norm, word embedding, output layer if untied,
-/// learned position embeddings.
+/// learned position embeddings; not the MTP modules (DeepSeek-V3's published 671 B excludes its
+/// 14 B of MTP), which rank_parameters counts.
 /// Uses the unpadded vocabulary, as published counts do.
 double total_parameters(const ModelSpec& m);
 /// Parameters one token activates: the layers' active parameters, the final norm and the output

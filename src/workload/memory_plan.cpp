@@ -67,7 +67,7 @@ int communicators_of_stage(const ModelSpec& m, const ParallelPlan& p, std::int64
   if (p.pp() > 1) {
     const bool wrap = p.interleaved();
     n += (stage > 0 || wrap ? 1 : 0) + (stage < p.pp() - 1 || wrap ? 1 : 0);
-    if (!m.untie_embeddings && (stage == 0 || stage == p.pp() - 1)) ++n;
+    if (m.embedding_copy_on_last_stage() && (stage == 0 || stage == p.pp() - 1)) ++n;
   }
   return n;
 }

@@ -37,6 +37,14 @@ struct ModelSpec {
   /// before this key existed.
   PositionEmbedding position_embedding_type = PositionEmbedding::Rope;
 
+  /// Multi-token prediction (DeepSeek-V3; Megatron's --mtp-num-layers): D modules on the last
+  /// pipeline stage after the decoder, each an embedding of the tokens one further ahead, two
+  /// norms, a [2h → h] projection, one transformer layer built like the decoder's last, a norm
+  /// and the shared output layer with its own loss
+  /// (megatron/core/transformer/multi_token_prediction.py). Their layers are numbered
+  /// num_layers … num_layers + D − 1. 0 = none.
+  std::int64_t mtp_num_layers = 0;
+
   // ---- mixture of experts (Megatron-Core TransformerConfig names) ----
   std::int64_t num_experts = 0;          ///< routed experts per MoE layer; 0 = a dense model
   std::int64_t moe_router_topk = 2;      ///< experts each token is routed to
@@ -81,9 +89,18 @@ struct ModelSpec {
   bool capture_outer = true;
 
   bool moe() const { return num_experts > 0; }
+  /// With PP > 1 the last stage holds a copy of the word embedding whose gradient is all-reduced
+  /// with the first stage's: a tied output layer, or MTP's embedding lookups
+  /// (finalize_model_grads._allreduce_word_embedding_grads).
+  bool embedding_copy_on_last_stage() const { return !untie_embeddings || mtp_num_layers > 0; }
+  /// Layer `layer` is an MTP module's (numbered after the decoder's).
+  bool is_mtp_layer(std::int64_t layer) const { return layer >= num_layers; }
+  /// An MTP module's layer is built like the decoder's last (Megatron's get_gpt_mtp_block_spec
+  /// takes the last layer spec; training.py counts it so).
   bool is_moe_layer(std::int64_t layer) const {
     if (!moe()) return false;
     if (moe_layer_pattern.empty()) return true;
+    if (is_mtp_layer(layer)) layer = num_layers - 1;
     return moe_layer_pattern[static_cast<std::size_t>(layer)] != 0;
   }
   std::int64_t moe_layers() const {

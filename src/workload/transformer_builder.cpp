@@ -67,9 +67,9 @@ class StageBuilder {
     if (ep_rank >= 0) prog_.name += "_ep_" + std::to_string(ep_rank);
     first_ = stage == 0;
     last_ = stage == p.pp() - 1;
-    layers_ = p.layers_on_stage(stage, m.num_layers);
+    layers_ = layers_on_stage(m, p, stage);
     for (std::int64_t c = 0; c < p.vpp(); ++c) {
-      chunk_layers_.push_back(p.layers_in_chunk(stage, c, m.num_layers));
+      chunk_layers_.push_back(layers_in_chunk(m, p, stage, c));
       chunk_first_.push_back(p.first_layer_of_chunk(stage, c, m.num_layers));
     }
     // With context parallelism each rank holds s/c tokens of each sequence.
@@ -496,6 +496,7 @@ class StageBuilder {
   double head_params() const {
     double n = static_cast<double>(m_.hidden_size) * (m_.add_bias_linear ? 2.0 : 1.0);
     if (m_.untie_embeddings || p_.pp() > 1) n += vocab_shard();
+    if (m_.mtp_num_layers > 0 && m_.untie_embeddings && p_.pp() > 1) n += vocab_shard();
     return n;
   }
 
@@ -555,7 +556,11 @@ class StageBuilder {
         next = l + 1 < end ? unit_gather(l + 1, Phase::Forward) : kNone;
         wait_for(gathered);
       }
+      // MTP modules after the decoder (GPTModel._postprocess: MTP, their losses, the main
+      // logits and loss).
+      if (m_.is_mtp_layer(l)) mtp_input_forward(l);
       layer_forward(l, Phase::Forward, mb == 0);
+      if (m_.is_mtp_layer(l)) head_forward(l);
       if (zero3_ && p_.reshard_after_forward) free_at_chain(gathered_layer_bytes());
     }
     if (last_ && chunk == p_.vpp() - 1) head_forward();
@@ -573,6 +578,10 @@ class StageBuilder {
       }
     const std::int64_t n = p_.recompute_num_layers;
     constexpr std::pair<std::int64_t, std::int64_t> kKept{1, 0};  // not checkpointed
+    // An MTP module checkpoints its layer on its own under uniform (Megatron asserts
+    // recompute_num_layers == 1 there) and not under block ("not supported for MTP yet").
+    if (m_.is_mtp_layer(l))
+      return p_.recompute_method == RecomputeMethod::Uniform ? std::pair{l, l} : kKept;
     if (p_.recompute_method == RecomputeMethod::Block)
       return l - first < n ? std::pair{l, l} : kKept;
     if (p_.recompute_method == RecomputeMethod::Interval)
@@ -611,9 +620,13 @@ class StageBuilder {
       if (zero3_ && alloc_grads) pending_alloc_ += static_cast<std::int64_t>(gb * layer_unit_);
       // Full recomputation: a checkpoint's layers run forward again before the backward of its
       // last one.
+      // The main loss's backward runs first (its logits were made last), then each MTP
+      // module's, last to first.
+      if (m_.is_mtp_layer(l)) head_backward(l);
       if (const auto [g0, g1] = checkpoint_of(l); g0 <= g1 && l == g1)
         for (std::int64_t k = g0; k <= g1; ++k) layer_forward(k, Phase::Recompute, false);
       layer_backward(l, mb);
+      if (m_.is_mtp_layer(l)) mtp_input_backward(l);
       if (zero3_) {
         free_at_chain(gathered_layer_bytes());
         if (reduce) unit_reduce(l, layer_unit_);
@@ -685,29 +698,88 @@ class StageBuilder {
   void embedding_forward() {
     cur_layer_ = -1;
     if (outer_.available) return captured_outer(outer_.pre, -1, Phase::Forward, emb_alloc_);
+    std::vector<std::uint32_t> extra;
+    if (cur_mb_ == 0 && gather_of_.count(-1)) extra = gather_of_.at(-1);
+    emb_alloc_ = embedding_lookup(extra);
+  }
+  /// The word-embedding lookup of this micro-batch's tokens and its TP reduction; returns the
+  /// bytes it keeps for the backward (the token ids, the dropout mask).
+  std::int64_t embedding_lookup(std::vector<std::uint32_t> extra = {}) {
     const double local = tokens_ * h_ / seq_shard_;
     Op op =
         shaped(memory_bound(OpKind::Embedding, OpName::Embedding, Phase::Forward, 2 * tokens_ * h_),
                tokens_, h_, vocab_shard() / h_);
     op.mem_alloc = static_cast<std::int64_t>(8 * tokens_ +  // int64 token ids
                                              (m_.hidden_dropout > 0 ? local : 0));
-    emb_alloc_ = op.mem_alloc;
-    std::vector<std::uint32_t> extra;
-    if (cur_mb_ == 0 && gather_of_.count(-1)) extra = gather_of_.at(-1);
-    chain(op, extra);
+    chain(op, std::move(extra));
     // Vocab-parallel lookup: AR of [T, h] (RS with SP) over TP (language_model_embedding.py).
     if (tp_comm()) chain(tp_reduce(Phase::Forward));
+    return op.mem_alloc;
   }
   void embedding_backward() {
     cur_layer_ = -1;
     if (outer_.available) return captured_outer(outer_.pre, -1, Phase::Backward, emb_alloc_);
+    ready_[-1] = embedding_grad(emb_alloc_);
+  }
+  /// The embedding's backward: the gradient gathered over SP, then scatter-added into the fp32
+  /// [V/t, h] gradient (read grads, read-modify-write rows); frees `saved`.
+  std::uint32_t embedding_grad(std::int64_t saved) {
     sp_gather(Phase::Backward);
-    // Scatter-add into the fp32 [V/t, h] gradient: read grads, read-modify-write rows.
     Op op = shaped(memory_bound(OpKind::Embedding, OpName::Embedding, Phase::Backward,
                                 2 * tokens_ * h_ + 8 * tokens_ * h_),
                    tokens_, h_, vocab_shard() / h_);
-    op.mem_free = emb_alloc_;
-    ready_[-1] = chain(op);
+    op.mem_free = saved;
+    return chain(op);
+  }
+
+  // ---- multi-token prediction (multi_token_prediction.py MultiTokenPredictionLayer) ---------
+  /// An MTP module's input before its layer `l`: the embedding of the tokens one further ahead
+  /// (the shared word embedding, a copy on the last stage with PP > 1), enorm and hnorm over it
+  /// and over the hidden states, their concatenation [T, 2h] through eh_proj (column-parallel,
+  /// gather_output false), the output gathered over TP along h and, with SP, split along the
+  /// sequence again (no communication). Kept for the backward: the token ids, both norms'
+  /// inputs and eh_proj's input. The rolled ids' boundary exchange among CP ranks (one token per
+  /// rank) is not charged.
+  void mtp_input_forward(std::int64_t l) {
+    cur_layer_ = l;
+    const double T = tokens_, h = h_, local = T * h / seq_shard_;
+    std::int64_t kept = embedding_lookup();
+    Op norms = shaped(
+        memory_bound(OpKind::Norm, OpName::MtpNorm, Phase::Forward, 2 * 4 * local, 2 * 8 * local),
+        2 * local / h, h, norm_kind());
+    norms.mem_alloc = static_cast<std::int64_t>(2 * 2 * local);
+    chain(norms);
+    Op cat = memory_bound(OpKind::Elementwise, OpName::MtpNorm, Phase::Forward, 2 * 4 * local);
+    cat.mem_alloc = static_cast<std::int64_t>(2 * 2 * local);
+    chain(cat);
+    kept += norms.mem_alloc + cat.mem_alloc;
+    mtp_alloc_ = kept;
+    fp8_cast(Phase::Forward, 2 * local);
+    sp_gather(Phase::Forward, 2 * hidden_bytes_);
+    Op proj = gemm(OpName::MtpProjGemm, Phase::Forward, T, h / tp_, 2 * h);
+    proj.mem_transient = static_cast<std::int64_t>(2 * T * h);
+    chain(proj);
+    if (tp_comm())
+      chain(collective(OpKind::AllGather, CommRole::Tp, OpName::TpAllGather, Phase::Forward,
+                       hidden_bytes_));
+  }
+  /// … and its backward after the layer's: the split's backward gathers the gradient over SP,
+  /// eh_proj's dgrad and wgrad (column_backward: the input re-gathered, the [T, 2h] gradient
+  /// reduced over TP), both norms' backward, and the embedding's scatter-add into the
+  /// gradient of the embedding (the last stage's copy with PP > 1, reduced with the first
+  /// stage's in finish_iteration).
+  void mtp_input_backward(std::int64_t l) {
+    cur_layer_ = l;
+    const double T = tokens_, h = h_, local = T * h / seq_shard_;
+    sp_gather(Phase::Backward);
+    ready_[param_key(l, kQkv)] =
+        column_backward(OpName::MtpProjGemm, T, h / tp_, 2 * h, 2 * hidden_bytes_);
+    Op norms = shaped(
+        memory_bound(OpKind::Norm, OpName::MtpNorm, Phase::Backward, 2 * 6 * local, 2 * 10 * local),
+        2 * local / h, h, norm_kind());
+    chain(norms, take_reduce());
+    const std::uint32_t emb = embedding_grad(mtp_alloc_);
+    ready_[p_.pp() > 1 ? -2 : -1] = emb;
   }
 
   /// A captured model's layer (docs/flint.md): the lowered block's forward ops in capture order
@@ -1341,8 +1413,11 @@ class StageBuilder {
     ready_[param_key(l, kInputNorm)] = chain(norm, take_reduce());
   }
 
-  void head_forward() {
-    cur_layer_ = -1;
+  /// The final norm, the output layer and the loss; `layer` ≥ 0: an MTP module's (its final
+  /// norm, the shared output layer, its own loss), whose buffers are the same sizes as the
+  /// main head's.
+  void head_forward(std::int64_t layer = -1) {
+    cur_layer_ = layer;
     if (outer_.available) return captured_outer(outer_.post, -2, Phase::Forward, head_alloc_);
     const double T = tokens_, t = tp_, h = h_;
     const double V = static_cast<double>(m_.padded_vocab(p_.tp()));
@@ -1353,7 +1428,7 @@ class StageBuilder {
     norm.mem_alloc = static_cast<std::int64_t>(4 * local);
     head_alloc_ = norm.mem_alloc;
     std::vector<std::uint32_t> extra;
-    if (cur_mb_ == 0 && gather_of_.count(-2)) extra = gather_of_.at(-2);
+    if (layer < 0 && cur_mb_ == 0 && gather_of_.count(-2)) extra = gather_of_.at(-2);
     chain(norm, extra);
     sp_gather(Phase::Forward);
     Op logits = gemm(OpName::LogitsGemm, Phase::Forward, T, V / t, h);
@@ -1375,8 +1450,8 @@ class StageBuilder {
         chain(collective(OpKind::AllReduce, CommRole::Tp, OpName::CeAllReduce, Phase::Forward,
                          4 * T));
   }
-  void head_backward() {
-    cur_layer_ = -1;
+  void head_backward(std::int64_t layer = -1) {
+    cur_layer_ = layer;
     if (outer_.available) return captured_outer(outer_.post, -2, Phase::Backward, head_alloc_);
     const double T = tokens_, t = tp_, h = h_;
     const double V = static_cast<double>(m_.padded_vocab(p_.tp()));
@@ -1603,8 +1678,9 @@ class StageBuilder {
                        4 * norms),
             std::exchange(wait, {}));
     }
-    // Tied embeddings across the first and last stage.
-    if (!m_.untie_embeddings && p_.pp() > 1 && (first_ || last_))
+    // Tied embeddings across the first and last stage, and the last stage's copy of the
+    // embedding for MTP (finalize_model_grads._allreduce_word_embedding_grads).
+    if (m_.embedding_copy_on_last_stage() && p_.pp() > 1 && (first_ || last_))
       chain(collective(OpKind::AllReduce, CommRole::Embedding, OpName::EmbAllReduce, Phase::Other,
                        4 * vocab_shard()),
             std::exchange(wait, {}));
@@ -1659,7 +1735,7 @@ class StageBuilder {
   std::uint32_t chain_ = kNone;
   std::uint32_t pending_reduce_ = kNone;
   std::int64_t cur_layer_ = -1, cur_mb_ = -1;
-  std::int64_t emb_alloc_ = 0, head_alloc_ = 0, ce_alloc_ = 0;
+  std::int64_t emb_alloc_ = 0, head_alloc_ = 0, ce_alloc_ = 0, mtp_alloc_ = 0;
   bool fp8_ = false;
   bool zero3_ = false;                     ///< ZeRO-3 / FSDP with a DP × CP group to shard over
   double layer_unit_ = 0, root_unit_ = 0;  ///< parameters of a layer unit, of the root unit
@@ -1815,7 +1891,7 @@ graph::SlicedGraph build_graph(const ModelSpec& model, const ParallelPlan& plan,
           set_role(up, CommRole::PpNext, c);
           set_role(down, CommRole::PpPrev, c);
         }
-  if (!model.untie_embeddings && P > 1)
+  if (model.embedding_copy_on_last_stage() && P > 1)
     for (std::int64_t dp = 0; dp < D; ++dp)
       for (std::int64_t cp = 0; cp < C; ++cp)
         for (std::int64_t tp = 0; tp < T; ++tp) {

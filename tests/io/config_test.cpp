@@ -981,6 +981,19 @@ TEST(ConfigMegatron, BadLaunchLinesAreOneLineErrorsNamingTheOption) {
     EXPECT_EQ(c.parallel.recompute_method, workload::RecomputeMethod::Block);
     EXPECT_EQ(c.parallel.recompute_num_layers, 3);
   }
+  {
+    // Multi-token prediction (DeepSeek-V3): a model key; Megatron's own checks refuse it with
+    // learned absolute positions and with uniform recompute groups of more than one layer.
+    const ExperimentConfig c =
+        load_experiment("", cluster, ok + "--position-embedding-type rope --mtp-num-layers 1");
+    EXPECT_EQ(c.model.mtp_num_layers, 1);
+  }
+  expect(ok + "--mtp-num-layers 1 --position-embedding-type learned_absolute",
+         "model.mtp_num_layers=1", "MTP needs rope");
+  expect(ok + "--position-embedding-type rope --mtp-num-layers 1 --recompute-granularity full "
+              "--recompute-method uniform "
+              "--recompute-num-layers 2",
+         "model.mtp_num_layers=1", "recompute_num_layers == 1");
   expect(ok + "--num-layers-per-virtual-pipeline-stage 3", "--num-layers-per-virtual-pipeline",
          "2 layers per pipeline stage");  // 4 layers / PP 2 = 2, not a multiple of 3
   expect(ok + "--position-embedding-type mrope", "--position-embedding-type mrope",

@@ -348,6 +348,70 @@ TEST(TransformerBuilder, QkvBiasAndQkNorms) {
                        {graph::Phase::Backward, 6 * e, 0}}));
 }
 
+TEST(TransformerBuilder, MultiTokenPredictionOnTheLastStage) {
+  // small() at TP 2, PP 2, untied, one MTP module (Megatron's --mtp-num-layers 1): h = 1024,
+  // q = 1024, kv = 256, f = 3584 (SwiGLU), RMSNorm, V = 32,000 (a multiple of 128·2).
+  // Its layer is a decoder layer: attention h(q + 2kv) + qh = 2,621,440, MLP 3hf = 11,010,048,
+  // TP-split: 6,815,744 a rank, two norms 2,048; the module adds eh_proj 2h² / 2 = 1,048,576
+  // and three norms 3,072; the last stage keeps a copy of the embedding, 32,000·1024 / 2 =
+  // 16,384,000 (multi_token_prediction.py, GPTModel): 24,253,440 more parameters a rank.
+  Job s = small(2, 2, 1);
+  s.m.untie_embeddings = true;
+  const double before_first = parameters_on_rank(s.m, s.p, 0);
+  const double before_last = parameters_on_rank(s.m, s.p, 1);
+  const double flops_before = model_flops_per_iteration(s.m, s.t, 2);
+  s.m.mtp_num_layers = 1;
+  EXPECT_DOUBLE_EQ(parameters_on_rank(s.m, s.p, 0), before_first);
+  EXPECT_DOUBLE_EQ(parameters_on_rank(s.m, s.p, 1) - before_last, 24253440.0);
+  // Megatron's model FLOPs (training.py): one more layer, 2h² + 3h for the module, one more
+  // logits GEMM, per token: 6·B·s·(2,621,440 + 11,010,048 + 2,097,152 + 3,072 + 32,768,000)
+  // + 3·B·s²·a(dqk + dv) with B = 8, s = 1024, a(dqk + dv) = 16·128.
+  EXPECT_DOUBLE_EQ(model_flops_per_iteration(s.m, s.t, 2) - flops_before,
+                   6.0 * 8 * 1024 * 48499712 + 3.0 * 8 * 1024 * 1024 * 2048);
+
+  const graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
+  ASSERT_EQ(g.templates.size(), 2u);
+  // Per micro-batch (8) on the last stage: eh_proj [T, 2h]·[2h, h/t] forward, its dgrad and
+  // wgrad; two logits GEMMs each way (the main head and the module's); the module's ops carry
+  // layer 4, after the decoder's 0–3.
+  std::map<std::pair<graph::OpName, graph::Phase>, int> count;
+  for (const graph::Op& op : g.templates[1].ops) {
+    ++count[{op.name, op.phase}];
+    if (op.name == graph::OpName::MtpProjGemm) {
+      EXPECT_EQ(op.layer, 4);
+      if (op.phase == graph::Phase::Forward) {
+        EXPECT_DOUBLE_EQ(op.flops, 2.0 * 1024 * 512 * 2048);
+      }
+    }
+  }
+  const auto f = graph::Phase::Forward, b = graph::Phase::Backward;
+  EXPECT_EQ((count[{graph::OpName::MtpProjGemm, f}]), 8);
+  EXPECT_EQ((count[{graph::OpName::MtpProjGemm, b}]), 16);
+  EXPECT_EQ((count[{graph::OpName::LogitsGemm, f}]), 16);
+  EXPECT_EQ((count[{graph::OpName::LogitsGemm, b}]), 32);
+  EXPECT_EQ((count[{graph::OpName::CrossEntropy, f}]), 16);
+  // The embedding lookups on the last stage: one per micro-batch (the first stage's 8 are
+  // elsewhere), and its gradient all-reduced with the first stage's although untied.
+  EXPECT_EQ((count[{graph::OpName::Embedding, f}]), 8);
+  for (const auto& t : g.templates) {
+    int emb_ar = 0;
+    for (const graph::Op& op : t.ops) emb_ar += op.name == graph::OpName::EmbAllReduce;
+    EXPECT_EQ(emb_ar, 1);
+  }
+  // Full recomputation: uniform recomputes the module's layer, block does not (Megatron:
+  // "recompute_method == 'block' is not supported for MTP yet").
+  s.p.recompute = Recompute::Full;
+  for (const auto method : {RecomputeMethod::Uniform, RecomputeMethod::Block}) {
+    s.p.recompute_method = method;
+    s.p.recompute_num_layers = 1;
+    int again = 0;
+    const graph::SlicedGraph r = build_graph(s.m, s.p, s.t);
+    for (const graph::Op& op : r.templates[1].ops)
+      again += op.layer == 4 && op.phase == graph::Phase::Recompute;
+    EXPECT_EQ(again > 0, method == RecomputeMethod::Uniform);
+  }
+}
+
 TEST(TransformerBuilder, UlyssesAllToAllsAroundTheAttention) {
   // CP c = 2 with cp_comm_type a2a (Transformer Engine's AttnFuncWithCPAndQKVOA2A), TP 2 with
   // SP, s = 1024, b = 1 (small(): 16 heads of 64, 4 query groups: q = o = 1024, k = v = 256).
