@@ -1,8 +1,11 @@
 #!/usr/bin/python3
 """Predicted vs measured H100 training throughput for public Megatron-Core / NeMo runs.
 
-Usage: scripts/validate/h100.py [--scalescope build/scalescope]
-                                [--csv inputs/validation/h100_megatron_throughput.csv]
+Usage: scripts/validate/h100.py [--scalescope build/scalescope] [--csv FILE ...]
+
+Default rows: inputs/validation/h100_megatron_throughput.csv (Megatron functional tests, NeMo
+24.12 fp8) and inputs/validation/h100_nemo_throughput.csv (NeMo 24.07 / 24.03.01 fp8 and
+Megatron-Bridge 25.11 / 26.04.01, measured as tokens/s per GPU).
 
 Every bf16 row becomes an experiment YAML (cluster preset dgx-h100) that `scalescope run --quiet`
 replays once into a temporary directory; summary.json gives iteration_time_s and
@@ -10,8 +13,11 @@ model_tflops_per_gpu. A row measured as an iteration time is converted to TFLOP/
 scalescope's own model-FLOPs count for that row (measured_tflops = predicted_tflops *
 predicted_time / measured_time), so both sides use the same formula; a row measured as
 TFLOP/s is converted to an iteration time the same way. Error = predicted / measured - 1 on
-the iteration time (positive = scalescope too slow). fp8 rows and rows that scalescope cannot
-express (e.g. context parallelism, > 16k GPUs) are skipped with the reason.
+the iteration time (positive = scalescope too slow). A row measured as tokens/s per GPU gives
+the iteration time gbs·seq / (tokens/s · GPUs), free of any FLOP convention. Optional columns:
+`preset` (a model preset, the row's seq length on top), `ep` (expert parallelism) and `extra`
+(`;`-separated `--set key=value` overrides). Rows scalescope cannot express are skipped with the
+reason.
 """
 import argparse
 import csv
@@ -34,25 +40,38 @@ b = ey.flag
 def experiment_yaml(r):
     llama = b(r["swiglu"])
     tp, pp, dp = (int(r[k]) for k in ("tp", "pp", "dp"))
-    # Llama-style rows: no biases, no dropout, RoPE. GPT rows (Megatron functional tests):
-    # Megatron's defaults, biases, dropout 0.1, learned absolute positions.
-    model = {"name": r["model"], "num_layers": r["num_layers"], "hidden_size": r["hidden"],
-             "ffn_hidden_size": r["ffn"], "num_attention_heads": r["heads"],
-             "num_query_groups": r["groups"], "vocab_size": r["vocab"], "seq_length": r["seq"],
-             "gated_linear_unit": llama, "untie_embeddings": b(r["untie"]),
-             "add_bias_linear": not llama, "hidden_dropout": 0.0 if llama else 0.1,
-             "attention_dropout": 0.0 if llama else 0.1,
-             "position_embedding_type": "rope" if llama else "learned_absolute"}
+    if r.get("preset"):
+        model = {"preset": r["preset"], "seq_length": r["seq"]}
+    else:
+        # Llama-style rows: no biases, no dropout, RoPE. GPT rows (Megatron functional tests):
+        # Megatron's defaults, biases, dropout 0.1, learned absolute positions.
+        model = {"name": r["model"], "num_layers": r["num_layers"], "hidden_size": r["hidden"],
+                 "ffn_hidden_size": r["ffn"], "num_attention_heads": r["heads"],
+                 "num_query_groups": r["groups"], "vocab_size": r["vocab"], "seq_length": r["seq"],
+                 "gated_linear_unit": llama, "untie_embeddings": b(r["untie"]),
+                 "add_bias_linear": not llama, "hidden_dropout": 0.0 if llama else 0.1,
+                 "attention_dropout": 0.0 if llama else 0.1,
+                 "position_embedding_type": "rope" if llama else "learned_absolute"}
     parallel = {"tp": tp, "pp": pp, "dp": dp, "context_parallel_size": r["cp"],
                 "sequence_parallel": b(r["sequence_parallel"]),
                 # NeMo's summary does not state recomputation: none (the recipes fit without).
                 "recompute": "none" if r["recompute"] == "unknown" else r["recompute"],
                 "use_distributed_optimizer": b(r["distributed_optimizer"]),
                 "virtual_pipeline_model_parallel_size": r["vpp"]}
+    if r.get("ep"):
+        parallel["expert_model_parallel_size"] = r["ep"]
     training = {"micro_batch_size": r["mbs"], "global_batch_size": r["gbs"],
                 "precision": r["precision"],
                 "attention": r.get("attention") or "flash"}
     return ey.experiment_yaml(model, parallel, training, tp * int(r["cp"]) * pp * dp)
+
+
+def extra_sets(r):
+    """The row's `extra` overrides as scalescope --set arguments."""
+    out = []
+    for kv in filter(None, (r.get("extra") or "").split(";")):
+        out += ["--set", kv.strip()]
+    return out
 
 
 def why_skip(r):
@@ -83,16 +102,18 @@ def nemo_flops(r):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--scalescope", default=os.path.join(ROOT, "build", "scalescope"))
-    ap.add_argument("--csv", default=os.path.join(ROOT, "inputs", "validation",
-                                                  "h100_megatron_throughput.csv"))
+    ap.add_argument("--csv", nargs="+",
+                    default=[os.path.join(ROOT, "inputs", "validation", name)
+                             for name in ("h100_megatron_throughput.csv",
+                                          "h100_nemo_throughput.csv")])
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds per run")
     args = ap.parse_args()
 
-    rows = list(csv.DictReader(open(args.csv)))
+    rows = [r for path in args.csv for r in csv.DictReader(open(path))]
     tmp = tempfile.mkdtemp(prefix="h100_validate_")
     errs, skipped = [], []
     print(f"{'model':<40} {'gpus':>5} {'meas s':>8} {'pred s':>8} {'meas TF':>8} {'pred TF':>8} "
-          f"{'err':>7}")
+          f"{'err':>7} {'fits':>5}")
     for i, r in enumerate(rows):
         why = why_skip(r)
         if why:
@@ -104,7 +125,8 @@ def main():
         out = os.path.join(tmp, f"row{i}")
         try:
             p = subprocess.run(["nice", "-n", "15", args.scalescope, "run", ypath, "--quiet",
-                                "-o", out], capture_output=True, text=True, timeout=args.timeout)
+                                "-o", out] + extra_sets(r),
+                               capture_output=True, text=True, timeout=args.timeout)
         except subprocess.TimeoutExpired:
             skipped.append((r["model"], r["gpus"], f"run took > {args.timeout:.0f} s"))
             continue
@@ -118,13 +140,17 @@ def main():
         meas = float(r["measured"])
         if r["unit"] == "iteration_time_s":
             mt, mtf = meas, ptf * pt / meas
+        elif r["unit"] == "tokens_per_s_per_gpu":
+            mt = float(r["gbs"]) * float(r["seq"]) / (meas * float(r["gpus"]))
+            mtf = ptf * pt / mt
         else:  # NeMo's TFLOP/s per GPU in NeMo's FLOP count → the measured iteration time
             mt = nemo_flops(r) / (meas * 1e12 * float(r["gpus"]))
             mtf = ptf * pt / mt
         err = pt / mt - 1
         errs.append(err)
+        fits = s.get("memory", {}).get("fits", "")
         print(f"{r['model']:<40} {r['gpus']:>5} {mt:8.4f} {pt:8.4f} {mtf:8.1f} {ptf:8.1f} "
-              f"{100 * err:+6.1f}%")
+              f"{100 * err:+6.1f}% {str(fits):>5}")
     for m, g, why in skipped:
         print(f"SKIPPED {m} ({g} GPUs): {why}")
     if errs:
