@@ -95,6 +95,7 @@ const Keys kParallelKeys = {"tensor_model_parallel_size",
                             "decoder_last_pipeline_num_layers",
                             "account_for_embedding_in_pipeline_split",
                             "account_for_loss_in_pipeline_split",
+                            "pipeline_layout",
                             "microbatch_group_size_per_vp_stage",
                             "overlap_p2p_comm",
                             "grad_reduce_in_fp32",
@@ -812,6 +813,28 @@ workload::ParallelPlan build_parallel(const Section& s) {
                                           : workload::CpCommType::P2p;
   }
   r.positive("virtual_pipeline_model_parallel_size", p.virtual_pipeline_model_parallel_size);
+  if (const Value* v = r.find("pipeline_layout")) {
+    // Megatron's --pipeline-model-parallel-layout: the decoder layers of each virtual stage; its
+    // segments give PP × VP (check_plan checks it against the model).
+    const std::string key = r.key("pipeline_layout");
+    p.pipeline_layout = detail::read_string(*v, key);
+    const std::vector<std::string> stages =
+        detail::expand_pipeline_layout(p.pipeline_layout, detail::where(*v, key));
+    const auto n = static_cast<std::int64_t>(stages.size());
+    if (n % p.pp() != 0)
+      fail(*v, key,
+           fmt::format("{} virtual stages are not a multiple of pipeline_model_parallel_size={}", n,
+                       p.pp()));
+    if (const Value* given = r.find("virtual_pipeline_model_parallel_size");
+        given && p.virtual_pipeline_model_parallel_size != n / p.pp())
+      fail(*given, r.key("virtual_pipeline_model_parallel_size"),
+           fmt::format("{} disagrees with parallel.pipeline_layout ({} virtual stages over {} "
+                       "pipeline ranks)",
+                       p.virtual_pipeline_model_parallel_size, n, p.pp()));
+    p.virtual_pipeline_model_parallel_size = n / p.pp();
+    for (const std::string& stage : stages)
+      p.layout_layers.push_back(std::count(stage.begin(), stage.end(), 't'));
+  }
   r.positive("microbatch_group_size_per_vp_stage", p.microbatch_group_size_per_vp_stage);
   r.flag("overlap_p2p_comm", p.overlap_p2p_comm);
   r.flag("grad_reduce_in_fp32", p.grad_reduce_in_fp32);
@@ -962,6 +985,46 @@ RunSpec build_run(const Section& s) {
 }
 
 /// Cross-key rules of the plan (Megatron's arguments.py / parallel_state.py checks).
+/// parallel.pipeline_layout against the model, as Megatron's validate_layer_layout: the
+/// embedding first and the loss last, each once, num_layers decoder layers, mtp_num_layers MTP
+/// modules after every decoder layer; scalescope also needs the modules in the last virtual
+/// stage (beside the loss) and no other split option.
+void check_layout(const ExperimentConfig& c, const Tree& t) {
+  const auto& p = c.parallel;
+  const Value& v = *get(t.at("parallel"), "pipeline_layout");
+  const std::string key = "parallel.pipeline_layout";
+  const std::vector<std::string> stages =
+      detail::expand_pipeline_layout(p.pipeline_layout, detail::where(v, key));
+  std::string flat;
+  for (const std::string& s : stages) flat += s;
+  const auto count = [&](char ch) { return std::count(flat.begin(), flat.end(), ch); };
+  if (flat.empty() || flat.front() != 'E' || count('E') != 1)
+    fail(v, key, "must start with the embedding 'E', given once (Megatron's layout rules)");
+  if (flat.back() != 'L' || count('L') != 1)
+    fail(v, key, "must end with the loss 'L', given once (Megatron's layout rules)");
+  if (count('t') != c.model.num_layers)
+    fail(v, key,
+         fmt::format("has {} decoder layers 't', model.num_layers is {}", count('t'),
+                     c.model.num_layers));
+  if (count('m') != c.model.mtp_num_layers)
+    fail(v, key,
+         fmt::format("has {} MTP modules 'm', model.mtp_num_layers is {}", count('m'),
+                     c.model.mtp_num_layers));
+  if (const auto first_m = flat.find('m'); first_m != std::string::npos) {
+    if (flat.find('t', first_m) != std::string::npos)
+      fail(v, key, "places a decoder layer after an MTP module (Megatron: decoder layers first)");
+    if (std::count(stages.back().begin(), stages.back().end(), 'm') != c.model.mtp_num_layers)
+      fail(v, key,
+           "places MTP modules outside the last virtual stage (a standalone MTP stage is not "
+           "modelled)");
+  }
+  if (p.decoder_first_pipeline_num_layers > 0 || p.decoder_last_pipeline_num_layers > 0 ||
+      p.account_for_embedding_in_pipeline_split || p.account_for_loss_in_pipeline_split)
+    fail(v, key,
+         "replaces decoder_first/last_pipeline_num_layers and account_for_embedding/"
+         "loss_in_pipeline_split (give one or the other)");
+}
+
 void check_plan(ExperimentConfig& c, const Tree& t) {
   const std::string& f = c.path;
   auto& p = c.parallel;
@@ -1015,6 +1078,7 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
               m.num_query_groups);
   must_divide("parallel.tensor_model_parallel_size", tp, "model.ffn_hidden_size",
               m.ffn_hidden_size);
+  if (!p.pipeline_layout.empty()) check_layout(c, t);
   const std::int64_t pinned =
       p.decoder_first_pipeline_num_layers + p.decoder_last_pipeline_num_layers;
   const bool accounted =
@@ -1041,7 +1105,7 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
         "{}: parallel.schedule=gpipe has no interleaved form (omit "
         "virtual_pipeline_model_parallel_size or use schedule: 1f1b)",
         f);
-  if (pinned == 0) {
+  if (pinned == 0 && p.layout_layers.empty()) {
     const std::int64_t split = m.num_layers + (p.account_for_embedding_in_pipeline_split ? 1 : 0) +
                                (p.account_for_loss_in_pipeline_split ? 1 : 0);
     if (split % pp != 0)
@@ -1059,7 +1123,7 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
           f, m.num_layers, pinned, middle);
   }
   // Megatron's get_num_layers_to_build: each rank's layers split evenly over its chunks.
-  for (std::int64_t stage = 0; stage < pp; ++stage) {
+  for (std::int64_t stage = 0; stage < pp && p.layout_layers.empty(); ++stage) {
     const std::int64_t n = p.split_layers_on_stage(stage, m.num_layers);
     if (n % vpp != 0)
       throw_input(
@@ -1401,6 +1465,8 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
         << p.decoder_last_pipeline_num_layers;
   if (p.account_for_embedding_in_pipeline_split)
     out << YAML::Key << "account_for_embedding_in_pipeline_split" << YAML::Value << true;
+  if (!p.pipeline_layout.empty())
+    out << YAML::Key << "pipeline_layout" << YAML::Value << p.pipeline_layout;
   if (p.account_for_loss_in_pipeline_split)
     out << YAML::Key << "account_for_loss_in_pipeline_split" << YAML::Value << true;
   if (p.interleaved()) {

@@ -75,6 +75,7 @@ constexpr Option kOptions[] = {
      "decoder_first_pipeline_num_layers"},
     {"--decoder-last-pipeline-num-layers", Kind::Value, "parallel",
      "decoder_last_pipeline_num_layers"},
+    {"--pipeline-model-parallel-layout", Kind::Value, "parallel", "pipeline_layout"},
     {"--account-for-embedding-in-pipeline-split", Kind::Flag, "parallel",
      "account_for_embedding_in_pipeline_split", "true"},
     {"--account-for-loss-in-pipeline-split", Kind::Flag, "parallel",
@@ -564,6 +565,57 @@ std::int64_t megatron_virtual_stages(std::int64_t num_layers, std::int64_t pp,
     throw_input("{}: the {} layers per pipeline stage are not a multiple of {}", label, per_stage,
                 layers_per_virtual_stage);
   return per_stage / layers_per_virtual_stage;
+}
+
+std::vector<std::string> expand_pipeline_layout(std::string_view layout, std::string_view label) {
+  std::string text;
+  for (const char ch : layout)
+    if (ch != ',' && ch != ' ') text += ch;  // commas are cosmetic
+  // The count after a '*' at `star`; `end` receives the position after its digits.
+  const auto count_at = [&](std::size_t star, std::size_t& end) {
+    end = star + 1;
+    while (end < text.size() && text[end] >= '0' && text[end] <= '9') ++end;
+    std::int64_t n = 0;
+    if (end == star + 1 || std::from_chars(&text[star + 1], &text[end], n).ec != std::errc() ||
+        n > 100000)
+      throw_input("{}: a repetition in pipeline layout '{}' needs a count after '*'", label,
+                  layout);
+    return n;
+  };
+  // "(…)*n" first (no nesting, as Megatron's pattern), then "x*n".
+  for (std::size_t open = text.find('('); open != std::string::npos; open = text.find('(')) {
+    const std::size_t close = text.find(')', open);
+    if (close == std::string::npos || close + 1 >= text.size() || text[close + 1] != '*' ||
+        text.find('(', open + 1) < close)
+      throw_input("{}: pipeline layout '{}' has a '(' without its ')*n'", label, layout);
+    std::size_t end = 0;
+    const std::int64_t n = count_at(close + 1, end);
+    std::string unrolled;
+    for (std::int64_t i = 0; i < n; ++i) unrolled += text.substr(open + 1, close - open - 1);
+    text = text.substr(0, open) + unrolled + text.substr(end);
+  }
+  for (std::size_t star = text.find('*'); star != std::string::npos; star = text.find('*')) {
+    if (star == 0)
+      throw_input("{}: pipeline layout '{}' has a '*' with nothing to repeat", label, layout);
+    std::size_t end = 0;
+    const std::int64_t n = count_at(star, end);
+    text = text.substr(0, star - 1) + std::string(static_cast<std::size_t>(n), text[star - 1]) +
+           text.substr(end);
+  }
+  std::vector<std::string> stages(1);
+  for (const char ch : text) {
+    if (ch == '|') {
+      stages.emplace_back();
+    } else if (ch == 'E' || ch == 't' || ch == 'm' || ch == 'L') {
+      stages.back() += ch;
+    } else {
+      throw_input(
+          "{}: pipeline layout '{}' has '{}', not a layer letter (E embedding, t decoder layer, "
+          "m MTP module, L loss)",
+          label, layout, ch);
+    }
+  }
+  return stages;
 }
 
 }  // namespace scalescope::io::detail

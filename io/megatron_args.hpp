@@ -65,4 +65,11 @@ std::int64_t megatron_virtual_stages(std::int64_t num_layers, std::int64_t pp,
                                      bool account_loss, bool uneven_end_stages,
                                      std::string_view label);
 
+/// Megatron-LM's --pipeline-model-parallel-layout, expanded as its parse_str_to_list does
+/// (megatron/core/transformer/pipeline_parallel_layer_layout.py): commas dropped, "(…)*n" then
+/// "x*n" unrolled, '|' between virtual stages; E embedding, t decoder layer, m MTP module, L
+/// loss. Returns each virtual stage's letters, in virtual-stage order (v = chunk·PP + stage).
+/// Throws InputError "<label>: …" naming an unknown letter or a malformed repetition.
+std::vector<std::string> expand_pipeline_layout(std::string_view layout, std::string_view label);
+
 }  // namespace scalescope::io::detail

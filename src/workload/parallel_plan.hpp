@@ -1,6 +1,8 @@
 #pragma once
 /// How the job is parallelised and trained. Key names follow Megatron-LM's arguments.
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace scalescope::workload {
 
@@ -76,6 +78,12 @@ struct ParallelPlan {
   /// --account-for-loss-in-pipeline-split).
   bool account_for_embedding_in_pipeline_split = false;
   bool account_for_loss_in_pipeline_split = false;
+  /// Megatron's --pipeline-model-parallel-layout (e.g. DeepSeek-V3's "Et|(tt|)*30mL"): the
+  /// decoder layers of each virtual stage v = chunk·PP + stage, in place of the splits above;
+  /// its segments fix PP × VP. The embedding is in the first, the loss and any MTP modules in
+  /// the last (io/config checks it). Empty = not given.
+  std::vector<std::int64_t> layout_layers;
+  std::string pipeline_layout;  ///< the layout as given
   /// Interleaved 1F1B: model chunks per pipeline rank (v; 1 = non-interleaved), micro-batches per
   /// group that run one chunk before moving to the next (0 → PP, Megatron's default), and
   /// asynchronous pipeline transfers overlapped with compute (--overlap-p2p-communication, on by
@@ -160,6 +168,8 @@ struct ParallelPlan {
   /// split / v, less the embedding on the first virtual stage and the loss on the last when they
   /// are accounted for.
   std::int64_t layers_in_chunk(std::int64_t stage, std::int64_t chunk, std::int64_t layers) const {
+    if (!layout_layers.empty())
+      return layout_layers[static_cast<std::size_t>(chunk * pp() + stage)];
     std::int64_t n = split_layers_on_stage(stage, layers) / vpp();
     if (stage == 0 && chunk == 0 && account_for_embedding_in_pipeline_split) --n;
     if (stage == pp() - 1 && chunk == vpp() - 1 && account_for_loss_in_pipeline_split) --n;

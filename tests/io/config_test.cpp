@@ -13,6 +13,7 @@
 
 #include "core/error.hpp"
 #include "io/config.hpp"
+#include "io/megatron_args.hpp"
 #include "workload/accounting.hpp"
 
 namespace scalescope::io {
@@ -1070,6 +1071,65 @@ TEST(HfConfig, MoeConfigJsonsMatchPresets) {
   EXPECT_FALSE(d.is_moe_layer(2));
   EXPECT_TRUE(d.is_moe_layer(3));
   EXPECT_EQ(d.moe_shared_expert_intermediate_size, 2048);  // n_shared_experts · 2048
+}
+
+TEST(ConfigMegatron, PipelineLayoutExpandsAsMegatronsParser) {
+  // pipeline_parallel_layer_layout.py parse_str_to_list: its docstring's example
+  // "Ettt|(tt|)*29,m|L" → [E t t t] + [t t]·29 + [m] + [L], 32 virtual stages; "x*n" repeats one
+  // letter; commas are cosmetic.
+  const auto a = detail::expand_pipeline_layout("Ettt|(tt|)*29,m|L", "x");
+  ASSERT_EQ(a.size(), 32u);
+  EXPECT_EQ(a.front(), "Ettt");
+  for (std::size_t i = 1; i <= 29; ++i) EXPECT_EQ(a[i], "tt") << i;
+  EXPECT_EQ(a[30], "m");
+  EXPECT_EQ(a[31], "L");
+  EXPECT_EQ(detail::expand_pipeline_layout("Et*3|t*2,|L", "x"),
+            (std::vector<std::string>{"Ettt", "tt", "L"}));
+  // "(t|)*2" unrolls to "t|t|": "E|t|t|L".
+  EXPECT_EQ(detail::expand_pipeline_layout("E|(t|)*2L", "x"),
+            (std::vector<std::string>{"E", "t", "t", "L"}));
+  for (const char* bad : {"Ex|L", "E(tt|L", "E|(tt|)*|L", "*3|L"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_THROW(detail::expand_pipeline_layout(bad, "x"), InputError);
+  }
+}
+
+TEST(Config, PipelineLayoutSetsEachVirtualStagesLayers) {
+  // 6 layers on PP 2 as "Et|tt|t|ttL": 4 virtual stages → VP 2; v = chunk·PP + stage: stage 0 holds
+  // chunks "Et" (1 layer) and "t" (1), stage 1 "tt" (2) and "ttL" (2); layers 0 | 1–2 | 3 | 4–5.
+  const fs::path dir = scratch();
+  Yaml y;
+  y.set("model", "num_layers", "6").set("parallel", "pipeline_layout", "\"Et|tt|t|ttL\"");
+  write(dir / "case.yaml", y.text());
+  const auto c = load_experiment((dir / "case.yaml").string());
+  const auto& p = c.parallel;
+  EXPECT_EQ(p.vpp(), 2);
+  EXPECT_EQ(p.layers_in_chunk(0, 0, 6), 1);
+  EXPECT_EQ(p.layers_in_chunk(1, 0, 6), 2);
+  EXPECT_EQ(p.layers_in_chunk(0, 1, 6), 1);
+  EXPECT_EQ(p.layers_in_chunk(1, 1, 6), 2);
+  EXPECT_EQ(p.first_layer_of_chunk(0, 1, 6), 3);
+  EXPECT_EQ(p.first_layer_of_chunk(1, 1, 6), 4);
+  // Megatron's layout rules and scalescope's limits, one line each, naming the key.
+  const auto bad = [&](const std::string& layout, const std::string& what,
+                       std::vector<std::string> extra = {}) {
+    SCOPED_TRACE(layout);
+    Yaml b = y;
+    b.set("parallel", "pipeline_layout", "\"" + layout + "\"");
+    expect_names(error_of(dir, b.text(), extra), "case.yaml", "pipeline_layout");
+    EXPECT_NE(error_of(dir, b.text(), extra).find(what), std::string::npos)
+        << error_of(dir, b.text(), extra);
+  };
+  bad("Et|tt|t|tt|L", "not a multiple of pipeline_model_parallel_size=2");
+  bad("Et|tt|t|tL", "has 5 decoder layers 't', model.num_layers is 6");
+  bad("tE|tt|t|ttL", "must start with the embedding");
+  bad("Et|tt|t|tLt", "must end with the loss");
+  bad("Et|tt|t|ttmL", "has 1 MTP modules 'm', model.mtp_num_layers is 0");
+  bad("Et|tt|t|ttL", "replaces decoder_first/last",
+      {"parallel.account_for_loss_in_pipeline_split=true"});
+  y.set("parallel", "virtual_pipeline_model_parallel_size", "3");
+  write(dir / "case.yaml", y.text());
+  expect_names(error_of(dir, y.text()), "case.yaml", "disagrees with parallel.pipeline_layout");
 }
 
 TEST(ConfigMegatron, MoeLaunchLineTakesMegatronsDispatcherDefault) {

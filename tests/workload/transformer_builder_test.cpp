@@ -412,6 +412,30 @@ TEST(TransformerBuilder, MultiTokenPredictionOnTheLastStage) {
   }
 }
 
+TEST(TransformerBuilder, PipelineLayoutWithAnMtpOnlyLastChunk) {
+  // Megatron's layout "Et|tt|t|mL" on PP 2 (VP 2) for 4 layers and one MTP module: virtual
+  // stage v = chunk·PP + stage, so stage 0 runs layer 0 (chunk 0) and layer 3 (chunk 1), stage 1
+  // layers 1–2 (chunk 0) and, in chunk 1, no decoder layer but the MTP module (layer 4) and the
+  // loss.
+  Job s = small(1, 2, 1);
+  s.m.mtp_num_layers = 1;
+  s.p.virtual_pipeline_model_parallel_size = 2;
+  s.p.layout_layers = {1, 2, 1, 0};
+  const graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
+  ASSERT_EQ(g.templates.size(), 2u);
+  std::array<std::set<int>, 2> layers;
+  std::array<int, 2> losses{};
+  for (std::size_t k = 0; k < 2; ++k)
+    for (const graph::Op& op : g.templates[k].ops) {
+      if (op.layer != graph::kNoIndex && op.kind == graph::OpKind::Gemm) layers[k].insert(op.layer);
+      losses[k] += op.name == graph::OpName::CrossEntropy && op.phase == graph::Phase::Forward;
+    }
+  EXPECT_EQ(layers[0], (std::set<int>{0, 3}));
+  EXPECT_EQ(layers[1], (std::set<int>{1, 2, 4}));
+  EXPECT_EQ(losses[0], 0);
+  EXPECT_EQ(losses[1], 2 * 8);  // the main loss and the module's, 8 micro-batches
+}
+
 TEST(TransformerBuilder, UlyssesAllToAllsAroundTheAttention) {
   // CP c = 2 with cp_comm_type a2a (Transformer Engine's AttnFuncWithCPAndQKVOA2A), TP 2 with
   // SP, s = 1024, b = 1 (small(): 16 heads of 64, 4 query groups: q = o = 1024, k = v = 256).
