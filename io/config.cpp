@@ -40,6 +40,13 @@ using Tree = std::map<std::string, Section, std::less<>>;
 using Keys = std::vector<std::string_view>;
 
 const Keys kSections = {"model", "parallel", "training", "cluster", "run", "cost"};
+/// parallel.recompute_modules: Megatron's submodule names.
+constexpr std::pair<std::uint8_t, std::string_view> kRecomputeModules[] = {
+    {workload::kRecomputeCoreAttn, "core_attn"},
+    {workload::kRecomputeMoeAct, "moe_act"},
+    {workload::kRecomputeLayerNorm, "layernorm"},
+    {workload::kRecomputeMlaUpProj, "mla_up_proj"},
+    {workload::kRecomputeMlp, "mlp"}};
 /// The top-level key of an experiment file that holds a Megatron-LM launch line.
 constexpr std::string_view kLaunchLineKey = "megatron_args";
 /// The name of an experiment given without a file (a launch line and --set overrides only).
@@ -86,6 +93,7 @@ const Keys kParallelKeys = {"tensor_model_parallel_size",
                             "recompute",
                             "recompute_method",
                             "recompute_num_layers",
+                            "recompute_modules",
                             "use_distributed_optimizer",
                             "schedule",
                             "overlap_grad_reduce",
@@ -859,6 +867,30 @@ workload::ParallelPlan build_parallel(const Section& s) {
                        : method == "interval" ? workload::RecomputeMethod::Interval
                                               : workload::RecomputeMethod::Uniform;
   r.positive("recompute_num_layers", p.recompute_num_layers);
+  if (const Value* v = r.find("recompute_modules")) {
+    // Megatron's --recompute-modules (TransformerConfig.recompute_modules).
+    const std::string key = r.key("recompute_modules");
+    if (p.recompute != workload::Recompute::Selective)
+      fail(*v, key, "applies to parallel.recompute: selective only");
+    if (!v->node.IsSequence())
+      fail(*v, key, "expected a list of submodules, e.g. [core_attn, moe_act, layernorm]");
+    p.recompute_modules = 0;
+    for (const YAML::Node& e : v->node) {
+      const std::string name = e.IsScalar() ? e.Scalar() : std::string();
+      std::uint8_t bit = 0;
+      for (const auto& [b, n] : kRecomputeModules)
+        if (name == n) bit = b;
+      if (name == "moe" || name == "shared_experts")
+        fail(*v, key,
+             fmt::format("'{}' (checkpointing a whole MoE block) is not modelled yet", name));
+      if (bit == 0)
+        fail(*v, key,
+             fmt::format("'{}' is not a submodule (core_attn, moe_act, layernorm, mla_up_proj, "
+                         "mlp)",
+                         name));
+      p.recompute_modules |= bit;
+    }
+  }
   r.flag("use_distributed_optimizer", p.use_distributed_optimizer);
   p.schedule = r.choice("schedule", {"1f1b", "gpipe"}, "1f1b") == "gpipe"
                    ? workload::Schedule::GPipe
@@ -1272,6 +1304,12 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
       throw_input("{}: training.micro_batch_size={} differs from the capture's batch {} ({})", f,
                   c.training.micro_batch_size, m.capture->batch, m.capture_path);
   }
+  if (m.capture && p.recompute == workload::Recompute::Selective &&
+      p.recompute_modules != workload::kRecomputeCoreAttn)
+    throw_input(
+        "{}: model.source (a captured model) with parallel.recompute_modules other than "
+        "[core_attn] is not modelled yet",
+        f);
   if (!m.capture && p.recompute == workload::Recompute::Op)
     throw_input(
         "{}: parallel.recompute: op (torchtitan's per-op checkpointing) applies to a captured "
@@ -1441,6 +1479,13 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
             : p.recompute_method == workload::RecomputeMethod::Interval ? "interval"
                                                                         : "uniform");
     out << YAML::Key << "recompute_num_layers" << YAML::Value << p.recompute_num_layers;
+  }
+  if (p.recompute == workload::Recompute::Selective &&
+      p.recompute_modules != workload::kRecomputeCoreAttn) {
+    out << YAML::Key << "recompute_modules" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+    for (const auto& [bit, name] : kRecomputeModules)
+      if ((p.recompute_modules & bit) != 0) out << std::string(name);
+    out << YAML::EndSeq;
   }
   out << YAML::Key << "use_distributed_optimizer" << YAML::Value << p.use_distributed_optimizer;
   out << YAML::Key << "schedule" << YAML::Value

@@ -25,6 +25,7 @@ enum class Kind : std::uint8_t {
   Ignored,      ///< --opt V: no effect on one iteration's performance
   IgnoredFlag,  ///< --opt
   IgnoredList,  ///< --opt V [V …] (argparse nargs='*')
+  SpecialList,  ///< --opt V [V …], read below
   Unmodelled,   ///< --opt V: changes the iteration in a way scalescope does not model
   UnmodelledFlag
 };
@@ -94,6 +95,7 @@ constexpr Option kOptions[] = {
     {"--recompute-granularity", Kind::Special},
     {"--recompute-method", Kind::Special},
     {"--recompute-num-layers", Kind::Special},
+    {"--recompute-modules", Kind::SpecialList},
     {"--context-parallel-size", Kind::Special},
     {"--cp-comm-type", Kind::Value, "parallel", "cp_comm_type"},
     {"--expert-model-parallel-size", Kind::Value, "parallel", "expert_model_parallel_size"},
@@ -268,7 +270,7 @@ const Option* find_option(std::string_view name) {
 
 bool takes_value(Kind k) {
   return k == Kind::Value || k == Kind::Special || k == Kind::Ignored || k == Kind::IgnoredList ||
-         k == Kind::Unmodelled;
+         k == Kind::SpecialList || k == Kind::Unmodelled;
 }
 
 /// An option as given: its value ("" for a flag) and its text as written, for messages.
@@ -375,8 +377,12 @@ LaunchLine parse_megatron_args(std::string_view text, std::string_view label) {
           throw_input("{}: {} expects a value after it", label, name);
         g.value = words[++i];
         g.text = name + " " + g.value;
-        if (o->kind == Kind::IgnoredList)  // nargs='*': every word up to the next option
-          while (i + 1 < words.size() && !words[i + 1].starts_with("--")) ++i;
+        // nargs='*': every word up to the next option (kept, space-separated, for a list)
+        if (o->kind == Kind::IgnoredList || o->kind == Kind::SpecialList)
+          while (i + 1 < words.size() && !words[i + 1].starts_with("--")) {
+            g.value += " " + words[++i];
+            g.text += " " + words[i];
+          }
       }
     } else {
       if (eq != std::string::npos)
@@ -481,6 +487,15 @@ LaunchLine parse_megatron_args(std::string_view text, std::string_view label) {
     } else {
       refuse("--recompute-granularity", "expected full or selective");
     }
+  }
+
+  // --recompute-modules a b …: the submodules selective recomputation reruns.
+  if (has("--recompute-modules")) {
+    YAML::Node list(YAML::NodeType::Sequence);
+    for (const std::string& w : split_shell_words(at("--recompute-modules").value, label))
+      list.push_back(w);
+    line.settings.push_back(
+        {"parallel", "recompute_modules", list, at("--recompute-modules").text});
   }
 
   // Sequence parallelism: Megatron turns it off, with a warning, without tensor parallelism

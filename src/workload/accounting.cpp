@@ -303,7 +303,13 @@ std::int64_t activation_bytes_per_layer(const ModelSpec& m, const ParallelPlan& 
                    + 2 * s * b * q                    // attention output = out-proj input
                    + 2 * s * b * f * glu(m)           // FC1 output
                    + 2 * s * b * f;                   // activation output = FC2 input
-  if (p.recompute != Recompute::Selective) {
+  // Selective recomputation of the dense MLP ("mlp"): its fused norm's output, FC1's output and
+  // the activation's are not kept (only the MLP's input, the pre-MLP norm input above).
+  if (p.recomputes(kRecomputeMlp)) {
+    replicated -= 2 * sbh;
+    sharded -= 2 * s * b * f * glu(m) + 2 * s * b * f;
+  }
+  if (!p.recomputes(kRecomputeCoreAttn)) {
     if (t.attention == AttentionBackend::Unfused) {
       // softmax output 2·a·s²·b, its dropout mask a·s²·b and dropout output 2·a·s²·b
       sharded += (m.attention_dropout > 0 ? 5.0 : 2.0) * a * s * s * b;

@@ -90,8 +90,9 @@ double linear_parameters_on_rank(const ModelSpec& m, const ParallelPlan& p, std:
 std::int64_t fp8_weight_copy_bytes(const ModelSpec& m, const ParallelPlan& p, const TrainingSpec& t,
                                    std::int64_t stage);
 
-/// Activation bytes one transformer layer keeps for its backward, per micro-batch, per rank
-/// (Korthikanti et al. 2022, §4, generalised to SwiGLU, GQA and flash attention; docs/model.md).
+/// Activation bytes one dense transformer layer keeps for its backward, per micro-batch, per rank
+/// (Korthikanti et al. 2022, §4, generalised to SwiGLU, GQA and flash attention; docs/model.md),
+/// with selective recomputation's core_attn and mlp modules.
 std::int64_t activation_bytes_per_layer(const ModelSpec& m, const ParallelPlan& p,
                                         const TrainingSpec& t);
 

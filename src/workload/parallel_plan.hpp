@@ -9,6 +9,18 @@ namespace scalescope::workload {
 /// Activation recomputation: none; Megatron's selective (core attention) or full; Op, the per-op
 /// selective checkpointing torchtitan applies (`selective_ac_option: op`), captured models only.
 enum class Recompute : std::uint8_t { None, Selective, Full, Op };
+/// The submodules selective recomputation reruns (Megatron's --recompute-modules, a bit set):
+/// core attention (checkpointed: its inputs kept, the kernel rerun before its backward); the
+/// MoE experts' activation, the norms that are not fused into a linear layer and MLA's
+/// up-projections with their rotary embedding (output-discarding: the output is freed after its
+/// consumer ran and recomputed before the consumer's backward); the dense MLP (checkpointed).
+enum RecomputeModule : std::uint8_t {
+  kRecomputeCoreAttn = 1,
+  kRecomputeMoeAct = 2,
+  kRecomputeLayerNorm = 4,
+  kRecomputeMlaUpProj = 8,
+  kRecomputeMlp = 16,
+};
 /// How context-parallel attention exchanges keys and values (Megatron's --cp-comm-type): a ring
 /// of point-to-point transfers overlapped with the attention blocks, one all-gather first, or
 /// all-to-alls that trade the sequence split for a head split around the attention (Ulysses).
@@ -46,6 +58,11 @@ struct ParallelPlan {
   Recompute recompute = Recompute::None;
   RecomputeMethod recompute_method = RecomputeMethod::Uniform;  ///< recompute: full only
   std::int64_t recompute_num_layers = 1;                        ///< recompute: full only
+  std::uint8_t recompute_modules = kRecomputeCoreAttn;          ///< recompute: selective only
+  /// Selective recomputation reruns module `m` (a RecomputeModule).
+  bool recomputes(std::uint8_t m) const {
+    return recompute == Recompute::Selective && (recompute_modules & m) != 0;
+  }
   bool use_distributed_optimizer = false;
   /// ZeRO stage (Rajbhandari et al. SC'20, §5): 0 plain DDP, 1 optimizer state sharded over
   /// DP × CP (Megatron's distributed optimizer; use_distributed_optimizer is its Megatron name),

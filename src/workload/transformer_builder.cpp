@@ -891,7 +891,8 @@ class StageBuilder {
         memory_bound(OpKind::Norm, OpName::InputNorm, phase, (2 + out_bytes) * local, 8 * local),
         local / h, h, norm_kind());
     norm.mem_alloc = alloc((2 + out_bytes) * local);  // its input and its output (QKV input)
-    if (checkpointed(l) && phase == Phase::Forward)   // only the checkpoint's input is kept
+    if (discards_input_norm()) norm.mem_alloc = alloc(2 * local);  // the output is recomputed
+    if (checkpointed(l) && phase == Phase::Forward)  // only the checkpoint's input is kept
       norm.mem_alloc = checkpoint_of(l).first == l ? static_cast<std::int64_t>(2 * local) : 0;
     attn_alloc += norm.mem_alloc;
     chain(norm, extra);
@@ -925,6 +926,9 @@ class StageBuilder {
         memory_bound(OpKind::Norm, OpName::PreMlpNorm, phase, (2 + out_bytes) * local, 8 * local),
         local / h, h, norm_kind());
     norm2.mem_alloc = alloc((2 + out_bytes) * local);
+    // Output-discarding recompute of an unfused pre-MLP norm, or the checkpointed dense MLP
+    // (whose fused norm is inside the checkpoint): only the input is kept.
+    if (discards_pre_mlp_norm(l) || checkpoints_mlp(l)) norm2.mem_alloc = alloc(2 * local);
     mlp_alloc += norm2.mem_alloc;
     chain(norm2);
     if (m_.is_moe_layer(l)) {
@@ -933,7 +937,8 @@ class StageBuilder {
         mlp_forward(static_cast<double>(m_.moe_shared_expert_intermediate_size), phase, keep,
                     out_bytes, mlp_alloc, OpName::SharedFc1Gemm, OpName::SharedFc2Gemm);
     } else {
-      mlp_forward(f, phase, keep, out_bytes, mlp_alloc, OpName::Fc1Gemm, OpName::Fc2Gemm);
+      mlp_forward(f, phase, keep && !checkpoints_mlp(l), out_bytes, mlp_alloc, OpName::Fc1Gemm,
+                  OpName::Fc2Gemm);
     }
     Op bda2 = memory_bound(OpKind::Elementwise, OpName::BiasDropoutAdd, phase, 3 * 2 * local);
     bda2.mem_alloc = alloc(m_.hidden_dropout > 0 ? local : 0);
@@ -1023,6 +1028,9 @@ class StageBuilder {
     chain(norm);
     // The query path: from the q latent, or straight from the hidden states without q LoRA.
     const std::uint32_t qg = gather_beside_gemm(phase, ql > 0 ? 2 * T * ql : -1);
+    // Output-discarding recompute of the up projections (mla_up_proj): Q, K and V freed once
+    // core attention has run, made again before its backward (mla_up_proj_rerun).
+    if (p_.recomputes(kRecomputeMlaUpProj) && phase == Phase::Forward) keep = false;
     Op q = gemm(OpName::QUpGemm, phase, T, qk_w_ / t, ql > 0 ? ql : h);
     q.mem_alloc = alloc(2 * T * qk_w_ / t);
     attn_alloc += q.mem_alloc;
@@ -1166,7 +1174,9 @@ class StageBuilder {
     Op act = shaped(memory_bound(OpKind::Elementwise, OpName::ExpertActivation, phase,
                                  2 * N * f * glu + out_bytes * N * f, 8 * N * f),
                     N, f, glu);
-    act.mem_alloc = alloc(out_bytes * N * f);
+    // moe_act: the activation's output is freed after FC2 ran and made again before FC2's
+    // backward (moe_backward).
+    act.mem_alloc = p_.recomputes(kRecomputeMoeAct) ? 0 : alloc(out_bytes * N * f);
     mlp_alloc += act.mem_alloc;
     chain(act);
     Op fc2 = grouped_gemm(OpName::ExpertFc2Gemm, phase, N, h, f);
@@ -1206,6 +1216,16 @@ class StageBuilder {
     }
     if (etp_comm())
       chain(collective(OpKind::AllGather, CommRole::Etp, OpName::EtpAllGather, B, 2 * h * N));
+    if (p_.recomputes(kRecomputeMoeAct)) {
+      // moe_act: the activation again from the kept FC1 output; FC2's wgrad reads it.
+      const double out_bytes = fp8_ ? 1.0 : 2.0;
+      Op act = shaped(memory_bound(OpKind::Elementwise, OpName::ExpertActivation, Phase::Recompute,
+                                   2 * N * f * glu + out_bytes * N * f, 8 * N * f),
+                      N, f, glu);
+      act.mem_alloc = static_cast<std::int64_t>(out_bytes * N * f);
+      rerun_alloc_ += act.mem_alloc;
+      chain(act);
+    }
     fp8_cast(B, N * h);
     Op fc2_dgrad = grouped_gemm(OpName::ExpertFc2Gemm, B, N, f, h);
     chain(fc2_dgrad);
@@ -1245,8 +1265,56 @@ class StageBuilder {
   }
 
   /// Bytes core attention keeps for its backward beyond Q, K, V and its output.
+  /// Selective recomputation's output-discarding norms (Megatron's "layernorm" module) apply
+  /// where the norm is a module of its own, not fused into the next linear layer (TE's
+  /// LayerNormLinear): the input norm before MLA's down projections, the pre-MLP norm before
+  /// an MoE router.
+  bool discards_input_norm() const {
+    return p_.recomputes(kRecomputeLayerNorm) && m_.multi_latent_attention;
+  }
+  bool discards_pre_mlp_norm(std::int64_t l) const {
+    return p_.recomputes(kRecomputeLayerNorm) && m_.is_moe_layer(l);
+  }
+  /// The "mlp" module: a dense layer's MLP, with its fused pre-MLP norm, checkpointed.
+  bool checkpoints_mlp(std::int64_t l) const {
+    return p_.recomputes(kRecomputeMlp) && !m_.is_moe_layer(l);
+  }
+  /// A norm of this rank's [T, h] run again before its consumer's backward; allocates its
+  /// output, which the half-layer's closing norm frees (rerun_alloc_).
+  void rerun_norm(OpName name) {
+    const double local = tokens_ * h_ / seq_shard_;
+    const double out_bytes = fp8_ ? 1.0 : 2.0;
+    Op norm = shaped(
+        memory_bound(OpKind::Norm, name, Phase::Recompute, (2 + out_bytes) * local, 8 * local),
+        local / h_, h_, norm_kind());
+    norm.mem_alloc = static_cast<std::int64_t>(out_bytes * local);
+    rerun_alloc_ += norm.mem_alloc;
+    chain(norm);
+  }
+  /// mla_up_proj: the up projections and the rotary embedding again before core attention's
+  /// backward, their Q, K, V allocated until the attention half-layer is done.
+  void mla_up_proj_rerun() {
+    const double T = tokens_, t = tp_, h = h_;
+    const double a = static_cast<double>(m_.num_attention_heads);
+    const double ql = static_cast<double>(m_.q_lora_rank);
+    const double kvl = static_cast<double>(m_.kv_lora_rank);
+    const double dpe = static_cast<double>(m_.qk_pos_emb_head_dim);
+    const Phase R = Phase::Recompute;
+    sp_gather(R, ql > 0 ? 2 * T * ql : -1);
+    Op q = gemm(OpName::QUpGemm, R, T, qk_w_ / t, ql > 0 ? ql : h);
+    q.mem_alloc = static_cast<std::int64_t>(2 * T * qk_w_ / t);
+    sp_gather(R, 2 * T * (kvl + dpe));
+    Op kv = gemm(OpName::KvUpGemm, R, T, (k_w_ - a * dpe + v_w_) / t, kvl);
+    kv.mem_alloc = static_cast<std::int64_t>(2 * T * (k_w_ + v_w_) / t);
+    rerun_alloc_ += q.mem_alloc + kv.mem_alloc;
+    chain(q);
+    chain(kv);
+    chain(shaped(memory_bound(OpKind::Elementwise, OpName::Rope, R, 2 * 2 * T * (a / t + 1) * dpe),
+                 T, a / t + 1, dpe));
+  }
+
   double attention_saved() const {
-    if (p_.recompute == Recompute::Selective) return 0;  // recomputed in the backward
+    if (p_.recomputes(kRecomputeCoreAttn)) return 0;  // recomputed in the backward
     const double a = static_cast<double>(m_.num_attention_heads) / tp_;
     const double s = static_cast<double>(m_.seq_length) / cp_;  // this rank's queries
     const double b = static_cast<double>(t_.micro_batch_size);
@@ -1370,6 +1438,16 @@ class StageBuilder {
 
     chain(
         memory_bound(OpKind::Elementwise, OpName::BiasDropoutAdd, Phase::Backward, 3 * 2 * local));
+    rerun_alloc_ = 0;
+    if (discards_pre_mlp_norm(l)) rerun_norm(OpName::PreMlpNorm);
+    if (checkpoints_mlp(l)) {
+      // The checkpointed MLP runs forward again (its fused norm, FC1, activation, FC2 and the
+      // TP reduction), keeping what its backward needs.
+      const double out_bytes = fp8_ ? 1.0 : 2.0;
+      rerun_norm(OpName::PreMlpNorm);
+      mlp_forward(static_cast<double>(m_.ffn()), Phase::Recompute, true, out_bytes, rerun_alloc_,
+                  OpName::Fc1Gemm, OpName::Fc2Gemm);
+    }
     if (m_.is_moe_layer(l)) {
       if (const auto fs = static_cast<double>(m_.moe_shared_expert_intermediate_size);
           fs > 0 && overlapped_shared() == 0)
@@ -1383,19 +1461,21 @@ class StageBuilder {
     Op norm2 = shaped(
         memory_bound(OpKind::Norm, OpName::PreMlpNorm, Phase::Backward, 6 * local, 10 * local),
         local / h, h, norm_kind());
-    norm2.mem_free = saved.second;
+    norm2.mem_free = saved.second + std::exchange(rerun_alloc_, 0);
     ready_[param_key(l, kPreMlpNorm)] = chain(norm2, take_reduce());
 
     chain(
         memory_bound(OpKind::Elementwise, OpName::BiasDropoutAdd, Phase::Backward, 3 * 2 * local));
     ready_[param_key(l, kOutProj)] = row_backward(OpName::OutProjGemm, T, h, o_w_ / t);
-    if (p_.recompute == Recompute::Selective) {
+    if (m_.multi_latent_attention && p_.recomputes(kRecomputeMlaUpProj)) mla_up_proj_rerun();
+    if (p_.recomputes(kRecomputeCoreAttn)) {
       std::int64_t none = 0;
       attention_with_cp(attention(Phase::Recompute, 1.0, 0, none), false);
     }
     std::int64_t none = 0;
     attention_with_cp(attention(Phase::Backward, 2.5, 0, none), true);
     if (m_.multi_latent_attention) {
+      if (discards_input_norm()) rerun_norm(OpName::InputNorm);
       mla_projections_backward(l);
     } else {
       if (m_.position_embedding_type == PositionEmbedding::Rope)
@@ -1409,7 +1489,7 @@ class StageBuilder {
     Op norm = shaped(
         memory_bound(OpKind::Norm, OpName::InputNorm, Phase::Backward, 6 * local, 10 * local),
         local / h, h, norm_kind());
-    norm.mem_free = saved.first + input;
+    norm.mem_free = saved.first + input + std::exchange(rerun_alloc_, 0);
     ready_[param_key(l, kInputNorm)] = chain(norm, take_reduce());
   }
 
@@ -1742,6 +1822,7 @@ class StageBuilder {
   bool fp8_fsdp_gather_ = false;    ///< torchao's FSDP float8 all-gather (captured fp8 under FSDP)
   double layer_linear_ = 0;         ///< … the linear weights of a layer unit it gathers in fp8
   std::int64_t pending_alloc_ = 0;  ///< bytes the next chained op allocates
+  std::int64_t rerun_alloc_ = 0;    ///< bytes the current half-layer's recompute ops hold
   std::vector<std::uint32_t> zero3_reductions_;
   bool ub_ = false;                  ///< TE userbuffers TP overlap (tp_comm_overlap)
   mutable std::uint8_t ub_sms_ = 0;  ///< SMs the next GEMM gives to an overlapped gather

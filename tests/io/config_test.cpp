@@ -983,6 +983,22 @@ TEST(ConfigMegatron, BadLaunchLinesAreOneLineErrorsNamingTheOption) {
     EXPECT_EQ(c.parallel.recompute_num_layers, 3);
   }
   {
+    // --recompute-modules takes a list (argparse nargs='*') up to the next option.
+    const ExperimentConfig c = load_experiment(
+        "", cluster,
+        ok + "--recompute-granularity selective --recompute-modules moe_act layernorm "
+             "--micro-batch-size 1");
+    EXPECT_EQ(c.parallel.recompute, workload::Recompute::Selective);
+    EXPECT_EQ(c.parallel.recompute_modules,
+              workload::kRecomputeMoeAct | workload::kRecomputeLayerNorm);
+  }
+  expect(ok + "--recompute-granularity selective --recompute-modules moe",
+         "parallel.recompute_modules", "'moe' (checkpointing a whole MoE block) is not modelled");
+  expect(ok + "--recompute-granularity selective --recompute-modules attn",
+         "parallel.recompute_modules", "'attn' is not a submodule");
+  expect(ok + "--recompute-modules mlp", "parallel.recompute_modules",
+         "applies to parallel.recompute: selective only");
+  {
     // Multi-token prediction (DeepSeek-V3): a model key; Megatron's own checks refuse it with
     // learned absolute positions and with uniform recompute groups of more than one layer.
     const ExperimentConfig c =

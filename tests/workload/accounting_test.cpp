@@ -83,6 +83,11 @@ TEST(Accounting, ActivationsWithTpSpSelectiveMatchKorthikanti) {
     t.attention = backend;
     EXPECT_EQ(activation_bytes_per_layer(m, p, t), 34LL * 2048 * 1 * 2048 / 8);
   }
+  // Recomputing the MLP too (--recompute-modules core_attn mlp) drops the FC1 input (2·s·b·h),
+  // FC1's output (2·s·b·4h) and the GELU's (2·s·b·4h): 34 − 18 = 16·s·b·h/t.
+  p.recompute_modules = kRecomputeCoreAttn | kRecomputeMlp;
+  EXPECT_EQ(activation_bytes_per_layer(m, p, t), 16LL * 2048 * 1 * 2048 / 8);
+  p.recompute_modules = kRecomputeCoreAttn;
   // TP without SP, selective: s·b·h·(10 + 24/t).
   p.sequence_parallel = false;
   EXPECT_EQ(activation_bytes_per_layer(m, p, t), 2048LL * 2048 * (10 + 24 / 8));

@@ -68,9 +68,14 @@ TEST(TransformerBuilder, OneTemplatePerStageAndMegatronRankOrder) {
 }
 
 TEST(TransformerBuilder, ForwardAllocationsOfALayerEqualTheClosedForm) {
-  for (auto recompute : {Recompute::None, Recompute::Selective}) {
+  using Case = std::pair<Recompute, std::uint8_t>;
+  for (auto [recompute, modules] :
+       {Case{Recompute::None, kRecomputeCoreAttn}, Case{Recompute::Selective, kRecomputeCoreAttn},
+        Case{Recompute::Selective, kRecomputeCoreAttn | kRecomputeMlp},
+        Case{Recompute::Selective, kRecomputeMlp}}) {
     Job s = small(4, 2, 1);
     s.p.recompute = recompute;
+    s.p.recompute_modules = modules;
     graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
     std::int64_t sum = 0;
     for (const graph::Op& op : g.templates[0].ops)
@@ -848,6 +853,72 @@ TEST(MoeBuilder, SharedExpertOverlapRunsTheSharedMlpBesideTheAllToAlls) {
   EXPECT_EQ(order(true, graph::Phase::Backward),
             (std::vector<N>{N::MoeUnpermute, N::EpCombine, N::SharedFc2Gemm, N::ExpertFc1Gemm,
                             N::EpDispatch, N::SharedFc1Gemm}));
+}
+
+TEST(MoeBuilder, RecomputeModulesDiscardTheirOutputsAndRunThemAgain) {
+  // Megatron's --recompute-modules on an MLA + MoE layer (TP 2 with SP, EP 2, ETP 2; s = 1024,
+  // b = 1: T = 1024 tokens, the rank's SP share [512, 1024], 524,288 values):
+  //  layernorm: the input norm (MLA's, not fused) and the pre-MLP norm (before the router)
+  //    keep their input only: 2 · 2 · 524,288 = 2,097,152 B less;
+  //  mla_up_proj: Q [T, a(dqk + dpe)/t] = 2·1024·16·96/2 = 1,572,864 B and K, V
+  //    [T, (a(dqk + dpe) + a·dv)/t] = 2·1024·(1536 + 1024)/2 = 2,621,440 B less;
+  //  moe_act: the experts' activation output: each EP rank receives 512·2 (top-2) copies from
+  //    each of the 2 EP ranks for its 4 experts, ETP 2 gathers them: N = 2048 rows of
+  //    f = 1792/2 = 896, 2·2048·896 = 3,670,016 B less.
+  // 9,961,472 B in all; each discarded output is made again in the backward (a Recompute op).
+  Job s = moe_job(2, 1, 2, 2);
+  s.m.multi_latent_attention = true;
+  s.m.q_lora_rank = 384;
+  s.m.kv_lora_rank = 128;
+  s.m.qk_head_dim = 64;
+  s.m.qk_pos_emb_head_dim = 32;
+  s.m.v_head_dim = 64;
+  s.m.num_query_groups = 16;
+  s.p.recompute = Recompute::Selective;
+  const auto run = [&](std::uint8_t modules) {
+    s.p.recompute_modules = modules;
+    const graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
+    std::int64_t kept = 0;
+    std::set<std::pair<graph::OpName, graph::OpKind>> again;
+    for (const graph::Op& op : g.templates[0].ops) {
+      if (op.layer != 1 || op.microbatch != 0) continue;
+      if (op.phase == graph::Phase::Forward) kept += op.mem_alloc;
+      if (op.phase == graph::Phase::Recompute) again.insert({op.name, op.kind});
+    }
+    activation_peak(g.templates[0]);  // every allocation is freed again
+    return std::pair{kept, again};
+  };
+  const auto [base, base_again] = run(kRecomputeCoreAttn);
+  const auto [less, again] =
+      run(kRecomputeCoreAttn | kRecomputeLayerNorm | kRecomputeMlaUpProj | kRecomputeMoeAct);
+  EXPECT_EQ(base - less, 9961472);
+  using N = graph::OpName;
+  using K = graph::OpKind;
+  EXPECT_EQ(base_again, (std::set<std::pair<N, K>>{{N::Attention, K::Attention}}));
+  EXPECT_EQ(again, (std::set<std::pair<N, K>>{{N::Attention, K::Attention},
+                                              {N::InputNorm, K::Norm},
+                                              {N::PreMlpNorm, K::Norm},
+                                              {N::QUpGemm, K::Gemm},
+                                              {N::KvUpGemm, K::Gemm},
+                                              {N::Rope, K::Elementwise},
+                                              {N::TpAllGather, K::AllGather},
+                                              {N::ExpertActivation, K::Elementwise}}));
+  // The dense MLP ("mlp", small() at TP 4): run again whole, FC1 and FC2 once per micro-batch.
+  Job d = small(4, 2, 1);
+  d.p.recompute = Recompute::Selective;
+  d.p.recompute_modules = kRecomputeMlp;
+  int fc1 = 0, fc2 = 0, attention = 0;
+  const graph::SlicedGraph g = build_graph(d.m, d.p, d.t);
+  for (const graph::Op& op : g.templates[0].ops)
+    if (op.layer == 0 && op.phase == graph::Phase::Recompute) {
+      fc1 += op.name == N::Fc1Gemm;
+      fc2 += op.name == N::Fc2Gemm;
+      attention += op.name == N::Attention;
+    }
+  EXPECT_EQ(fc1, 8);
+  EXPECT_EQ(fc2, 8);
+  EXPECT_EQ(attention, 0);  // core_attn not listed: not recomputed
+  activation_peak(g.templates[0]);
 }
 
 TEST(MoeBuilder, AllToAllBytesPerLayerAreTokensTimesTopkTimesHidden) {
