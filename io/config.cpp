@@ -1282,9 +1282,10 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
     refuse(p.tp_comm_overlap && !m.capture_compiled,
            "parallel.tp_comm_overlap and model.compile: eager (a captured model's TP overlap is "
            "Inductor's micro-pipeline TP, async TP)");
-    refuse(cp > 1 && !m.capture_compiled,
-           "parallel.context_parallel_size > 1 and model.compile: eager (CP needs the fused "
-           "attention)");
+    refuse(cp > 1 && !m.capture_compiled && !workload::capture_has_fused_attention(*m.capture),
+           "parallel.context_parallel_size > 1 and model.compile: eager on a matmul-softmax "
+           "attention (CP needs a fused attention: scaled_dot_product_attention in the capture, "
+           "or model.compile: inductor)");
     refuse(m.multi_latent_attention, "MLA shape keys");
     if (m.moe()) {
       // The capture's experts are the model's: EP lowers them (balanced routing).

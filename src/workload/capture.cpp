@@ -103,6 +103,16 @@ std::int64_t capture_experts(const Capture& c) {
   return experts_in(c.block);
 }
 
+bool capture_has_fused_attention(const Capture& c) {
+  for (const CapturedNode& d : c.block) {
+    const std::size_t q_at = is_backward_op(d.op) ? 1 : 0;
+    if (aten_class(d.op) != AtenClass::Attention || d.inputs.size() <= q_at) continue;
+    const CapturedNode& q = c.block[d.inputs[q_at]];
+    if (!q.shapes.empty() && q.shapes[0].size() == 4) return true;
+  }
+  return false;
+}
+
 std::string TpPlan::style_of(const std::string& module) const {
   for (const auto& [pattern, style] : rules)
     if (matches(pattern, module)) return style;
@@ -1683,9 +1693,10 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
 LoweredBlock lower_block(const Capture& c, const TpPlan& plan, std::int64_t tp, bool sp,
                          bool compiled, const LowerOptions& opt) {
   // (The outer graph has no attention: an eager one splits its tokens over CP all the same.)
-  if (opt.cp > 1 && !compiled)
+  if (opt.cp > 1 && !compiled && !capture_has_fused_attention(c))
     throw_input(
-        "capture: context parallelism needs the fused attention of model.compile: inductor");
+        "capture: context parallelism needs a fused attention (scaled_dot_product_attention in "
+        "the capture, or model.compile: inductor)");
   if (!opt.experts_replicated) return lower_nodes(c.block, plan, tp, sp, compiled, opt, {}, {});
   // ETP 1: the experts' linear layers keep whole weights on every TP rank (the first rule that
   // matches a path decides its style).

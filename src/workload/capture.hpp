@@ -41,6 +41,10 @@ struct TpPlan {
 };
 /// The number of experts of a captured block (modules experts.<i>), 0 for a dense one.
 std::int64_t capture_experts(const Capture& c);
+/// Whether the captured block's attention is a fused kernel (PyTorch 2.x's
+/// scaled_dot_product_attention ops on 4-D q, k, v), which context parallelism can split as it
+/// is, eager or compiled; an eager matmul–softmax–matmul attention it cannot.
+bool capture_has_fused_attention(const Capture& c);
 /// Whether the capture's outer graph ties the output layer to the embedding (one parameter read
 /// by the embedding lookup and by a GEMM, as `lm_head.weight = wte.weight` leaves it); nullopt
 /// without an outer graph or an embedding.
@@ -132,14 +136,14 @@ struct LowerOptions {
   bool fp8_fsdp_gather = false;
   double fsdp_shard = 1;
 };
-/// With `cp` > 1 (compiled only): every tensor with the token dimension is split over CP, the
-/// attention runs this rank's queries against the whole sequence, with the builder's key /
-/// value exchange around it. With `ep` > 1: the rank runs the first E/ep experts on ep× the
-/// tokens (balanced routing), between an all-to-all dispatch and combine over EP. With `fp8`:
-/// the plan's GEMMs (forward, dgrad, wgrad) take fp8 operands, after the casts torchao's roofline
-/// model (torchao/float8/roofline_utils.py) counts: per linear layer the weight (an amax kernel,
-/// 2 B read per element, and a cast, 2 B read and 2 × 1 B written: row- and column-major), the
-/// input and the output gradient (a cast each, 4 B per element, their amax fused into the op
+/// With `cp` > 1 (compiled, or eager with a fused attention): every tensor with the token dimension
+/// is split over CP, the attention runs this rank's queries against the whole sequence, with the
+/// builder's key / value exchange around it. With `ep` > 1: the rank runs the first E/ep experts on
+/// ep× the tokens (balanced routing), between an all-to-all dispatch and combine over EP. With
+/// `fp8`: the plan's GEMMs (forward, dgrad, wgrad) take fp8 operands, after the casts torchao's
+/// roofline model (torchao/float8/roofline_utils.py) counts: per linear layer the weight (an amax
+/// kernel, 2 B read per element, and a cast, 2 B read and 2 × 1 B written: row- and column-major),
+/// the input and the output gradient (a cast each, 4 B per element, their amax fused into the op
 /// that produces them; one cast per tensor and pass), and a one-element kernel per amax for
 /// the second stage of its reduction. The fp8 weight is kept for the backward (saved bytes), or
 /// with `fp8_recast_weight` cast again before the dgrad.

@@ -242,6 +242,46 @@ TEST(CaptureSdpa, FusedAttentionOpTakesItsFlopsFromItsShapes) {
   }
 }
 
+TEST(CaptureSdpa, EagerContextParallelismSplitsAFusedAttention) {
+  // torchtitan's eager mode with CP (no torch.compile): PyTorch 2.x captures attention as one
+  // fused SDPA op, which CP splits as it does under Inductor: this rank's 512/2 queries against
+  // all 512 keys, 1/2 of the causal FLOPs 0.5·4·b·h·s·s·dh, the ring's K/V exchange beside it.
+  // An eager matmul–softmax–matmul attention (the 1.13 reference modules) stays refused.
+  workload::Capture c;
+  const std::vector<std::int64_t> q = {2, 8, 512, 64};
+  for (const char* name : {"q", "k", "v"})
+    c.block.push_back({name, "placeholder", "", {}, {q}, {"bfloat16"}, "", "", false});
+  c.block.push_back({"sdpa",
+                     "call_function",
+                     "_scaled_dot_product_flash_attention.default",
+                     {0, 1, 2},
+                     {q},
+                     {"bfloat16"},
+                     "attn",
+                     "",
+                     true});
+  c.block.push_back({"out", "output", "", {3}, {}, {}, "", "", false});
+  EXPECT_TRUE(workload::capture_has_fused_attention(c));
+  workload::LowerOptions o;
+  o.cp = 2;
+  const workload::LoweredBlock b =
+      workload::lower_block(c, workload::llama_tp_plan(), 1, false, /*compiled=*/false, o);
+  double flops = 0;
+  int exchanges = 0;
+  for (const graph::Op& op : b.forward) {
+    if (op.kind == graph::OpKind::Attention) flops += op.flops;
+    exchanges += op.name == graph::OpName::CpKvExchange;
+  }
+  for (const auto& rest : b.attention_forward)
+    for (std::size_t i = 1; i < rest.size(); ++i)
+      if (rest[i].kind == graph::OpKind::Attention) flops += rest[i].flops;
+  EXPECT_DOUBLE_EQ(flops, 0.5 * 4 * 2 * 8 * 512.0 * 512 * 64 / 2);
+  EXPECT_EQ(exchanges, 1);
+  c.block[3].op = "bmm.default";  // no fused attention left
+  EXPECT_FALSE(workload::capture_has_fused_attention(c));
+  EXPECT_THROW(workload::lower_block(c, workload::llama_tp_plan(), 1, false, false, o), InputError);
+}
+
 TEST(CaptureSdpa, BackwardOpsReadQueryKeyValueAfterTheOutputGradient) {
   // PyTorch ≥ 2.2 on CPU: _scaled_dot_product_flash_attention_for_cpu(query, key, value, …) and
   // its backward (grad_out, query, key, value, out, logsumexp, …). Cross-attention: 512 queries
