@@ -1672,6 +1672,11 @@ ExperimentConfig load_experiment(const std::string& path, const std::vector<std:
   c.parallel = build_parallel(t.at("parallel"));
   if (layers_per_vstage) {
     auto& p = c.parallel;
+    if (!p.layout_layers.empty())
+      throw_input(
+          "{}: {} and parallel.pipeline_layout both give the virtual stages (Megatron-LM: give "
+          "one)",
+          name, layers_per_vstage->second);
     p.virtual_pipeline_model_parallel_size = detail::megatron_virtual_stages(
         c.model.num_layers, p.pp(), layers_per_vstage->first,
         p.account_for_embedding_in_pipeline_split, p.account_for_loss_in_pipeline_split,

@@ -1011,6 +1011,9 @@ TEST(ConfigMegatron, BadLaunchLinesAreOneLineErrorsNamingTheOption) {
               "--recompute-method uniform "
               "--recompute-num-layers 2",
          "model.mtp_num_layers=1", "recompute_num_layers == 1");
+  expect(ok + "--num-layers-per-virtual-pipeline-stage 1 --pipeline-model-parallel-layout "
+              "'Ett|ttL'",
+         "--num-layers-per-virtual-pipeline-stage 1", "both give the virtual stages");
   expect(ok + "--num-layers-per-virtual-pipeline-stage 3", "--num-layers-per-virtual-pipeline",
          "2 layers per pipeline stage");  // 4 layers / PP 2 = 2, not a multiple of 3
   expect(ok + "--position-embedding-type mrope", "--position-embedding-type mrope",
