@@ -930,10 +930,11 @@ workload::ParallelPlan build_parallel(const Section& s) {
   r.positive("expert_model_parallel_size", p.expert_model_parallel_size);
   r.positive("expert_tensor_parallel_size", p.expert_tensor_parallel_size);
   r.flag("moe_shared_expert_overlap", p.moe_shared_expert_overlap);
-  p.moe_token_dispatcher_type =
-      r.choice("moe_token_dispatcher_type", {"alltoall", "allgather"}, "alltoall") == "allgather"
-          ? workload::MoeDispatcher::AllGather
-          : workload::MoeDispatcher::AllToAll;
+  const std::string dispatcher =
+      r.choice("moe_token_dispatcher_type", {"alltoall", "allgather", "flex"}, "alltoall");
+  p.moe_token_dispatcher_type = dispatcher == "allgather" ? workload::MoeDispatcher::AllGather
+                                : dispatcher == "flex"    ? workload::MoeDispatcher::Flex
+                                                          : workload::MoeDispatcher::AllToAll;
   return p;
 }
 
@@ -1247,10 +1248,10 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
     if (const Value* v = get(par, "moe_shared_expert_overlap");
         v && p.moe_shared_expert_overlap &&
         (m.moe_shared_expert_intermediate_size <= 0 ||
-         p.moe_token_dispatcher_type != workload::MoeDispatcher::AllToAll))
+         p.moe_token_dispatcher_type == workload::MoeDispatcher::AllGather))
       fail(*v, "parallel.moe_shared_expert_overlap",
            "needs shared experts (model.moe_shared_expert_intermediate_size) and the all-to-all "
-           "dispatcher, as Megatron asserts");
+           "or flex dispatcher, as Megatron asserts");
     must_divide("parallel.expert_model_parallel_size", ep, "model.num_experts", m.num_experts);
     if ((tp * cp * p.dp()) % (etp * ep) != 0)
       throw_input(
@@ -1530,6 +1531,7 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
     out << YAML::Key << "expert_tensor_parallel_size" << YAML::Value << p.etp();
     out << YAML::Key << "moe_token_dispatcher_type" << YAML::Value
         << (p.moe_token_dispatcher_type == workload::MoeDispatcher::AllGather ? "allgather"
+            : p.moe_token_dispatcher_type == workload::MoeDispatcher::Flex    ? "flex"
                                                                               : "alltoall");
     out << YAML::Key << "moe_shared_expert_overlap" << YAML::Value << p.moe_shared_expert_overlap;
   }

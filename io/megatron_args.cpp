@@ -102,6 +102,10 @@ constexpr Option kOptions[] = {
     {"--expert-tensor-parallel-size", Kind::Value, "parallel", "expert_tensor_parallel_size"},
     {"--moe-token-dispatcher-type", Kind::Value, "parallel", "moe_token_dispatcher_type"},
     {"--moe-shared-expert-overlap", Kind::Flag, "parallel", "moe_shared_expert_overlap", "true"},
+    // The older switch for the flex dispatcher with DeepEP; the backend (deepep, hybridep) is
+    // not told apart (both send a token once per node).
+    {"--moe-enable-deepep", Kind::Flag, "parallel", "moe_token_dispatcher_type", "flex"},
+    {"--moe-flex-dispatcher-backend", Kind::Ignored},
     {"--mtp-num-layers", Kind::Value, "model", "mtp_num_layers"},
     {"--mtp-loss-scaling-factor", Kind::Ignored},  // scales a loss, not the work
     {"--num-experts", Kind::Value, "model", "num_experts"},

@@ -143,6 +143,32 @@ SimTime CostModel::all_to_all_ns(double bytes, const CommShape& shape) const {
   return seconds_to_ns(latency_us * 1e-6 + std::max(intra / nvlink, inter / nic));
 }
 
+SimTime CostModel::ep_dispatch_ns(double bytes, std::uint32_t copies, std::uint32_t experts,
+                                  const CommShape& shape) const {
+  if (shape.ranks <= 1 || !(bytes > 0)) return 0;
+  if (shape.nodes <= 1 || copies == 0 || experts == 0) return all_to_all_ns(bytes, shape);
+  // DeepEP's normal kernels (docs/legacy.md, "NVLink and RDMA forwarding"): with k of E experts
+  // drawn evenly, a node holding E/N of them is missed with probability
+  // C(E − E/N, k) / C(E, k) = Π_{i<k} (E − E/N − i) / (E − i); a token reaches
+  // d = N·(1 − miss) nodes, d·(N − 1)/N of them others, one RDMA send each. The NVLink side
+  // moves what the all-to-all's does (the forwarded copies); the slower side sets the time.
+  const double n = shape.ranks, N = shape.nodes, k = copies, E = experts;
+  const double per_node = E / N;
+  double miss = 1;
+  for (double i = 0; i < k; ++i) miss *= std::max(0.0, (E - per_node - i) / (E - i));
+  const double reached = N * (1 - miss);
+  const double token_bytes = bytes / k;
+  const double rdma = token_bytes * reached * (N - 1) / N;
+  const double on_node = std::min<double>(shape.ranks_per_node, n);
+  const double intra = bytes * (on_node - 1) / n;
+  const double nvlink =
+      cluster_.nvlink_bandwidth_GBps * units::kGB * network_.p2p_nvlink_efficiency;
+  const double nic = cluster_.nic_bandwidth_Gbps * units::kGbitToBytes *
+                     static_cast<double>(cluster_.nics_per_node) /
+                     static_cast<double>(cluster_.gpus_per_node) * network_.p2p_nic_efficiency;
+  return seconds_to_ns(cluster_.nic_latency_us * 1e-6 + std::max(intra / nvlink, rdma / nic));
+}
+
 SimTime CostModel::p2p_ns(double bytes, bool same_node) const {
   if (!(bytes > 0)) return 0;
   // Latency + bytes / (link bandwidth per direction × efficiency); across nodes one NIC carries

@@ -40,6 +40,13 @@ class CostModel {
   /// All-to-all of `bytes` per member (the send buffer, nccl-tests' size): NVLink for the
   /// members on the node, the GPU's NIC share for the rest, whichever is slower, plus a latency.
   SimTime all_to_all_ns(double bytes, const CommShape& shape) const;
+  /// An MoE dispatch or combine through DeepEP's normal kernels (Megatron's flex dispatcher):
+  /// `bytes` as all_to_all_ns (this rank's `copies` copies of each token), `experts` spread
+  /// evenly over the group's nodes. A token crosses to another node once per node holding one of
+  /// its experts (to the GPU with the same local index there, which forwards it over NVLink),
+  /// not once per expert; on one node it is the all-to-all.
+  SimTime ep_dispatch_ns(double bytes, std::uint32_t copies, std::uint32_t experts,
+                         const CommShape& shape) const;
   SimTime p2p_ns(double bytes, bool same_node) const;
   /// Shape of a communicator given its sorted member ranks.
   CommShape shape_of(const std::uint32_t* members_begin, const std::uint32_t* members_end) const;

@@ -32,6 +32,9 @@ struct Costs {
   std::function<SimTime(graph::OpKind, double, const cost::CommShape&)> collective;
   std::function<SimTime(double, bool)> p2p;
   std::function<cost::CommShape(const std::uint32_t*, const std::uint32_t*)> shape;
+  /// An MoE all-to-all of the flex dispatcher (shape[0] copies per token of shape[1] experts);
+  /// empty: such ops cost as `collective`'s all-to-all.
+  std::function<SimTime(const graph::Op&, const cost::CommShape&)> ep_dispatch;
   std::string gpu;
   double peak_flops = 0;  ///< per GPU, FLOP/s
 
@@ -39,7 +42,9 @@ struct Costs {
   /// or a collective, at least 1 ns so that its completion follows its start.
   SimTime wire(const graph::Op& op, const cost::CommShape& s) const {
     const SimTime t = op.kind == graph::OpKind::SendRecv ? p2p(op.comm_bytes, s.nodes == 1)
-                                                         : collective(op.kind, op.comm_bytes, s);
+                      : op.kind == graph::OpKind::AllToAll && op.shape[0] > 0 && ep_dispatch
+                          ? ep_dispatch(op, s)
+                          : collective(op.kind, op.comm_bytes, s);
     return t > 1 ? t : 1;
   }
 };

@@ -41,8 +41,10 @@ enum class Precision : std::uint8_t { Bf16, Fp16, Fp8 };
 enum class Fp8Recipe : std::uint8_t { Delayed, Tensorwise, Mxfp8, Blockwise };
 enum class AttentionBackend : std::uint8_t { Flash, Unfused };
 /// Megatron's --moe-token-dispatcher-type: all-to-all among the EP ranks, or an all-gather of
-/// every token to every EP rank (each keeps its experts' tokens) and a reduce-scatter back.
-enum class MoeDispatcher : std::uint8_t { AllToAll, AllGather };
+/// every token to every EP rank (each keeps its experts' tokens) and a reduce-scatter back, or
+/// flex: DeepEP's / HybridEP's fused kernels, which send a token once to each node holding one of
+/// its experts (cost::CostModel::ep_dispatch_ns).
+enum class MoeDispatcher : std::uint8_t { AllToAll, AllGather, Flex };
 
 struct ParallelPlan {
   std::int64_t tensor_model_parallel_size = 1;

@@ -1082,7 +1082,7 @@ class StageBuilder {
   /// The expert-TP gather / scatter around the experts: the all-to-all dispatcher's (the
   /// all-gather dispatcher's TP × EP gather already brings every token of the ETP group).
   bool etp_comm() const {
-    return p_.etp() > 1 && p_.moe_token_dispatcher_type == MoeDispatcher::AllToAll;
+    return p_.etp() > 1 && p_.moe_token_dispatcher_type != MoeDispatcher::AllGather;
   }
   bool allgather_dispatch() const {
     return p_.moe_token_dispatcher_type == MoeDispatcher::AllGather && p_.etp() * p_.ep() > 1;
@@ -1119,6 +1119,9 @@ class StageBuilder {
     if (!ep_comm()) return kNone;
     Op op = collective(OpKind::AllToAll, CommRole::Ep, name, phase, 2 * h * load_.max_exchanged);
     op.mem_transient = static_cast<std::int64_t>(2 * h * (load_.sent + load_.received));
+    if (p_.moe_token_dispatcher_type == MoeDispatcher::Flex)  // DeepEP: per node, not per copy
+      op.shape = {static_cast<std::uint32_t>(m_.moe_router_topk),
+                  static_cast<std::uint32_t>(m_.num_experts), 0};
     if (beside) return add_beside(op);
     chain(op);
     return kNone;

@@ -386,5 +386,26 @@ TEST(CostModel, AllToAllIsTheSlowerOfNvlinkAndNicShares) {
               1.5e3 + S * 7 / 8 / (300e9 * 0.88) * 1e9, 1.0);
 }
 
+TEST(CostModel, FlexDispatchSendsATokenOncePerNode) {
+  // DeepEP (Megatron's flex dispatcher): 16 EP ranks on 2 nodes of 8 (a100(): 200 Gb/s NICs at
+  // 0.96, 3 µs), top-2 of 8 experts, 4 a node. A token misses the other node with probability
+  // C(4, 2)/C(8, 2) = 6/28, so it reaches 2·(1 − 6/28) = 11/7 nodes, 11/14 of a send to the other
+  // node; the all-to-all sends 8/16 of its 2 copies there, 1 per token. Per member S = 64 MiB of
+  // copies, S/2 of tokens: the NIC moves S/2 · 11/14 (the NVLink side, 7/16 of S, stays faster).
+  const ClusterSpec c = a100();
+  const CostModel m(c);
+  const double S = 64.0 * 1024 * 1024;
+  const double nic =
+      25e9 * static_cast<double>(c.nics_per_node) / static_cast<double>(c.gpus_per_node) * 0.96;
+  const double expected_ns = 3e3 + S / 2 * 11 / 14 / nic * 1e9;
+  EXPECT_NEAR(static_cast<double>(m.ep_dispatch_ns(S, 2, 8, {16, 2, 8})), expected_ns, 1.0);
+  // 11/14 of the all-to-all's 1 per token: cheaper than it by that much, less the latency.
+  EXPECT_LT(m.ep_dispatch_ns(S, 2, 8, {16, 2, 8}),
+            m.collective_ns(graph::OpKind::AllToAll, S, {16, 2, 8}));
+  // On one node it is the all-to-all.
+  EXPECT_EQ(m.ep_dispatch_ns(S, 2, 8, {8, 1, 8}),
+            m.collective_ns(graph::OpKind::AllToAll, S, {8, 1, 8}));
+}
+
 }  // namespace
 }  // namespace scalescope::cost

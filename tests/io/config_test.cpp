@@ -1163,6 +1163,13 @@ TEST(ConfigMegatron, MoeLaunchLineTakesMegatronsDispatcherDefault) {
   EXPECT_EQ(c.parallel.moe_token_dispatcher_type, workload::MoeDispatcher::AllGather);
   const auto a2a = load_experiment("", set, line + " --moe-token-dispatcher-type alltoall");
   EXPECT_EQ(a2a.parallel.moe_token_dispatcher_type, workload::MoeDispatcher::AllToAll);
+  // The flex dispatcher (DeepEP / HybridEP), by name or through the older --moe-enable-deepep.
+  for (const char* flex : {" --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend "
+                           "hybridep",
+                           " --moe-enable-deepep"})
+    EXPECT_EQ(load_experiment("", set, line + flex).parallel.moe_token_dispatcher_type,
+              workload::MoeDispatcher::Flex)
+        << flex;
 }
 
 TEST(Config, MoeLayerFreqForms) {

@@ -921,6 +921,24 @@ TEST(MoeBuilder, RecomputeModulesDiscardTheirOutputsAndRunThemAgain) {
   activation_peak(g.templates[0]);
 }
 
+TEST(MoeBuilder, FlexDispatcherMarksItsAllToAllsWithTheRouting) {
+  // The flex dispatcher (DeepEP) keeps the all-to-alls and their bytes; each carries the copies
+  // per token (top-2) and the experts (8) for the cost model's per-node count.
+  Job s = moe_job(1, 1, 4, 4);
+  for (const auto d : {MoeDispatcher::AllToAll, MoeDispatcher::Flex}) {
+    s.p.moe_token_dispatcher_type = d;
+    const graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
+    int a2a = 0;
+    for (const graph::Op& op : g.templates[0].ops)
+      if (op.kind == graph::OpKind::AllToAll) {
+        ++a2a;
+        const std::array<std::uint32_t, 3> flex{2, 8, 0}, none{};
+        EXPECT_EQ(op.shape, (d == MoeDispatcher::Flex ? flex : none));
+      }
+    EXPECT_EQ(a2a, 4 * 4 * 8);  // 4 per layer and micro-batch, 4 layers, 8 micro-batches
+  }
+}
+
 TEST(MoeBuilder, AllToAllBytesPerLayerAreTokensTimesTopkTimesHidden) {
   // Each MoE layer moves, per micro-batch and rank, T·k token copies of h bf16 values to the
   // experts and back: the all-to-all's buffer S = T·k·h·2, of which (EP − 1)/EP crosses to
