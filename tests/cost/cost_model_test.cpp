@@ -368,16 +368,21 @@ TEST(CostModel, PointToPointIsLatencyPlusBytesOverBandwidth) {
   EXPECT_NEAR(static_cast<double>(m.p2p_ns(1, true)), 1.5e3, 1.0);
 }
 
+/// a100()'s NIC bandwidth per GPU as the all-to-all sees it: nics_per_node / gpus_per_node NICs
+/// of 25e9 B/s at the point-to-point efficiency 0.96.
+double a100_nic_share() {
+  const ClusterSpec c = a100();
+  return 25e9 * static_cast<double>(c.nics_per_node) / static_cast<double>(c.gpus_per_node) * 0.96;
+}
+
 TEST(CostModel, AllToAllIsTheSlowerOfNvlinkAndNicShares) {
   // 16 members on 2 nodes of 8 (a100(): NVLink 300 GB/s, 1.5 µs; 200 Gb/s NICs, 3 µs), 64 MiB
   // sent per member, 1/16 to each: 7/16 over NVLink at 300e9 · 0.88 B/s = 111.2 µs, 8/16 over
   // the GPU's NIC share (nics_per_node / gpus_per_node NICs of 25e9 B/s, efficiency 0.96) =
   // 1398.1 µs at one NIC per GPU: the NIC sets the time, plus the 3 µs inter-node latency.
-  const ClusterSpec c = a100();
-  const CostModel m(c);
+  const CostModel m(a100());
   const double S = 64.0 * 1024 * 1024;
-  const double nic =
-      25e9 * static_cast<double>(c.nics_per_node) / static_cast<double>(c.gpus_per_node) * 0.96;
+  const double nic = a100_nic_share();
   const double expected_ns = 3e3 + std::max(S * 7 / 16 / (300e9 * 0.88), S * 8 / 16 / nic) * 1e9;
   EXPECT_NEAR(static_cast<double>(m.collective_ns(graph::OpKind::AllToAll, S, {16, 2, 8})),
               expected_ns, 1.0);
@@ -392,11 +397,9 @@ TEST(CostModel, FlexDispatchSendsATokenOncePerNode) {
   // C(4, 2)/C(8, 2) = 6/28, so it reaches 2·(1 − 6/28) = 11/7 nodes, 11/14 of a send to the other
   // node; the all-to-all sends 8/16 of its 2 copies there, 1 per token. Per member S = 64 MiB of
   // copies, S/2 of tokens: the NIC moves S/2 · 11/14 (the NVLink side, 7/16 of S, stays faster).
-  const ClusterSpec c = a100();
-  const CostModel m(c);
+  const CostModel m(a100());
   const double S = 64.0 * 1024 * 1024;
-  const double nic =
-      25e9 * static_cast<double>(c.nics_per_node) / static_cast<double>(c.gpus_per_node) * 0.96;
+  const double nic = a100_nic_share();
   const double expected_ns = 3e3 + S / 2 * 11 / 14 / nic * 1e9;
   EXPECT_NEAR(static_cast<double>(m.ep_dispatch_ns(S, 2, 8, {16, 2, 8})), expected_ns, 1.0);
   // 11/14 of the all-to-all's 1 per token: cheaper than it by that much, less the latency.

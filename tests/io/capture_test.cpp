@@ -217,6 +217,19 @@ TEST_F(Capture, CompiledBlockFusesAttentionAndPointwiseKernels) {
 
 // A fused SDPA op (PyTorch 2.x captures) is costed from its shapes: 4·b·h·s·sk·dh FLOPs, half of
 // it when is_causal; hand-built graph, no PyTorch needed.
+/// PyTorch 2.x's fused attention op on the block's first three nodes (q, k, v) of shape `q`.
+workload::CapturedNode sdpa_node(const std::vector<std::int64_t>& q, bool causal) {
+  return {"sdpa",
+          "call_function",
+          "_scaled_dot_product_flash_attention.default",
+          {0, 1, 2},
+          {q},
+          {"bfloat16"},
+          "attn",
+          "",
+          causal};
+}
+
 TEST(CaptureSdpa, FusedAttentionOpTakesItsFlopsFromItsShapes) {
   workload::Capture c;
   const std::vector<std::int64_t> q = {2, 8, 512, 64};
@@ -224,15 +237,7 @@ TEST(CaptureSdpa, FusedAttentionOpTakesItsFlopsFromItsShapes) {
     c.block.push_back({name, "placeholder", "", {}, {q}, {"bfloat16"}, "", "", false});
   for (const bool causal : {false, true}) {
     c.block.resize(3);
-    c.block.push_back({"sdpa",
-                       "call_function",
-                       "_scaled_dot_product_flash_attention.default",
-                       {0, 1, 2},
-                       {q},
-                       {"bfloat16"},
-                       "attn",
-                       "",
-                       causal});
+    c.block.push_back(sdpa_node(q, causal));
     c.block.push_back({"out", "output", "", {3}, {}, {}, "", "", false});
     const workload::LoweredBlock b = workload::lower_block(c, workload::llama_tp_plan(), 1);
     ASSERT_EQ(b.forward.size(), 1u);
@@ -251,15 +256,7 @@ TEST(CaptureSdpa, EagerContextParallelismSplitsAFusedAttention) {
   const std::vector<std::int64_t> q = {2, 8, 512, 64};
   for (const char* name : {"q", "k", "v"})
     c.block.push_back({name, "placeholder", "", {}, {q}, {"bfloat16"}, "", "", false});
-  c.block.push_back({"sdpa",
-                     "call_function",
-                     "_scaled_dot_product_flash_attention.default",
-                     {0, 1, 2},
-                     {q},
-                     {"bfloat16"},
-                     "attn",
-                     "",
-                     true});
+  c.block.push_back(sdpa_node(q, true));
   c.block.push_back({"out", "output", "", {3}, {}, {}, "", "", false});
   EXPECT_TRUE(workload::capture_has_fused_attention(c));
   workload::LowerOptions o;

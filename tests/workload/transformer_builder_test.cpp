@@ -816,6 +816,17 @@ Job moe_job(std::int64_t tp, std::int64_t pp, std::int64_t dp, std::int64_t ep,
   return s;
 }
 
+/// DeepSeek-style MLA on small()'s 16 heads: q_lora 384, kv_lora 128, dqk 64 + dpe 32, dv 64.
+void with_mla(Job& s) {
+  s.m.multi_latent_attention = true;
+  s.m.q_lora_rank = 384;
+  s.m.kv_lora_rank = 128;
+  s.m.qk_head_dim = 64;
+  s.m.qk_pos_emb_head_dim = 32;
+  s.m.v_head_dim = 64;
+  s.m.num_query_groups = 16;
+}
+
 std::vector<std::uint32_t> members(const graph::SlicedGraph& g, std::uint32_t rank,
                                    graph::CommRole role) {
   const auto c = static_cast<std::uint32_t>(g.comm_of(rank, role));
@@ -867,13 +878,7 @@ TEST(MoeBuilder, RecomputeModulesDiscardTheirOutputsAndRunThemAgain) {
   //    f = 1792/2 = 896, 2·2048·896 = 3,670,016 B less.
   // 9,961,472 B in all; each discarded output is made again in the backward (a Recompute op).
   Job s = moe_job(2, 1, 2, 2);
-  s.m.multi_latent_attention = true;
-  s.m.q_lora_rank = 384;
-  s.m.kv_lora_rank = 128;
-  s.m.qk_head_dim = 64;
-  s.m.qk_pos_emb_head_dim = 32;
-  s.m.v_head_dim = 64;
-  s.m.num_query_groups = 16;
+  with_mla(s);
   s.p.recompute = Recompute::Selective;
   const auto run = [&](std::uint8_t modules) {
     s.p.recompute_modules = modules;
@@ -1062,13 +1067,7 @@ TEST(MlaBuilder, ProjectionsAndAttentionFollowTheLatentShapes) {
   // to a·(dqk + dpe)/t and a·(dqk + dv)/t columns, attention FLOPs 2·b·s²·a(dqk + dpe + dv)/t
   // (causal half of 4·…), latents all-gathered (2·T·q_lora and 2·T·(kv_lora + dpe) bytes).
   Job s = small(2, 1, 2);
-  s.m.multi_latent_attention = true;
-  s.m.q_lora_rank = 384;
-  s.m.kv_lora_rank = 128;
-  s.m.qk_head_dim = 64;
-  s.m.qk_pos_emb_head_dim = 32;
-  s.m.v_head_dim = 64;
-  s.m.num_query_groups = 16;
+  with_mla(s);
   const graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
   const double T = 1024, a = 16, t = 2, h = 1024;
   std::set<double> gathers;
