@@ -46,7 +46,9 @@ constexpr std::pair<std::uint8_t, std::string_view> kRecomputeModules[] = {
     {workload::kRecomputeMoeAct, "moe_act"},
     {workload::kRecomputeLayerNorm, "layernorm"},
     {workload::kRecomputeMlaUpProj, "mla_up_proj"},
-    {workload::kRecomputeMlp, "mlp"}};
+    {workload::kRecomputeMlp, "mlp"},
+    {workload::kRecomputeMoe, "moe"},
+    {workload::kRecomputeSharedExperts, "shared_experts"}};
 /// The top-level key of an experiment file that holds a Megatron-LM launch line.
 constexpr std::string_view kLaunchLineKey = "megatron_args";
 /// The name of an experiment given without a file (a launch line and --set overrides only).
@@ -880,13 +882,10 @@ workload::ParallelPlan build_parallel(const Section& s) {
       std::uint8_t bit = 0;
       for (const auto& [b, n] : kRecomputeModules)
         if (name == n) bit = b;
-      if (name == "moe" || name == "shared_experts")
-        fail(*v, key,
-             fmt::format("'{}' (checkpointing a whole MoE block) is not modelled yet", name));
       if (bit == 0)
         fail(*v, key,
              fmt::format("'{}' is not a submodule (core_attn, moe_act, layernorm, mla_up_proj, "
-                         "mlp)",
+                         "mlp, moe, shared_experts)",
                          name));
       p.recompute_modules |= bit;
     }
@@ -1306,6 +1305,12 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
       throw_input("{}: training.micro_batch_size={} differs from the capture's batch {} ({})", f,
                   c.training.micro_batch_size, m.capture->batch, m.capture_path);
   }
+  if ((p.recompute_modules & workload::kRecomputeSharedExperts) != 0 &&
+      p.recompute == workload::Recompute::Selective && p.moe_shared_expert_overlap)
+    throw_input(
+        "{}: parallel.recompute_modules shared_experts with parallel.moe_shared_expert_overlap "
+        "is not modelled (the overlapped halves run beside the all-to-alls)",
+        f);
   if (m.capture && p.recompute == workload::Recompute::Selective &&
       p.recompute_modules != workload::kRecomputeCoreAttn)
     throw_input(

@@ -13,13 +13,16 @@ enum class Recompute : std::uint8_t { None, Selective, Full, Op };
 /// core attention (checkpointed: its inputs kept, the kernel rerun before its backward); the
 /// MoE experts' activation, the norms that are not fused into a linear layer and MLA's
 /// up-projections with their rotary embedding (output-discarding: the output is freed after its
-/// consumer ran and recomputed before the consumer's backward); the dense MLP (checkpointed).
+/// consumer ran and recomputed before the consumer's backward); the dense MLP, an MoE block, its
+/// shared experts (checkpointed).
 enum RecomputeModule : std::uint8_t {
   kRecomputeCoreAttn = 1,
   kRecomputeMoeAct = 2,
   kRecomputeLayerNorm = 4,
   kRecomputeMlaUpProj = 8,
   kRecomputeMlp = 16,
+  kRecomputeMoe = 32,            ///< a whole MoE block (router, dispatch, experts, shared experts)
+  kRecomputeSharedExperts = 64,  ///< an MoE block's shared experts
 };
 /// How context-parallel attention exchanges keys and values (Megatron's --cp-comm-type): a ring
 /// of point-to-point transfers overlapped with the attention blocks, one all-gather first, or

@@ -932,10 +932,14 @@ class StageBuilder {
     mlp_alloc += norm2.mem_alloc;
     chain(norm2);
     if (m_.is_moe_layer(l)) {
-      moe_forward(phase, keep, out_bytes, mlp_alloc);
+      // A checkpointed MoE block keeps its input only (the pre-MLP norm's output), a
+      // checkpointed shared MLP likewise.
+      const bool whole = checkpoints_moe(l);
+      moe_forward(phase, keep && !whole, out_bytes, mlp_alloc);
       if (m_.moe_shared_expert_intermediate_size > 0 && overlapped_shared() == 0)
-        mlp_forward(static_cast<double>(m_.moe_shared_expert_intermediate_size), phase, keep,
-                    out_bytes, mlp_alloc, OpName::SharedFc1Gemm, OpName::SharedFc2Gemm);
+        mlp_forward(static_cast<double>(m_.moe_shared_expert_intermediate_size), phase,
+                    keep && !whole && !checkpoints_shared(l), out_bytes, mlp_alloc,
+                    OpName::SharedFc1Gemm, OpName::SharedFc2Gemm);
     } else {
       mlp_forward(f, phase, keep && !checkpoints_mlp(l), out_bytes, mlp_alloc, OpName::Fc1Gemm,
                   OpName::Fc2Gemm);
@@ -1278,6 +1282,14 @@ class StageBuilder {
   bool discards_pre_mlp_norm(std::int64_t l) const {
     return p_.recomputes(kRecomputeLayerNorm) && m_.is_moe_layer(l);
   }
+  /// The "moe" module: an MoE layer's whole block checkpointed; "shared_experts": its shared
+  /// MLP (not with moe_shared_expert_overlap, whose halves run beside the all-to-alls).
+  bool checkpoints_moe(std::int64_t l) const {
+    return p_.recomputes(kRecomputeMoe) && m_.is_moe_layer(l);
+  }
+  bool checkpoints_shared(std::int64_t l) const {
+    return p_.recomputes(kRecomputeSharedExperts) && m_.is_moe_layer(l) && overlapped_shared() == 0;
+  }
   /// The "mlp" module: a dense layer's MLP, with its fused pre-MLP norm, checkpointed.
   bool checkpoints_mlp(std::int64_t l) const {
     return p_.recomputes(kRecomputeMlp) && !m_.is_moe_layer(l);
@@ -1452,8 +1464,16 @@ class StageBuilder {
                   OpName::Fc1Gemm, OpName::Fc2Gemm);
     }
     if (m_.is_moe_layer(l)) {
-      if (const auto fs = static_cast<double>(m_.moe_shared_expert_intermediate_size);
-          fs > 0 && overlapped_shared() == 0)
+      const double out_bytes = fp8_ ? 1.0 : 2.0;
+      const auto fs = static_cast<double>(m_.moe_shared_expert_intermediate_size);
+      const bool shared = fs > 0 && overlapped_shared() == 0;
+      // The checkpointed MoE block runs forward again, its collectives included (Megatron's
+      // "moe" module); or only its shared experts ("shared_experts").
+      if (checkpoints_moe(l)) moe_forward(Phase::Recompute, true, out_bytes, rerun_alloc_);
+      if (shared && (checkpoints_moe(l) || checkpoints_shared(l)))
+        mlp_forward(fs, Phase::Recompute, true, out_bytes, rerun_alloc_, OpName::SharedFc1Gemm,
+                    OpName::SharedFc2Gemm);
+      if (shared)
         std::tie(ready_[param_key(l, kFc2)], ready_[param_key(l, kFc1)]) =
             mlp_backward(fs, OpName::SharedFc1Gemm, OpName::SharedFc2Gemm);
       moe_backward(l);

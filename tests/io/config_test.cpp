@@ -992,8 +992,6 @@ TEST(ConfigMegatron, BadLaunchLinesAreOneLineErrorsNamingTheOption) {
     EXPECT_EQ(c.parallel.recompute_modules,
               workload::kRecomputeMoeAct | workload::kRecomputeLayerNorm);
   }
-  expect(ok + "--recompute-granularity selective --recompute-modules moe",
-         "parallel.recompute_modules", "'moe' (checkpointing a whole MoE block) is not modelled");
   expect(ok + "--recompute-granularity selective --recompute-modules attn",
          "parallel.recompute_modules", "'attn' is not a submodule");
   expect(ok + "--recompute-modules mlp", "parallel.recompute_modules",

@@ -908,6 +908,51 @@ TEST(MoeBuilder, RecomputeModulesDiscardTheirOutputsAndRunThemAgain) {
                                               {N::Rope, K::Elementwise},
                                               {N::TpAllGather, K::AllGather},
                                               {N::ExpertActivation, K::Elementwise}}));
+  // The whole MoE block ("moe"): nothing between the pre-MLP norm and the MLP's residual add is
+  // kept in the forward; the backward runs it again, all-to-alls included, once per
+  // micro-batch (8).
+  {
+    s.p.recompute_modules = kRecomputeMoe;
+    const graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
+    std::int64_t moe_kept = 0;
+    int dispatch_again = 0, experts_again = 0;
+    for (const graph::Op& op : g.templates[0].ops) {
+      if (op.layer != 1) continue;
+      const bool moe_op = op.name == N::Router || op.name == N::RouterTopk ||
+                          op.name == N::MoePermute || op.name == N::EpDispatch ||
+                          op.name == N::ExpertFc1Gemm || op.name == N::ExpertActivation ||
+                          op.name == N::ExpertFc2Gemm || op.name == N::EpCombine ||
+                          op.name == N::MoeUnpermute;
+      if (moe_op && op.phase == graph::Phase::Forward) moe_kept += op.mem_alloc;
+      if (op.phase == graph::Phase::Recompute) {
+        dispatch_again += op.name == N::EpDispatch;
+        experts_again += op.name == N::ExpertFc1Gemm;
+      }
+    }
+    EXPECT_EQ(moe_kept, 0);
+    EXPECT_EQ(dispatch_again, 8);
+    EXPECT_EQ(experts_again, 8);
+    activation_peak(g.templates[0]);
+  }
+  // The shared experts ("shared_experts", 1024 wide): their FC1 output and activation are not
+  // kept, they run again once per micro-batch.
+  {
+    s.m.moe_shared_expert_intermediate_size = 1024;
+    s.p.recompute_modules = kRecomputeSharedExperts;
+    const graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
+    std::int64_t shared_kept = 0;
+    int shared_again = 0;
+    for (const graph::Op& op : g.templates[0].ops) {
+      if (op.layer != 1) continue;
+      if (op.phase == graph::Phase::Forward &&
+          (op.name == N::SharedFc1Gemm || op.name == N::Activation))
+        shared_kept += op.mem_alloc;
+      shared_again += op.phase == graph::Phase::Recompute && op.name == N::SharedFc1Gemm;
+    }
+    EXPECT_EQ(shared_kept, 0);
+    EXPECT_EQ(shared_again, 8);
+    activation_peak(g.templates[0]);
+  }
   // The dense MLP ("mlp", small() at TP 4): run again whole, FC1 and FC2 once per micro-batch.
   Job d = small(4, 2, 1);
   d.p.recompute = Recompute::Selective;
