@@ -79,6 +79,8 @@ const Keys kModelShapeKeys = {"name",
                               "moe_shared_expert_intermediate_size",
                               "moe_layer_freq",
                               "moe_expert_capacity_factor",
+                              "moe_router_num_groups",
+                              "moe_router_group_topk",
                               "multi_latent_attention",
                               "q_lora_rank",
                               "kv_lora_rank",
@@ -655,6 +657,8 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
     m.moe_shared_expert_intermediate_size =
         detail::read_int(*v, r.key("moe_shared_expert_intermediate_size"));
   r.number("moe_expert_capacity_factor", m.moe_expert_capacity_factor, 0.0, false);
+  r.positive("moe_router_num_groups", m.moe_router_num_groups);
+  r.positive("moe_router_group_topk", m.moe_router_group_topk);
   r.flag("multi_latent_attention", m.multi_latent_attention);
   if (const Value* v = r.find("q_lora_rank"))
     m.q_lora_rank = detail::read_int(*v, r.key("q_lora_rank"));  // 0 = no query compression
@@ -664,7 +668,8 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
   r.positive("v_head_dim", m.v_head_dim);
   for (const char* k :
        {"moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size",
-        "moe_layer_freq", "moe_expert_capacity_factor"})
+        "moe_layer_freq", "moe_expert_capacity_factor", "moe_router_num_groups",
+        "moe_router_group_topk"})
     if (const Value* v = r.find(k); v && m.num_experts == 0)
       fail(*v, r.key(k), "applies to MoE models only (set model.num_experts)");
   for (const char* k :
@@ -710,6 +715,19 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
     }
     if (m.moe_shared_expert_intermediate_size < 0)
       throw_input("{}: model.moe_shared_expert_intermediate_size must be >= 0", experiment);
+    // Megatron's checks (router.py group_limited_topk): both or neither, whole groups, at most
+    // all of them.
+    if ((m.moe_router_num_groups > 0) != (m.moe_router_group_topk > 0))
+      throw_input(
+          "{}: model.moe_router_num_groups and model.moe_router_group_topk go together "
+          "(group-limited routing)",
+          experiment);
+    if (m.moe_router_num_groups > 0 && (m.num_experts % m.moe_router_num_groups != 0 ||
+                                        m.moe_router_group_topk > m.moe_router_num_groups))
+      throw_input(
+          "{}: model.moe_router_num_groups={} must divide model.num_experts={} and be at least "
+          "model.moe_router_group_topk={}",
+          experiment, m.moe_router_num_groups, m.num_experts, m.moe_router_group_topk);
     m.moe_layer_pattern = moe_layer_pattern(r.find("moe_layer_freq"), m.num_layers, experiment);
     m.moe_ffn_hidden_size = m.expert_ffn();
   }
@@ -1448,6 +1466,10 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
     out << YAML::Key << "num_experts" << YAML::Value << m.num_experts;
     out << YAML::Key << "moe_router_topk" << YAML::Value << m.moe_router_topk;
     out << YAML::Key << "moe_ffn_hidden_size" << YAML::Value << m.moe_ffn_hidden_size;
+    if (m.moe_router_num_groups > 0) {
+      out << YAML::Key << "moe_router_num_groups" << YAML::Value << m.moe_router_num_groups;
+      out << YAML::Key << "moe_router_group_topk" << YAML::Value << m.moe_router_group_topk;
+    }
     out << YAML::Key << "moe_shared_expert_intermediate_size" << YAML::Value
         << m.moe_shared_expert_intermediate_size;
     std::vector<int> pattern(m.moe_layer_pattern.begin(), m.moe_layer_pattern.end());

@@ -133,6 +133,13 @@ YAML::Node hf_model_keys(const std::string& path) {
     }
     if (auto shared = get_int(j, path, "shared_expert_intermediate_size"))
       m["moe_shared_expert_intermediate_size"] = *shared;
+    // DeepSeek-V3's group-limited routing: n_group groups, the top topk_group of them.
+    const auto groups = get_int(j, path, "n_group");
+    const auto group_topk = get_int(j, path, "topk_group");
+    if (groups && group_topk && *groups > 1) {
+      m["moe_router_num_groups"] = *groups;
+      m["moe_router_group_topk"] = *group_topk;
+    }
     std::vector<int> pattern(static_cast<std::size_t>(layers), 1);
     const std::int64_t first_dense = [&]() -> std::int64_t {
       const json* v = find(j, "first_k_dense_replace");
@@ -205,6 +212,8 @@ workload::ModelSpec load_hf_config(const std::string& path) {
   set_int("moe_router_topk", m.moe_router_topk);
   set_int("moe_ffn_hidden_size", m.moe_ffn_hidden_size);
   set_int("moe_shared_expert_intermediate_size", m.moe_shared_expert_intermediate_size);
+  set_int("moe_router_num_groups", m.moe_router_num_groups);
+  set_int("moe_router_group_topk", m.moe_router_group_topk);
   if (n["moe_layer_freq"])
     for (const auto& x : n["moe_layer_freq"])
       m.moe_layer_pattern.push_back(static_cast<std::uint8_t>(x.as<int>()));

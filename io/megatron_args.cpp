@@ -258,8 +258,8 @@ constexpr Option kOptions[] = {
     {"--moe-router-score-function", Kind::Ignored},
     {"--moe-router-topk-scaling-factor", Kind::Ignored},
     {"--moe-router-bias-update-rate", Kind::Ignored},
-    {"--moe-router-num-groups", Kind::Ignored},
-    {"--moe-router-group-topk", Kind::Ignored},
+    {"--moe-router-num-groups", Kind::Value, "model", "moe_router_num_groups"},
+    {"--moe-router-group-topk", Kind::Value, "model", "moe_router_group_topk"},
     // ---- refused: they change the iteration in ways scalescope does not model
     {"--qk-layernorm", Kind::Flag, "model", "qk_layernorm", "true"},
     {"--add-qkv-bias", Kind::Flag, "model", "add_qkv_bias", "true"},

@@ -143,20 +143,40 @@ SimTime CostModel::all_to_all_ns(double bytes, const CommShape& shape) const {
   return seconds_to_ns(latency_us * 1e-6 + std::max(intra / nvlink, inter / nic));
 }
 
+namespace {
+/// Expected nodes reached when `k` of `items` items, spread evenly over `nodes` nodes, are drawn
+/// without replacement: a node holding items/nodes of them is missed with probability
+/// C(items − items/nodes, k) / C(items, k) = Π_{i<k} (items − items/nodes − i) / (items − i).
+double nodes_reached(double items, double nodes, double k) {
+  const double per_node = items / nodes;
+  double miss = 1;
+  for (double i = 0; i < k; ++i) miss *= std::max(0.0, (items - per_node - i) / (items - i));
+  return nodes * (1 - miss);
+}
+}  // namespace
+
 SimTime CostModel::ep_dispatch_ns(double bytes, std::uint32_t copies, std::uint32_t experts,
-                                  const CommShape& shape) const {
+                                  const CommShape& shape, std::uint32_t groups) const {
   if (shape.ranks <= 1 || !(bytes > 0)) return 0;
   if (shape.nodes <= 1 || copies == 0 || experts == 0) return all_to_all_ns(bytes, shape);
-  // DeepEP's normal kernels (docs/legacy.md, "NVLink and RDMA forwarding"): with k of E experts
-  // drawn evenly, a node holding E/N of them is missed with probability
-  // C(E − E/N, k) / C(E, k) = Π_{i<k} (E − E/N − i) / (E − i); a token reaches
-  // d = N·(1 − miss) nodes, d·(N − 1)/N of them others, one RDMA send each. The NVLink side
-  // moves what the all-to-all's does (the forwarded copies); the slower side sets the time.
+  // DeepEP's normal kernels (docs/legacy.md, "NVLink and RDMA forwarding"): a token's k of E
+  // experts drawn evenly reach d nodes (nodes_reached), d·(N − 1)/N of them others, one RDMA
+  // send each. The NVLink side moves what the all-to-all's does (the forwarded copies); the
+  // slower side sets the time.
   const double n = shape.ranks, N = shape.nodes, k = copies, E = experts;
-  const double per_node = E / N;
-  double miss = 1;
-  for (double i = 0; i < k; ++i) miss *= std::max(0.0, (E - per_node - i) / (E - i));
-  const double reached = N * (1 - miss);
+  double reached = nodes_reached(E, N, k);
+  // Group-limited routing (G groups of E/G experts, the k experts from the best Gt of them):
+  // with groups inside nodes (N divides G) a token reaches at most the nodes of its Gt groups;
+  // with nodes inside groups (G divides N) its k experts come from Gt·E/G experts on Gt·N/G
+  // nodes. Other layouts are charged as unlimited routing.
+  const double G = groups >> 16, Gt = groups & 0xFFFFu;
+  if (G > 0 && Gt > 0 && Gt < G) {
+    const auto whole = [](double a, double b) { return std::fmod(a, b) == 0; };
+    if (whole(G, N))
+      reached = std::min(reached, nodes_reached(G, N, Gt));
+    else if (whole(N, G))
+      reached = std::min(reached, nodes_reached(Gt * E / G, Gt * N / G, k));
+  }
   const double token_bytes = bytes / k;
   const double rdma = token_bytes * reached * (N - 1) / N;
   const double on_node = std::min<double>(shape.ranks_per_node, n);

@@ -45,8 +45,9 @@ class CostModel {
   /// evenly over the group's nodes. A token crosses to another node once per node holding one of
   /// its experts (to the GPU with the same local index there, which forwards it over NVLink),
   /// not once per expert; on one node it is the all-to-all.
+  /// `groups`: graph::routing_groups of group-limited routing, 0 = none.
   SimTime ep_dispatch_ns(double bytes, std::uint32_t copies, std::uint32_t experts,
-                         const CommShape& shape) const;
+                         const CommShape& shape, std::uint32_t groups = 0) const;
   SimTime p2p_ns(double bytes, bool same_node) const;
   /// Shape of a communicator given its sorted member ranks.
   CommShape shape_of(const std::uint32_t* members_begin, const std::uint32_t* members_end) const;

@@ -156,7 +156,7 @@ Costs costs_of(const cost::CostModel& model) {
   };
   c.p2p = [&model](double bytes, bool same_node) { return model.p2p_ns(bytes, same_node); };
   c.ep_dispatch = [&model](const graph::Op& op, const cost::CommShape& s) {
-    return model.ep_dispatch_ns(op.comm_bytes, op.shape[0], op.shape[1], s);
+    return model.ep_dispatch_ns(op.comm_bytes, op.shape[0], op.shape[1], s, op.shape[2]);
   };
   c.shape = [&model](const std::uint32_t* b, const std::uint32_t* e) {
     return model.shape_of(b, e);

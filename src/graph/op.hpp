@@ -199,4 +199,10 @@ static_assert(sizeof(Op) == 88, "Op layout: plain data, 88 bytes");
 
 constexpr std::uint16_t kNoIndex = 0xFFFF;
 
+/// A flex-dispatcher all-to-all's third shape figure: group-limited routing's groups (high 16
+/// bits) and the groups a token may use (low 16 bits); 0 = no limit.
+constexpr std::uint32_t routing_groups(std::uint32_t groups, std::uint32_t group_topk) {
+  return groups << 16 | group_topk;
+}
+
 }  // namespace scalescope::graph

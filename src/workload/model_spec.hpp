@@ -59,6 +59,12 @@ struct ModelSpec {
   /// Megatron's --moe-expert-capacity-factor: each expert takes at most factor × T·k/E tokens
   /// and drops the rest; 0 = dropless (the default).
   double moe_expert_capacity_factor = 0;
+  /// Group-limited routing (DeepSeek-V3's node-limited routing; Megatron's
+  /// --moe-router-num-groups, --moe-router-group-topk): the experts form num_groups groups of
+  /// consecutive experts, and a token's top-k experts come from its group_topk best groups. 0 =
+  /// no limit. Only the flex dispatcher's cost reads it (the nodes a token reaches).
+  std::int64_t moe_router_num_groups = 0;
+  std::int64_t moe_router_group_topk = 0;
 
   // ---- multi-latent attention (DeepSeek-V2/V3; Megatron's MLATransformerConfig names) ----
   bool multi_latent_attention = false;

@@ -1125,7 +1125,9 @@ class StageBuilder {
     op.mem_transient = static_cast<std::int64_t>(2 * h * (load_.sent + load_.received));
     if (p_.moe_token_dispatcher_type == MoeDispatcher::Flex)  // DeepEP: per node, not per copy
       op.shape = {static_cast<std::uint32_t>(m_.moe_router_topk),
-                  static_cast<std::uint32_t>(m_.num_experts), 0};
+                  static_cast<std::uint32_t>(m_.num_experts),
+                  graph::routing_groups(static_cast<std::uint32_t>(m_.moe_router_num_groups),
+                                        static_cast<std::uint32_t>(m_.moe_router_group_topk))};
     if (beside) return add_beside(op);
     chain(op);
     return kNone;

@@ -410,5 +410,26 @@ TEST(CostModel, FlexDispatchSendsATokenOncePerNode) {
             m.collective_ns(graph::OpKind::AllToAll, S, {8, 1, 8}));
 }
 
+TEST(CostModel, GroupLimitedRoutingReachesFewerNodes) {
+  // 32 EP ranks on 4 nodes of 8, top-4 of 16 experts (4 a node), S = 64 MiB of copies, S/4 of
+  // tokens. Unlimited, a node is missed with probability C(12, 4)/C(16, 4) = 495/1820.
+  // Groups inside nodes (4 groups, the best 2): a token reaches the nodes of its 2 groups,
+  // 4·(1 − C(3, 2)/C(4, 2)) = 2 (fewer than 4·(1 − 495/1820) = 2.91). Nodes inside groups
+  // (2 groups of 2 nodes, the best 1): its 4 experts come from 8 on 2 nodes,
+  // 2·(1 − C(4, 4)/C(8, 4)) = 138/70 nodes. The NIC moves (S/4)·reached·3/4.
+  const CostModel m(a100());
+  const double S = 64.0 * 1024 * 1024;
+  const auto expected = [&](double reached) {
+    return 3e3 + S / 4 * reached * 3 / 4 / a100_nic_share() * 1e9;
+  };
+  const CommShape shape{32, 4, 8};
+  EXPECT_NEAR(static_cast<double>(m.ep_dispatch_ns(S, 4, 16, shape)),
+              expected(4 * (1 - 495.0 / 1820)), 1.0);
+  EXPECT_NEAR(static_cast<double>(m.ep_dispatch_ns(S, 4, 16, shape, graph::routing_groups(4, 2))),
+              expected(2), 1.0);
+  EXPECT_NEAR(static_cast<double>(m.ep_dispatch_ns(S, 4, 16, shape, graph::routing_groups(2, 1))),
+              expected(138.0 / 70), 1.0);
+}
+
 }  // namespace
 }  // namespace scalescope::cost

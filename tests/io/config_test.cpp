@@ -1074,6 +1074,8 @@ void expect_hf_matches_preset(const std::string& experiment, const std::string& 
   EXPECT_EQ(a.untie_embeddings, b.untie_embeddings);
   EXPECT_EQ(a.qk_layernorm, b.qk_layernorm);
   EXPECT_EQ(a.add_qkv_bias, b.add_qkv_bias);
+  EXPECT_EQ(a.moe_router_num_groups, b.moe_router_num_groups);
+  EXPECT_EQ(a.moe_router_group_topk, b.moe_router_group_topk);
   EXPECT_DOUBLE_EQ(workload::total_parameters(a), workload::total_parameters(b));
 }
 
@@ -1088,6 +1090,8 @@ TEST(HfConfig, MoeConfigJsonsMatchPresets) {
   EXPECT_FALSE(d.is_moe_layer(2));
   EXPECT_TRUE(d.is_moe_layer(3));
   EXPECT_EQ(d.moe_shared_expert_intermediate_size, 2048);  // n_shared_experts · 2048
+  EXPECT_EQ(d.moe_router_num_groups, 8);                   // n_group
+  EXPECT_EQ(d.moe_router_group_topk, 4);                   // topk_group
 }
 
 TEST(ConfigMegatron, PipelineLayoutExpandsAsMegatronsParser) {
@@ -1161,6 +1165,15 @@ TEST(ConfigMegatron, MoeLaunchLineTakesMegatronsDispatcherDefault) {
   EXPECT_EQ(c.parallel.moe_token_dispatcher_type, workload::MoeDispatcher::AllGather);
   const auto a2a = load_experiment("", set, line + " --moe-token-dispatcher-type alltoall");
   EXPECT_EQ(a2a.parallel.moe_token_dispatcher_type, workload::MoeDispatcher::AllToAll);
+  // Group-limited routing: both options or neither, whole groups.
+  const auto grouped =
+      load_experiment("", set, line + " --moe-router-num-groups 4 --moe-router-group-topk 2");
+  EXPECT_EQ(grouped.model.moe_router_num_groups, 4);
+  EXPECT_EQ(grouped.model.moe_router_group_topk, 2);
+  for (const char* bad : {" --moe-router-num-groups 4",
+                          " --moe-router-num-groups 3 "
+                          "--moe-router-group-topk 1"})
+    EXPECT_THROW(load_experiment("", set, line + bad), InputError) << bad;
   // The flex dispatcher (DeepEP / HybridEP), by name or through the older --moe-enable-deepep.
   for (const char* flex : {" --moe-token-dispatcher-type flex --moe-flex-dispatcher-backend "
                            "hybridep",
