@@ -618,11 +618,11 @@ class StageBuilder {
       }
       cur_layer_ = l;
       if (zero3_ && alloc_grads) pending_alloc_ += static_cast<std::int64_t>(gb * layer_unit_);
-      // Full recomputation: a checkpoint's layers run forward again before the backward of its
-      // last one.
       // The main loss's backward runs first (its logits were made last), then each MTP
       // module's, last to first.
       if (m_.is_mtp_layer(l)) head_backward(l);
+      // Full recomputation: a checkpoint's layers run forward again before the backward of its
+      // last one.
       if (const auto [g0, g1] = checkpoint_of(l); g0 <= g1 && l == g1)
         for (std::int64_t k = g0; k <= g1; ++k) layer_forward(k, Phase::Recompute, false);
       layer_backward(l, mb);
@@ -1273,7 +1273,6 @@ class StageBuilder {
     ready_[param_key(l, kRouter)] = chain(rw);
   }
 
-  /// Bytes core attention keeps for its backward beyond Q, K, V and its output.
   /// Selective recomputation's output-discarding norms (Megatron's "layernorm" module) apply
   /// where the norm is a module of its own, not fused into the next linear layer (TE's
   /// LayerNormLinear): the input norm before MLA's down projections, the pre-MLP norm before
@@ -1330,6 +1329,7 @@ class StageBuilder {
                  T, a / t + 1, dpe));
   }
 
+  /// Bytes core attention keeps for its backward beyond Q, K, V and its output.
   double attention_saved() const {
     if (p_.recomputes(kRecomputeCoreAttn)) return 0;  // recomputed in the backward
     const double a = static_cast<double>(m_.num_attention_heads) / tp_;
