@@ -1299,7 +1299,7 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
     };
     refuse(p.tp_comm_overlap && !m.capture_compiled,
            "parallel.tp_comm_overlap and model.compile: eager (a captured model's TP overlap is "
-           "Inductor's micro-pipeline TP, async TP)");
+           "Inductor's micro-pipeline TP; torchtitan too: 'Async TP requires torch.compile')");
     refuse(cp > 1 && !m.capture_compiled && !workload::capture_has_fused_attention(*m.capture),
            "parallel.context_parallel_size > 1 and model.compile: eager on a matmul-softmax "
            "attention (CP needs a fused attention: scaled_dot_product_attention in the capture, "
