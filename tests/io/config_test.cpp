@@ -1115,6 +1115,47 @@ TEST(ConfigMegatron, PipelineLayoutExpandsAsMegatronsParser) {
   }
 }
 
+TEST(Config, ResolvedYamlKeepsTheMoeAndPipelineKeys) {
+  // MTP, a pipeline layout, recompute modules, the flex dispatcher and group-limited routing go
+  // into the resolved YAML and load back to the same configuration.
+  const fs::path dir = scratch();
+  write(dir / "case.yaml", R"(model:
+  preset: deepseek-v3
+  mtp_num_layers: 1
+parallel:
+  tensor_model_parallel_size: 2
+  sequence_parallel: true
+  pipeline_model_parallel_size: 8
+  pipeline_layout: "Et|(tt|)*30mL"
+  expert_model_parallel_size: 64
+  expert_tensor_parallel_size: 1
+  moe_token_dispatcher_type: flex
+  use_distributed_optimizer: true
+  recompute: selective
+  recompute_modules: [mla_up_proj, mlp, moe_act]
+training:
+  micro_batch_size: 1
+  global_batch_size: 8192
+  precision: bf16
+cluster:
+  preset: dgx-h100
+  num_gpus: 1024
+)");
+  const auto c = load_experiment((dir / "case.yaml").string());
+  const std::string& y = c.resolved_yaml;
+  for (const char* key :
+       {"mtp_num_layers: 1", "pipeline_layout: Et|(tt|)*30mL",
+        "recompute_modules: [moe_act, mla_up_proj, mlp]", "moe_token_dispatcher_type: flex",
+        "moe_router_num_groups: 8", "moe_router_group_topk: 4"})
+    EXPECT_NE(y.find(key), std::string::npos) << key << "\n" << y;
+  write(dir / "resolved.yaml", y);
+  const auto back = load_experiment((dir / "resolved.yaml").string());
+  const auto body = [](const std::string& s) { return s.substr(s.find("\nmodel:")); };
+  EXPECT_EQ(body(back.resolved_yaml), body(y));
+  EXPECT_EQ(back.parallel.layout_layers, c.parallel.layout_layers);
+  EXPECT_EQ(back.parallel.recompute_modules, c.parallel.recompute_modules);
+}
+
 TEST(Config, PipelineLayoutSetsEachVirtualStagesLayers) {
   // 6 layers on PP 2 as "Et|tt|t|ttL": 4 virtual stages → VP 2; v = chunk·PP + stage: stage 0 holds
   // chunks "Et" (1 layer) and "t" (1), stage 1 "tt" (2) and "ttL" (2); layers 0 | 1–2 | 3 | 4–5.
