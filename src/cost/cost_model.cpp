@@ -132,8 +132,13 @@ SimTime CostModel::all_to_all_ns(double bytes, const CommShape& shape) const {
   // plus one link latency.
   const double n = shape.ranks;
   const double on_node = std::min<double>(shape.ranks_per_node, n);
+  return exchange_ns(bytes, shape, bytes * (n - on_node) / n);
+}
+
+SimTime CostModel::exchange_ns(double bytes, const CommShape& shape, double inter) const {
+  const double n = shape.ranks;
+  const double on_node = std::min<double>(shape.ranks_per_node, n);
   const double intra = bytes * (on_node - 1) / n;
-  const double inter = bytes * (n - on_node) / n;
   const double nvlink =
       cluster_.nvlink_bandwidth_GBps * units::kGB * network_.p2p_nvlink_efficiency;
   const double nic = cluster_.nic_bandwidth_Gbps * units::kGbitToBytes *
@@ -163,7 +168,7 @@ SimTime CostModel::ep_dispatch_ns(double bytes, std::uint32_t copies, std::uint3
   // experts drawn evenly reach d nodes (nodes_reached), d·(N − 1)/N of them others, one RDMA
   // send each. The NVLink side moves what the all-to-all's does (the forwarded copies); the
   // slower side sets the time.
-  const double n = shape.ranks, N = shape.nodes, k = copies, E = experts;
+  const double N = shape.nodes, k = copies, E = experts;
   double reached = nodes_reached(E, N, k);
   // Group-limited routing (G groups of E/G experts, the k experts from the best Gt of them):
   // with groups inside nodes (N divides G) a token reaches at most the nodes of its Gt groups;
@@ -178,15 +183,7 @@ SimTime CostModel::ep_dispatch_ns(double bytes, std::uint32_t copies, std::uint3
       reached = std::min(reached, nodes_reached(Gt * E / G, Gt * N / G, k));
   }
   const double token_bytes = bytes / k;
-  const double rdma = token_bytes * reached * (N - 1) / N;
-  const double on_node = std::min<double>(shape.ranks_per_node, n);
-  const double intra = bytes * (on_node - 1) / n;
-  const double nvlink =
-      cluster_.nvlink_bandwidth_GBps * units::kGB * network_.p2p_nvlink_efficiency;
-  const double nic = cluster_.nic_bandwidth_Gbps * units::kGbitToBytes *
-                     static_cast<double>(cluster_.nics_per_node) /
-                     static_cast<double>(cluster_.gpus_per_node) * network_.p2p_nic_efficiency;
-  return seconds_to_ns(cluster_.nic_latency_us * 1e-6 + std::max(intra / nvlink, rdma / nic));
+  return exchange_ns(bytes, shape, token_bytes * reached * (N - 1) / N);
 }
 
 SimTime CostModel::p2p_ns(double bytes, bool same_node) const {

@@ -62,6 +62,11 @@ class CostModel {
   const NetworkOptions& network() const { return network_; }
 
  private:
+  /// An exchange of `bytes` per member whose share for the members on its node crosses NVLink
+  /// while `inter` bytes leave through the GPU's share of the node's NICs, both at once: the
+  /// slower side plus one link latency (all_to_all_ns, ep_dispatch_ns).
+  SimTime exchange_ns(double bytes, const CommShape& shape, double inter) const;
+
   ClusterSpec cluster_;
   const GpuSpec* gpu_;
   KernelCalibration kernel_;
