@@ -160,6 +160,14 @@ double layer_parameters_on_rank(const ModelSpec& m, const ParallelPlan& p) {
   return layer_parameters_on_rank(m, p, 0).total();
 }
 
+double last_stage_vocab_tables(const ModelSpec& m, const ParallelPlan& p) {
+  // The output layer's own weight when untied; with PP > 1 a copy of the embedding for a tied
+  // output layer (megatron/core/models/common/language_module) or for MTP's embedding lookups
+  // (GPTModel builds the embedding where pre_process or mtp_process).
+  return (m.untie_embeddings ? 1.0 : 0.0) +
+         (p.pp() > 1 && m.embedding_copy_on_last_stage() ? 1.0 : 0.0);
+}
+
 std::int64_t layers_in_chunk(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage,
                              std::int64_t chunk) {
   const bool mtp = stage == p.pp() - 1 && chunk == p.vpp() - 1;
@@ -197,12 +205,7 @@ RankParameters rank_parameters(const ModelSpec& m, const ParallelPlan& p, std::i
   if (stage == 0) r.dense += vocab_shard + position_parameters(m);
   if (stage == p.pp() - 1) {
     r.dense += norm_params(m);
-    // The output layer: its own weight when untied; with tied weights and PP > 1 the last stage
-    // keeps a copy of the embedding (megatron/core/models/common/language_module). MTP's
-    // embedding lookups need the embedding there too: a copy of its own beside an untied output
-    // layer (GPTModel builds the embedding where pre_process or mtp_process).
-    if (m.untie_embeddings || p.pp() > 1) r.dense += vocab_shard;
-    if (m.mtp_num_layers > 0 && m.untie_embeddings && p.pp() > 1) r.dense += vocab_shard;
+    r.dense += last_stage_vocab_tables(m, p) * vocab_shard;
   }
   return r;
 }

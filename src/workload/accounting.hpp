@@ -17,6 +17,9 @@ double layer_active_parameters(const ModelSpec& m, std::int64_t layer = 0);
 /// max positions = seq_length. 0 with rotary embeddings.
 double position_parameters(const ModelSpec& m);
 
+/// [V/t, h] vocabulary tables the last pipeline stage holds beside its norm: an untied output
+/// layer, and with PP > 1 a copy of the embedding (ModelSpec::embedding_copy_on_last_stage).
+double last_stage_vocab_tables(const ModelSpec& m, const ParallelPlan& p);
 /// Transformer layers in model chunk `chunk` of pipeline stage `stage`: the decoder's, and on the
 /// last chunk of the last stage the MTP modules' after them (ModelSpec::mtp_num_layers).
 std::int64_t layers_in_chunk(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage,

@@ -495,9 +495,7 @@ class StageBuilder {
   double vocab_shard() const { return static_cast<double>(m_.padded_vocab(p_.tp())) * h_ / tp_; }
   double head_params() const {
     double n = static_cast<double>(m_.hidden_size) * (m_.add_bias_linear ? 2.0 : 1.0);
-    if (m_.untie_embeddings || p_.pp() > 1) n += vocab_shard();
-    if (m_.mtp_num_layers > 0 && m_.untie_embeddings && p_.pp() > 1) n += vocab_shard();
-    return n;
+    return n + last_stage_vocab_tables(m_, p_) * vocab_shard();
   }
 
   // ---- pipeline communication ---------------------------------------------------------------
@@ -880,16 +878,14 @@ class StageBuilder {
       extra = gather_of_.at(l);
     // Under fp8 TE's LayerNormLinear writes the norm output (the GEMM input) in fp8 and keeps it
     // for the wgrad: 1 byte per element instead of 2.
-    const double out_bytes = fp8_ ? 1.0 : 2.0;
+    const double out_bytes = gemm_input_bytes();
     // The first micro-batch casts the layer's linear weights to fp8 and their transposes
     // (read 2 B, write 1 + 1 B per weight); later micro-batches reuse the cached copies.
     if (fp8_ && first_microbatch && phase == Phase::Forward)
       chain(memory_bound(OpKind::Elementwise, OpName::Fp8Cast, phase,
                          (4 + fp8_recipe_bytes(true)) * linear_parameters_on_rank(m_, p_, stage_) /
                              static_cast<double>(layers_)));
-    Op norm = shaped(
-        memory_bound(OpKind::Norm, OpName::InputNorm, phase, (2 + out_bytes) * local, 8 * local),
-        local / h, h, norm_kind());
+    Op norm = layer_norm(OpName::InputNorm, phase);
     norm.mem_alloc = alloc((2 + out_bytes) * local);  // its input and its output (QKV input)
     if (discards_input_norm()) norm.mem_alloc = alloc(2 * local);  // the output is recomputed
     if (checkpointed(l) && phase == Phase::Forward)  // only the checkpoint's input is kept
@@ -922,9 +918,7 @@ class StageBuilder {
     attn_alloc += bda.mem_alloc;
     chain(bda);
 
-    Op norm2 = shaped(
-        memory_bound(OpKind::Norm, OpName::PreMlpNorm, phase, (2 + out_bytes) * local, 8 * local),
-        local / h, h, norm_kind());
+    Op norm2 = layer_norm(OpName::PreMlpNorm, phase);
     norm2.mem_alloc = alloc((2 + out_bytes) * local);
     // Output-discarding recompute of an unfused pre-MLP norm, or the checkpointed dense MLP
     // (whose fused norm is inside the checkpoint): only the input is kept.
@@ -1177,12 +1171,10 @@ class StageBuilder {
       chain(collective(OpKind::AllGather, CommRole::Etp, OpName::EtpAllGather, phase, 2 * h * N));
     fp8_cast(phase, N * h);
     Op fc1 = grouped_gemm(OpName::ExpertFc1Gemm, phase, N, f * glu, h);
-    fc1.mem_alloc = alloc((fp8_ ? 1.0 : 2.0) * N * h + 2 * N * f * glu);  // its input and output
+    fc1.mem_alloc = alloc(gemm_input_bytes() * N * h + 2 * N * f * glu);  // its input and output
     mlp_alloc += fc1.mem_alloc;
     chain(fc1);
-    Op act = shaped(memory_bound(OpKind::Elementwise, OpName::ExpertActivation, phase,
-                                 2 * N * f * glu + out_bytes * N * f, 8 * N * f),
-                    N, f, glu);
+    Op act = expert_activation(phase, N, f);
     // moe_act: the activation's output is freed after FC2 ran and made again before FC2's
     // backward (moe_backward).
     act.mem_alloc = p_.recomputes(kRecomputeMoeAct) ? 0 : alloc(out_bytes * N * f);
@@ -1227,11 +1219,8 @@ class StageBuilder {
       chain(collective(OpKind::AllGather, CommRole::Etp, OpName::EtpAllGather, B, 2 * h * N));
     if (p_.recomputes(kRecomputeMoeAct)) {
       // moe_act: the activation again from the kept FC1 output; FC2's wgrad reads it.
-      const double out_bytes = fp8_ ? 1.0 : 2.0;
-      Op act = shaped(memory_bound(OpKind::Elementwise, OpName::ExpertActivation, Phase::Recompute,
-                                   2 * N * f * glu + out_bytes * N * f, 8 * N * f),
-                      N, f, glu);
-      act.mem_alloc = static_cast<std::int64_t>(out_bytes * N * f);
+      Op act = expert_activation(Phase::Recompute, N, f);
+      act.mem_alloc = static_cast<std::int64_t>(gemm_input_bytes() * N * f);
       rerun_alloc_ += act.mem_alloc;
       chain(act);
     }
@@ -1273,6 +1262,25 @@ class StageBuilder {
     ready_[param_key(l, kRouter)] = chain(rw);
   }
 
+  /// Bytes per element of a linear layer's input as a norm or activation writes it and the GEMM
+  /// keeps it: fp8 under fp8 (Transformer Engine writes it cast), else bf16.
+  double gemm_input_bytes() const { return fp8_ ? 1.0 : 2.0; }
+  /// A layer's input or pre-MLP norm over this rank's [T, h]: reads its bf16 input, writes the
+  /// next GEMM's input.
+  Op layer_norm(OpName name, Phase phase) const {
+    const double local = tokens_ * h_ / seq_shard_;
+    return shaped(
+        memory_bound(OpKind::Norm, name, phase, (2 + gemm_input_bytes()) * local, 8 * local),
+        local / h_, h_, norm_kind());
+  }
+  /// The experts' activation over N rows of width f: reads FC1's output (φ₁·f), writes FC2's
+  /// input.
+  Op expert_activation(Phase phase, double N, double f) const {
+    const double glu = m_.gated_linear_unit ? 2.0 : 1.0;
+    return shaped(memory_bound(OpKind::Elementwise, OpName::ExpertActivation, phase,
+                               2 * N * f * glu + gemm_input_bytes() * N * f, 8 * N * f),
+                  N, f, glu);
+  }
   /// Selective recomputation's output-discarding norms (Megatron's "layernorm" module) apply
   /// where the norm is a module of its own, not fused into the next linear layer (TE's
   /// LayerNormLinear): the input norm before MLA's down projections, the pre-MLP norm before
@@ -1298,12 +1306,8 @@ class StageBuilder {
   /// A norm of this rank's [T, h] run again before its consumer's backward; allocates its
   /// output, which the half-layer's closing norm frees (rerun_alloc_).
   void rerun_norm(OpName name) {
-    const double local = tokens_ * h_ / seq_shard_;
-    const double out_bytes = fp8_ ? 1.0 : 2.0;
-    Op norm = shaped(
-        memory_bound(OpKind::Norm, name, Phase::Recompute, (2 + out_bytes) * local, 8 * local),
-        local / h_, h_, norm_kind());
-    norm.mem_alloc = static_cast<std::int64_t>(out_bytes * local);
+    Op norm = layer_norm(name, Phase::Recompute);
+    norm.mem_alloc = static_cast<std::int64_t>(gemm_input_bytes() * tokens_ * h_ / seq_shard_);
     rerun_alloc_ += norm.mem_alloc;
     chain(norm);
   }
@@ -1460,13 +1464,13 @@ class StageBuilder {
     if (checkpoints_mlp(l)) {
       // The checkpointed MLP runs forward again (its fused norm, FC1, activation, FC2 and the
       // TP reduction), keeping what its backward needs.
-      const double out_bytes = fp8_ ? 1.0 : 2.0;
+      const double out_bytes = gemm_input_bytes();
       rerun_norm(OpName::PreMlpNorm);
       mlp_forward(static_cast<double>(m_.ffn()), Phase::Recompute, true, out_bytes, rerun_alloc_,
                   OpName::Fc1Gemm, OpName::Fc2Gemm);
     }
     if (m_.is_moe_layer(l)) {
-      const double out_bytes = fp8_ ? 1.0 : 2.0;
+      const double out_bytes = gemm_input_bytes();
       const auto fs = static_cast<double>(m_.moe_shared_expert_intermediate_size);
       const bool shared = fs > 0 && overlapped_shared() == 0;
       // The checkpointed MoE block runs forward again, its collectives included (Megatron's
