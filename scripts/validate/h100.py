@@ -105,12 +105,17 @@ def main():
     ap.add_argument("--csv", nargs="+",
                     default=[os.path.join(ROOT, "inputs", "validation", name)
                              for name in ("h100_megatron_throughput.csv",
-                                          "h100_nemo_throughput.csv")])
+                                          "h100_nemo_throughput.csv",
+                                          "h100_moe_modelzoo.csv")])
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds per run")
+    ap.add_argument("--only", help="run only the rows whose model name contains this string")
+    ap.add_argument("--keep", help="write the rows' YAML and results under this folder")
     args = ap.parse_args()
 
-    rows = [r for path in args.csv for r in csv.DictReader(open(path))]
-    tmp = tempfile.mkdtemp(prefix="h100_validate_")
+    rows = [r for path in args.csv for r in csv.DictReader(open(path))
+            if not args.only or args.only in r["model"]]
+    tmp = args.keep or tempfile.mkdtemp(prefix="h100_validate_")
+    os.makedirs(tmp, exist_ok=True)
     errs, skipped = [], []
     print(f"{'model':<40} {'gpus':>5} {'meas s':>8} {'pred s':>8} {'meas TF':>8} {'pred TF':>8} "
           f"{'err':>7} {'fits':>5}")
@@ -143,6 +148,10 @@ def main():
         elif r["unit"] == "tokens_per_s_per_gpu":
             mt = float(r["gbs"]) * float(r["seq"]) / (meas * float(r["gpus"]))
             mtf = ptf * pt / mt
+        elif r["unit"] == "megatron_tflops_per_gpu":
+            # Megatron's own TFLOP/s per GPU (training.py's num_floating_point_operations, the
+            # count scalescope's model_tflops_per_gpu reproduces) → the iteration time.
+            mt, mtf = ptf * pt / meas, meas
         else:  # NeMo's TFLOP/s per GPU in NeMo's FLOP count → the measured iteration time
             mt = nemo_flops(r) / (meas * 1e12 * float(r["gpus"]))
             mtf = ptf * pt / mt

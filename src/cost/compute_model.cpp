@@ -67,6 +67,14 @@ double attention_pass_tflops(const GpuSpec& gpu, double seq, bool backward) {
   return pass.empty() ? attention_tflops(gpu, seq) : table_tflops(pass, seq);
 }
 
+double attention_wave_factor(const GpuSpec& gpu, const std::array<std::uint32_t, 3>& shape) {
+  if (shape[0] == 0 || shape[1] == 0 || gpu.sms <= 0) return 1.0;
+  const double sms = gpu.sms;
+  const double tiles = shape[0] * std::ceil(shape[1] / kAttentionQueryTile);
+  auto ramp = [&](double t) { return 1.0 - std::exp(-t / (sms * kAttentionWaveScale)); };
+  return std::min(1.0, ramp(tiles) / ramp(kAttentionTableTiles));
+}
+
 std::vector<AttentionPass> unfused_attention_passes(const std::array<std::uint32_t, 3>& shape,
                                                     bool backward, double total_bytes) {
   const double B = shape[0], s = shape[1], dh = shape[2];
@@ -153,11 +161,13 @@ double compute_seconds(const GpuSpec& gpu, const KernelCalibration& cal, const g
       }
       // One fused kernel at the measured rate, which already includes its own memory traffic;
       // the memory term only matters for degenerate shapes. FlashAttention-2 (PyTorch's flash
-      // backend) at its fwd+bwd table in both passes.
+      // backend) at its fwd+bwd table in both passes. Both scaled by how many waves of query
+      // tiles the shape fills.
       const double table = op.attention_impl == graph::AttentionImpl::Flash2
                                ? attention_tflops(gpu, op.shape[1])
                                : attention_pass_tflops(gpu, op.shape[1], backward);
-      const double rate = table * 1e12 * cal.attention_efficiency;
+      const double rate =
+          table * 1e12 * attention_wave_factor(gpu, op.shape) * cal.attention_efficiency;
       return kernel_seconds(gpu, cal, op.flops, rate, op.mem_bytes);
     }
     case graph::OpKind::Norm:

@@ -37,6 +37,23 @@ double attention_tflops(const GpuSpec& gpu, double seq);
 /// table where it has one, else its fwd+bwd table.
 double attention_pass_tflops(const GpuSpec& gpu, double seq, bool backward);
 
+/// Query rows per CTA of the fused attention kernels (FlashAttention-2/3 and cuDNN's SDPA at
+/// head dim 128 tile the queries by 128 rows; the grid is batch·heads × ⌈s / 128⌉).
+inline constexpr double kAttentionQueryTile = 128;
+/// Query tiles of the shapes the attention rate tables were measured at: FlashAttention's
+/// benchmark, 16k tokens × 16 heads of 128 (batch·heads·s = 262,144, 2,048 tiles).
+inline constexpr double kAttentionTableTiles = 2048;
+/// Waves (query tiles / SMs) at which a fused attention kernel reaches 1 − 1/e of its rate:
+/// fitted to cuDNN's SDPA forward and backward on our H200 at the four per-TP-rank shapes of the
+/// shipped experiments (8–16 heads, batch 1, s = 2k–8k: 1.45 … 7.76 waves, 0.50 … 0.98 of the
+/// table rate), docs/cost-model.md §1.5.
+inline constexpr double kAttentionWaveScale = 1.9;
+/// Fraction of its table rate a fused attention kernel of `shape` = {batch·heads, s, dh} reaches:
+/// (1 − e^(−w/w₀)) / (1 − e^(−w_t/w₀)) with w its query tiles / SMs, w_t the tables' (so a table
+/// shape gives 1), capped at 1. Few heads per rank and short sequences leave SMs idle and the
+/// kernels' pipelines shallow. A zero dimension means "shape unknown" and gives 1.
+double attention_wave_factor(const GpuSpec& gpu, const std::array<std::uint32_t, 3>& shape);
+
 /// One kernel of the unfused attention path: a batched GEMM, given as the equivalent single GEMM
 /// (batch·m)×n×k for tile counting, or (k = 0) a memory-bound pass over the scores.
 struct AttentionPass {

@@ -21,15 +21,23 @@ struct Row {
 };
 
 // FlashAttention-2 fwd+bwd, hd128, causal, at s = 512 / 1k / 2k / 4k / 8k / 16k: the FA2 paper
-// figures shipped as flash-attention/assets/*.png and tabulated in MODELING §6.3.
+// figures shipped as flash-attention/assets/*.png and tabulated in MODELING §6.3 (A100; the H100
+// figure, 163 / 221 / 265 / 294 / 308 / 328, is replaced by our measurement below).
 const std::vector<double> kFa2A100{99, 133, 155, 173, 182, 189};
-const std::vector<double> kFa2H100{163, 221, 265, 294, 308, 328};
-// FlashAttention-3 on H100, hd128, causal, per pass (MODELING §6.3): the forward from the FA3
-// paper figure shipped as flash-attention/assets/flash3_fp16_fwd.png; the backward as transcribed
-// from the paper by a third party (unverified). The rate of Hopper's fused attention (FA3, or
-// cuDNN through Transformer Engine: 315 … 539 forward, 305 … 516 backward, the same range).
-const std::vector<double> kFa3FwdH100{292, 423, 521, 579, 602, 616};
-const std::vector<double> kFa3BwdH100{316, 424, 501, 542, 559, 561};
+// Hopper's fused attention per pass, hd128, causal, at the same points: cuDNN's SDPA (what
+// Transformer Engine runs on Hopper) measured on our H200 at FlashAttention's benchmark shapes
+// (16k tokens × 16 heads: batch·heads·s = 262,144, 2,048 query tiles, 15.5 waves on 132 SMs),
+// PyTorch 2.11 / cuDNN 9.19 (inputs/profiles/h200-torch/h200_ops.csv rows fa-bench:cudnn,
+// docs/h200-measurements.md §3): forward = its FLOPs / its median time; backward = 2.5 × the
+// forward FLOPs / (fwd+bwd − fwd). The H100 has the same GH100 compute (132 SMs, 1,980 MHz);
+// attention is compute-bound. The forward equals FlashAttention-3's paper figure within −3 …
+// +13 % (MODELING §6.3: 292 … 616); the backward is 0.68 … 0.96 of FA3's (316 … 561).
+const std::vector<double> kCudnnFwdHopper{330.1, 435.2, 520.6, 582.6, 618.7, 611.0};
+const std::vector<double> kCudnnBwdHopper{214.5, 321.1, 419.7, 492.6, 515.8, 541.1};
+// PyTorch's flash SDPA backend (FlashAttention-2) fwd+bwd on Hopper, measured the same way
+// (h200_ops.csv rows fa-bench:flash, fwd+bwd: 3.5 × the forward FLOPs / its median time):
+// 0.80 … 0.96 of the FA2 paper's H100 figure.
+const std::vector<double> kFlashHopper{130.0, 186.1, 234.8, 267.2, 292.4, 314.7};
 
 // No FA2 measurement on B200 was found: B200's row is H100's scaled by the ratio of their measured
 // GEMM ceilings (MAMF, MODELING §6.2), 1745 / 794.5 = 2.196. An estimate, to be replaced by a
@@ -71,9 +79,9 @@ const std::vector<Row>& table() {
       g.gemm_ceiling_tflops = 794.5;         // ml-engineering MAMF table, 80.3 % of peak (§6.2)
       g.peak_tflops_fp8 = 1978.9;            // H100 SXM5 dense FP8 (MODELING §6.1)
       g.gemm_ceiling_fp8_tflops = 1402.6;    // ml-engineering MAMF table, FP8 (MODELING §6.2)
-      g.attention_tflops = kFa2H100;         // FA2 paper figure, H100 SXM5 (§6.3)
-      g.attention_fwd_tflops = kFa3FwdH100;  // FA3 figures (§6.3), see kFa3FwdH100
-      g.attention_bwd_tflops = kFa3BwdH100;
+      g.attention_tflops = kFlashHopper;     // measured, see kFlashHopper
+      g.attention_fwd_tflops = kCudnnFwdHopper;  // cuDNN measured, see kCudnnFwdHopper
+      g.attention_bwd_tflops = kCudnnBwdHopper;
       r.push_back({g,
                    {2048, 2048, 13312},  // MAMF best shape (§6.2)
                    {"H100-SXM", "H100", "H100-SXM5", "H100-SXM5-80GB", "H100-80GB"}});
@@ -91,9 +99,9 @@ const std::vector<Row>& table() {
       g.gemm_ceiling_tflops = 794.5;         // MAMF table: H200 "same as H100" (§6.2)
       g.peak_tflops_fp8 = 1978.9;            // same GH100 die (MODELING §6.1)
       g.gemm_ceiling_fp8_tflops = 1453.4;    // ml-engineering MAMF table, H200 FP8 (MODELING §6.2)
-      g.attention_tflops = kFa2H100;         // same compute as H100; no separate FA2 figure (§6.3)
-      g.attention_fwd_tflops = kFa3FwdH100;  // same compute as H100 (§6.3)
-      g.attention_bwd_tflops = kFa3BwdH100;
+      g.attention_tflops = kFlashHopper;     // measured on this GPU, see kFlashHopper
+      g.attention_fwd_tflops = kCudnnFwdHopper;  // measured on this GPU, see kCudnnFwdHopper
+      g.attention_bwd_tflops = kCudnnBwdHopper;
       r.push_back({g,
                    {2048, 2048, 13312},  // H100's MAMF best shape (§6.2)
                    {"H200-SXM", "H200", "H200-SXM-141GB", "H200-141GB"}});
@@ -113,7 +121,7 @@ const std::vector<Row>& table() {
       g.gemm_ceiling_tflops = 1745;        // ml-engineering MAMF table, 77.6 % of peak (§6.2)
       g.peak_tflops_fp8 = 4500;            // HGX B200 dense FP8 (MODELING §6.1)
       g.gemm_ceiling_fp8_tflops = 3432.5;  // ml-engineering MAMF table, B200 FP8 (MODELING §6.2)
-      g.attention_tflops = scaled(kFa2H100, 1745.0 / 794.5);  // estimate, see scaled()
+      g.attention_tflops = scaled(kFlashHopper, 1745.0 / 794.5);  // estimate, see scaled()
       r.push_back({g,
                    {1792, 16128, 3072},  // MAMF best shape (§6.2)
                    {"B200", "B200-SXM", "HGX-B200", "DGX-B200"}});

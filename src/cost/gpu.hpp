@@ -36,7 +36,7 @@ struct GpuSpec {
   /// FlashAttention-2 fwd+bwd measured TFLOP/s (hd128, causal) at s = 512, 1k, 2k, 4k, 8k, 16k.
   std::vector<double> attention_tflops;
   /// Fused attention measured per pass (forward, backward) at the same points, where the GPU has
-  /// such a measurement (Hopper: FlashAttention-3); empty → `attention_tflops` serves both.
+  /// such a measurement (Hopper: cuDNN's SDPA); empty → `attention_tflops` serves both.
   std::vector<double> attention_fwd_tflops;
   std::vector<double> attention_bwd_tflops;
   KernelCalibration kernel;  ///< physical defaults of the kernel model
