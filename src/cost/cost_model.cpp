@@ -135,10 +135,11 @@ SimTime CostModel::all_to_all_ns(double bytes, const CommShape& shape) const {
   return exchange_ns(bytes, shape, bytes * (n - on_node) / n);
 }
 
-SimTime CostModel::exchange_ns(double bytes, const CommShape& shape, double inter) const {
+SimTime CostModel::exchange_ns(double bytes, const CommShape& shape, double inter,
+                               double intra) const {
   const double n = shape.ranks;
   const double on_node = std::min<double>(shape.ranks_per_node, n);
-  const double intra = bytes * (on_node - 1) / n;
+  if (intra < 0) intra = bytes * (on_node - 1) / n;
   const double nvlink =
       cluster_.nvlink_bandwidth_GBps * units::kGB * network_.p2p_nvlink_efficiency;
   const double nic = cluster_.nic_bandwidth_Gbps * units::kGbitToBytes *
@@ -163,12 +164,17 @@ double nodes_reached(double items, double nodes, double k) {
 SimTime CostModel::ep_dispatch_ns(double bytes, std::uint32_t copies, std::uint32_t experts,
                                   const CommShape& shape, std::uint32_t groups) const {
   if (shape.ranks <= 1 || !(bytes > 0)) return 0;
-  if (shape.nodes <= 1 || copies == 0 || experts == 0) return all_to_all_ns(bytes, shape);
+  if (copies == 0 || experts == 0) return all_to_all_ns(bytes, shape);
   // DeepEP's normal kernels (docs/legacy.md, "NVLink and RDMA forwarding"): a token's k of E
-  // experts drawn evenly reach d nodes (nodes_reached), d·(N − 1)/N of them others, one RDMA
-  // send each. The NVLink side moves what the all-to-all's does (the forwarded copies); the
-  // slower side sets the time.
-  const double N = shape.nodes, k = copies, E = experts;
+  // experts drawn evenly sit on r of the n ranks (nodes_reached over ranks) and d of the N
+  // nodes; it is sent once per rank, not per expert: d·(N − 1)/N RDMA sends to the other
+  // nodes, and over NVLink to the r ranks but the one holding it in each node, r·(g − 1)/g for
+  // g ranks a node (on one node (n − 1)/n of r). The slower side sets the time.
+  const double N = shape.nodes, k = copies, E = experts, n = shape.ranks;
+  const double g = std::min<double>(shape.ranks_per_node, n);
+  const double token_bytes = bytes / k;
+  const double intra = token_bytes * nodes_reached(E, n, k) * (g - 1) / g;
+  if (shape.nodes <= 1) return exchange_ns(bytes, shape, 0, intra);
   double reached = nodes_reached(E, N, k);
   // Group-limited routing (G groups of E/G experts, the k experts from the best Gt of them):
   // with groups inside nodes (N divides G) a token reaches at most the nodes of its Gt groups;
@@ -182,8 +188,7 @@ SimTime CostModel::ep_dispatch_ns(double bytes, std::uint32_t copies, std::uint3
     else if (whole(N, G))
       reached = std::min(reached, nodes_reached(Gt * E / G, Gt * N / G, k));
   }
-  const double token_bytes = bytes / k;
-  return exchange_ns(bytes, shape, token_bytes * reached * (N - 1) / N);
+  return exchange_ns(bytes, shape, token_bytes * reached * (N - 1) / N, intra);
 }
 
 SimTime CostModel::p2p_ns(double bytes, bool same_node) const {

@@ -42,9 +42,9 @@ class CostModel {
   SimTime all_to_all_ns(double bytes, const CommShape& shape) const;
   /// An MoE dispatch or combine through DeepEP's normal kernels (Megatron's flex dispatcher):
   /// `bytes` as all_to_all_ns (this rank's `copies` copies of each token), `experts` spread
-  /// evenly over the group's nodes. A token crosses to another node once per node holding one of
-  /// its experts (to the GPU with the same local index there, which forwards it over NVLink),
-  /// not once per expert; on one node it is the all-to-all.
+  /// evenly over the group's ranks. A token is sent once per rank holding one of its experts,
+  /// not once per expert, and crosses to another node once per node holding one (to the GPU with
+  /// the same local index there, which forwards it over NVLink).
   /// `groups`: graph::routing_groups of group-limited routing, 0 = none.
   SimTime ep_dispatch_ns(double bytes, std::uint32_t copies, std::uint32_t experts,
                          const CommShape& shape, std::uint32_t groups = 0) const;
@@ -63,9 +63,11 @@ class CostModel {
 
  private:
   /// An exchange of `bytes` per member whose share for the members on its node crosses NVLink
-  /// while `inter` bytes leave through the GPU's share of the node's NICs, both at once: the
-  /// slower side plus one link latency (all_to_all_ns, ep_dispatch_ns).
-  SimTime exchange_ns(double bytes, const CommShape& shape, double inter) const;
+  /// (or `intra` bytes, when given) while `inter` bytes leave through the GPU's share of the
+  /// node's NICs, both at once: the slower side plus one link latency (all_to_all_ns,
+  /// ep_dispatch_ns).
+  SimTime exchange_ns(double bytes, const CommShape& shape, double inter,
+                      double intra = -1) const;
 
   ClusterSpec cluster_;
   const GpuSpec* gpu_;

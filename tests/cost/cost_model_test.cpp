@@ -405,9 +405,48 @@ TEST(CostModel, FlexDispatchSendsATokenOncePerNode) {
   // 11/14 of the all-to-all's 1 per token: cheaper than it by that much, less the latency.
   EXPECT_LT(m.ep_dispatch_ns(S, 2, 8, {16, 2, 8}),
             m.collective_ns(graph::OpKind::AllToAll, S, {16, 2, 8}));
-  // On one node it is the all-to-all.
+  // On one node with one expert a rank, a token's 2 experts are on 2 ranks: the all-to-all.
   EXPECT_EQ(m.ep_dispatch_ns(S, 2, 8, {8, 1, 8}),
             m.collective_ns(graph::OpKind::AllToAll, S, {8, 1, 8}));
+}
+
+TEST(CostModel, FlexDispatchSendsATokenOncePerRank) {
+  // One node of 8, top-8 of 32 experts (4 a rank): a rank is missed with probability
+  // C(28, 8)/C(32, 8) = (24·23·22·21)/(32·31·30·29) = 0.29549499, so a token reaches
+  // 8·0.70450501 = 5.63604 ranks, 7/8 of them others, instead of 7/8 of its 8 copies. S = 64 MiB
+  // of copies, S/8 of tokens, over NVLink at 300 GB/s · 396/450, plus 1.5 µs.
+  const CostModel m(a100());
+  const double S = 64.0 * 1024 * 1024;
+  const double nvlink = 300e9 * 396.0 / 450.0;
+  const double expected_ns = 1.5e3 + S / 8 * 5.63604005 * 7 / 8 / nvlink * 1e9;
+  EXPECT_NEAR(static_cast<double>(m.ep_dispatch_ns(S, 8, 32, {8, 1, 8})), expected_ns, 2.0);
+  EXPECT_LT(m.ep_dispatch_ns(S, 8, 32, {8, 1, 8}),
+            m.collective_ns(graph::OpKind::AllToAll, S, {8, 1, 8}));
+}
+
+TEST(CostModel, FlexDispatchAgainstHybridEpOnH100) {
+  // Megatron-Core's MoE report (arXiv 2603.07685, Table 7): HybridEP dispatch / combine of 4,096
+  // tokens of hidden 7,168 (bf16), 256 experts, on H100 nodes of 8 with 8 × 400 Gb/s, in µs:
+  // EP 8 661 / 624, EP 16 1,485 / 1,688, EP 32 3,064 / 3,088, EP 64 4,626 / 4,398 (held out; top-8
+  // as DeepSeek-V3). In one node the model is NVLink-bound (a token reaches 5.29 of 8 ranks):
+  // +4 / +10 %. Across nodes it is NIC-bound (one RDMA send per other node reached) and within
+  // −28 … +29 %: too fast at EP 16, too slow at EP 64 (docs/cost-model.md §2.4).
+  ClusterSpec c = cluster("H100", 450, 400);
+  c.nvlink_latency_us = 1.0;
+  c.nic_latency_us = 5.0;
+  const CostModel m(c);
+  const double S = 4096.0 * 7168 * 2 * 8;  // the copies: 8 per token
+  const struct {
+    std::uint32_t ep;
+    double dispatch_us, combine_us, tolerance;
+  } rows[] = {{8, 661, 624, 0.12}, {16, 1485, 1688, 0.30}, {32, 3064, 3088, 0.30},
+              {64, 4626, 4398, 0.30}};
+  for (const auto& r : rows) {
+    const CommShape sh{r.ep, std::max(1u, r.ep / 8), std::min(8u, r.ep)};
+    const double us = static_cast<double>(m.ep_dispatch_ns(S, 8, 256, sh)) * 1e-3;
+    EXPECT_NEAR(us / r.dispatch_us, 1.0, r.tolerance) << "EP " << r.ep << " dispatch";
+    EXPECT_NEAR(us / r.combine_us, 1.0, r.tolerance) << "EP " << r.ep << " combine";
+  }
 }
 
 TEST(CostModel, GroupLimitedRoutingReachesFewerNodes) {
