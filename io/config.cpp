@@ -121,7 +121,9 @@ const Keys kParallelKeys = {"tensor_model_parallel_size",
                             "expert_model_parallel_size",
                             "expert_tensor_parallel_size",
                             "moe_token_dispatcher_type",
-                            "moe_shared_expert_overlap"};
+                            "moe_shared_expert_overlap",
+                            "moe_a2a_overlap",
+                            "delay_wgrad_compute"};
 const Keys kTrainingKeys = {"micro_batch_size",    "global_batch_size", "precision",
                             "fp8_recipe",          "attention",         "moe_expert_load_skew",
                             "moe_expert_load_seed"};
@@ -947,6 +949,8 @@ workload::ParallelPlan build_parallel(const Section& s) {
   r.positive("expert_model_parallel_size", p.expert_model_parallel_size);
   r.positive("expert_tensor_parallel_size", p.expert_tensor_parallel_size);
   r.flag("moe_shared_expert_overlap", p.moe_shared_expert_overlap);
+  r.flag("moe_a2a_overlap", p.moe_a2a_overlap);
+  r.flag("delay_wgrad_compute", p.delay_wgrad_compute);
   const std::string dispatcher =
       r.choice("moe_token_dispatcher_type", {"alltoall", "allgather", "flex"}, "alltoall");
   p.moe_token_dispatcher_type = dispatcher == "allgather" ? workload::MoeDispatcher::AllGather
@@ -1249,11 +1253,14 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
   // Mixture of experts (Megatron arguments.py and parallel_state.py rules).
   const Tree::mapped_type& par = t.at("parallel");
   if (!m.moe()) {
-    for (const char* k : {"expert_model_parallel_size", "expert_tensor_parallel_size",
-                          "moe_token_dispatcher_type", "moe_shared_expert_overlap"})
+    for (const char* k :
+         {"expert_model_parallel_size", "expert_tensor_parallel_size", "moe_token_dispatcher_type",
+          "moe_shared_expert_overlap", "moe_a2a_overlap", "delay_wgrad_compute"})
       if (const Value* v = get(par, k);
           v && !(std::string_view(k) != "moe_token_dispatcher_type" &&
-                 std::string_view(k) != "moe_shared_expert_overlap" && v->node.Scalar() == "1"))
+                 std::string_view(k) != "moe_shared_expert_overlap" &&
+                 std::string_view(k) != "moe_a2a_overlap" &&
+                 std::string_view(k) != "delay_wgrad_compute" && v->node.Scalar() == "1"))
         fail(*v, std::string("parallel.") + k,
              "applies to MoE models only (set model.num_experts)");
     for (const char* k : {"moe_expert_load_skew", "moe_expert_load_seed"})
@@ -1290,6 +1297,35 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
           "{}: parallel.zero_stage={} with MoE is not modelled (expert parameters shard over the "
           "expert-data-parallel group); use the distributed optimizer (ZeRO-1)",
           f, p.zero());
+    // --overlap-moe-expert-parallel-comm: Megatron's TransformerConfig asserts, and what the
+    // combined 1F1B schedule here covers (docs/model.md "EP overlap").
+    if (const Value* v = get(par, "moe_a2a_overlap"); v && p.moe_a2a_overlap) {
+      const auto need = [&](bool ok, const char* why) {
+        if (!ok) fail(*v, "parallel.moe_a2a_overlap", why);
+      };
+      need(ep > 1, "needs expert_model_parallel_size > 1 (Megatron asserts)");
+      need(p.moe_token_dispatcher_type != workload::MoeDispatcher::AllGather,
+           "needs moe_token_dispatcher_type alltoall or flex (Megatron asserts)");
+      need(p.pp() == 1 || p.interleaved(),
+           "with pipeline_model_parallel_size > 1 needs virtual_pipeline_model_parallel_size > 1 "
+           "(Megatron asserts)");
+      need(p.pp() == 1 || p.overlap_p2p_comm,
+           "with pipeline parallelism is modelled with overlap_p2p_comm only");
+      need(p.recompute != workload::Recompute::Full,
+           "with recompute: full is not modelled (Megatron asserts recompute_method is None)");
+      need(!p.recomputes(workload::kRecomputeMoe),
+           "with recompute_modules moe is not supported (Megatron asserts)");
+      need(!p.moe_shared_expert_overlap,
+           "with moe_shared_expert_overlap is not supported (Megatron asserts)");
+      need(m.mtp_num_layers <= 1,
+           "with more than one MTP layer is not supported (Megatron asserts)");
+      need(p.zero() < 3, "with ZeRO-3 / FSDP is not modelled");
+      need(!m.capture, "with a captured model (model.source) is not modelled");
+    }
+    if (const Value* v = get(par, "delay_wgrad_compute");
+        v && p.delay_wgrad_compute && !p.moe_a2a_overlap)
+      fail(*v, "parallel.delay_wgrad_compute",
+           "needs parallel.moe_a2a_overlap (Megatron asserts overlap_moe_expert_parallel_comm)");
   }
   if (m.capture) {
     // What the lowering of a captured block covers (docs/flint.md "Not yet").
@@ -1561,6 +1597,8 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
             : p.moe_token_dispatcher_type == workload::MoeDispatcher::Flex    ? "flex"
                                                                               : "alltoall");
     out << YAML::Key << "moe_shared_expert_overlap" << YAML::Value << p.moe_shared_expert_overlap;
+    out << YAML::Key << "moe_a2a_overlap" << YAML::Value << p.moe_a2a_overlap;
+    out << YAML::Key << "delay_wgrad_compute" << YAML::Value << p.delay_wgrad_compute;
   }
   out << YAML::EndMap;
 

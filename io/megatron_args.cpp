@@ -102,6 +102,8 @@ constexpr Option kOptions[] = {
     {"--expert-tensor-parallel-size", Kind::Value, "parallel", "expert_tensor_parallel_size"},
     {"--moe-token-dispatcher-type", Kind::Value, "parallel", "moe_token_dispatcher_type"},
     {"--moe-shared-expert-overlap", Kind::Flag, "parallel", "moe_shared_expert_overlap", "true"},
+    {"--overlap-moe-expert-parallel-comm", Kind::Flag, "parallel", "moe_a2a_overlap", "true"},
+    {"--delay-wgrad-compute", Kind::Flag, "parallel", "delay_wgrad_compute", "true"},
     // The older switch for the flex dispatcher with DeepEP; the backend (deepep, hybridep) is
     // not told apart (both send a token once per node).
     {"--moe-enable-deepep", Kind::Flag, "parallel", "moe_token_dispatcher_type", "flex"},

@@ -66,8 +66,7 @@ class CostModel {
   /// (or `intra` bytes, when given) while `inter` bytes leave through the GPU's share of the
   /// node's NICs, both at once: the slower side plus one link latency (all_to_all_ns,
   /// ep_dispatch_ns).
-  SimTime exchange_ns(double bytes, const CommShape& shape, double inter,
-                      double intra = -1) const;
+  SimTime exchange_ns(double bytes, const CommShape& shape, double inter, double intra = -1) const;
 
   ClusterSpec cluster_;
   const GpuSpec* gpu_;

@@ -74,12 +74,12 @@ const std::vector<Row>& table() {
       g.hbm_bytes = 80e9;          // H100 SXM5 "80 GB HBM3", decimal (§6.1)
       g.hbm_usable_bytes = 81559.0 * (1 << 20);  // nvidia-smi memory.total 81559 MiB (79.6 GiB)
       g.hbm_bandwidth_TBps = 3.35;               // H100 SXM5 datasheet (§6.1)
-      g.nvlink_bandwidth_GBps = 450;         // 900 GB/s bidirectional (18 x NVLink4) / 2 (§6.1)
-      g.sms = 132;                           // H100 whitepaper, SXM5 config (§6.1)
-      g.gemm_ceiling_tflops = 794.5;         // ml-engineering MAMF table, 80.3 % of peak (§6.2)
-      g.peak_tflops_fp8 = 1978.9;            // H100 SXM5 dense FP8 (MODELING §6.1)
-      g.gemm_ceiling_fp8_tflops = 1402.6;    // ml-engineering MAMF table, FP8 (MODELING §6.2)
-      g.attention_tflops = kFlashHopper;     // measured, see kFlashHopper
+      g.nvlink_bandwidth_GBps = 450;       // 900 GB/s bidirectional (18 x NVLink4) / 2 (§6.1)
+      g.sms = 132;                         // H100 whitepaper, SXM5 config (§6.1)
+      g.gemm_ceiling_tflops = 794.5;       // ml-engineering MAMF table, 80.3 % of peak (§6.2)
+      g.peak_tflops_fp8 = 1978.9;          // H100 SXM5 dense FP8 (MODELING §6.1)
+      g.gemm_ceiling_fp8_tflops = 1402.6;  // ml-engineering MAMF table, FP8 (MODELING §6.2)
+      g.attention_tflops = kFlashHopper;   // measured, see kFlashHopper
       g.attention_fwd_tflops = kCudnnFwdHopper;  // cuDNN measured, see kCudnnFwdHopper
       g.attention_bwd_tflops = kCudnnBwdHopper;
       r.push_back({g,
@@ -93,13 +93,13 @@ const std::vector<Row>& table() {
       g.hbm_bytes = 141e9;         // H200 spec pages "141 GB HBM3e" (§6.1)
       // torch.cuda.get_device_properties total_memory on our H200 (inputs/profiles/h200-torch).
       g.hbm_usable_bytes = 150109880320.0;
-      g.hbm_bandwidth_TBps = 4.8;            // H200 spec pages (§6.1)
-      g.nvlink_bandwidth_GBps = 450;         // 900 GB/s bidirectional / 2 (§6.1)
-      g.sms = 132;                           // same GH100 configuration as H100 SXM5 (§6.1)
-      g.gemm_ceiling_tflops = 794.5;         // MAMF table: H200 "same as H100" (§6.2)
-      g.peak_tflops_fp8 = 1978.9;            // same GH100 die (MODELING §6.1)
-      g.gemm_ceiling_fp8_tflops = 1453.4;    // ml-engineering MAMF table, H200 FP8 (MODELING §6.2)
-      g.attention_tflops = kFlashHopper;     // measured on this GPU, see kFlashHopper
+      g.hbm_bandwidth_TBps = 4.8;          // H200 spec pages (§6.1)
+      g.nvlink_bandwidth_GBps = 450;       // 900 GB/s bidirectional / 2 (§6.1)
+      g.sms = 132;                         // same GH100 configuration as H100 SXM5 (§6.1)
+      g.gemm_ceiling_tflops = 794.5;       // MAMF table: H200 "same as H100" (§6.2)
+      g.peak_tflops_fp8 = 1978.9;          // same GH100 die (MODELING §6.1)
+      g.gemm_ceiling_fp8_tflops = 1453.4;  // ml-engineering MAMF table, H200 FP8 (MODELING §6.2)
+      g.attention_tflops = kFlashHopper;   // measured on this GPU, see kFlashHopper
       g.attention_fwd_tflops = kCudnnFwdHopper;  // measured on this GPU, see kCudnnFwdHopper
       g.attention_bwd_tflops = kCudnnBwdHopper;
       r.push_back({g,

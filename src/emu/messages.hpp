@@ -36,7 +36,7 @@ struct EmuMsg {
   std::uint8_t undo_completed = 0;
   /// Arrive: 1 for the receive part of a SendRecv (eager pairs tell the parts apart)
   std::uint8_t recv = 0;
-  std::array<std::uint8_t, graph::kNumStreams> undo_outstanding{};
+  std::uint16_t undo_outstanding = 0;  ///< RankLP: completions awaited, 2 bits per stream
   std::array<std::uint32_t, graph::kNumStreams> undo_cursor{};
 };
 static_assert(sizeof(EmuMsg) <= pdes::kPayloadBytes);

@@ -19,6 +19,8 @@ SimTime& exposed_bucket(RankResult& r, const graph::Op& op) {
   switch (op.stream) {
     case Stream::TpComm:
       return r.exposed_tp;
+    case Stream::EpComm:
+      return r.exposed_ep;
     case Stream::PpComm:
     case Stream::PpPrevComm:
       return r.exposed_pp;
@@ -88,7 +90,7 @@ void RankLP::issue_comm(std::uint32_t i, int s, SimTime t, pdes::Context& ctx) {
       ++parts;
     }
   }
-  outstanding_[s] = parts;
+  set_outstanding(s, parts);
   issued_ |= static_cast<std::uint8_t>(1u << s);
 }
 
@@ -132,7 +134,7 @@ void RankLP::advance(unsigned check, pdes::Context& ctx) {
           m.kind = MsgKind::OpDone;
           m.stream = static_cast<std::uint8_t>(s);
           ctx.send(ctx.self(), t + cls_->dur[i], kPriorityOpDone, m);
-          outstanding_[s] = 1;
+          set_outstanding(s, 1);
           issued_ |= static_cast<std::uint8_t>(1u << s);
         }
       }
@@ -153,8 +155,9 @@ void RankLP::forward(pdes::Event& e, pdes::Context& ctx) {
     // A completion for a stream with nothing issued belongs to a history that is being rolled
     // back (its CommLP cancelled the op it completes, see CommLP::forward): ignore it; reverse
     // then restores the unchanged state. It never happens in a consistent history.
-    if (!(issued_ & (1u << s)) || outstanding_[s] == 0) return;
-    if (--outstanding_[s] == 0) {
+    if (!(issued_ & (1u << s)) || outstanding(s) == 0) return;
+    set_outstanding(s, outstanding(s) - 1);
+    if (outstanding(s) == 0) {
       const std::uint32_t i = cls_->prog->stream_ops[s][cursor_[s]];
       time_[i] = ctx.now();
       ++cursor_[s];
@@ -298,7 +301,7 @@ void RankLP::record_trace() const {
 bool RankLP::save_state(std::vector<std::byte>& out) const {
   append_bytes(out, time_, slots(*cls_, traced_));
   append_bytes(out, cursor_.data(), cursor_.size());
-  append_bytes(out, outstanding_.data(), outstanding_.size());
+  append_bytes(out, &outstanding_, 1);
   append_bytes(out, &issued_, 1);
   return true;
 }

@@ -77,8 +77,13 @@ class alignas(64) RankLP final : public pdes::LogicalProcess {
   /// each communication op per stream in stream order (kTimeUnknown until issued).
   SimTime* time_;
   // Dynamic state besides the times (undone by reverse).
-  std::array<std::uint32_t, graph::kNumStreams> cursor_{};      ///< next op per stream
-  std::array<std::uint8_t, graph::kNumStreams> outstanding_{};  ///< completions awaited
+  std::array<std::uint32_t, graph::kNumStreams> cursor_{};  ///< next op per stream
+  /// Completions awaited per stream, 2 bits each (an op has at most a send and a receive part).
+  std::uint16_t outstanding_ = 0;
+  unsigned outstanding(int s) const { return (outstanding_ >> (2 * s)) & 3u; }
+  void set_outstanding(int s, unsigned n) {
+    outstanding_ = static_cast<std::uint16_t>((outstanding_ & ~(3u << (2 * s))) | (n << (2 * s)));
+  }
   std::uint8_t issued_ = 0;  ///< bit s: head op of stream s is issued and awaits completion
   bool traced_;
   std::uint32_t rank_;

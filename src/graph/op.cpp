@@ -80,7 +80,7 @@ std::string_view op_kind_name(OpKind k) {
 
 std::string_view stream_name(Stream s) {
   static constexpr std::array<std::string_view, kNumStreams> kNames = {
-      "compute", "tp_comm", "pp_comm", "dp_comm", "pp_prev_comm"};
+      "compute", "tp_comm", "pp_comm", "dp_comm", "pp_prev_comm", "ep_comm"};
   auto i = static_cast<std::size_t>(s);
   return i < kNames.size() ? kNames[i] : "?";
 }

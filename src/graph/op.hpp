@@ -39,9 +39,10 @@ enum class Stream : std::uint8_t {
   TpComm = 1,
   PpComm = 2,
   DpComm = 3,
-  PpPrevComm = 4
+  PpPrevComm = 4,
+  EpComm = 5  ///< MoE dispatch / combine all-to-alls (Megatron's separate communication stream)
 };
-inline constexpr int kNumStreams = 5;
+inline constexpr int kNumStreams = 6;
 constexpr bool is_pipeline_stream(Stream s) {
   return s == Stream::PpComm || s == Stream::PpPrevComm;
 }
@@ -68,9 +69,12 @@ inline constexpr int kNumRoles = 12;
 /// transfers on their pair's, DP and tied-embedding gradient reductions on the DP stream.
 constexpr Stream stream_of(CommRole r) {
   switch (r) {
+    case CommRole::Ep:  // MoE dispatch / combine: a stream of its own, so that the EP overlap
+                        // (combined 1F1B) runs one micro-batch's all-to-all beside the other's
+                        // TP collectives, as Megatron's communication stream does
+      return Stream::EpComm;
     case CommRole::Tp:
     case CommRole::Cp:  // CP's exchange runs inside attention, between the SP collectives
-    case CommRole::Ep:  // MoE dispatch / combine: on the layer's critical path, like TP's
     case CommRole::Etp:
     case CommRole::TpEp:
       return Stream::TpComm;

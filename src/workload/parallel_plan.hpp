@@ -60,6 +60,13 @@ struct ParallelPlan {
   bool sequence_parallel = false;
   /// Megatron's --moe-shared-expert-overlap: the shared experts beside the EP all-to-alls.
   bool moe_shared_expert_overlap = false;
+  /// Megatron's --overlap-moe-expert-parallel-comm ("1F1B overlap", combined_1f1b.py): in the
+  /// steady state one micro-batch's forward and another's backward run layer by layer together,
+  /// each one's EP all-to-alls beside the other's compute.
+  bool moe_a2a_overlap = false;
+  /// Megatron's --delay-wgrad-compute (with moe_a2a_overlap): the experts' weight gradients run
+  /// beside the backward's dispatch all-to-all instead of before it.
+  bool delay_wgrad_compute = false;
   Recompute recompute = Recompute::None;
   RecomputeMethod recompute_method = RecomputeMethod::Uniform;  ///< recompute: full only
   std::int64_t recompute_num_layers = 1;                        ///< recompute: full only

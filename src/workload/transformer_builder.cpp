@@ -4,6 +4,7 @@
 #include <cmath>
 #include <deque>
 #include <map>
+#include <numeric>
 #include <utility>
 #include <vector>
 
@@ -168,6 +169,7 @@ class StageBuilder {
     else
       one_f_one_b();
     finish_iteration();
+    issue_in_key_order();
     prog_.finalize();
     return std::move(prog_);
   }
@@ -198,8 +200,16 @@ class StageBuilder {
       op.mem_bytes = m * k + k * n + 2 * m * n;
     }
     op.comm_sms = std::exchange(ub_sms_, std::uint8_t{0});
+    // EP overlap with DeepEP: a GEMM of a layer pair runs beside the other micro-batch's
+    // dispatch or combine, whose kernels take kDeepEpSms SMs (Megatron-Core's MoE report,
+    // arXiv 2603.07685: "DeepEP uses 20 SMs per GPU and introduces roughly 20% GEMM-efficiency
+    // overhead"); every GEMM of the pair is charged, overlapping or not.
+    if (ovl_ && ovl_slot_ >= 1 && ovl_slot_ <= ovl_pairs_ &&
+        p_.moe_token_dispatcher_type == MoeDispatcher::Flex)
+      op.comm_sms = std::max(op.comm_sms, kDeepEpSms);
     return op;
   }
+  static constexpr std::uint8_t kDeepEpSms = 20;
   /// Transformer Engine's userbuffers (`tp_comm_overlap`, TE module/base.py defaults): the SP
   /// all-gather before a column-parallel GEMM runs as a ring exchange beside the GEMM (1 SM,
   /// TP splits), the reduce-scatter after a row-parallel GEMM is pipelined with it (16 SMs,
@@ -367,7 +377,108 @@ class StageBuilder {
   std::uint32_t add_free(const Op& op, std::vector<std::uint32_t> deps) {
     std::sort(deps.begin(), deps.end());
     deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
+    if (p_.moe_a2a_overlap)
+      keys_.push_back((seg_ << 32) | (ovl_ ? static_cast<std::uint64_t>(ovl_slot_ * 16 + ovl_pos_)
+                                           : std::uint64_t{0}));
     return prog_.add(op, deps);
+  }
+
+  // ---- EP overlap (Megatron's combined 1F1B, --overlap-moe-expert-parallel-comm) -------------
+  // A combined step emits one micro-batch's forward and another's backward as two independent
+  // chains (each from the chain before the step) and tags their ops with where Megatron's
+  // TransformerLayerSchedulePlan.run issues them; after the schedule the program is put in that
+  // issue order (issue_in_key_order). Per layer pair (forward layer i ascending, backward layer
+  // popped from the top), positions: 0 the backward's combine (bias-dropout-add and unpermute
+  // backward, the all-to-all), 1 the forward's attention node (attention, pre-MLP norm, router,
+  // permute), 2 the backward's experts, 3 the forward's dispatch all-to-all, 4 the backward's
+  // delayed expert wgrads and dispatch all-to-all, 5 the forward's experts and combine
+  // all-to-all, 6 the backward's attention node, 7 the forward's unpermute and bias-dropout-add
+  // (Megatron runs them in the combine node on the communication stream; here on the compute
+  // stream after the backward's attention, so that it does not wait for the all-to-all).
+  // Unpaired layers follow the pairs, the backward's first; the pre-process (embedding forward,
+  // then output-layer backward) precedes them, the post-process follows.
+  void ovl_layer(std::int64_t index) {
+    if (!ovl_) return;
+    const std::int64_t pairs = ovl_pairs_;
+    if (index < pairs) {
+      ovl_slot_ = index + 1;
+      ovl_pos_ = ovl_fwd_ ? 1 : 0;
+    } else {
+      ovl_slot_ =
+          ovl_fwd_ ? pairs + 1 + (ovl_nb_ - pairs) + (index - pairs) : pairs + 1 + (index - pairs);
+      ovl_pos_ = 0;
+    }
+  }
+  /// The pre-process (pre = true) or post-process slot of the step.
+  void ovl_ends(bool pre) {
+    if (!ovl_) return;
+    ovl_slot_ = pre ? 0 : ovl_nb_ + ovl_nf_ - ovl_pairs_ + 1;
+    ovl_pos_ = ovl_fwd_ ? 0 : 1;
+  }
+  /// Moves the forward (f ≥ 0) or backward (b ≥ 0) context to a position of its layer pair.
+  void ovl_stage(int f, int b) {
+    if (!ovl_) return;
+    const int pos = ovl_fwd_ ? f : b;
+    if (pos >= 0) ovl_pos_ = pos;
+  }
+  /// One combined 1F1B step: `run_f` emits the forward of a chunk of nf layers, `run_b` the
+  /// backward of one of nb layers, each on its own chain from the chain before the step; the
+  /// step ends when both have.
+  template <class RunF, class RunB>
+  void combined(std::int64_t nf, std::int64_t nb, RunF&& run_f, RunB&& run_b) {
+    ++seg_;
+    ovl_ = true;
+    ovl_nf_ = nf;
+    ovl_nb_ = nb;
+    ovl_pairs_ = std::min(nf, nb);
+    const std::uint32_t start = chain_;
+    const std::vector<std::uint32_t> waits = wait_next_;
+    ovl_fwd_ = true;
+    run_f();
+    const std::uint32_t f_end = chain_;
+    std::vector<std::uint32_t> f_waits = std::move(wait_next_);
+    chain_ = start;
+    wait_next_ = waits;
+    ovl_fwd_ = false;
+    run_b();
+    wait_next_.insert(wait_next_.end(), f_waits.begin(), f_waits.end());
+    if (f_end != kNone) wait_next_.push_back(f_end);
+    ovl_ = false;
+    ++seg_;
+  }
+  /// A weight-gradient GEMM: on the chain, or under delay_wgrad_compute beside it (nothing on
+  /// the chain waits for it) at the backward's position 4.
+  std::uint32_t wgrad(const Op& op) {
+    if (!p_.delay_wgrad_compute) return chain(op);
+    const int pos = ovl_pos_;
+    ovl_stage(-1, 4);
+    const std::uint32_t id = add_beside(op);
+    ovl_pos_ = pos;
+    return id;
+  }
+  /// Puts the program in the issue order the keys give (stable: ops of equal keys keep the
+  /// order they were emitted in) and renumbers the dependencies.
+  void issue_in_key_order() {
+    if (keys_.empty()) return;
+    SCALESCOPE_EXPECTS(keys_.size() == prog_.ops.size());
+    std::vector<std::uint32_t> order(keys_.size());
+    std::iota(order.begin(), order.end(), 0u);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::uint32_t a, std::uint32_t b) { return keys_[a] < keys_[b]; });
+    std::vector<std::uint32_t> where(order.size());
+    for (std::uint32_t k = 0; k < order.size(); ++k) where[order[k]] = k;
+    graph::RankProgram out;
+    out.name = prog_.name;
+    out.static_memory = prog_.static_memory;
+    for (std::uint32_t k = 0; k < order.size(); ++k) {
+      std::vector<std::uint32_t> deps;
+      for (const std::uint32_t* d = prog_.deps_begin(order[k]); d != prog_.deps_end(order[k]); ++d)
+        deps.push_back(where[*d]);
+      std::sort(deps.begin(), deps.end());
+      out.add(prog_.ops[order[k]], deps);  // a dependency after its op would be a builder bug
+    }
+    prog_ = std::move(out);
+    keys_.clear();
   }
   /// Issues `op` beside the chain: it starts once the chain's last op and everything the next
   /// chained op waits for are done, and nothing on the chain waits for it unless told to.
@@ -547,8 +658,10 @@ class StageBuilder {
       wait_for(unit_gather(-1, Phase::Forward));
       if (end > first) next = unit_gather(first, Phase::Forward);
     }
+    ovl_ends(true);
     if (first_ && chunk == 0) embedding_forward();
     for (std::int64_t l = first; l < end; ++l) {
+      ovl_layer(l - first);
       if (zero3_) {
         const std::uint32_t gathered = next;
         next = l + 1 < end ? unit_gather(l + 1, Phase::Forward) : kNone;
@@ -561,6 +674,7 @@ class StageBuilder {
       if (m_.is_mtp_layer(l)) head_forward(l);
       if (zero3_ && p_.reshard_after_forward) free_at_chain(gathered_layer_bytes());
     }
+    ovl_ends(false);
     if (last_ && chunk == p_.vpp() - 1) head_forward();
   }
   /// Under full recomputation, the checkpoint holding layer l: [first, last] of the layers run
@@ -607,8 +721,10 @@ class StageBuilder {
     std::uint32_t next = kNone;
     if (regather && last >= first) next = unit_gather(last, Phase::Backward);
     if (zero3_ && alloc_grads) pending_alloc_ += static_cast<std::int64_t>(gb * root_unit_);
+    ovl_ends(true);
     if (last_ && chunk == p_.vpp() - 1) head_backward();
     for (std::int64_t l = last; l >= first; --l) {
+      ovl_layer(last - l);
       if (regather) {
         const std::uint32_t gathered = next;
         next = l > first ? unit_gather(l - 1, Phase::Backward) : kNone;
@@ -630,6 +746,7 @@ class StageBuilder {
         if (reduce) unit_reduce(l, layer_unit_);
       }
     }
+    ovl_ends(false);
     if (first_ && chunk == 0) embedding_backward();
     if (zero3_) {
       free_at_chain(2 * root_unit_);
@@ -935,9 +1052,11 @@ class StageBuilder {
                     keep && !whole && !checkpoints_shared(l), out_bytes, mlp_alloc,
                     OpName::SharedFc1Gemm, OpName::SharedFc2Gemm);
     } else {
+      ovl_stage(5, -1);
       mlp_forward(f, phase, keep && !checkpoints_mlp(l), out_bytes, mlp_alloc, OpName::Fc1Gemm,
                   OpName::Fc2Gemm);
     }
+    ovl_stage(7, -1);
     Op bda2 = memory_bound(OpKind::Elementwise, OpName::BiasDropoutAdd, phase, 3 * 2 * local);
     bda2.mem_alloc = alloc(m_.hidden_dropout > 0 ? local : 0);
     mlp_alloc += bda2.mem_alloc;
@@ -1162,7 +1281,9 @@ class StageBuilder {
                               2 * Tl * h + 2 * load_.sent * h);
     chain(permute);
     const double shared = overlapped_shared();
+    ovl_stage(3, -1);
     const std::uint32_t dispatch = ep_exchange(phase, OpName::EpDispatch, true, shared > 0);
+    ovl_stage(5, -1);
     if (shared > 0) {
       mlp_fc1(shared, phase, keep, out_bytes, mlp_alloc, OpName::SharedFc1Gemm);
       wait_for_overlapped(dispatch);
@@ -1187,6 +1308,7 @@ class StageBuilder {
       chain(collective(OpKind::ReduceScatter, CommRole::Etp, OpName::EtpReduceScatter, phase,
                        2 * h * N));
     const std::uint32_t combine = ep_exchange(phase, OpName::EpCombine, false, shared > 0);
+    ovl_stage(7, -1);
     if (shared > 0) {
       mlp_fc2(shared, phase, OpName::SharedFc2Gemm);
       wait_for_overlapped(combine);
@@ -1211,6 +1333,7 @@ class StageBuilder {
                        2 * Tl * h + 2 * 2 * load_.sent * h));
     const double shared = overlapped_shared();
     const std::uint32_t combine = ep_exchange(B, OpName::EpCombine, true, shared > 0);
+    ovl_stage(-1, 2);
     if (shared > 0) {
       ready_[param_key(l, kFc2)] = mlp_fc2_backward(shared, OpName::SharedFc2Gemm);
       wait_for_overlapped(combine);
@@ -1231,7 +1354,7 @@ class StageBuilder {
     fc2_wgrad.shape = {static_cast<std::uint32_t>(f), static_cast<std::uint32_t>(h),
                        static_cast<std::uint32_t>(std::max(1.0, N / local_experts_))};
     fc2_wgrad.mem_bytes += 2 * p_.grad_bytes() * local_experts_ * f * h;
-    chain(fc2_wgrad);
+    wgrad(fc2_wgrad);
     chain(shaped(memory_bound(OpKind::Elementwise, OpName::ExpertActivation, B,
                               2 * N * f * (glu + 2), 8 * N * f),
                  N, f, glu));
@@ -1243,11 +1366,13 @@ class StageBuilder {
     fc1_wgrad.shape = {static_cast<std::uint32_t>(h), static_cast<std::uint32_t>(f * glu),
                        static_cast<std::uint32_t>(std::max(1.0, N / local_experts_))};
     fc1_wgrad.mem_bytes += 2 * p_.grad_bytes() * local_experts_ * h * f * glu;
-    ready_[param_key(l, kExperts)] = chain(fc1_wgrad);
+    ready_[param_key(l, kExperts)] = wgrad(fc1_wgrad);
     if (etp_comm())
       chain(
           collective(OpKind::ReduceScatter, CommRole::Etp, OpName::EtpReduceScatter, B, 2 * h * N));
+    ovl_stage(-1, 4);
     const std::uint32_t dispatch = ep_exchange(B, OpName::EpDispatch, false, shared > 0);
+    ovl_stage(-1, 6);
     if (shared > 0) {
       ready_[param_key(l, kFc1)] = mlp_fc1_backward(shared, OpName::SharedFc1Gemm);
       wait_for_overlapped(dispatch);
@@ -1484,9 +1609,11 @@ class StageBuilder {
             mlp_backward(fs, OpName::SharedFc1Gemm, OpName::SharedFc2Gemm);
       moe_backward(l);
     } else {
+      ovl_stage(-1, 2);
       std::tie(ready_[param_key(l, kFc2)], ready_[param_key(l, kFc1)]) =
           mlp_backward(static_cast<double>(m_.ffn()), OpName::Fc1Gemm, OpName::Fc2Gemm);
     }
+    ovl_stage(-1, 6);
     Op norm2 = shaped(
         memory_bound(OpKind::Norm, OpName::PreMlpNorm, Phase::Backward, 6 * local, 10 * local),
         local / h, h, norm_kind());
@@ -1595,6 +1722,17 @@ class StageBuilder {
   /// (MODELING §2.1): warm-up forwards, steady 1F1B, cool-down backwards.
   void one_f_one_b() {
     const std::int64_t p = p_.pp(), m = num_mb_, r = stage_;
+    if (p_.moe_a2a_overlap && p == 1) {
+      // combined_1f1b_schedule_for_no_pipelining: F0 alone, then F(i + 1) with B(i), then the
+      // last backward alone.
+      const std::int64_t n = chunk_layers_[0];
+      forward(0);
+      for (std::int64_t i = 0; i + 1 < m; ++i)
+        combined(
+            n, n, [&] { forward(i + 1); }, [&] { backward(i); });
+      backward(m - 1);
+      return;
+    }
     const std::int64_t w = std::min(p - r - 1, m);
     const bool prev = !first_, next = !last_;
     for (std::int64_t i = 0; i < w; ++i) {
@@ -1669,6 +1807,9 @@ class StageBuilder {
     auto sends_forward = [&](std::int64_t k) { return !(last_ && chunk_of(k, true) == v - 1); };
     auto sends_backward = [&](std::int64_t k) { return !(first_ && chunk_of(k, false) == 0); };
     std::int64_t w = 2 * (p - r - 1) + (v - 1) * G;
+    // EP overlap: one more warm-up forward, "to ensure the forward and backward computations
+    // are independent in all 1f1b steps" (Megatron get_pp_rank_microbatches).
+    if (p_.moe_a2a_overlap) ++w;
     const bool all_warmup = w >= total;
     if (all_warmup) w = total;
     const std::int64_t remaining = total - w;
@@ -1708,7 +1849,25 @@ class StageBuilder {
       const std::int64_t fk = w + k;
       const bool recv_f = expects(fk, true) && k != remaining - 1;
       const bool recv_b = expects(k, false);
-      if (overlap) {
+      if (overlap && p_.moe_a2a_overlap) {
+        // combined_1f1b_schedule_for_interleaved_pipelining: the step's forward and backward
+        // together (each with its own transfers), layer by layer.
+        combined(
+            chunk_layers_[static_cast<std::size_t>(chunk_of(fk, true))],
+            chunk_layers_[static_cast<std::size_t>(chunk_of(k, false))],
+            [&] {
+              if (!(first_ && chunk_of(fk, true) == 0)) wait_front(recv_prev);
+              forward(mb_of(fk), chunk_of(fk, true));
+              if (sends_forward(fk)) wait_for(post(true, CommRole::PpNext, mb_of(fk)));
+              if (recv_f) recv_prev.push_back(post(false, CommRole::PpPrev, mb_of(fk)));
+            },
+            [&] {
+              if (!(last_ && chunk_of(k, false) == v - 1)) wait_front(recv_next);
+              backward(mb_of(k), chunk_of(k, false));
+              if (sends_backward(k)) wait_for(post(true, CommRole::PpPrev, mb_of(k)));
+              if (recv_b) recv_next.push_back(post(false, CommRole::PpNext, mb_of(k)));
+            });
+      } else if (overlap) {
         if (!(first_ && chunk_of(fk, true) == 0)) wait_front(recv_prev);
         forward(mb_of(fk), chunk_of(fk, true));
         if (sends_forward(fk)) wait_for(post(true, CommRole::PpNext, mb_of(fk)));
@@ -1843,6 +2002,13 @@ class StageBuilder {
 
   std::uint32_t chain_ = kNone;
   std::uint32_t pending_reduce_ = kNone;
+  // EP overlap: whether a combined step is being emitted, and which part; its chunks' layers;
+  // the current slot and position; the step counter; each op's issue key (moe_a2a_overlap).
+  bool ovl_ = false, ovl_fwd_ = false;
+  std::int64_t ovl_nf_ = 0, ovl_nb_ = 0, ovl_pairs_ = 0, ovl_slot_ = 0;
+  int ovl_pos_ = 0;
+  std::uint64_t seg_ = 0;
+  std::vector<std::uint64_t> keys_;
   std::int64_t cur_layer_ = -1, cur_mb_ = -1;
   std::int64_t emb_alloc_ = 0, head_alloc_ = 0, ce_alloc_ = 0, mtp_alloc_ = 0;
   bool fp8_ = false;

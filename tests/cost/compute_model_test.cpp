@@ -248,16 +248,18 @@ TEST(AttentionWaveFactor, FewQueryTilesLeaveTheGpuUnderused) {
   // (s = 2049 → 17 tiles per head), an unknown shape gives 1.
   EXPECT_DOUBLE_EQ(attention_wave_factor(h100, {16, 16384, 128}), 1.0);
   EXPECT_DOUBLE_EQ(attention_wave_factor(h100, {64, 8192, 128}), 1.0);
-  EXPECT_GT(attention_wave_factor(h100, {12, 2049, 128}), attention_wave_factor(h100, {12, 2048, 128}));
+  EXPECT_GT(attention_wave_factor(h100, {12, 2049, 128}),
+            attention_wave_factor(h100, {12, 2048, 128}));
   EXPECT_DOUBLE_EQ(attention_wave_factor(h100, {0, 0, 0}), 1.0);
 }
 
 TEST(AttentionWaveFactor, FusedAttentionFollowsItsMeasurementsOnTheH200) {
   // Every SDPA row measured on our H200 (inputs/profiles/h200-torch/h200_ops.csv, causal, hd 128):
   // cuDNN's forward, and backward = fwd+bwd − fwd, and the flash backend's fwd+bwd; the model
-  // (the measured table × wave factor) within 15 % of the measured time. w₀ was fitted to the four per-rank shapes (exp:*), fitted on two
-  // of them it predicts the other two within +10 % (docs/cost-model.md §1.5); the benchmark
-  // shapes (fa-bench, gqa) carry the tables themselves or, for GQA 64/8, check them.
+  // (the measured table × wave factor) within 15 % of the measured time. w₀ was fitted to the four
+  // per-rank shapes (exp:*), fitted on two of them it predicts the other two within +10 %
+  // (docs/cost-model.md §1.5); the benchmark shapes (fa-bench, gqa) carry the tables themselves or,
+  // for GQA 64/8, check them.
   std::ifstream in(SCALESCOPE_SOURCE_DIR "/inputs/profiles/h200-torch/h200_ops.csv");
   ASSERT_TRUE(in) << "inputs/profiles/h200-torch/h200_ops.csv is missing";
   std::string line;

@@ -439,8 +439,8 @@ TEST(CostModel, FlexDispatchAgainstHybridEpOnH100) {
   const struct {
     std::uint32_t ep;
     double dispatch_us, combine_us, tolerance;
-  } rows[] = {{8, 661, 624, 0.12}, {16, 1485, 1688, 0.30}, {32, 3064, 3088, 0.30},
-              {64, 4626, 4398, 0.30}};
+  } rows[] = {
+      {8, 661, 624, 0.12}, {16, 1485, 1688, 0.30}, {32, 3064, 3088, 0.30}, {64, 4626, 4398, 0.30}};
   for (const auto& r : rows) {
     const CommShape sh{r.ep, std::max(1u, r.ep / 8), std::min(8u, r.ep)};
     const double us = static_cast<double>(m.ep_dispatch_ns(S, 8, 256, sh)) * 1e-3;

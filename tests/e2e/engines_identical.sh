@@ -6,14 +6,15 @@
 # interleaved without overlapped transfers; Llama 3 70B (TP communication overlap) at DP 2; the
 # context-parallel Llama 3 405B at CP 2 · TP 2 with 8k sequences; the FSDP Llama 3 8B with 4 layers
 # at TP 2 · DP 4 and 4 micro-batches (gradients accumulated before the reduce-scatter); the four
-# MoE experiments shrunk as noted below.
+# MoE experiments shrunk as noted below, two of them with the EP overlap (combined 1F1B: Qwen3
+# interleaved with DeepEP and delayed wgrads, Mixtral at PP 1).
 # Also from graph.h5 (`run --graph`): the optimistic engine reads it in parallel, each process
 # only its templates under block partitioning, all of them under METIS.
 set -euo pipefail
 bin=$1; repo=$2
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-for exp in quickstart llama3-8b-hf gpt3-175b-1024 llama3-405b-16k llama3-405b-8k quickstart-vpp llama3-70b-1k llama3-405b-128k-cp16 llama3-8b-fsdp llama3-8b-hsdp deepseek-v3-2k mixtral-8x7b-1k mixtral-8x22b-1k qwen3-235b-1k mixtral-allgather; do
+for exp in quickstart llama3-8b-hf gpt3-175b-1024 llama3-405b-16k llama3-405b-8k quickstart-vpp llama3-70b-1k llama3-405b-128k-cp16 llama3-8b-fsdp llama3-8b-hsdp deepseek-v3-2k mixtral-8x7b-1k mixtral-8x22b-1k qwen3-235b-1k mixtral-allgather qwen3-ep-overlap mixtral-ep-overlap; do
   cfg=$repo/inputs/experiments/$exp.yaml
   set_small=()
   [ "$exp" = llama3-8b-hf ] && set_small=(--set model.num_layers=4 --set training.global_batch_size=64 --set cluster.num_gpus=64 --set parallel.dp=8 --set parallel.tp=4 --set parallel.pp=2)
@@ -33,6 +34,14 @@ for exp in quickstart llama3-8b-hf gpt3-175b-1024 llama3-405b-16k llama3-405b-8k
   if [ "$exp" = mixtral-allgather ]; then  # Megatron's default dispatcher, TP 2 · EP 4 groups
     cfg=$repo/inputs/experiments/mixtral-8x7b-1k.yaml
     set_small=(--set model.num_layers=4 --set cluster.num_gpus=32 --set training.global_batch_size=32 --set parallel.tp=2 --set parallel.sequence_parallel=true --set parallel.ep=4 --set parallel.moe_token_dispatcher_type=allgather --set run.trace_ranks=[0,24])
+  fi
+  if [ "$exp" = qwen3-ep-overlap ]; then  # interleaved (VP 2), DeepEP, delayed expert wgrads
+    cfg=$repo/inputs/experiments/qwen3-235b-1k.yaml
+    set_small=(--set model.num_layers=14 --set cluster.num_gpus=64 --set training.global_batch_size=32 --set parallel.vpp=2 --set parallel.moe_token_dispatcher_type=flex --set parallel.moe_a2a_overlap=true --set parallel.delay_wgrad_compute=true --set run.trace_ranks=[0,63])
+  fi
+  if [ "$exp" = mixtral-ep-overlap ]; then  # PP 1: F(i + 1) with B(i)
+    cfg=$repo/inputs/experiments/mixtral-8x7b-1k.yaml
+    set_small=(--set model.num_layers=4 --set cluster.num_gpus=32 --set training.global_batch_size=64 --set parallel.pp=1 --set parallel.moe_a2a_overlap=true --set run.trace_ranks=[0,24])
   fi
   [ "$exp" = qwen3-235b-1k ] && set_small=(--set model.num_layers=14 --set cluster.num_gpus=64 --set training.global_batch_size=16 --set run.trace_ranks=[0,63])
   [ "$exp" = llama3-70b-1k ] && set_small=(--set training.global_batch_size=16 --set cluster.num_gpus=64 --set parallel.dp=2 --set run.trace_ranks=[0,56])

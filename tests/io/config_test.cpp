@@ -1224,6 +1224,45 @@ TEST(ConfigMegatron, MoeLaunchLineTakesMegatronsDispatcherDefault) {
         << flex;
 }
 
+TEST(ConfigMegatron, EpOverlapOptionsAndMegatronsRules) {
+  // --overlap-moe-expert-parallel-comm and --delay-wgrad-compute, with the rules Megatron's
+  // TransformerConfig asserts; each refusal names the key.
+  const std::string line =
+      "--num-layers 4 --hidden-size 512 --num-attention-heads 8 --vocab-size 1000 "
+      "--seq-length 256 --swiglu --bf16 --num-experts 8 --moe-router-topk 2 "
+      "--moe-ffn-hidden-size 256 --expert-model-parallel-size 4 --moe-token-dispatcher-type flex";
+  const std::vector<std::string> set = {"cluster.preset=dgx-h100", "cluster.num_gpus=8"};
+  const auto c =
+      load_experiment("", set, line + " --overlap-moe-expert-parallel-comm --delay-wgrad-compute");
+  EXPECT_TRUE(c.parallel.moe_a2a_overlap);
+  EXPECT_TRUE(c.parallel.delay_wgrad_compute);
+  const auto error = [&](const std::string& extra, std::vector<std::string> more = {}) {
+    std::vector<std::string> o = set;
+    o.insert(o.end(), more.begin(), more.end());
+    try {
+      load_experiment("", o, line + " --overlap-moe-expert-parallel-comm" + extra);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error(""), "");
+  for (const auto& [extra, why] : std::vector<std::pair<std::string, std::string>>{
+           {" --moe-token-dispatcher-type allgather", "alltoall or flex"},
+           {" --expert-model-parallel-size 1", "expert_model_parallel_size > 1"},
+           {" --pipeline-model-parallel-size 2", "virtual_pipeline_model_parallel_size"},
+           {" --recompute-granularity full --recompute-method uniform --recompute-num-layers 1",
+            "recompute: full"},
+           {" --recompute-granularity selective --recompute-modules moe", "moe"}}) {
+    const std::string m = error(extra);
+    EXPECT_NE(m.find("parallel.moe_a2a_overlap"), std::string::npos) << extra << ": " << m;
+    EXPECT_NE(m.find(why), std::string::npos) << extra << ": " << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  }
+  // --delay-wgrad-compute alone.
+  EXPECT_THROW(load_experiment("", set, line + " --delay-wgrad-compute"), InputError);
+}
+
 TEST(Config, MoeLayerFreqForms) {
   const std::string exp = repo("inputs/experiments/mixtral-8x7b-1k.yaml");
   const auto every_other = load_experiment(exp, {"model.moe_layer_freq=2"}).model;

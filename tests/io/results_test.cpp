@@ -353,9 +353,9 @@ TEST_F(Trace, JsonParsesWithOneEventPerRecord) {
   const auto j = nlohmann::json::parse(in);
   EXPECT_EQ(j["displayTimeUnit"], "ns");
   const auto& events = j["traceEvents"];
-  // Per traced rank: process_name + 5 thread_name metadata events (one per stream); then one
-  // "X" per timeline record and one "C" per memory record: 2·6 + (3 + 2) + (4 + 2) = 23.
-  ASSERT_EQ(events.size(), 23u);
+  // Per traced rank: process_name + 6 thread_name metadata events (one per stream); then one
+  // "X" per timeline record and one "C" per memory record: 2·7 + (3 + 2) + (4 + 2) = 25.
+  ASSERT_EQ(events.size(), 25u);
   std::size_t complete = 0, counters = 0, metadata = 0;
   for (const auto& e : events) {
     const std::string ph = e["ph"];
@@ -365,12 +365,12 @@ TEST_F(Trace, JsonParsesWithOneEventPerRecord) {
   }
   EXPECT_EQ(complete, 5u);
   EXPECT_EQ(counters, 6u);
-  EXPECT_EQ(metadata, 12u);
+  EXPECT_EQ(metadata, 14u);
 
   EXPECT_EQ(events[0]["name"], "process_name");
   EXPECT_EQ(events[0]["args"]["name"], "rank 0");
   EXPECT_EQ(events[2]["args"]["name"], "tp_comm");
-  const auto& x = events[6];  // first op of rank 0: 1500 ns → 4250 ns
+  const auto& x = events[7];  // first op of rank 0: 1500 ns → 4250 ns
   EXPECT_EQ(x["ph"], "X");
   EXPECT_EQ(x["name"], "qkv_gemm L3 mb1");
   EXPECT_EQ(x["cat"], "fwd");
@@ -380,15 +380,15 @@ TEST_F(Trace, JsonParsesWithOneEventPerRecord) {
   EXPECT_DOUBLE_EQ(x["dur"].get<double>(), 2.75);
   EXPECT_EQ(x["args"]["op"], 2);
   EXPECT_EQ(x["args"]["kind"], "gemm");
-  EXPECT_EQ(events[7]["tid"], 1);                           // the all-reduce on tp_comm
-  EXPECT_EQ(events[8]["name"], "optimizer_step");           // no layer, no micro-batch
-  EXPECT_DOUBLE_EQ(events[8]["dur"].get<double>(), 1.001);  // 1001 ns
-  const auto& c = events[10];                               // memory of rank 0 at 1500 ns
+  EXPECT_EQ(events[8]["tid"], 1);                           // the all-reduce on tp_comm
+  EXPECT_EQ(events[9]["name"], "optimizer_step");           // no layer, no micro-batch
+  EXPECT_DOUBLE_EQ(events[9]["dur"].get<double>(), 1.001);  // 1001 ns
+  const auto& c = events[11];                               // memory of rank 0 at 1500 ns
   EXPECT_EQ(c["ph"], "C");
   EXPECT_EQ(c["name"], "memory_GiB");
   EXPECT_DOUBLE_EQ(c["args"]["live"].get<double>(), 1.0);
-  EXPECT_EQ(events[13]["args"]["name"], "rank 2");
-  EXPECT_EQ(events[19]["name"], "pp_recv mb0");
+  EXPECT_EQ(events[14]["args"]["name"], "rank 2");
+  EXPECT_EQ(events[21]["name"], "pp_recv mb0");
 }
 
 TEST_F(Trace, LargeTraceStreams) {
@@ -402,7 +402,7 @@ TEST_F(Trace, LargeTraceStreams) {
   write_chrome_trace(r, path);
   std::ifstream in(path);
   const auto j = nlohmann::json::parse(in);
-  EXPECT_EQ(j["traceEvents"].size(), 23u + 100'000u);
+  EXPECT_EQ(j["traceEvents"].size(), 25u + 100'000u);
 }
 
 TEST_F(Trace, UnwritablePathIsIoError) {

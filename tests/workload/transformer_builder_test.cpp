@@ -866,6 +866,95 @@ TEST(MoeBuilder, SharedExpertOverlapRunsTheSharedMlpBesideTheAllToAlls) {
                             N::EpDispatch, N::SharedFc1Gemm}));
 }
 
+TEST(MoeBuilder, EpOverlapPairsOneMicroBatchsForwardWithAnothersBackward) {
+  // --overlap-moe-expert-parallel-comm at PP 1 (Megatron combined_1f1b_schedule_for_no_
+  // pipelining): F(0) alone, then F(i + 1) with B(i) layer by layer, then B(7) alone. The
+  // program holds the same ops as without, in TransformerLayerSchedulePlan.run's issue order:
+  // per pair (forward layer i, backward layer 3 − i) the backward's combine, the forward's
+  // attention, the backward's experts, the forward's dispatch, the backward's dispatch, the
+  // forward's experts and combine, the backward's attention. The two micro-batches' chains do
+  // not depend on each other inside the step.
+  Job s = moe_job(1, 1, 4, 4);
+  s.p.moe_token_dispatcher_type = MoeDispatcher::Flex;
+  using N = graph::OpName;
+  using P = graph::Phase;
+  const auto ops_of = [&](bool overlap) {
+    s.p.moe_a2a_overlap = overlap;
+    return build_graph(s.m, s.p, s.t).templates[0];
+  };
+  const graph::RankProgram plain = ops_of(false), ovl = ops_of(true);
+  const auto census = [](const graph::RankProgram& g) {
+    std::map<std::tuple<int, int, int, int>, int> n;
+    for (const graph::Op& op : g.ops)
+      ++n[{static_cast<int>(op.name), static_cast<int>(op.phase), op.layer, op.microbatch}];
+    return n;
+  };
+  EXPECT_EQ(census(plain), census(ovl));
+  // The step F(1) + B(0): its interesting ops in program order, consecutive repeats merged.
+  std::vector<std::tuple<N, P, int>> seq;
+  for (const graph::Op& op : ovl.ops) {
+    const bool in_step = (op.phase == P::Forward && op.microbatch == 1) ||
+                         (op.phase == P::Backward && op.microbatch == 0);
+    if (!in_step || (op.name != N::EpCombine && op.name != N::EpDispatch &&
+                     op.name != N::Attention && op.name != N::ExpertFc1Gemm))
+      continue;
+    const std::tuple<N, P, int> e{op.name, op.phase, op.layer};
+    if (seq.empty() || seq.back() != e) seq.push_back(e);
+  }
+  const std::vector<std::tuple<N, P, int>> pair0 = {
+      {N::EpCombine, P::Backward, 3},     {N::Attention, P::Forward, 0},
+      {N::ExpertFc1Gemm, P::Backward, 3}, {N::EpDispatch, P::Forward, 0},
+      {N::EpDispatch, P::Backward, 3},    {N::ExpertFc1Gemm, P::Forward, 0},
+      {N::EpCombine, P::Forward, 0},      {N::Attention, P::Backward, 3},
+      {N::EpCombine, P::Backward, 2}};
+  ASSERT_GE(seq.size(), pair0.size());
+  EXPECT_EQ(std::vector(seq.begin(), seq.begin() + static_cast<std::ptrdiff_t>(pair0.size())),
+            pair0);
+  for (std::uint32_t i = 0; i < ovl.size(); ++i) {
+    const graph::Op& op = ovl.ops[i];
+    for (const std::uint32_t* d = ovl.deps_begin(i); d != ovl.deps_end(i); ++d) {
+      const graph::Op& dep = ovl.ops[*d];
+      EXPECT_FALSE(op.phase == P::Forward && op.microbatch == 1 && dep.phase == P::Backward &&
+                   dep.microbatch == 0)
+          << i;
+      EXPECT_FALSE(op.phase == P::Backward && op.microbatch == 0 && dep.phase == P::Forward &&
+                   dep.microbatch == 1)
+          << i;
+    }
+  }
+  // DeepEP's 20 SMs: the GEMMs of paired layers run on the other 112 (F(0) and B(7) alone keep
+  // all 132).
+  for (const graph::Op& op : ovl.ops) {
+    if (op.kind != graph::OpKind::Gemm || op.layer == graph::kNoIndex || op.layer >= 4) continue;
+    const bool alone = (op.microbatch == 0 && op.phase == P::Forward) ||
+                       (op.microbatch == 7 && op.phase == P::Backward);
+    EXPECT_EQ(op.comm_sms, alone ? 0 : 20) << graph::op_name(op.name) << " mb " << op.microbatch;
+  }
+  // --delay-wgrad-compute: the experts' wgrads leave the chain; the backward's dispatch waits
+  // for FC1's dgrad only.
+  s.p.delay_wgrad_compute = true;
+  const graph::RankProgram d = ops_of(true);
+  int dispatches = 0;
+  for (std::uint32_t i = 0; i < d.size(); ++i) {
+    if (d.ops[i].name != N::EpDispatch || d.ops[i].phase != P::Backward) continue;
+    ++dispatches;
+    for (const std::uint32_t* x = d.deps_begin(i); x != d.deps_end(i); ++x)
+      // FC1's wgrad is [h, 2·f] × [2·f, N/experts] (its n = 2 · 1792), its dgrad's n is h.
+      EXPECT_FALSE(d.ops[*x].name == N::ExpertFc1Gemm && d.ops[*x].shape[1] == 2 * 1792u)
+          << "the dispatch waits for FC1's wgrad";
+  }
+  EXPECT_EQ(dispatches, 4 * 8);
+  // Without the delay the dispatch waits for the wgrad (chained before it).
+  s.p.delay_wgrad_compute = false;
+  const graph::RankProgram c = ops_of(true);
+  bool waits = false;
+  for (std::uint32_t i = 0; i < c.size(); ++i)
+    if (c.ops[i].name == N::EpDispatch && c.ops[i].phase == P::Backward)
+      for (const std::uint32_t* x = c.deps_begin(i); x != c.deps_end(i); ++x)
+        waits |= c.ops[*x].name == N::ExpertFc1Gemm && c.ops[*x].shape[1] == 2 * 1792u;
+  EXPECT_TRUE(waits);
+}
+
 TEST(MoeBuilder, RecomputeModulesDiscardTheirOutputsAndRunThemAgain) {
   // Megatron's --recompute-modules on an MLA + MoE layer (TP 2 with SP, EP 2, ETP 2; s = 1024,
   // b = 1: T = 1024 tokens, the rank's SP share [512, 1024], 524,288 values):
