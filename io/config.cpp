@@ -978,9 +978,10 @@ workload::TrainingSpec build_training(const Section& s) {
                    : recipe == "blockwise" ? workload::Fp8Recipe::Blockwise
                                            : workload::Fp8Recipe::Delayed;
   }
-  t.attention = r.choice("attention", {"flash", "unfused"}, "flash") == "unfused"
-                    ? workload::AttentionBackend::Unfused
-                    : workload::AttentionBackend::Flash;
+  const std::string attention = r.choice("attention", {"flash", "unfused", "flash2"}, "flash");
+  t.attention = attention == "unfused"  ? workload::AttentionBackend::Unfused
+                : attention == "flash2" ? workload::AttentionBackend::Flash2
+                                        : workload::AttentionBackend::Flash;
   r.number("moe_expert_load_skew", t.moe_expert_load_skew, 0.0, false, 20.0);
   if (const Value* v = r.find("moe_expert_load_seed"))
     t.moe_expert_load_seed = detail::read_int(*v, r.key("moe_expert_load_seed"));
@@ -1207,7 +1208,7 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
     if (c.training.attention == workload::AttentionBackend::Unfused)
       throw_input(
           "{}: parallel.context_parallel_size={} needs fused attention (training.attention: "
-          "flash), as Megatron's context parallelism does",
+          "flash or flash2), as Megatron's context parallelism does",
           f, cp);
     if (p.cp_comm_type == workload::CpCommType::A2a) {
       // Transformer Engine's all-to-all splits each TP rank's query and key/value heads over CP.
@@ -1617,7 +1618,9 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
             : t.fp8_recipe == workload::Fp8Recipe::Blockwise ? "blockwise"
                                                              : "delayed");
   out << YAML::Key << "attention" << YAML::Value
-      << (t.attention == workload::AttentionBackend::Unfused ? "unfused" : "flash");
+      << (t.attention == workload::AttentionBackend::Unfused  ? "unfused"
+          : t.attention == workload::AttentionBackend::Flash2 ? "flash2"
+                                                              : "flash");
   if (c.model.moe()) {
     out << YAML::Key << "moe_expert_load_skew" << YAML::Value << num(t.moe_expert_load_skew);
     out << YAML::Key << "moe_expert_load_seed" << YAML::Value << t.moe_expert_load_seed;

@@ -42,7 +42,10 @@ enum class Precision : std::uint8_t { Bf16, Fp16, Fp8 };
 /// mxfp8 (Blackwell: one E8M0 scale per 32 values, computed in the cast) and blockwise
 /// (DeepSeek-V3's: one fp32 scale per 128 values).
 enum class Fp8Recipe : std::uint8_t { Delayed, Tensorwise, Mxfp8, Blockwise };
-enum class AttentionBackend : std::uint8_t { Flash, Unfused };
+/// Core attention: fused (Transformer Engine's cuDNN kernels, `flash` for Megatron's name), the
+/// unfused path, or FlashAttention-2 (TE's flash-attn backend with NVTE_FUSED_ATTN=0, as older
+/// Transformer Engine picked on Hopper, or PyTorch's flash SDPA).
+enum class AttentionBackend : std::uint8_t { Flash, Unfused, Flash2 };
 /// Megatron's --moe-token-dispatcher-type: all-to-all among the EP ranks, or an all-gather of
 /// every token to every EP rank (each keeps its experts' tokens) and a reduce-scatter back, or
 /// flex: DeepEP's / HybridEP's fused kernels, which send a token once to each node holding one of

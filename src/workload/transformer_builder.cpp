@@ -286,7 +286,7 @@ class StageBuilder {
     }
     const std::uint32_t kv = add_beside(gather);
     const std::uint32_t dkv = backward ? add_free(reduce, {kv}) : kNone;
-    if (attn.attention_impl == graph::AttentionImpl::Fused) {
+    if (attn.attention_impl != graph::AttentionImpl::Unfused) {
       // The ring's c steps and its output / gradient corrections (Transformer Engine's).
       const RingTensors tensors{tokens_ * o_w_ / tp_, tokens_ * (k_w_ + v_w_) / tp_};
       for (const Op& op : ring_attention(attn, p_.cp(), RingImpl::TransformerEngine, tensors))
@@ -1500,6 +1500,8 @@ class StageBuilder {
       // attend to keys of the whole sequence in c blocks of s/c: 1/c of the work, the kernel
       // running on blocks of s/c (the rate table's length), every key/value block read once.
       // With the all-to-all (Ulysses) the same work is 1/c of the heads over all s tokens.
+      if (t_.attention == AttentionBackend::Flash2)
+        op.attention_impl = graph::AttentionImpl::Flash2;
       const double local = s / cp_;
       const bool a2a = p_.cp_comm_type == CpCommType::A2a;
       op.shape[0] = static_cast<std::uint32_t>(b * heads / (a2a ? cp_ : 1.0));

@@ -261,6 +261,9 @@ TEST(Config, DefaultsAndDerivedSizes) {
   EXPECT_EQ(c.training.precision, workload::Precision::Bf16);
   EXPECT_EQ(c.training.attention, workload::AttentionBackend::Flash);
   EXPECT_EQ(c.run.engine, "sequential");
+  EXPECT_EQ(
+      load_experiment((dir / "e.yaml").string(), {"training.attention=flash2"}).training.attention,
+      workload::AttentionBackend::Flash2);
   EXPECT_EQ(c.run.trace_ranks, (std::vector<std::uint32_t>{0}));
   EXPECT_TRUE(c.run.coalesce_local_ops);
 

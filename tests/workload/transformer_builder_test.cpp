@@ -639,6 +639,32 @@ TEST(TransformerBuilder, RopeOpsOnlyWithRotaryEmbeddings) {
   EXPECT_EQ(count(), 0u);
 }
 
+TEST(TransformerBuilder, FlashAttention2BackendKeepsTheFusedWorkOnItsOwnKernel) {
+  // training.attention: flash2 (Transformer Engine's flash-attn backend): the fused op's work
+  // and bytes, marked for FlashAttention-2's rates; the ring steps under CP as with cuDNN.
+  for (const std::int64_t cp : {1, 2}) {
+    Job fused = small(2, 1, 2);
+    fused.p.context_parallel_size = cp;
+    fused.p.data_parallel_size = 2 / cp;
+    Job fa2 = fused;
+    fa2.t.attention = AttentionBackend::Flash2;
+    const graph::RankProgram a = build_graph(fused.m, fused.p, fused.t).templates[0];
+    const graph::RankProgram b = build_graph(fa2.m, fa2.p, fa2.t).templates[0];
+    ASSERT_EQ(a.size(), b.size()) << "cp " << cp;
+    int attention = 0;
+    for (std::uint32_t i = 0; i < a.size(); ++i) {
+      if (a.ops[i].kind != graph::OpKind::Attention) continue;
+      ++attention;
+      EXPECT_EQ(a.ops[i].attention_impl, graph::AttentionImpl::Fused);
+      EXPECT_EQ(b.ops[i].attention_impl, graph::AttentionImpl::Flash2);
+      EXPECT_EQ(a.ops[i].flops, b.ops[i].flops);
+      EXPECT_EQ(a.ops[i].mem_bytes, b.ops[i].mem_bytes);
+    }
+    // 4 layers · micro-batches (global batch 16 over DP 2 / cp) · forward and backward.
+    EXPECT_EQ(attention, 4 * (16 / (2 / cp)) * 2) << "cp " << cp;
+  }
+}
+
 TEST(TransformerBuilder, UnfusedAttentionCarriesItsPasses) {
   // b = 1, s = 1024, a/t = 16/2 = 8 heads, dh = 64, attention dropout 0.1. Scores per op:
   // E = 8 · 1024² elements; one [8, 1024, 64] tensor is H = 2 · 8 · 1024 · 64 bytes.
