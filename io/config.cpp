@@ -1254,16 +1254,16 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
   // Mixture of experts (Megatron arguments.py and parallel_state.py rules).
   const Tree::mapped_type& par = t.at("parallel");
   if (!m.moe()) {
+    // Any of them on a dense model names itself, except an expert size of 1.
     for (const char* k :
          {"expert_model_parallel_size", "expert_tensor_parallel_size", "moe_token_dispatcher_type",
-          "moe_shared_expert_overlap", "moe_a2a_overlap", "delay_wgrad_compute"})
-      if (const Value* v = get(par, k);
-          v && !(std::string_view(k) != "moe_token_dispatcher_type" &&
-                 std::string_view(k) != "moe_shared_expert_overlap" &&
-                 std::string_view(k) != "moe_a2a_overlap" &&
-                 std::string_view(k) != "delay_wgrad_compute" && v->node.Scalar() == "1"))
+          "moe_shared_expert_overlap", "moe_a2a_overlap", "delay_wgrad_compute"}) {
+      const bool size = std::string_view(k) == "expert_model_parallel_size" ||
+                        std::string_view(k) == "expert_tensor_parallel_size";
+      if (const Value* v = get(par, k); v && !(size && v->node.Scalar() == "1"))
         fail(*v, std::string("parallel.") + k,
              "applies to MoE models only (set model.num_experts)");
+    }
     for (const char* k : {"moe_expert_load_skew", "moe_expert_load_seed"})
       if (const Value* v = get(t.at("training"), k))
         fail(*v, std::string("training.") + k,

@@ -132,14 +132,10 @@ SimTime CostModel::all_to_all_ns(double bytes, const CommShape& shape) const {
   // plus one link latency.
   const double n = shape.ranks;
   const double on_node = std::min<double>(shape.ranks_per_node, n);
-  return exchange_ns(bytes, shape, bytes * (n - on_node) / n);
+  return exchange_ns(shape, bytes * (n - on_node) / n, bytes * (on_node - 1) / n);
 }
 
-SimTime CostModel::exchange_ns(double bytes, const CommShape& shape, double inter,
-                               double intra) const {
-  const double n = shape.ranks;
-  const double on_node = std::min<double>(shape.ranks_per_node, n);
-  if (intra < 0) intra = bytes * (on_node - 1) / n;
+SimTime CostModel::exchange_ns(const CommShape& shape, double inter, double intra) const {
   const double nvlink =
       cluster_.nvlink_bandwidth_GBps * units::kGB * network_.p2p_nvlink_efficiency;
   const double nic = cluster_.nic_bandwidth_Gbps * units::kGbitToBytes *
@@ -174,7 +170,7 @@ SimTime CostModel::ep_dispatch_ns(double bytes, std::uint32_t copies, std::uint3
   const double g = std::min<double>(shape.ranks_per_node, n);
   const double token_bytes = bytes / k;
   const double intra = token_bytes * nodes_reached(E, n, k) * (g - 1) / g;
-  if (shape.nodes <= 1) return exchange_ns(bytes, shape, 0, intra);
+  if (shape.nodes <= 1) return exchange_ns(shape, 0, intra);
   double reached = nodes_reached(E, N, k);
   // Group-limited routing (G groups of E/G experts, the k experts from the best Gt of them):
   // with groups inside nodes (N divides G) a token reaches at most the nodes of its Gt groups;
@@ -188,7 +184,7 @@ SimTime CostModel::ep_dispatch_ns(double bytes, std::uint32_t copies, std::uint3
     else if (whole(N, G))
       reached = std::min(reached, nodes_reached(Gt * E / G, Gt * N / G, k));
   }
-  return exchange_ns(bytes, shape, token_bytes * reached * (N - 1) / N, intra);
+  return exchange_ns(shape, token_bytes * reached * (N - 1) / N, intra);
 }
 
 SimTime CostModel::p2p_ns(double bytes, bool same_node) const {

@@ -62,11 +62,10 @@ class CostModel {
   const NetworkOptions& network() const { return network_; }
 
  private:
-  /// An exchange of `bytes` per member whose share for the members on its node crosses NVLink
-  /// (or `intra` bytes, when given) while `inter` bytes leave through the GPU's share of the
-  /// node's NICs, both at once: the slower side plus one link latency (all_to_all_ns,
-  /// ep_dispatch_ns).
-  SimTime exchange_ns(double bytes, const CommShape& shape, double inter, double intra = -1) const;
+  /// An exchange in which `intra` bytes per member cross NVLink to the members on its node while
+  /// `inter` bytes leave through the GPU's share of the node's NICs, both at once: the slower
+  /// side plus one link latency (all_to_all_ns, ep_dispatch_ns).
+  SimTime exchange_ns(const CommShape& shape, double inter, double intra) const;
 
   ClusterSpec cluster_;
   const GpuSpec* gpu_;
