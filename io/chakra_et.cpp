@@ -468,9 +468,11 @@ std::vector<std::int64_t> op_ints(const Op& op) {
           op.mem_free,
           op.mem_transient,
           op.comm_sms,
-          op.value_dim};
+          op.value_dim,
+          op.host_sync};
 }
-constexpr std::size_t kOpInts = 18;
+/// Attributes in ss_op: 19 since host_sync was added (files of 18 have no host synchronization).
+constexpr std::size_t kOpInts = 19;
 
 /// The nodes of one rank's program (`rank`: whose peers and communicators rank-specific fields
 /// name; for a class file, its first rank).
@@ -763,7 +765,7 @@ void read_metadata(Context& ctx, const EtNode& n, const std::string& file, std::
 Op schema_op(const EtNode& n, const std::string& file, std::int64_t rank) {
   const EtAttr* ints = n.attr("ss_op");
   const EtAttr* fp = n.attr("ss_fp");
-  if (ints == nullptr || fp == nullptr || ints->ints.size() != kOpInts || fp->reals.size() != 3)
+  if (ints == nullptr || fp == nullptr || (ints->ints.size() != kOpInts && ints->ints.size() != kOpInts - 1) || fp->reals.size() != 3)
     node_error(file, n.id, rank, "scalescope node without valid ss_op / ss_fp attributes");
   const auto& v = ints->ints;
   auto in = [&](std::size_t i, std::int64_t hi) {
@@ -789,6 +791,7 @@ Op schema_op(const EtNode& n, const std::string& file, std::int64_t rank) {
   op.mem_transient = v[15];
   op.comm_sms = static_cast<std::uint8_t>(in(16, 0xFF));
   op.value_dim = static_cast<std::uint16_t>(in(17, 0xFFFF));
+  op.host_sync = v.size() > 18 ? static_cast<std::uint8_t>(in(18, 1)) : 0;
   op.flops = fp->reals[0];
   op.mem_bytes = fp->reals[1];
   op.comm_bytes = fp->reals[2];

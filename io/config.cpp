@@ -140,6 +140,7 @@ const Keys kClusterNetworkKeys = {"gpu",
                                   "attention_efficiency",
                                   "hbm_efficiency",
                                   "norm_activation_efficiency",
+                                  "host_launch_us",
                                   "compute_efficiency"};
 const Keys kCostKeys = {"profile"};
 const Keys kRunKeys = {
@@ -816,6 +817,7 @@ cost::ClusterSpec build_cluster(const Section& inline_keys, const std::string& e
   optional_number("attention_efficiency", c.attention_efficiency, true, 1.0 + 1e-12);
   optional_number("hbm_efficiency", c.hbm_efficiency, true, 1.0 + 1e-12);
   optional_number("norm_activation_efficiency", c.norm_activation_efficiency, true, 1.0 + 1e-12);
+  optional_number("host_launch_us", c.host_launch_us, false, 1e6);
   for (std::string_view k : {"gpu", "nvlink_bandwidth_GBps", "nvlink_latency_us",
                              "nic_bandwidth_Gbps", "nics_per_node", "nic_latency_us"})
     if (!get(merged, k))
@@ -1642,7 +1644,8 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
         std::pair{"gemm_efficiency", cl.gemm_efficiency},
         std::pair{"attention_efficiency", cl.attention_efficiency},
         std::pair{"hbm_efficiency", cl.hbm_efficiency},
-        std::pair{"norm_activation_efficiency", cl.norm_activation_efficiency}})
+        std::pair{"norm_activation_efficiency", cl.norm_activation_efficiency},
+        std::pair{"host_launch_us", cl.host_launch_us}})
     if (v) out << YAML::Key << key << YAML::Value << num(*v);
   out << YAML::Key << "compute_efficiency" << YAML::Value << num(cl.compute_efficiency);
   out << YAML::EndMap;

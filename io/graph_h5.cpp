@@ -48,6 +48,7 @@ void write_template(const h5::Group& templates, std::size_t k, const RankProgram
   t.write("gemm_dtype", column<std::uint8_t>(p, [](const Op& o) { return o.gemm_dtype; }));
   t.write("comm_sms", column<std::uint8_t>(p, [](const Op& o) { return o.comm_sms; }));
   t.write("value_dim", column<std::uint16_t>(p, [](const Op& o) { return o.value_dim; }));
+  t.write("host_sync", column<std::uint8_t>(p, [](const Op& o) { return o.host_sync; }));
   std::vector<std::uint32_t> shape;
   shape.reserve(p.ops.size() * 3);
   for (const Op& op : p.ops) shape.insert(shape.end(), op.shape.begin(), op.shape.end());
@@ -154,6 +155,9 @@ void read_template_ops(const h5::Group& t, RankProgram& p) {
   // Graphs written before comm_sms existed overlap no TP communication with their GEMMs.
   const auto comm_sms = t.exists("comm_sms") ? read_1d<std::uint8_t>(t, "comm_sms", n)
                                              : std::vector<std::uint8_t>(n, 0);
+  // Graphs written before host_sync existed have no host synchronization.
+  const auto host_sync = t.exists("host_sync") ? read_1d<std::uint8_t>(t, "host_sync", n, 2)
+                                               : std::vector<std::uint8_t>(n, 0);
   // Graphs written before value_dim existed hold no attention with a distinct value width.
   const auto value_dim = t.exists("value_dim") ? read_1d<std::uint16_t>(t, "value_dim", n)
                                                : std::vector<std::uint16_t>(n, 0);
@@ -183,6 +187,7 @@ void read_template_ops(const h5::Group& t, RankProgram& p) {
     op.gemm_dtype = static_cast<graph::GemmDtype>(gemm_dtype[i]);
     op.comm_sms = comm_sms[i];
     op.value_dim = value_dim[i];
+    op.host_sync = host_sync[i];
     op.shape = {shape[3 * i], shape[3 * i + 1], shape[3 * i + 2]};
     op.flops = flops[i];
     op.mem_bytes = mem_bytes[i];

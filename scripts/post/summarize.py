@@ -86,11 +86,12 @@ def text(d, path):
                      f"{st['exposed_pp_mean_s']:.6f}", f"{st['exposed_dp_mean_s']:.6f}",
                      f"{st['exposed_embedding_mean_s']:.6f}", f"{st['exposed_cp_mean_s']:.6f}",
                      f"{st['exposed_ep_mean_s']:.6f}", f"{st['bubble_mean_s']:.6f}",
-                     f"{st['other_wait_mean_s']:.6f}",
+                     f"{st['host_wait_mean_s']:.6f}", f"{st['other_wait_mean_s']:.6f}",
                      f"{st['peak_memory_bytes'] / gib:.2f}",
                      f"{st['static_memory_bytes'] / gib:.2f}"])
     lines += fmt_table(["stage", "ranks", "rank ids", "finish max", "finish min", "compute",
-                        "exp TP", "exp PP", "exp DP", "exp emb", "exp CP", "exp EP", "bubble", "other",
+                        "exp TP", "exp PP", "exp DP", "exp emb", "exp CP", "exp EP", "bubble", "host",
+                        "other",
                         "peak GiB",
                         "static GiB"],
                        rows, left=3)

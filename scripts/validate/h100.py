@@ -110,6 +110,9 @@ def main():
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds per run")
     ap.add_argument("--only", help="run only the rows whose model name contains this string")
     ap.add_argument("--keep", help="write the rows' YAML and results under this folder")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a scalescope --set override applied to every row after its own "
+                         "(repeatable): what-if studies over the whole table")
     args = ap.parse_args()
 
     rows = [r for path in args.csv for r in csv.DictReader(open(path))
@@ -130,7 +133,8 @@ def main():
         out = os.path.join(tmp, f"row{i}")
         try:
             p = subprocess.run(["nice", "-n", "15", args.scalescope, "run", ypath, "--quiet",
-                                "-o", out] + extra_sets(r),
+                                "-o", out] + extra_sets(r)
+                               + [a for kv in args.set for a in ("--set", kv)],
                                capture_output=True, text=True, timeout=args.timeout)
         except subprocess.TimeoutExpired:
             skipped.append((r["model"], r["gpus"], f"run took > {args.timeout:.0f} s"))

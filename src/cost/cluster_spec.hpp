@@ -26,6 +26,8 @@ struct ClusterSpec {
   /// HBM efficiency of the norm and activation kernels alone (unset: hbm_efficiency): a
   /// framework that runs them unfused (eager PyTorch) reaches far less than fused kernels.
   std::optional<double> norm_activation_efficiency;
+  /// Host time to issue one kernel (KernelCalibration::host_launch_us); unset: the GPU table's 0.
+  std::optional<double> host_launch_us;
   /// An extra multiplier on every compute op's speed, in (0, 1]: the op's time is divided by it.
   /// 1 by default; kept for configurations written before the kernel model.
   double compute_efficiency = 1.0;

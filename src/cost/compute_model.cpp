@@ -191,4 +191,19 @@ double compute_seconds(const GpuSpec& gpu, const graph::Op& op) {
   return compute_seconds(gpu, gpu.kernel, op);
 }
 
+double host_launches(const graph::Op& op) {
+  if (op.kind == graph::OpKind::Gemm && op.shape[0] > 0 && op.shape[1] > 0 && op.shape[2] > 0) {
+    const double one = 2.0 * op.shape[0] * op.shape[1] * op.shape[2];
+    return std::max(1.0, std::round(op.flops / one));
+  }
+  if (op.kind == graph::OpKind::Attention && op.attention_impl == graph::AttentionImpl::Unfused)
+    return op.phase == graph::Phase::Backward ? 6 : 4;
+  return 1;
+}
+
+double host_seconds(const KernelCalibration& cal, const graph::Op& op) {
+  SCALESCOPE_EXPECTS(cal.host_launch_us >= 0);
+  return cal.host_launch_us > 0 ? host_launches(op) * cal.host_launch_us * 1e-6 : 0.0;
+}
+
 }  // namespace scalescope::cost

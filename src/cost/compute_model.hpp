@@ -74,4 +74,11 @@ double compute_seconds(const GpuSpec& gpu, const KernelCalibration& cal, const g
 /// The same under the GPU's physical defaults (`gpu.kernel`).
 double compute_seconds(const GpuSpec& gpu, const graph::Op& op);
 
+/// Kernels the host launches for op `op` (docs/cost-model.md §1.6): one per op, a grouped expert
+/// GEMM one per expert (Transformer Engine's multi-stream cuBLAS grouped GEMM), unfused attention
+/// one per pass.
+double host_launches(const graph::Op& op);
+/// Host time to issue op `op`: host_launches · cal.host_launch_us.
+double host_seconds(const KernelCalibration& cal, const graph::Op& op);
+
 }  // namespace scalescope::cost

@@ -67,7 +67,9 @@ CostModel::CostModel(const ClusterSpec& cluster, const NetworkOptions& network)
   if (cluster_.hbm_efficiency) kernel_.hbm_efficiency = *cluster_.hbm_efficiency;
   if (cluster_.norm_activation_efficiency)
     kernel_.norm_activation_efficiency = *cluster_.norm_activation_efficiency;
+  if (cluster_.host_launch_us) kernel_.host_launch_us = *cluster_.host_launch_us;
   require_non_negative(kernel_.kernel_overhead_us, "kernel_overhead_us");
+  require_non_negative(kernel_.host_launch_us, "host_launch_us");
   require_positive(kernel_.gemm_efficiency, "gemm_efficiency");
   require_positive(kernel_.attention_efficiency, "attention_efficiency");
   require_positive(kernel_.hbm_efficiency, "hbm_efficiency");
@@ -79,6 +81,10 @@ CostModel::CostModel(const ClusterSpec& cluster, const NetworkOptions& network)
 
 SimTime CostModel::compute_ns(const graph::Op& op) const {
   return seconds_to_ns(compute_seconds(*gpu_, kernel_, op) / cluster_.compute_efficiency);
+}
+
+SimTime CostModel::host_ns(const graph::Op& op) const {
+  return seconds_to_ns(host_seconds(kernel_, op));
 }
 
 double CostModel::bus_bandwidth_GBps(const CommShape& shape) const {

@@ -33,6 +33,9 @@ class CostModel {
 
   /// Duration of a compute op (kind not a communication) on one GPU.
   SimTime compute_ns(const graph::Op& op) const;
+  /// Host time to issue op `op` (any kind): its kernel launches times host_launch_us; 0 when the
+  /// host is not modelled.
+  SimTime host_ns(const graph::Op& op) const;
   /// Duration of a collective of `bytes` (nccl-tests size S) over a communicator of `shape`:
   /// NCCL picks the fastest (algorithm, protocol); all-reduce considers ring and tree.
   SimTime collective_ns(graph::OpKind kind, double bytes, const CommShape& shape) const;

@@ -20,6 +20,9 @@ struct KernelCalibration {
   double hbm_efficiency = 0.8;        ///< fraction of the datasheet HBM bandwidth streams reach
   /// The same for norm and activation ops; 0 → hbm_efficiency.
   double norm_activation_efficiency = 0;
+  /// Host (CPU) time to issue one kernel: the framework's Python and C++ dispatch and the CUDA
+  /// launch (docs/cost-model.md §1.6). 0: the host is not modelled (it always runs ahead).
+  double host_launch_us = 0;
 };
 
 struct GpuSpec {

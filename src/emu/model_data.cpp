@@ -115,6 +115,28 @@ ModelData::ModelData(const graph::SlicedGraph& g, const Costs& c, bool coalesce,
     for (const auto& list : p.stream_ops)
       for (std::size_t c2 = 1; c2 < list.size(); ++c2) prev[list[c2]] = list[c2 - 1];
   }
+  // Host issue: the program in order, each op costing the host its issue time; a host_sync op
+  // makes the host wait for it (RankLP::issue_time).
+  if (c.host) {
+    host_prefix.resize(g.templates.size());
+    last_sync.resize(g.templates.size());
+    for (std::size_t k = 0; k < g.templates.size(); ++k) {
+      if (!g.is_loaded(k)) continue;
+      const graph::RankProgram& p = g.templates[k];
+      std::vector<SimTime>& h = host_prefix[k];
+      std::vector<std::uint32_t>& ls = last_sync[k];
+      h.resize(p.size());
+      ls.resize(p.size());
+      SimTime sum = 0;
+      std::uint32_t last = kNoOp;
+      for (std::uint32_t i = 0; i < p.size(); ++i) {
+        sum += c.host(p.ops[i]);
+        h[i] = sum;
+        ls[i] = last;
+        if (p.ops[i].host_sync) last = i;
+      }
+    }
+  }
   classes.resize(g.templates.size());
   for (std::size_t k = 0; k < g.templates.size(); ++k) {
     RankClass& rc = classes[k];
@@ -127,6 +149,10 @@ ModelData::ModelData(const graph::SlicedGraph& g, const Costs& c, bool coalesce,
     rc.waits = &waits[k];
     rc.wire = wire[k].data();
     rc.prev_on_stream = prev_on_stream[k].data();
+    if (!host_prefix.empty()) {
+      rc.host_prefix = host_prefix[k].data();
+      rc.last_sync = last_sync[k].data();
+    }
     for (int s = 1; s < graph::kNumStreams; ++s) {
       rc.comm_base[s] = rc.comm_ops;
       rc.comm_ops += static_cast<std::uint32_t>(p.stream_ops[s].size());
@@ -151,6 +177,8 @@ ModelData::ModelData(const graph::SlicedGraph& g, const Costs& c, bool coalesce,
 Costs costs_of(const cost::CostModel& model) {
   Costs c;
   c.compute = [&model](const graph::Op& op) { return model.compute_ns(op); };
+  if (model.kernel().host_launch_us > 0)
+    c.host = [&model](const graph::Op& op) { return model.host_ns(op); };
   c.collective = [&model](graph::OpKind k, double bytes, const cost::CommShape& s) {
     return model.collective_ns(k, bytes, s);
   };

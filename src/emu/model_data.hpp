@@ -29,6 +29,8 @@ MemoryProfile memory_profile(const graph::RankProgram& p);
 /// (zero-cost communication for the closed-form schedule checks).
 struct Costs {
   std::function<SimTime(const graph::Op&)> compute;
+  /// Host time to issue an op (docs/engine.md "Host issue"); empty: the host always runs ahead.
+  std::function<SimTime(const graph::Op&)> host;
   std::function<SimTime(graph::OpKind, double, const cost::CommShape&)> collective;
   std::function<SimTime(double, bool)> p2p;
   std::function<cost::CommShape(const std::uint32_t*, const std::uint32_t*)> shape;
@@ -92,6 +94,11 @@ struct RankClass {
   const SimTime* wire = nullptr;
   /// Per op: the op before it on its stream, or kNoOp.
   const std::uint32_t* prev_on_stream = nullptr;
+  /// Host issue (docs/engine.md "Host issue"); both null when the host is not modelled. Per op:
+  /// the host time spent issuing the program up to and including it, and the last op before it
+  /// that the host synchronizes on (Op::host_sync), or kNoOp.
+  const SimTime* host_prefix = nullptr;
+  const std::uint32_t* last_sync = nullptr;
   /// Index of the first op of communication stream s among the template's communication ops.
   std::array<std::uint32_t, graph::kNumStreams> comm_base{};
   std::uint32_t comm_ops = 0;  ///< communication ops in the template
@@ -106,6 +113,8 @@ struct ModelData {
   std::vector<WaitDeps> waits;             ///< per template; empty for a template not loaded
   std::vector<std::vector<SimTime>> wire;  ///< per template (RankClass::wire)
   std::vector<std::vector<std::uint32_t>> prev_on_stream;  ///< per template
+  std::vector<std::vector<SimTime>> host_prefix;           ///< per template (RankClass)
+  std::vector<std::vector<std::uint32_t>> last_sync;       ///< per template (RankClass)
   /// Per template (null fields for a template not loaded); points into the vectors above.
   std::vector<RankClass> classes;
   bool coalesce_local_ops = true;

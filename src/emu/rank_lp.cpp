@@ -62,6 +62,17 @@ SimTime RankLP::deps_ready(std::uint32_t i) const {
   return t;
 }
 
+SimTime RankLP::issue_time(std::uint32_t i) const {
+  if (cls_->host_prefix == nullptr) return 0;
+  // The host issues in program order; after it waited for op s, it resumes at s's finish. Op s
+  // itself started no earlier than its own issue time, so the last synchronization alone sets
+  // the offset: issue(i) = H_i + finish(s) - H_s (H: the host's prefix sum of issue times).
+  const std::uint32_t s = cls_->last_sync[i];
+  if (s == kNoOp) return cls_->host_prefix[i];
+  const SimTime f = time_[s];
+  return f == kTimeUnknown ? kTimeUnknown : cls_->host_prefix[i] + (f - cls_->host_prefix[s]);
+}
+
 void RankLP::issue_comm(std::uint32_t i, int s, SimTime t, pdes::Context& ctx) {
   const graph::Op& op = cls_->prog->ops[i];
   const ModelData& data = *cls_->data;
@@ -121,14 +132,16 @@ void RankLP::advance(unsigned check, pdes::Context& ctx) {
         const std::uint32_t i = list[cursor_[s]];
         const SimTime ready = deps_ready(i);
         if (ready == kTimeUnknown) break;
-        const SimTime t = std::max(ready, stream_free(s));
+        const SimTime issued = issue_time(i);
+        if (issued == kTimeUnknown) break;
+        const SimTime t = std::max({ready, stream_free(s), issued});
         if (s != 0) {
           if (traced_) time_[start_slot(s, cursor_[s])] = t;
           issue_comm(i, s, t, ctx);
         } else if (coalesce) {
           time_[i] = t + cls_->dur[i];
           ++cursor_[s];
-          check |= wake(i);
+          check |= wake(i) | host_wake(i);
         } else {
           EmuMsg m;
           m.kind = MsgKind::OpDone;
@@ -162,7 +175,7 @@ void RankLP::forward(pdes::Event& e, pdes::Context& ctx) {
       time_[i] = ctx.now();
       ++cursor_[s];
       issued_ &= static_cast<std::uint8_t>(~(1u << s));
-      check = (1u << s) | wake(i);
+      check = (1u << s) | wake(i) | host_wake(i);
     }
   }
   advance(check, ctx);
@@ -268,7 +281,15 @@ void RankLP::finalize() {
       SimTime latest = kTimeUnknown;
       for (const std::uint32_t* d = cls_->waits->begin(i); d != cls_->waits->end(i); ++d)
         if (time_[*d] > latest) latest = time_[*d], blame = *d;
-      charge(blame, prev, start);
+      // The host issued the op after its dependencies finished: the end of the gap is the
+      // host's (host-bound issue), the rest is blamed as before.
+      SimTime until = start;
+      const SimTime issued = issue_time(i);
+      if (issued > std::max(prev, latest == kTimeUnknown ? SimTime{0} : latest)) {
+        until = std::max(prev, latest == kTimeUnknown ? SimTime{0} : latest);
+        r.host_wait += start - until;
+      }
+      charge(blame, prev, until);
     }
     prev = time_[i];
   }

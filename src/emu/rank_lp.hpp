@@ -59,6 +59,17 @@ class alignas(64) RankLP final : public pdes::LogicalProcess {
   /// Finish time of the latest dependency of op i on another stream (WaitDeps), or kTimeUnknown
   /// if one is not finished.
   SimTime deps_ready(std::uint32_t i) const;
+  /// When the host has issued op i (docs/engine.md "Host issue"): its issue time after the
+  /// start, or after the host's last synchronization once that op finished; kTimeUnknown while
+  /// that op is unfinished; 0 when the host is not modelled.
+  SimTime issue_time(std::uint32_t i) const;
+  /// All streams when op i is one the host synchronizes on (its finish releases the host),
+  /// else none: a bit set for advance().
+  unsigned host_wake(std::uint32_t i) const {
+    return cls_->last_sync != nullptr && cls_->prog->ops[i].host_sync
+               ? (1u << graph::kNumStreams) - 1
+               : 0u;
+  }
   /// Starts what can start on the streams in the bit set `check` (and on those it wakes).
   void advance(unsigned check, pdes::Context& ctx);
   /// The streams whose head op waits for op i (which just finished), as a bit set.

@@ -10,11 +10,13 @@
 namespace scalescope::emu {
 
 /// Where one rank's iteration time went: finish = compute + exposed_tp + exposed_pp + exposed_dp
-/// + exposed_embedding + exposed_cp + exposed_ep + bubble + other_wait. Compute-stream idle time is
+/// + exposed_embedding + exposed_cp + exposed_ep + bubble + host_wait + other_wait. Compute-stream idle time is
 /// split along the communication op the next compute op waited for: the part while that op's data
 /// moved (its wire time) is exposed communication of its kind (TP, pipeline transfer, DP,
 /// tied-embedding all-reduce); the part while it waited for its peers to arrive is `bubble`
-/// (pipeline fill and drain, stragglers); other_wait is idle time with no communication to blame.
+/// (pipeline fill and drain, stragglers); host_wait is idle time while the host (CPU) had not yet
+/// issued the next op (docs/engine.md "Host issue"); other_wait is idle time with nothing else to
+/// blame.
 struct RankResult {
   SimTime finish = 0;
   SimTime compute = 0;
@@ -25,6 +27,7 @@ struct RankResult {
   SimTime exposed_cp = 0;  ///< context parallelism's key/value exchange
   SimTime exposed_ep = 0;  ///< MoE token dispatch / combine (EP and expert-TP collectives)
   SimTime bubble = 0;
+  SimTime host_wait = 0;
   SimTime other_wait = 0;
   std::int64_t peak_memory = 0;     ///< peak allocated bytes (issue order, as PyTorch counts)
   std::int64_t peak_transient = 0;  ///< of which the transient workspace of the op at the peak

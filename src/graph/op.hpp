@@ -195,6 +195,10 @@ struct Op {
   /// GEMM ops only: SMs a TP communication kernel overlapped with this GEMM takes from it
   /// (Transformer Engine's userbuffers, `tp_comm_overlap`): the GEMM runs on the rest.
   std::uint8_t comm_sms = 0;
+  /// 1: the host waits for this op to finish before it issues the next op of the program (a
+  /// device-to-host synchronization, e.g. MoE token counts copied to the host before the
+  /// dispatch; docs/model.md "Host issue"). 0: the host issues on without waiting.
+  std::uint8_t host_sync = 0;
   /// Attention ops only: the value head dimension when it differs from the query/key one
   /// (MLA's d_v); 0 = the same as shape[2].
   std::uint16_t value_dim = 0;

@@ -1279,6 +1279,10 @@ class StageBuilder {
     chain(topk);
     Op permute = memory_bound(OpKind::Elementwise, OpName::MoePermute, phase,
                               2 * Tl * h + 2 * load_.sent * h);
+    // Megatron copies the tokens per expert to the host here (the dispatcher's split sizes, the
+    // grouped GEMM's m_splits; DeepEP's dispatch waits for its receive counts): the host stops
+    // issuing until the router and this permute ran (docs/model.md "Host issue").
+    permute.host_sync = 1;
     chain(permute);
     const double shared = overlapped_shared();
     ovl_stage(3, -1);

@@ -136,6 +136,31 @@ TEST(ComputeSeconds, OverlappedCommunicationTakesSmsFromTheGemm) {
   EXPECT_NEAR(compute_seconds(h100, op), op.flops / (794.5e12 * 116.0 / 132.0) + 2e-6, 1e-12);
 }
 
+TEST(HostSeconds, OneLaunchPerKernelTheHostIssues) {
+  // docs/cost-model.md §1.6: a grouped expert GEMM of 16 experts (FLOPs of 16 GEMMs of its
+  // per-expert shape) is 16 cuBLAS launches; unfused attention 4 kernels forward, 6 backward;
+  // any other op one. At 8.16 µs per launch: 130.56, 32.64, 48.96 and 8.16 µs. Off (0): 0.
+  graph::Op grouped = gemm(512, 3072, 4096);
+  grouped.flops *= 16;
+  EXPECT_EQ(host_launches(grouped), 16);
+  graph::Op attn;
+  attn.kind = graph::OpKind::Attention;
+  attn.attention_impl = graph::AttentionImpl::Unfused;
+  attn.phase = graph::Phase::Forward;
+  graph::Op attn_bwd = attn;
+  attn_bwd.phase = graph::Phase::Backward;
+  graph::Op ar;
+  ar.kind = graph::OpKind::AllReduce;
+  KernelCalibration cal;
+  EXPECT_EQ(host_seconds(cal, grouped), 0.0);  // the default: host not modelled
+  cal.host_launch_us = 8.16;
+  EXPECT_NEAR(host_seconds(cal, grouped), 130.56e-6, 1e-15);
+  EXPECT_NEAR(host_seconds(cal, attn), 32.64e-6, 1e-15);
+  EXPECT_NEAR(host_seconds(cal, attn_bwd), 48.96e-6, 1e-15);
+  EXPECT_NEAR(host_seconds(cal, ar), 8.16e-6, 1e-15);
+  EXPECT_NEAR(host_seconds(cal, gemm(4096, 4096, 4096)), 8.16e-6, 1e-15);
+}
+
 TEST(ComputeSeconds, NormAndActivationCanHaveTheirOwnHbmEfficiency) {
   // An RMSNorm moving 1 GB on an H100 (3.35 TB/s): at the default η = 0.8 it takes
   // 1e9 / (0.8 · 3.35e12) = 373.1 µs; with norm_activation_efficiency 0.17 (eager PyTorch's

@@ -14,7 +14,7 @@ set -euo pipefail
 bin=$1; repo=$2
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-for exp in quickstart llama3-8b-hf gpt3-175b-1024 llama3-405b-16k llama3-405b-8k quickstart-vpp llama3-70b-1k llama3-405b-128k-cp16 llama3-8b-fsdp llama3-8b-hsdp deepseek-v3-2k mixtral-8x7b-1k mixtral-8x22b-1k qwen3-235b-1k mixtral-allgather qwen3-ep-overlap mixtral-ep-overlap; do
+for exp in quickstart llama3-8b-hf gpt3-175b-1024 llama3-405b-16k llama3-405b-8k quickstart-vpp llama3-70b-1k llama3-405b-128k-cp16 llama3-8b-fsdp llama3-8b-hsdp deepseek-v3-2k mixtral-8x7b-1k mixtral-8x22b-1k qwen3-235b-1k mixtral-allgather qwen3-ep-overlap mixtral-ep-overlap qwen3-host-bound; do
   cfg=$repo/inputs/experiments/$exp.yaml
   set_small=()
   [ "$exp" = llama3-8b-hf ] && set_small=(--set model.num_layers=4 --set training.global_batch_size=64 --set cluster.num_gpus=64 --set parallel.dp=8 --set parallel.tp=4 --set parallel.pp=2)
@@ -38,6 +38,10 @@ for exp in quickstart llama3-8b-hf gpt3-175b-1024 llama3-405b-16k llama3-405b-8k
   if [ "$exp" = qwen3-ep-overlap ]; then  # interleaved (VP 2), DeepEP, delayed expert wgrads
     cfg=$repo/inputs/experiments/qwen3-235b-1k.yaml
     set_small=(--set model.num_layers=14 --set cluster.num_gpus=64 --set training.global_batch_size=32 --set parallel.vpp=2 --set parallel.moe_token_dispatcher_type=flex --set parallel.moe_a2a_overlap=true --set parallel.delay_wgrad_compute=true --set run.trace_ranks=[0,63])
+  fi
+  if [ "$exp" = qwen3-host-bound ]; then  # a host slower than the GPU, waiting at each dispatch
+    cfg=$repo/inputs/experiments/qwen3-235b-1k.yaml
+    set_small=(--set model.num_layers=14 --set cluster.num_gpus=64 --set training.global_batch_size=32 --set parallel.vpp=2 --set parallel.moe_token_dispatcher_type=flex --set parallel.moe_a2a_overlap=true --set parallel.delay_wgrad_compute=true --set cluster.host_launch_us=60 --set run.trace_ranks=[0,63])
   fi
   if [ "$exp" = mixtral-ep-overlap ]; then  # PP 1: F(i + 1) with B(i)
     cfg=$repo/inputs/experiments/mixtral-8x7b-1k.yaml

@@ -242,7 +242,7 @@ TEST(Emulation, TimeBreakdownAddsUpAndEveryTracedOpIsRecorded) {
   for (const RankResult& x : r.ranks)
     EXPECT_EQ(x.finish, x.compute + x.exposed_tp + x.exposed_pp + x.exposed_dp +
                             x.exposed_embedding + x.exposed_cp + x.exposed_ep + x.bubble +
-                            x.other_wait);
+                            x.host_wait + x.other_wait);
   EXPECT_EQ(r.timelines[0].size(), g.templates[0].size());
   EXPECT_EQ(r.timelines[7].size(), g.templates[1].size());
   for (const TimelineRecord& t : r.timelines[0]) EXPECT_LE(t.start, t.end);
@@ -353,6 +353,112 @@ TEST(Emulation, SkewedRouterMakesTheBusiestExpertsRankSetTheIterationTime) {
     EXPECT_GT(skewed.ranks[r].bubble + skewed.ranks[r].exposed_ep,
               skewed.ranks[busiest].bubble + skewed.ranks[busiest].exposed_ep);
   }
+}
+
+/// Host issue (docs/engine.md "Host issue"): the finish time of a program whose ops all run on
+/// the compute stream, by the host recurrence written out: the host issues op i at its prefix
+/// sum H_i of issue times, or, after it synchronized on op s, at finish(s) + H_i - H_s; the GPU
+/// starts op i at max(its issue, the previous op's finish).
+SimTime host_recurrence(const graph::RankProgram& p, const Costs& c) {
+  SimTime H = 0, finish = 0, offset = 0;
+  for (const graph::Op& op : p.ops) {
+    EXPECT_EQ(op.stream, graph::Stream::Compute);
+    H += c.host(op);
+    finish = std::max(finish, H + offset) + c.compute(op);
+    if (op.host_sync) offset = finish - H;
+  }
+  return finish;
+}
+
+Job one_rank_moe() {
+  Job j = pipeline_job(1, 3, workload::Schedule::OneFOneB);
+  j.m.gated_linear_unit = true;
+  j.m.num_experts = 4;
+  j.m.moe_router_topk = 2;
+  j.m.moe_ffn_hidden_size = 256;
+  return j;
+}
+
+TEST(HostIssue, AHostSlowerThanTheGpuSetsThePaceOfTheProgram) {
+  // One rank, no communication. Every op costs the host 3 µs; the layers' ops run 1 µs
+  // forward, 2 µs backward on the GPU, the others 0. With no synchronization the host never
+  // waits, so op i is issued at 3·(i + 1) µs and the GPU, faster than that, finishes each op
+  // its own time after the host issued it: the last op (the optimizer, 0 µs) ends at 3·n µs.
+  Job j = pipeline_job(1, 3, workload::Schedule::OneFOneB);
+  const graph::SlicedGraph g = workload::build_graph(j.m, j.p, j.t);
+  ASSERT_EQ(g.templates.size(), 1u);
+  const graph::RankProgram& p = g.templates[0];
+  Costs c = uniform_layer_costs();
+  c.host = [](const graph::Op&) -> SimTime { return 3000; };
+  const RunResults r = emulate(g, c, EmulationOptions{});
+  EXPECT_EQ(p.ops.back().name, graph::OpName::OptimizerStep);
+  EXPECT_EQ(r.summary.iteration_time, 3000 * static_cast<SimTime>(p.size()));
+  // The GPU's idle time is the host's: what the ops did not fill of the iteration.
+  SimTime busy = 0;
+  for (const graph::Op& op : p.ops) busy += c.compute(op);
+  EXPECT_EQ(r.ranks[0].compute, busy);
+  EXPECT_EQ(r.ranks[0].host_wait, r.summary.iteration_time - busy);
+}
+
+TEST(HostIssue, ASynchronizationMakesTheHostWaitForTheGpuToDrain) {
+  // One rank, MoE layers (4 experts, EP 1): each forward's permute is a host synchronization.
+  // The host issues an op per 0.4 µs, faster than the GPU (1–2 µs per layer op), so without the
+  // synchronizations it would run far ahead and the GPU never idle; with them, it waits for the
+  // GPU to drain at each permute and the GPU then idles 0.4 µs while the next op is issued.
+  const Job j = one_rank_moe();
+  const graph::SlicedGraph g = workload::build_graph(j.m, j.p, j.t);
+  ASSERT_EQ(g.templates.size(), 1u);
+  const graph::RankProgram& p = g.templates[0];
+  std::int64_t syncs = 0;
+  for (const graph::Op& op : p.ops) syncs += op.host_sync;
+  EXPECT_EQ(syncs, 2 * 3);  // a forward permute per MoE layer and micro-batch
+  Costs c = uniform_layer_costs();
+  c.host = [](const graph::Op&) -> SimTime { return 400; };
+  const RunResults r = emulate(g, c, EmulationOptions{});
+  EXPECT_EQ(r.summary.iteration_time, host_recurrence(p, c));
+  SimTime busy = 0;
+  for (const graph::Op& op : p.ops) busy += c.compute(op);
+  // The first layer op waits for its own issue and the embedding's (0.8 µs: the embedding
+  // costs the GPU nothing here), and after each synchronization the next op (an expert GEMM)
+  // waits 0.4 µs: the GPU idles (2 + syncs) · 0.4 µs, all of it the host's.
+  EXPECT_EQ(p.ops[0].name, graph::OpName::Embedding);
+  EXPECT_EQ(p.ops[1].layer, 0);
+  EXPECT_EQ(r.summary.iteration_time, busy + (2 + syncs) * 400);
+  EXPECT_EQ(r.ranks[0].host_wait, (2 + syncs) * 400);
+  // Without host costs the replay is the GPU's work alone.
+  Costs free_host = uniform_layer_costs();
+  EXPECT_EQ(emulate(g, free_host, EmulationOptions{}).summary.iteration_time, busy);
+}
+
+TEST(HostIssue, CoalescedOpByOpAndReversedReplaysAgreeWithTheHostModelled) {
+  // The host's issue times read only finish times, so undoing an event restores them: the
+  // coalesced and op-by-op replays of a job with TP, PP, DP and MoE synchronizations give
+  // identical results, and so does one that reverses and redoes every event (rollback_check).
+  Job j = mixed_job();
+  j.m.num_experts = 4;
+  j.m.moe_router_topk = 2;
+  j.m.moe_ffn_hidden_size = 512;
+  j.p.expert_model_parallel_size = 2;
+  const graph::SlicedGraph g = workload::build_graph(j.m, j.p, j.t);
+  Costs c = synthetic_costs();
+  c.host = [](const graph::Op& op) -> SimTime { return 300 + 100 * (op.layer & 3); };
+  const RunResults a = emulate(g, c, options(true, {0, 5}));
+  const RunResults b = emulate(g, c, options(false, {0, 5}));
+  EmulationOptions reversed = options(true, {0, 5});
+  reversed.rollback_check = true;
+  EXPECT_EQ(emulate(g, c, reversed).summary.iteration_time, a.summary.iteration_time);
+  EXPECT_EQ(a.summary.iteration_time, b.summary.iteration_time);
+  for (std::size_t r = 0; r < a.ranks.size(); ++r) {
+    EXPECT_EQ(a.ranks[r].finish, b.ranks[r].finish) << "rank " << r;
+    EXPECT_EQ(a.ranks[r].host_wait, b.ranks[r].host_wait) << "rank " << r;
+    EXPECT_EQ(a.ranks[r].finish, a.ranks[r].compute + a.ranks[r].exposed_tp +
+                                     a.ranks[r].exposed_pp + a.ranks[r].exposed_dp +
+                                     a.ranks[r].exposed_embedding + a.ranks[r].exposed_cp +
+                                     a.ranks[r].exposed_ep + a.ranks[r].bubble +
+                                     a.ranks[r].host_wait + a.ranks[r].other_wait);
+  }
+  EXPECT_GT(a.summary.iteration_time, emulate(g, synthetic_costs(), options(true, {}))
+                                          .summary.iteration_time);
 }
 
 }  // namespace

@@ -385,7 +385,8 @@ void expect_equivalent(const graph::SlicedGraph& a, const graph::SlicedGraph& b)
                   x.comm_bytes == y.comm_bytes && x.mem_alloc == y.mem_alloc &&
                   x.mem_free == y.mem_free && x.mem_transient == y.mem_transient &&
                   x.instance == y.instance && x.instance2 == y.instance2 &&
-                  x.comm_sms == y.comm_sms && x.value_dim == y.value_dim)
+                  x.comm_sms == y.comm_sms && x.value_dim == y.value_dim &&
+                  x.host_sync == y.host_sync)
           << "rank " << r << " op " << i;
     }
     for (int role = 1; role < graph::kNumRoles; ++role) {

@@ -244,6 +244,12 @@ TEST(Config, InlineClusterKeysOverridePreset) {
   EXPECT_EQ(c.cluster.gpu, "H100-SXM");  // alias resolved to the canonical name
   EXPECT_DOUBLE_EQ(c.cluster.nic_bandwidth_Gbps, 100);
   EXPECT_DOUBLE_EQ(c.cluster.nvlink_bandwidth_GBps, 300);  // still dgx-a100's
+  EXPECT_FALSE(c.cluster.host_launch_us);                   // dgx-a100 does not model the host
+  const auto h = load_experiment(put(
+      dir / "h.yaml",
+      Yaml().set("cluster", "preset", "dgx-h100").set("cluster", "host_launch_us", "20").text()));
+  ASSERT_TRUE(h.cluster.host_launch_us);
+  EXPECT_DOUBLE_EQ(*h.cluster.host_launch_us, 20);  // inline wins over the preset's 8.16
 }
 
 TEST(Config, DefaultsAndDerivedSizes) {
@@ -515,6 +521,7 @@ TEST(ConfigError, EveryBadInputNamesFileAndKey) {
       {Yaml().set("cluster", "nvlink_bandwidth_GBps", "0"), "cluster.nvlink_bandwidth_GBps"},
       {Yaml().set("cluster", "nic_latency_us", "-1"), "cluster.nic_latency_us"},
       {Yaml().set("cluster", "gpus_per_node", "0"), "cluster.gpus_per_node"},
+      {Yaml().set("cluster", "host_launch_us", "-2"), "cluster.host_launch_us"},
       // TP 3 does not divide 8 heads (Megatron: heads are split across TP ranks).
       {Yaml().set("parallel", "tp", "3").drop("cluster", "num_gpus"),
        "parallel.tensor_model_parallel_size=3 does not divide model.num_attention_heads=8"},

@@ -103,7 +103,9 @@ graph::SlicedGraph make_graph() {
   ce_ar.role = CommRole::Tp;
   ce_ar.comm_bytes = 32768;
   s1.add(ce_ar, {1});
-  s1.add(make_op(OpKind::Loss, Stream::Compute, OpName::CrossEntropy, Phase::Forward), {2});
+  Op loss = make_op(OpKind::Loss, Stream::Compute, OpName::CrossEntropy, Phase::Forward);
+  loss.host_sync = 1;  // any op may carry it; one does here so the round trip checks it
+  s1.add(loss, {2});
   Op send1 =
       make_op(OpKind::SendRecv, Stream::PpPrevComm, OpName::PpSend, Phase::Backward, 0xFFFF, 0);
   send1.role = CommRole::PpPrev;
@@ -157,6 +159,7 @@ void expect_same_op(const Op& a, const Op& b, const std::string& where) {
   EXPECT_EQ(a.mem_transient, b.mem_transient);
   EXPECT_EQ(a.instance, b.instance);
   EXPECT_EQ(a.instance2, b.instance2);
+  EXPECT_EQ(a.host_sync, b.host_sync);
 }
 
 /// Overwrites element `index` of a 1-D dataset through the HDF5 C API.

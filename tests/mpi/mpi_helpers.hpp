@@ -80,6 +80,7 @@ inline void expect_identical(const RunResults& a, const RunResults& b) {
     EXPECT_EQ(a.ranks[r].exposed_ep, b.ranks[r].exposed_ep) << "rank " << r;
     EXPECT_EQ(a.ranks[r].exposed_dp, b.ranks[r].exposed_dp) << "rank " << r;
     EXPECT_EQ(a.ranks[r].other_wait, b.ranks[r].other_wait) << "rank " << r;
+    EXPECT_EQ(a.ranks[r].host_wait, b.ranks[r].host_wait) << "rank " << r;
     EXPECT_EQ(a.ranks[r].peak_memory, b.ranks[r].peak_memory) << "rank " << r;
   }
   ASSERT_EQ(a.timelines.size(), b.timelines.size());
