@@ -765,7 +765,8 @@ void read_metadata(Context& ctx, const EtNode& n, const std::string& file, std::
 Op schema_op(const EtNode& n, const std::string& file, std::int64_t rank) {
   const EtAttr* ints = n.attr("ss_op");
   const EtAttr* fp = n.attr("ss_fp");
-  if (ints == nullptr || fp == nullptr || (ints->ints.size() != kOpInts && ints->ints.size() != kOpInts - 1) || fp->reals.size() != 3)
+  if (ints == nullptr || fp == nullptr ||
+      (ints->ints.size() != kOpInts && ints->ints.size() != kOpInts - 1) || fp->reals.size() != 3)
     node_error(file, n.id, rank, "scalescope node without valid ss_op / ss_fp attributes");
   const auto& v = ints->ints;
   auto in = [&](std::size_t i, std::int64_t hi) {

@@ -125,7 +125,7 @@ std::array<std::int64_t, kRankFields> pack(const RankResult& r) {
   return {r.finish,         r.compute,    r.exposed_tp,        r.exposed_pp,
           r.exposed_dp,     r.other_wait, r.peak_memory,       r.static_memory,
           r.pp_stage,       r.rank_class, r.exposed_embedding, r.bubble,
-          r.peak_transient, r.exposed_cp, r.exposed_ep, r.host_wait};
+          r.peak_transient, r.exposed_cp, r.exposed_ep,        r.host_wait};
 }
 RankResult unpack(const std::int64_t* v) {
   RankResult r;

@@ -10,13 +10,13 @@
 namespace scalescope::emu {
 
 /// Where one rank's iteration time went: finish = compute + exposed_tp + exposed_pp + exposed_dp
-/// + exposed_embedding + exposed_cp + exposed_ep + bubble + host_wait + other_wait. Compute-stream idle time is
-/// split along the communication op the next compute op waited for: the part while that op's data
-/// moved (its wire time) is exposed communication of its kind (TP, pipeline transfer, DP,
-/// tied-embedding all-reduce); the part while it waited for its peers to arrive is `bubble`
-/// (pipeline fill and drain, stragglers); host_wait is idle time while the host (CPU) had not yet
-/// issued the next op (docs/engine.md "Host issue"); other_wait is idle time with nothing else to
-/// blame.
+/// + exposed_embedding + exposed_cp + exposed_ep + bubble + host_wait + other_wait. Compute-stream
+/// idle time is split along the communication op the next compute op waited for: the part while
+/// that op's data moved (its wire time) is exposed communication of its kind (TP, pipeline
+/// transfer, DP, tied-embedding all-reduce); the part while it waited for its peers to arrive is
+/// `bubble` (pipeline fill and drain, stragglers); host_wait is idle time while the host (CPU) had
+/// not yet issued the next op (docs/engine.md "Host issue"); other_wait is idle time with nothing
+/// else to blame.
 struct RankResult {
   SimTime finish = 0;
   SimTime compute = 0;

@@ -457,8 +457,8 @@ TEST(HostIssue, CoalescedOpByOpAndReversedReplaysAgreeWithTheHostModelled) {
                                      a.ranks[r].exposed_ep + a.ranks[r].bubble +
                                      a.ranks[r].host_wait + a.ranks[r].other_wait);
   }
-  EXPECT_GT(a.summary.iteration_time, emulate(g, synthetic_costs(), options(true, {}))
-                                          .summary.iteration_time);
+  EXPECT_GT(a.summary.iteration_time,
+            emulate(g, synthetic_costs(), options(true, {})).summary.iteration_time);
 }
 
 }  // namespace

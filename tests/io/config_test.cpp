@@ -244,7 +244,7 @@ TEST(Config, InlineClusterKeysOverridePreset) {
   EXPECT_EQ(c.cluster.gpu, "H100-SXM");  // alias resolved to the canonical name
   EXPECT_DOUBLE_EQ(c.cluster.nic_bandwidth_Gbps, 100);
   EXPECT_DOUBLE_EQ(c.cluster.nvlink_bandwidth_GBps, 300);  // still dgx-a100's
-  EXPECT_FALSE(c.cluster.host_launch_us);                   // dgx-a100 does not model the host
+  EXPECT_FALSE(c.cluster.host_launch_us);                  // dgx-a100 does not model the host
   const auto h = load_experiment(put(
       dir / "h.yaml",
       Yaml().set("cluster", "preset", "dgx-h100").set("cluster", "host_launch_us", "20").text()));
