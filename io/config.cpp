@@ -270,9 +270,15 @@ Tree read_experiment(const std::string& path, std::optional<Value>& launch_line)
   return t;
 }
 
-/// Applies one "section.key=value" override; the value is parsed as YAML, empty means unset.
-void apply_override(Tree& t, const std::string& text, const std::string& experiment) {
-  const Origin origin{experiment, text, false};
+/// One "section.key=value" override, checked: a known section and key (its canonical name) and
+/// a value that parses as YAML (null: unset).
+struct ParsedOverride {
+  std::string section;
+  std::string key;
+  YAML::Node value;
+};
+
+ParsedOverride parse_override(const std::string& text, const std::string& experiment) {
   const auto bad = [&](std::string_view what) {
     throw_input("{}: override '{}': {}", experiment, text, what);
   };
@@ -284,29 +290,37 @@ void apply_override(Tree& t, const std::string& text, const std::string& experim
   const auto dot = path.find('.');
   if (dot == std::string::npos || path.find('.', dot + 1) != std::string::npos)
     bad(fmt::format("key '{}' must be section.key (e.g. parallel.tp=4)", path));
-  const std::string section = path.substr(0, dot);
+  ParsedOverride o;
+  o.section = path.substr(0, dot);
   const std::string key = path.substr(dot + 1);
-  if (std::find(kSections.begin(), kSections.end(), section) == kSections.end())
-    bad(fmt::format("{}: unknown section{}", section, detail::did_you_mean(section, kSections)));
-  const Keys allowed = section_keys(section);
-  const std::string_view name = canonical(section, key, allowed);
+  if (std::find(kSections.begin(), kSections.end(), o.section) == kSections.end())
+    bad(fmt::format("{}: unknown section{}", o.section,
+                    detail::did_you_mean(o.section, kSections)));
+  const Keys allowed = section_keys(o.section);
+  const std::string_view name = canonical(o.section, key, allowed);
   if (name.empty()) {
     Keys known = allowed;
-    if (section == "parallel")
+    if (o.section == "parallel")
       for (const auto& [alias, full] : kParallelAliases) known.push_back(alias);
-    bad(fmt::format("{}.{}: unknown key{}", section, key, detail::did_you_mean(key, known)));
+    bad(fmt::format("{}.{}: unknown key{}", o.section, key, detail::did_you_mean(key, known)));
   }
-  YAML::Node value;
+  o.key = std::string(name);
   try {
-    value = YAML::Load(text.substr(eq + 1));
+    o.value = YAML::Load(text.substr(eq + 1));
   } catch (const YAML::ParserException& e) {
-    bad(fmt::format("{}.{}: malformed YAML value: {}", section, name, e.msg));
+    bad(fmt::format("{}.{}: malformed YAML value: {}", o.section, o.key, e.msg));
   }
-  Section& s = t[section];
-  if (value.IsNull())
-    s.erase(std::string(name));
+  return o;
+}
+
+/// Applies one "section.key=value" override; the value is parsed as YAML, empty means unset.
+void apply_override(Tree& t, const std::string& text, const std::string& experiment) {
+  ParsedOverride o = parse_override(text, experiment);
+  Section& s = t[o.section];
+  if (o.value.IsNull())
+    s.erase(o.key);
   else
-    s.insert_or_assign(std::string(name), Value{value, origin});
+    s.insert_or_assign(o.key, Value{o.value, Origin{experiment, text, false}});
 }
 
 /// Directory against which a path written in `v` is resolved: the file's own directory, or the
@@ -1782,6 +1796,10 @@ ExperimentConfig load_experiment(const std::string& path, const std::vector<std:
   // The launch lines are merged in; like the presets, they are named in the header only.
   c.resolved_yaml.insert(c.resolved_yaml.find('\n') + 1, launch_header);
   return c;
+}
+
+void check_override(const std::string& text, const std::string& experiment) {
+  parse_override(text, experiment.empty() ? std::string(kCommandLine) : experiment);
 }
 
 }  // namespace scalescope::io

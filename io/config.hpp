@@ -60,6 +60,11 @@ ExperimentConfig load_experiment(const std::string& path,
                                  const std::vector<std::string>& overrides = {},
                                  const std::string& megatron_args = {});
 
+/// Checks one "section.key=value" override as load_experiment would apply it: a known section
+/// and key and a value that parses as YAML (the plan is not checked). Throws InputError naming
+/// `experiment` and the override.
+void check_override(const std::string& text, const std::string& experiment);
+
 /// Reads a Hugging Face config.json (Llama / Mistral / Qwen2 keys) into a ModelSpec.
 workload::ModelSpec load_hf_config(const std::string& path);
 

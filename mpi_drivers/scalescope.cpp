@@ -4,6 +4,8 @@
 //                  [--graph graph.h5] [--quiet]
 //   scalescope graph [CONFIG] [--megatron-args "…"] -o graph.h5 [--set key.path=value]...
 //   scalescope memory [CONFIG] [--megatron-args "…"] [--set key.path=value]...
+//   scalescope sweep [CONFIG] [--set …]... [--vary key.path=v1,v2,…]... [--search parallel]
+//                  [-o DIR] [--replay-unfit] [--top N]
 //   scalescope export-chakra graph.h5 PREFIX [--classes]
 //   scalescope chakra-microbench all_reduce|all_gather|reduce_scatter|all_to_all PREFIX
 //                  [--ranks N] [--bytes S]
@@ -37,6 +39,7 @@
 #include "cost/cost_model.hpp"
 #include "cost/gpu.hpp"
 #include "emu/emulation.hpp"
+#include "explore/sweep.hpp"
 #include "graph/expand.hpp"
 #include "io/chakra_et.hpp"
 #include "io/chrome_trace.hpp"
@@ -46,6 +49,7 @@
 #include "io/profile_io.hpp"
 #include "io/results_h5.hpp"
 #include "io/summary_json.hpp"
+#include "io/sweep_table.hpp"
 #include "kernels/executor.hpp"
 #include "kernels/sandbox.hpp"
 #include "workload/accounting.hpp"
@@ -804,12 +808,9 @@ int graph_command(const std::string& config_path, const std::string& out,
   return 0;
 }
 
-/// `scalescope memory CONFIG`: each pipeline stage's memory classes at its peak and the capacity
-/// check, from the graph's templates alone (no replay: memory is a property of the template).
-int memory_command(const std::string& config_path, const std::vector<std::string>& overrides,
-                   const std::string& megatron_args) {
-  io::ExperimentConfig c = io::load_experiment(config_path, overrides, megatron_args);
-  const graph::SlicedGraph g = build(c);
+/// Each pipeline stage's memory at its peak and the capacity check, from the graph's templates
+/// alone (memory is a property of the template; the replay gives the same peaks).
+emu::Summary template_memory(const io::ExperimentConfig& c, const graph::SlicedGraph& g) {
   emu::Summary s;
   s.gpu = cost::find_gpu(c.cluster.gpu).name;
   const workload::RankLayout lay = workload::layout_of(c.parallel);
@@ -826,6 +827,15 @@ int memory_command(const std::string& config_path, const std::vector<std::string
     s.peak_transient_bytes_by_pp_stage.push_back(worst.peak_transient);
   }
   check_memory(s, c);
+  return s;
+}
+
+/// `scalescope memory CONFIG`: each pipeline stage's memory classes at its peak and the capacity
+/// check, from the graph's templates alone (no replay: memory is a property of the template).
+int memory_command(const std::string& config_path, const std::vector<std::string>& overrides,
+                   const std::string& megatron_args) {
+  io::ExperimentConfig c = io::load_experiment(config_path, overrides, megatron_args);
+  const emu::Summary s = template_memory(c, build(c));
   std::cout << fmt::format("memory at each pipeline stage's peak (GiB), {} ({:.2f} GiB usable)\n",
                            s.gpu, static_cast<double>(s.memory_capacity_bytes) / (1 << 30));
   std::cout << fmt::format("  {:<18}", "class");
@@ -919,6 +929,159 @@ int profile_command(const std::string& config_path, const std::vector<std::strin
   io::write_profile_h5(p, out);
   std::cout << fmt::format("{} signatures measured on {} at op_scale {} → {}\n", p.entries.size(),
                            p.device, op_scale, out);
+  return 0;
+}
+
+/// One configuration of a sweep through `scalescope run`'s pipeline: load (a refused plan is a
+/// row that says why), build, the memory check from the templates, and unless it does not fit
+/// (or `replay_unfit`), the replay on the sequential engine (the optimistic one gives the same
+/// result bit for bit). Nothing is written.
+explore::Row sweep_point(const std::string& config_path, const std::vector<std::string>& base,
+                         const std::string& megatron_args, const std::vector<std::string>& point,
+                         std::size_t index, bool replay_unfit) {
+  explore::Row r;
+  r.index = index;
+  r.overrides = point;
+  std::vector<std::string> overrides = base;
+  overrides.insert(overrides.end(), point.begin(), point.end());
+  std::optional<io::ExperimentConfig> loaded;
+  std::optional<graph::SlicedGraph> g;
+  try {
+    loaded = io::load_experiment(config_path, overrides, megatron_args);
+    g = build(*loaded);
+  } catch (const InputError& e) {
+    r.status = explore::Status::Invalid;
+    r.message = e.what();
+    return r;
+  }
+  const io::ExperimentConfig& c = *loaded;
+  r.num_gpus = c.parallel.world();
+  r.tp = c.parallel.tp();
+  r.pp = c.parallel.pp();
+  r.dp = c.parallel.dp();
+  r.cp = c.parallel.cp();
+  r.ep = c.parallel.ep();
+  r.vpp = c.parallel.vpp();
+  r.micro_batch = c.training.micro_batch_size;
+  const auto fill_memory = [&](const emu::Summary& s) {
+    r.peak_memory_bytes = s.memory_total_bytes_by_pp_stage[s.memory_tightest_stage];
+    r.memory_capacity_bytes = s.memory_capacity_bytes;
+    r.status = s.memory_fits ? explore::Status::Ok : explore::Status::DoesNotFit;
+    r.message = s.memory_fits ? std::string()
+                              : fmt::format(
+                                    "rank {} (pipeline stage {}) needs {:.2f} GiB of "
+                                    "{:.2f} GiB (largest class: {})",
+                                    s.memory_tightest_rank, s.memory_tightest_stage,
+                                    static_cast<double>(r.peak_memory_bytes) / (1 << 30),
+                                    static_cast<double>(s.memory_capacity_bytes) / (1 << 30),
+                                    s.memory_dominant_class);
+  };
+  fill_memory(template_memory(c, *g));
+  if (r.status == explore::Status::DoesNotFit && !replay_unfit) return r;
+
+  cost::CostModel cost(c.cluster);
+  std::optional<cost::Profile> profile;
+  if (!c.cost.profile.empty()) profile = io::read_profile_h5(c.cost.profile);
+  const emu::Costs costs = costs_with_profile(emu::costs_of(cost), profile ? &*profile : nullptr);
+  emu::EmulationOptions opt;
+  opt.coalesce_local_ops = c.run.coalesce_local_ops;
+  opt.eager_p2p = c.run.p2p == "eager";
+  opt.trace_ranks.clear();
+  emu::RunResults res = emu::emulate(*g, costs, opt);
+  complete_summary(res, c);
+  check_memory(res.summary, c);
+  fill_memory(res.summary);
+  r.replayed = true;
+  const emu::Summary& s = res.summary;
+  r.iteration_time_s = s.iteration_time_s();
+  r.tokens_per_s = s.tokens_per_s();
+  r.model_tflops_per_gpu = s.model_tflops_per_gpu();
+  r.mfu = s.mfu();
+  const emu::RankResult& last = res.ranks[io::last_finishing_rank(res)];
+  r.compute_s = ns_to_seconds(last.compute);
+  r.exposed_comm_s = ns_to_seconds(last.exposed_tp + last.exposed_pp + last.exposed_dp +
+                                   last.exposed_embedding + last.exposed_cp + last.exposed_ep);
+  r.bubble_s = ns_to_seconds(last.bubble);
+  r.host_wait_s = ns_to_seconds(last.host_wait);
+  return r;
+}
+
+/// `scalescope sweep`: every configuration of the axes' product (or of the parallel-layout
+/// search) run as `scalescope run` would, ranked into DIR/sweep.csv and sweep.json. Under
+/// mpirun the configurations are dealt round-robin to the processes (each runs its own on the
+/// sequential engine), so the table is the same at any process count.
+int sweep_command(const MpiSession& mpi, const std::string& config_path,
+                  const std::vector<std::string>& base, const std::string& megatron_args,
+                  const std::vector<std::string>& vary, const std::string& search,
+                  const std::string& out, bool replay_unfit, std::size_t top, bool quiet) {
+  if (config_path.empty() && megatron_args.empty())
+    throw_input("scalescope sweep: give an experiment CONFIG or --megatron-args \"…\"");
+  // The base experiment must load on its own: its errors are the user's, not a row's.
+  const io::ExperimentConfig c0 = io::load_experiment(config_path, base, megatron_args);
+  std::vector<explore::Axis> axes;
+  if (!search.empty()) {
+    if (search != "parallel")
+      throw_input("scalescope sweep --search {}: expected 'parallel'", search);
+    axes.push_back(explore::parallel_search(c0.cluster.num_gpus, c0.cluster.gpus_per_node,
+                                            c0.model.num_layers));
+  }
+  for (const std::string& v : vary) {
+    explore::Axis a = explore::parse_vary(v);
+    for (const auto& value : a.values)
+      for (const std::string& o : value) io::check_override(o, c0.path);
+    axes.push_back(std::move(a));
+  }
+  if (axes.empty()) throw_input("scalescope sweep: give --vary key=v1,v2,… or --search parallel");
+  const std::vector<std::vector<std::string>> points = explore::expand(axes);
+
+  // This process's share, then every share to process 0 as one JSON text each.
+  const auto me = static_cast<std::size_t>(mpi.rank());
+  const auto procs = static_cast<std::size_t>(mpi.size());
+  nlohmann::ordered_json mine = nlohmann::ordered_json::array();
+  for (std::size_t i = me; i < points.size(); i += procs) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const explore::Row r =
+        sweep_point(config_path, base, megatron_args, points[i], i, replay_unfit);
+    if (!quiet && me == 0)
+      std::cerr << fmt::format(
+          "[{}/{}] {} → {} ({:.1f} s)\n", i + 1, points.size(), fmt::join(points[i], " "),
+          r.replayed ? fmt::format("{:.4f} s", r.iteration_time_s) : explore::status_name(r.status),
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    mine.push_back(io::sweep_row_json(r));
+  }
+  const std::string text = mine.dump();
+  int len = static_cast<int>(text.size());
+  std::vector<int> lens(procs), displs(procs);
+  MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+  std::string all;
+  if (me == 0) {
+    for (std::size_t p = 0, at = 0; p < procs; at += static_cast<std::size_t>(lens[p]), ++p)
+      displs[p] = static_cast<int>(at);
+    all.resize(static_cast<std::size_t>(displs[procs - 1] + lens[procs - 1]));
+  }
+  MPI_Gatherv(text.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, 0,
+              MPI_COMM_WORLD);
+  if (me != 0) return 0;
+  std::vector<explore::Row> rows(points.size());
+  for (std::size_t p = 0; p < procs; ++p)
+    for (const auto& j : nlohmann::ordered_json::parse(
+             all.substr(static_cast<std::size_t>(displs[p]), static_cast<std::size_t>(lens[p])))) {
+      explore::Row r = io::sweep_row_from_json(j);
+      rows[r.index] = std::move(r);
+    }
+  const std::vector<std::size_t> order = explore::rank_rows(rows);
+  io::write_sweep(out, c0.path, axes, rows, order);
+  if (!quiet) {
+    std::cout << io::format_sweep_table(rows, order, top);
+    const explore::Row& best = rows[order.front()];
+    if (best.status == explore::Status::Ok)
+      std::cout << fmt::format("best: {:.4f} s per iteration with --set {}\n",
+                               best.iteration_time_s, fmt::join(best.overrides, " --set "));
+    else
+      std::cout << "no configuration fits in memory\n";
+    std::cout << fmt::format("{} configurations; table in {}/sweep.csv and sweep.json\n",
+                             rows.size(), out);
+  }
   return 0;
 }
 
@@ -1044,6 +1207,26 @@ int main(int argc, char** argv) {
   bcmd->add_option("--bytes", bench_bytes, "nccl-tests size S in bytes (default 1 MiB)")
       ->check(CLI::NonNegativeNumber);
 
+  std::string sweep_config, sweep_search, sweep_out = "out/sweep";
+  std::vector<std::string> sweep_overrides, sweep_vary;
+  bool sweep_replay_unfit = false;
+  std::size_t sweep_top = 20;
+  auto* scmd = app.add_subcommand(
+      "sweep", "Run every configuration of a sweep and rank them (sweep.csv, sweep.json)");
+  scmd->add_option("config", sweep_config, "Experiment YAML (optional with --megatron-args)");
+  scmd->add_option("--megatron-args", megatron_args, launch_help);
+  scmd->add_option("--set", sweep_overrides, "Override a config key for every configuration");
+  scmd->add_option("--vary", sweep_vary,
+                   "An axis: key.path=v1,v2,… (repeatable; the product of the axes is swept)");
+  scmd->add_option("--search", sweep_search,
+                   "parallel: every TP (powers of two within a node) × PP (powers of two) on "
+                   "the configured GPUs, DP derived");
+  scmd->add_option("-o,--output", sweep_out, "Output directory (default out/sweep)");
+  scmd->add_flag("--replay-unfit", sweep_replay_unfit,
+                 "Replay configurations that do not fit in memory too");
+  scmd->add_option("--top", sweep_top, "Rows printed (default 20; 0: all)");
+  scmd->add_flag("-q,--quiet", quiet, "Print nothing on success");
+
   try {
     app.parse(args);
   } catch (const CLI::ParseError& e) {
@@ -1051,6 +1234,9 @@ int main(int argc, char** argv) {
   }
   try {
     if (*ecmd) return export_chakra_command(export_graph, export_prefix, export_classes);
+    if (*scmd)
+      return sweep_command(mpi, sweep_config, sweep_overrides, megatron_args, sweep_vary,
+                           sweep_search, sweep_out, sweep_replay_unfit, sweep_top, quiet);
     if (*bcmd) {
       const graph::OpKind kind = bench_kind == "all_reduce"       ? graph::OpKind::AllReduce
                                  : bench_kind == "all_gather"     ? graph::OpKind::AllGather

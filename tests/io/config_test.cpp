@@ -141,6 +141,27 @@ TEST(Config, LoadsEveryShippedExperiment) {
   EXPECT_GE(n, 3);
 }
 
+TEST(Config, CheckOverrideAsSetReadsIt) {
+  // Known keys (aliases too), unset values and YAML lists pass; the plan is not checked.
+  EXPECT_NO_THROW(check_override("parallel.tp=3", "x.yaml"));
+  EXPECT_NO_THROW(check_override("parallel.dp=", "x.yaml"));
+  EXPECT_NO_THROW(check_override("parallel.recompute_modules=[mlp, core_attn]", "x.yaml"));
+  const auto message = [](const std::string& text) {
+    try {
+      check_override(text, "x.yaml");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(message("parallel.tpx=1"),
+            "x.yaml: override 'parallel.tpx=1': parallel.tpx: unknown key (did you mean 'tp'?)");
+  EXPECT_NE(message("paralel.tp=1").find("unknown section"), std::string::npos);
+  EXPECT_NE(message("parallel.tp=[1").find("malformed YAML value"), std::string::npos);
+  EXPECT_NE(message("tp=1").find("must be section.key"), std::string::npos);
+  EXPECT_NE(message("parallel.tp").find("expected key.path=value"), std::string::npos);
+}
+
 TEST(Config, LoadsEveryShippedPreset) {
   // Each preset in a minimal experiment that names it by its path.
   const fs::path dir = scratch();

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# `scalescope sweep`: each configuration gives what `scalescope run` gives for it, refused plans
+# and configurations that do not fit are rows that say so, bad axes are one-line errors with no
+# output, and the table is the same at np 1 and np 2.
+set -euo pipefail
+bin=$1; repo=$2
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+qs=$repo/inputs/experiments/quickstart.yaml
+# 3 TP values × 2 micro-batch sizes: TP 3 is refused (it does not divide the sequence under SP).
+# DP derived from the 64 GPUs (the file pins it to 8).
+axes=(--set parallel.dp= --vary parallel.tp=2,3,4 --vary training.micro_batch_size=1,2)
+"$bin" sweep "$qs" "${axes[@]}" -q -o "$tmp/s1"
+mpirun -np 2 "$bin" sweep "$qs" "${axes[@]}" -q -o "$tmp/s2"
+cmp "$tmp/s1/sweep.csv" "$tmp/s2/sweep.csv"
+cmp "$tmp/s1/sweep.json" "$tmp/s2/sweep.json"
+# The same two configurations through `scalescope run`.
+"$bin" run "$qs" --set parallel.dp= --set parallel.tp=4 --set training.micro_batch_size=2 \
+  -o "$tmp/r42" --quiet
+"$bin" run "$qs" --set parallel.dp= --set parallel.tp=2 --set training.micro_batch_size=1 \
+  -o "$tmp/r21" --quiet
+# Memory: micro-batch 16 at TP 1, PP 1 needs more than an H100's 80 GB (78.8 GiB at 8, the
+# activations of 8 more sequences on top), so it is reported, and replayed only on request.
+common=(--set parallel.dp= --set parallel.sequence_parallel=false --set training.global_batch_size=1024
+  --vary parallel.tp=1 --vary parallel.pp=1 --vary training.micro_batch_size=4,16)
+"$bin" sweep "$qs" "${common[@]}" -q -o "$tmp/m1"
+"$bin" sweep "$qs" "${common[@]}" --replay-unfit -q -o "$tmp/m2"
+# Bad axes: one line, non-zero, nothing written.
+for bad in "parallel.tpx=1,2" "parallel.tp=" "parallel.recompute_modules=[mlp"; do
+  if "$bin" sweep "$qs" --vary "$bad" -o "$tmp/bad" 2>"$tmp/err"; then
+    echo "sweep accepted --vary $bad"; exit 1
+  fi
+  [ "$(wc -l <"$tmp/err")" -eq 1 ] || { cat "$tmp/err"; exit 1; }
+  [ ! -e "$tmp/bad" ] || { echo "output written for --vary $bad"; exit 1; }
+done
+/usr/bin/python3 - "$tmp" <<'PY'
+import csv, json, sys
+d = sys.argv[1]
+rows = list(csv.DictReader(open(f"{d}/s1/sweep.csv")))
+assert len(rows) == 6, len(rows)
+by = {r["overrides"]: r for r in rows}
+for tp, mb, run in ((4, 2, "r42"), (2, 1, "r21")):
+    r = by[f"parallel.tp={tp} training.micro_batch_size={mb}"]
+    s = json.load(open(f"{d}/{run}/summary.json"))
+    assert r["status"] == "ok", r
+    # The same pipeline: the very same iteration time and peak memory.
+    assert float(r["iteration_time_s"]) == s["iteration_time_s"], (r, s["iteration_time_s"])
+    assert float(r["tokens_per_s"]) == s["tokens_per_s"]
+    assert (int(r["tp"]), int(r["dp"]), int(r["micro_batch_size"])) == (tp, 64 // (tp * 2), mb)
+refused = [r for r in rows if r["status"] == "invalid"]
+assert len(refused) == 2 and all("parallel.tp=3" in r["overrides"] for r in refused), refused
+assert all("does not divide model.seq_length" in r["message"] for r in refused), refused
+assert [r["status"] for r in rows] == ["ok"] * 4 + ["invalid"] * 2
+times = [float(r["iteration_time_s"]) for r in rows[:4]]
+assert times == sorted(times), times  # ranked by iteration time
+assert [int(r["rank"]) for r in rows] == list(range(1, 7))
+m1 = {r["micro_batch_size"]: r for r in csv.DictReader(open(f"{d}/m1/sweep.csv"))}
+m2 = {r["micro_batch_size"]: r for r in csv.DictReader(open(f"{d}/m2/sweep.csv"))}
+assert m1["4"]["status"] == "ok" and m1["16"]["status"] == "does_not_fit", m1
+assert m1["16"]["replayed"] == "false" and float(m1["16"]["iteration_time_s"]) == 0
+assert float(m1["16"]["peak_memory_gib"]) > float(m1["16"]["memory_capacity_gib"])
+assert "needs" in m1["16"]["message"], m1["16"]
+assert m2["16"]["status"] == "does_not_fit" and m2["16"]["replayed"] == "true"
+assert float(m2["16"]["iteration_time_s"]) > 0
+assert m2["16"]["peak_memory_gib"] == m1["16"]["peak_memory_gib"]  # templates = replay
+print("ok")
+PY

@@ -1,0 +1,95 @@
+// Sweep expansion, the parallel-layout search space and the table's ranking (src/explore).
+#include "explore/sweep.hpp"
+
+#include <gtest/gtest.h>
+
+#include "core/error.hpp"
+
+namespace scalescope::explore {
+namespace {
+
+using Point = std::vector<std::string>;
+
+TEST(Sweep, VaryListsOneOverridePerValue) {
+  const Axis a = parse_vary("parallel.tp=1,2,4");
+  EXPECT_EQ(a.name, "parallel.tp");
+  ASSERT_EQ(a.values.size(), 3u);
+  EXPECT_EQ(a.values[0], Point{"parallel.tp=1"});
+  EXPECT_EQ(a.values[2], Point{"parallel.tp=4"});
+}
+
+TEST(Sweep, CommasInsideBracketsBelongToTheValue) {
+  const Axis a = parse_vary("parallel.recompute_modules=[mlp,core_attn],[moe],{a: 1, b: 2}");
+  ASSERT_EQ(a.values.size(), 3u);
+  EXPECT_EQ(a.values[0], Point{"parallel.recompute_modules=[mlp,core_attn]"});
+  EXPECT_EQ(a.values[1], Point{"parallel.recompute_modules=[moe]"});
+  EXPECT_EQ(a.values[2], Point{"parallel.recompute_modules={a: 1, b: 2}"});
+}
+
+TEST(Sweep, MalformedVaryIsAOneLineError) {
+  EXPECT_THROW(parse_vary("parallel.tp"), InputError);       // no '='
+  EXPECT_THROW(parse_vary("=1,2"), InputError);              // no key
+  EXPECT_THROW(parse_vary("parallel.tp="), InputError);      // no values
+  EXPECT_THROW(parse_vary("parallel.tp=1,,2"), InputError);  // an empty value
+  EXPECT_THROW(parse_vary("parallel.recompute_modules=[mlp"), InputError);
+  EXPECT_THROW(parse_vary("parallel.recompute_modules=mlp]"), InputError);
+  try {
+    parse_vary("parallel.tp=1,,2");
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("parallel.tp=1,,2"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Sweep, ExpandIsTheProductWithTheLastAxisFastest) {
+  const std::vector<Axis> axes = {parse_vary("parallel.tp=1,2"), parse_vary("parallel.pp=1,2,4")};
+  const auto points = expand(axes);
+  ASSERT_EQ(points.size(), 6u);  // 2 × 3
+  EXPECT_EQ(points[0], (Point{"parallel.tp=1", "parallel.pp=1"}));
+  EXPECT_EQ(points[1], (Point{"parallel.tp=1", "parallel.pp=2"}));
+  EXPECT_EQ(points[3], (Point{"parallel.tp=2", "parallel.pp=1"}));
+  EXPECT_EQ(points[5], (Point{"parallel.tp=2", "parallel.pp=4"}));
+  EXPECT_EQ(expand({}).size(), 1u);  // no axes: the base configuration alone
+}
+
+TEST(Sweep, ParallelSearchCoversPowersOfTwoWithinANodeAndTheLayers) {
+  // 64 GPUs, 8 per node, 8 layers: TP ∈ {1, 2, 4, 8}; PP ∈ {1, 2, 4, 8} (≤ 8 layers, TP·PP ≤ 64)
+  // → 16 layouts.
+  const Axis a = parallel_search(64, 8, 8);
+  ASSERT_EQ(a.values.size(), 16u);
+  EXPECT_EQ(a.values[0], (Point{"parallel.tp=1", "parallel.pp=1",
+                                "parallel.dp=", "parallel.sequence_parallel=false",
+                                "parallel.tp_comm_overlap=false"}));
+  EXPECT_EQ(a.values[15], (Point{"parallel.tp=8", "parallel.pp=8",
+                                 "parallel.dp=", "parallel.sequence_parallel=true"}));
+  // 4 GPUs (a partial node), 80 layers: TP ∈ {1, 2, 4} with PP ≤ 4 / TP → 3 + 2 + 1 = 6.
+  EXPECT_EQ(parallel_search(4, 8, 80).values.size(), 6u);
+  // 2 layers bound PP: TP ∈ {1, 2, 4, 8} × PP ∈ {1, 2} = 8.
+  EXPECT_EQ(parallel_search(1024, 8, 2).values.size(), 8u);
+}
+
+Row row(std::size_t index, Status s, double time, std::int64_t mem, bool replayed) {
+  Row r;
+  r.index = index;
+  r.status = s;
+  r.iteration_time_s = time;
+  r.peak_memory_bytes = mem;
+  r.replayed = replayed;
+  return r;
+}
+
+TEST(Sweep, RankingPutsFittingPlansFirstByTime) {
+  const std::vector<Row> rows = {
+      row(0, Status::Invalid, 0, 0, false),       // refused: last
+      row(1, Status::Ok, 2.0, 50, true),          // fits, slower
+      row(2, Status::DoesNotFit, 0, 900, false),  // not replayed: by memory
+      row(3, Status::Ok, 1.5, 70, true),          // fits, fastest: first
+      row(4, Status::DoesNotFit, 1.0, 95, true),  // replayed but does not fit: after the fitting
+      row(5, Status::DoesNotFit, 0, 800, false),
+      row(6, Status::Ok, 1.5, 60, true),  // ties with 3 on time: by index
+  };
+  const std::vector<std::size_t> expected = {3, 6, 1, 4, 5, 2, 0};
+  EXPECT_EQ(rank_rows(rows), expected);
+}
+
+}  // namespace
+}  // namespace scalescope::explore
