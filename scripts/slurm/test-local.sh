@@ -2,7 +2,8 @@
 # Starts a private single-node Slurm on this machine, submits scripts/slurm/emulate.sbatch on
 # inputs/experiments/quickstart.yaml with 2 tasks, checks that the job COMPLETED and that its
 # results.h5 equals the one of `mpirun -np 2` bit for bit (every dataset but /engine, and the
-# /summary attributes), then stops the daemons it started and removes its files.
+# /summary attributes), runs a `scalescope sweep` as a 2-task job and compares its sweep.csv with
+# one process's, then stops the daemons it started and removes its files.
 #
 # Usage: test-local.sh [SCALESCOPE [REPO]]   (defaults: REPO/build/scalescope, this script's repo)
 # Needs root and Debian's slurmctld slurmd slurm-client munge (scripts/setup.sh installs them);
@@ -255,6 +256,25 @@ log "slurm: job $job: sbatch exit $rc, JobState=${jobstate:-unknown}"
 slurm_out=$tmp/work/out/scalescope-test-$job
 [ -f "$slurm_out/results.h5" ] || fail "job $job wrote no $slurm_out/results.h5"
 grep -q "2 task(s)" "$tmp/work/scalescope-$job.out" || fail "job log does not report 2 tasks"
+
+# --- a sweep as a Slurm job on 2 tasks: the same table as one process gives.
+log "slurm: sbatch --wait emulate.sbatch sweep $cfg (2 tasks)"
+sweep_args=(--set parallel.dp= --vary parallel.tp=2,4 --vary training.micro_batch_size=1,2 --quiet)
+SCALESCOPE_BIN=$bin timeout -k 10 300 sbatch --wait --parsable --job-name=scalescope-sweep --ntasks=2 \
+  "${overcommit[@]}" --time=10 --chdir="$tmp/work" --output="$tmp/work/scalescope-%j.out" \
+  "$repo/scripts/slurm/emulate.sbatch" sweep "$cfg" "${sweep_args[@]}" >"$tmp/sbatch.out" \
+  2>"$tmp/sbatch.err" &
+echo $! >"$tmp/run/client-sbatch.pid"
+wait $!
+rc=$?
+rm -f "$tmp/run/client-sbatch.pid"
+sjob=$(head -n1 "$tmp/sbatch.out" | cut -d';' -f1)
+[[ "$sjob" =~ ^[0-9]+$ ]] || fail "sbatch (sweep) gave no job id (exit $rc): $(cat "$tmp/sbatch.err")"
+[ "$rc" -eq 0 ] || fail "sbatch --wait exited $rc for the sweep job $sjob ($(cat "$tmp/sbatch.err"))"
+"$bin" sweep "$cfg" "${sweep_args[@]}" -o "$tmp/sweep1" || fail "the one-process sweep failed"
+cmp "$tmp/work/out/scalescope-sweep-$sjob/sweep.csv" "$tmp/sweep1/sweep.csv" ||
+  fail "the Slurm sweep's table differs from one process's"
+log "slurm: sweep job $sjob: sweep.csv identical to one process's"
 
 # --- the same run under mpirun.
 log "mpirun: -np 2 on the same experiment"
