@@ -36,14 +36,14 @@ else
 fi
 
 # --- every script: shebang, executable, --help ----------------------------------------------------
-for s in summarize timeline memory compare; do
+for s in summarize timeline memory compare sweep; do
   f=$post/$s.py
   [ "$(head -1 "$f")" = "#!/usr/bin/python3" ] || bad "$s.py: first line is not #!/usr/bin/python3"
   [ -x "$f" ] || bad "$s.py: not executable"
   if "$f" --help >"$tmp/help" 2>&1 && grep -q "usage:" "$tmp/help"; then ok "$s.py --help"
   else bad "$s.py --help:"; cat "$tmp/help"; fi
 done
-for s in summarize timeline memory compare; do
+for s in summarize timeline memory compare sweep; do
   grep -q "^import scalescope_results as sr" "$post/$s.py" || bad "$s.py: does not import scalescope_results"
   grep -q "h5py" "$post/$s.py" && bad "$s.py: reads h5py itself instead of scalescope_results"
 done
@@ -197,6 +197,36 @@ expect_error "memory untraced ranks" "ranks 1, 2 not traced (traced ranks: 0, 32
   "$post/memory.py" "$a" --ranks 0-2 -o "$tmp/err.png"
 expect_error "timeline into a missing directory" "does not exist" \
   "$post/timeline.py" "$a" -o "$tmp/no-dir/err.png"
+
+# --- sweep.py on a sweep of the quickstart: every TP × PP layout, micro-batch 1 and 2 ----------
+if "$bin" sweep "$qs" --search parallel --vary training.micro_batch_size=1,2 -q -o "$tmp/sweep" \
+    2>"$tmp/err"; then ok "sweep"; else bad "sweep: $(cat "$tmp/err")"; fi
+plot "sweep.py" "$tmp/sweep.png" "$post/sweep.py" "$tmp/sweep" -o "$tmp/sweep.png"
+"$post/sweep.py" "$tmp/sweep" --json >"$tmp/front.json" 2>"$tmp/err" || bad "sweep.py --json: $(cat "$tmp/err")"
+# The front by its definition (no fitting configuration at most as slow and at most as large,
+# and better in one), checked pairwise over the CSV, against the script's.
+if $py - "$tmp/sweep/sweep.csv" "$tmp/front.json" <<'PY'; then ok "sweep.py Pareto front"; else bad "sweep.py Pareto front"; fi
+import csv, json, sys
+rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["status"] == "ok"]
+pt = {int(r["index"]): (float(r["iteration_time_s"]), float(r["peak_memory_gib"])) for r in rows}
+def dominated(i):
+    t, m = pt[i]
+    return any(j != i and pt[j][0] <= t and pt[j][1] <= m and (pt[j] != pt[i] or j < i)
+               for j in pt)
+want = sorted(i for i in pt if not dominated(i))
+got = [r["index"] for r in json.load(open(sys.argv[2]))["pareto_front"]]
+assert sorted(got) == want, (got, want)
+assert len(want) >= 2, want   # 8 layers on 64 GPUs: more memory buys time
+times = [pt[i][0] for i in got]
+assert times == sorted(times), times  # fastest first
+PY
+"$post/sweep.py" "$tmp/sweep" >"$tmp/sweep.txt" 2>&1 || bad "sweep.py text: $(cat "$tmp/sweep.txt")"
+grep -q "32 configurations" "$tmp/sweep.txt" && grep -q "^best: " "$tmp/sweep.txt" &&
+  ok "sweep.py text" || bad "sweep.py text: $(head -3 "$tmp/sweep.txt")"
+echo '{"rows": [{"index": 0}]}' >"$tmp/bad-sweep.json"
+expect_error "sweep.py missing file" "absent.json: cannot read" "$post/sweep.py" "$tmp/absent.json"
+expect_error "sweep.py not a table" "row 0 lacks status" "$post/sweep.py" "$tmp/bad-sweep.json"
+expect_error "sweep.py not JSON" "not JSON" "$post/sweep.py" "$tmp/sweep/sweep.csv"
 
 [ $fail -eq 0 ] && echo "all post-processing checks passed"
 exit $fail
