@@ -1077,8 +1077,20 @@ int sweep_command(const MpiSession& mpi, const std::string& config_path,
     if (best.status == explore::Status::Ok)
       std::cout << fmt::format("best: {:.4f} s per iteration with --set {}\n",
                                best.iteration_time_s, fmt::join(best.overrides, " --set "));
-    else
-      std::cout << "no configuration fits in memory\n";
+    else if (best.status == explore::Status::DoesNotFit) {
+      const explore::Row* lean = &best;
+      for (const explore::Row& r : rows)
+        if (r.status == explore::Status::DoesNotFit &&
+            r.peak_memory_bytes < lean->peak_memory_bytes)
+          lean = &r;
+      std::cout << fmt::format(
+          "no configuration fits in memory; the leanest needs {:.2f} GiB of {:.2f} GiB with "
+          "--set {}\n",
+          static_cast<double>(lean->peak_memory_bytes) / (1 << 30),
+          static_cast<double>(lean->memory_capacity_bytes) / (1 << 30),
+          fmt::join(lean->overrides, " --set "));
+    } else
+      std::cout << "every configuration was refused by the plan rules (see the messages)\n";
     std::cout << fmt::format("{} configurations; table in {}/sweep.csv and sweep.json\n",
                              rows.size(), out);
   }
