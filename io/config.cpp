@@ -51,6 +51,8 @@ constexpr std::pair<std::uint8_t, std::string_view> kRecomputeModules[] = {
     {workload::kRecomputeSharedExperts, "shared_experts"}};
 /// The top-level key of an experiment file that holds a Megatron-LM launch line.
 constexpr std::string_view kLaunchLineKey = "megatron_args";
+/// The top-level `sweep:` section: read by `scalescope sweep` (read_sweep_spec), ignored by a run.
+constexpr std::string_view kSweepKey = "sweep";
 /// The name of an experiment given without a file (a launch line and --set overrides only).
 constexpr std::string_view kCommandLine = "(command line)";
 
@@ -260,9 +262,15 @@ Tree read_experiment(const std::string& path, std::optional<Value>& launch_line)
       seen[name] = true;
       continue;
     }
+    if (name == kSweepKey) {
+      if (seen[name]) fail(key_at, name, "given twice");
+      seen[name] = true;
+      continue;
+    }
     if (std::find(kSections.begin(), kSections.end(), name) == kSections.end())
       fail(key_at, name,
-           "unknown section" + detail::did_you_mean(name, concat(kSections, {kLaunchLineKey})));
+           "unknown section" +
+               detail::did_you_mean(name, concat(kSections, {kLaunchLineKey, kSweepKey})));
     if (seen[name]) fail(key_at, name, "section given twice");
     seen[name] = true;
     t[name] = read_section(kv.second, origin, name, section_keys(name), false);
@@ -1800,6 +1808,58 @@ ExperimentConfig load_experiment(const std::string& path, const std::vector<std:
 
 void check_override(const std::string& text, const std::string& experiment) {
   parse_override(text, experiment.empty() ? std::string(kCommandLine) : experiment);
+}
+
+SweepSpec read_sweep_spec(const std::string& path) {
+  SweepSpec spec;
+  const YAML::Node root = parse_file(path, "experiment file");
+  const std::string sweep_key(kSweepKey);
+  if (!root.IsMap() || !root[sweep_key]) return spec;
+  const Origin origin{path, "", true};
+  const YAML::Node sweep = root[sweep_key];
+  if (sweep.IsNull()) return spec;
+  if (!sweep.IsMap()) fail(Value{sweep, origin}, kSweepKey, "expected a mapping (vary, search)");
+  for (const auto& kv : sweep) {
+    const std::string key = kv.first.Scalar();
+    const Value at{kv.second, origin};
+    const std::string qualified = fmt::format("sweep.{}", key);
+    if (key == "search") {
+      spec.search = detail::read_string(at, qualified);
+    } else if (key == "vary") {
+      if (!kv.second.IsMap())
+        fail(at, qualified, "expected a mapping of section.key to a list of values");
+      for (const auto& axis : kv.second) {
+        const std::string name = axis.first.Scalar();
+        const Value values{axis.second, origin};
+        const std::string where_axis = fmt::format("sweep.vary.{}", name);
+        if (!axis.second.IsSequence() || axis.second.size() == 0)
+          fail(values, where_axis, "expected a non-empty list of values");
+        explore::Axis a;
+        a.name = name;
+        for (const YAML::Node& v : axis.second) {
+          // The value as --set would read it: its YAML text in flow style (null: unset).
+          std::string text;
+          if (!v.IsNull()) {
+            YAML::Emitter e;
+            e << YAML::Flow << v;
+            text = e.c_str();
+          }
+          const std::string o = name + "=" + text;
+          try {
+            check_override(o, path);
+          } catch (const InputError& err) {
+            fail(values, where_axis, err.what());
+          }
+          a.values.push_back({o});
+        }
+        spec.axes.push_back(std::move(a));
+      }
+    } else {
+      fail(Value{kv.first, origin}, qualified,
+           "unknown key" + detail::did_you_mean(key, Keys{"vary", "search"}));
+    }
+  }
+  return spec;
 }
 
 }  // namespace scalescope::io

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cost/cluster_spec.hpp"
+#include "explore/sweep.hpp"
 #include "workload/model_spec.hpp"
 #include "workload/parallel_plan.hpp"
 
@@ -64,6 +65,16 @@ ExperimentConfig load_experiment(const std::string& path,
 /// and key and a value that parses as YAML (the plan is not checked). Throws InputError naming
 /// `experiment` and the override.
 void check_override(const std::string& text, const std::string& experiment);
+
+/// An experiment file's `sweep:` section (docs/config.md "Sweeps"): `vary`, an ordered mapping
+/// of section.key to a list of values (each value as `--set` would read it; null unsets), first
+/// key outermost; `search` (e.g. parallel). Empty when the file has none. Throws InputError
+/// naming the file, line and key.
+struct SweepSpec {
+  std::vector<explore::Axis> axes;
+  std::string search;
+};
+SweepSpec read_sweep_spec(const std::string& path);
 
 /// Reads a Hugging Face config.json (Llama / Mistral / Qwen2 keys) into a ModelSpec.
 workload::ModelSpec load_hf_config(const std::string& path);

@@ -1018,20 +1018,29 @@ int sweep_command(const MpiSession& mpi, const std::string& config_path,
     throw_input("scalescope sweep: give an experiment CONFIG or --megatron-args \"…\"");
   // The base experiment must load on its own: its errors are the user's, not a row's.
   const io::ExperimentConfig c0 = io::load_experiment(config_path, base, megatron_args);
+  // Axes: the layout search, the file's `sweep:` axes, then --vary's.
+  const io::SweepSpec spec =
+      config_path.empty() ? io::SweepSpec{} : io::read_sweep_spec(config_path);
+  const std::string& kind = search.empty() ? spec.search : search;
   std::vector<explore::Axis> axes;
-  if (!search.empty()) {
-    if (search != "parallel")
-      throw_input("scalescope sweep --search {}: expected 'parallel'", search);
+  if (!kind.empty()) {
+    if (kind != "parallel")
+      throw_input("{}: sweep search '{}': expected 'parallel'",
+                  search.empty() ? config_path : std::string("--search"), kind);
     axes.push_back(explore::parallel_search(c0.cluster.num_gpus, c0.cluster.gpus_per_node,
                                             c0.model.num_layers));
   }
+  axes.insert(axes.end(), spec.axes.begin(), spec.axes.end());
   for (const std::string& v : vary) {
     explore::Axis a = explore::parse_vary(v);
     for (const auto& value : a.values)
       for (const std::string& o : value) io::check_override(o, c0.path);
     axes.push_back(std::move(a));
   }
-  if (axes.empty()) throw_input("scalescope sweep: give --vary key=v1,v2,… or --search parallel");
+  if (axes.empty())
+    throw_input(
+        "scalescope sweep: give --vary key=v1,v2,…, --search parallel or a sweep: section in "
+        "the experiment file");
   const std::vector<std::vector<std::string>> points = explore::expand(axes);
 
   // This process's share, then every share to process 0 as one JSON text each.

@@ -14,6 +14,12 @@ axes=(--set parallel.dp= --vary parallel.tp=2,3,4 --vary training.micro_batch_si
 mpirun -np 2 "$bin" sweep "$qs" "${axes[@]}" -q -o "$tmp/s2"
 cmp "$tmp/s1/sweep.csv" "$tmp/s2/sweep.csv"
 cmp "$tmp/s1/sweep.json" "$tmp/s2/sweep.json"
+# The same axes from the file's sweep: section give the same table.
+{ cat "$qs"; printf 'sweep:\n  vary:\n    parallel.tp: [2, 3, 4]\n    training.micro_batch_size: [1, 2]\n'; } \
+  >"$tmp/with-sweep.yaml"
+"$bin" sweep "$tmp/with-sweep.yaml" --set parallel.dp= -q -o "$tmp/s3"
+# (the refusals name the experiment file, which differs)
+cmp <(sed "s#$qs#EXP#g" "$tmp/s1/sweep.csv") <(sed "s#$tmp/with-sweep.yaml#EXP#g" "$tmp/s3/sweep.csv")
 # The same two configurations through `scalescope run`.
 "$bin" run "$qs" --set parallel.dp= --set parallel.tp=4 --set training.micro_batch_size=2 \
   -o "$tmp/r42" --quiet

@@ -162,6 +162,63 @@ TEST(Config, CheckOverrideAsSetReadsIt) {
   EXPECT_NE(message("parallel.tp").find("expected key.path=value"), std::string::npos);
 }
 
+TEST(Config, SweepSectionGivesAxesInFileOrder) {
+  const fs::path dir = scratch();
+  const std::string base =
+      "model: {preset: llama3-8b, num_layers: 4}\ncluster: {preset: dgx-h100, num_gpus: 8}\n"
+      "parallel: {tp: 2}\n";
+  const std::string f = put(dir / "s.yaml", base + R"(sweep:
+  search: parallel
+  vary:
+    training.micro_batch_size: [1, 2]
+    parallel.recompute_modules: [[core_attn], [core_attn, mlp]]
+    parallel.dp: [~, 4]
+)");
+  const SweepSpec spec = read_sweep_spec(f);
+  EXPECT_EQ(spec.search, "parallel");
+  ASSERT_EQ(spec.axes.size(), 3u);
+  EXPECT_EQ(spec.axes[0].name, "training.micro_batch_size");
+  EXPECT_EQ(spec.axes[0].values,
+            (std::vector<std::vector<std::string>>{{"training.micro_batch_size=1"},
+                                                   {"training.micro_batch_size=2"}}));
+  EXPECT_EQ(spec.axes[1].values[1],
+            std::vector<std::string>{"parallel.recompute_modules=[core_attn, mlp]"});
+  EXPECT_EQ(spec.axes[2].values[0], std::vector<std::string>{"parallel.dp="});  // null: unset
+  // A run reads the same file and ignores the section.
+  EXPECT_EQ(load_experiment(f).parallel.tp(), 2);
+  // No section: nothing to sweep.
+  EXPECT_TRUE(read_sweep_spec(put(dir / "plain.yaml", base)).axes.empty());
+
+  const auto message = [&](const std::string& sweep) {
+    try {
+      read_sweep_spec(put(dir / "bad.yaml", base + sweep));
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(
+      message("sweep:\n  vary:\n    parallel.tpx: [1, 2]\n").find("parallel.tpx: unknown key"),
+      std::string::npos);
+  EXPECT_NE(message("sweep:\n  vary:\n    parallel.tp: 4\n").find("bad.yaml:6:"),
+            std::string::npos);  // names the line
+  EXPECT_NE(message("sweep:\n  vary:\n    parallel.tp: []\n").find("non-empty list"),
+            std::string::npos);
+  EXPECT_NE(message("sweep:\n  varies: {}\n").find("sweep.varies: unknown key"), std::string::npos);
+  EXPECT_NE(message("sweep: [1]\n").find("expected a mapping"), std::string::npos);
+}
+
+TEST(Config, ShippedSweepsLoad) {
+  std::size_t n = 0;
+  for (const auto& e : fs::directory_iterator(repo("inputs/sweeps"))) {
+    SCOPED_TRACE(e.path().string());
+    EXPECT_NO_THROW(load_experiment(e.path().string()));
+    EXPECT_FALSE(read_sweep_spec(e.path().string()).axes.empty());
+    ++n;
+  }
+  EXPECT_GE(n, 1u);
+}
+
 TEST(Config, LoadsEveryShippedPreset) {
   // Each preset in a minimal experiment that names it by its path.
   const fs::path dir = scratch();
