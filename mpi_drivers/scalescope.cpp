@@ -934,11 +934,11 @@ int profile_command(const std::string& config_path, const std::vector<std::strin
 
 /// One configuration of a sweep through `scalescope run`'s pipeline: load (a refused plan is a
 /// row that says why), build, the memory check from the templates, and unless it does not fit
-/// (or `replay_unfit`), the replay on the sequential engine (the optimistic one gives the same
-/// result bit for bit). Nothing is written.
+/// (or `replay_unfit`), the replay: on the sequential engine, or with `group` on the optimistic
+/// engine over that communicator's processes (the same result bit for bit). Nothing is written.
 explore::Row sweep_point(const std::string& config_path, const std::vector<std::string>& base,
                          const std::string& megatron_args, const std::vector<std::string>& point,
-                         std::size_t index, bool replay_unfit) {
+                         std::size_t index, bool replay_unfit, MPI_Comm group) {
   explore::Row r;
   r.index = index;
   r.overrides = point;
@@ -987,17 +987,29 @@ explore::Row sweep_point(const std::string& config_path, const std::vector<std::
   opt.coalesce_local_ops = c.run.coalesce_local_ops;
   opt.eager_p2p = c.run.p2p == "eager";
   opt.trace_ranks.clear();
-  emu::RunResults res = emu::emulate(*g, costs, opt);
-  complete_summary(res, c);
-  check_memory(res.summary, c);
-  fill_memory(res.summary);
+  emu::Summary s;
+  emu::RankResult last;
+  if (group != MPI_COMM_NULL) {
+    // The processes of `group` replay this one configuration together (optimistic engine).
+    opt.engine = emu::EngineKind::Optimistic;
+    opt.partition = c.run.partition;
+    emu::DistributedResults d = emu::emulate_distributed(*g, costs, opt, group);
+    complete_summary(d, c, group);
+    s = d.local.summary;
+    last = d.local.ranks[d.last_finishing_rank];
+  } else {
+    emu::RunResults res = emu::emulate(*g, costs, opt);
+    complete_summary(res, c);
+    s = res.summary;
+    last = res.ranks[io::last_finishing_rank(res)];
+  }
+  check_memory(s, c);
+  fill_memory(s);
   r.replayed = true;
-  const emu::Summary& s = res.summary;
   r.iteration_time_s = s.iteration_time_s();
   r.tokens_per_s = s.tokens_per_s();
   r.model_tflops_per_gpu = s.model_tflops_per_gpu();
   r.mfu = s.mfu();
-  const emu::RankResult& last = res.ranks[io::last_finishing_rank(res)];
   r.compute_s = ns_to_seconds(last.compute);
   r.exposed_comm_s = ns_to_seconds(last.exposed_tp + last.exposed_pp + last.exposed_dp +
                                    last.exposed_embedding + last.exposed_cp + last.exposed_ep);
@@ -1008,8 +1020,9 @@ explore::Row sweep_point(const std::string& config_path, const std::vector<std::
 
 /// `scalescope sweep`: every configuration of the axes' product (or of the parallel-layout
 /// search) run as `scalescope run` would, ranked into DIR/sweep.csv and sweep.json. Under
-/// mpirun the configurations are dealt round-robin to the processes (each runs its own on the
-/// sequential engine), so the table is the same at any process count.
+/// mpirun the configurations are dealt to the processes (round-robin, each on the sequential
+/// engine; or, with more processes than configurations, a group of processes per configuration
+/// on the optimistic engine), so the table is the same at any process count.
 int sweep_command(const MpiSession& mpi, const std::string& config_path,
                   const std::vector<std::string>& base, const std::string& megatron_args,
                   const std::vector<std::string>& vary, const std::string& search,
@@ -1043,14 +1056,32 @@ int sweep_command(const MpiSession& mpi, const std::string& config_path,
         "the experiment file");
   const std::vector<std::vector<std::string>> points = explore::expand(axes);
 
-  // This process's share, then every share to process 0 as one JSON text each.
+  // This process's share: with fewer processes than configurations, every procs-th one on the
+  // sequential engine; with more, one configuration per group of processes (process p in group
+  // p mod N), replayed by the group on the optimistic engine. Then every share to process 0 as
+  // one JSON text each (a group's rows from its first process).
   const auto me = static_cast<std::size_t>(mpi.rank());
   const auto procs = static_cast<std::size_t>(mpi.size());
+  const std::size_t n = points.size();
+  std::vector<std::size_t> share;
+  MPI_Comm group = MPI_COMM_NULL;
+  bool reports = true;
+  if (procs > n) {
+    MPI_Comm_split(MPI_COMM_WORLD, static_cast<int>(me % n), static_cast<int>(me), &group);
+    int size = 1;
+    MPI_Comm_size(group, &size);
+    if (size == 1) MPI_Comm_free(&group);  // a group of one: the sequential engine
+    share.push_back(me % n);
+    reports = me < n;
+  } else {
+    for (std::size_t i = me; i < n; i += procs) share.push_back(i);
+  }
   nlohmann::ordered_json mine = nlohmann::ordered_json::array();
-  for (std::size_t i = me; i < points.size(); i += procs) {
+  for (const std::size_t i : share) {
     const auto t0 = std::chrono::steady_clock::now();
     const explore::Row r =
-        sweep_point(config_path, base, megatron_args, points[i], i, replay_unfit);
+        sweep_point(config_path, base, megatron_args, points[i], i, replay_unfit, group);
+    if (!reports) continue;
     if (!quiet && me == 0)
       std::cerr << fmt::format(
           "[{}/{}] {} → {} ({:.1f} s)\n", i + 1, points.size(), fmt::join(points[i], " "),
@@ -1058,6 +1089,7 @@ int sweep_command(const MpiSession& mpi, const std::string& config_path,
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     mine.push_back(io::sweep_row_json(r));
   }
+  if (group != MPI_COMM_NULL) MPI_Comm_free(&group);
   const std::string text = mine.dump();
   int len = static_cast<int>(text.size());
   std::vector<int> lens(procs), displs(procs);

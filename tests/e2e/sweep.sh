@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `scalescope sweep`: each configuration gives what `scalescope run` gives for it, refused plans
 # and configurations that do not fit are rows that say so, bad axes are one-line errors with no
-# output, and the table is the same at np 1 and np 2.
+# output, and the table is the same at np 1, 2, 3 and 4 (optimistic process groups at 3 and 4).
 set -euo pipefail
 bin=$1; repo=$2
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -14,6 +14,14 @@ axes=(--set parallel.dp= --vary parallel.tp=2,3,4 --vary training.micro_batch_si
 mpirun -np 2 "$bin" sweep "$qs" "${axes[@]}" -q -o "$tmp/s2"
 cmp "$tmp/s1/sweep.csv" "$tmp/s2/sweep.csv"
 cmp "$tmp/s1/sweep.json" "$tmp/s2/sweep.json"
+# More processes than configurations: a group of processes replays each on the optimistic engine
+# (np 4, 2 configurations: groups of 2; np 3: a group of 2 and one sequential process).
+few=(--set parallel.dp= --vary parallel.tp=2,4 -q)
+"$bin" sweep "$qs" "${few[@]}" -o "$tmp/f1"
+mpirun -np 4 "$bin" sweep "$qs" "${few[@]}" -o "$tmp/f4"
+mpirun -np 3 "$bin" sweep "$qs" "${few[@]}" -o "$tmp/f3"
+cmp "$tmp/f1/sweep.csv" "$tmp/f4/sweep.csv"
+cmp "$tmp/f1/sweep.csv" "$tmp/f3/sweep.csv"
 # The same axes from the file's sweep: section give the same table.
 { cat "$qs"; printf 'sweep:\n  vary:\n    parallel.tp: [2, 3, 4]\n    training.micro_batch_size: [1, 2]\n'; } \
   >"$tmp/with-sweep.yaml"
