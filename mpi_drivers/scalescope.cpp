@@ -193,6 +193,28 @@ emu::Costs costs_with_profile(emu::Costs costs, const cost::Profile* profile) {
   return costs;
 }
 
+/// What a replay of configuration `c` takes: its cost model, cost.profile's measurements (if
+/// any) over it, and the emulation options the run keys ask for (engine and traced ranks are
+/// the caller's). Not copyable: `costs` refers to the model and the profile.
+struct ReplaySetup {
+  explicit ReplaySetup(const io::ExperimentConfig& c)
+      : model(c.cluster),
+        profile(c.cost.profile.empty() ? std::nullopt
+                                       : std::optional(io::read_profile_h5(c.cost.profile))),
+        costs(costs_with_profile(emu::costs_of(model), profile ? &*profile : nullptr)) {
+    options.coalesce_local_ops = c.run.coalesce_local_ops;
+    options.partition = c.run.partition;
+    options.eager_p2p = c.run.p2p == "eager";
+  }
+  ReplaySetup(const ReplaySetup&) = delete;
+  ReplaySetup& operator=(const ReplaySetup&) = delete;
+
+  cost::CostModel model;
+  std::optional<cost::Profile> profile;
+  emu::Costs costs;
+  emu::EmulationOptions options;
+};
+
 /// The profile's share of compute time over the ranks this process owns (all of them for a
 /// sequential run; summed over processes with `comm`), and its distinct signatures found among
 /// those of the templates this process loaded (process 0's count under a partial read).
@@ -728,16 +750,13 @@ int run_command(const MpiSession& mpi, const std::string& config_path,
                 graph->world_size, c.parallel.world());
   const double build_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  cost::CostModel cost(c.cluster);
-  std::optional<cost::Profile> profile;
-  if (!c.cost.profile.empty()) profile = io::read_profile_h5(c.cost.profile);
-  const emu::Costs costs = costs_with_profile(emu::costs_of(cost), profile ? &*profile : nullptr);
-  emu::EmulationOptions opt;
-  opt.coalesce_local_ops = c.run.coalesce_local_ops;
+  const ReplaySetup setup(c);
+  const cost::CostModel& cost = setup.model;
+  const std::optional<cost::Profile>& profile = setup.profile;
+  const emu::Costs& costs = setup.costs;
+  emu::EmulationOptions opt = setup.options;
   opt.trace_ranks = c.run.trace_ranks;
-  opt.partition = c.run.partition;
   opt.rollback_check = rollback_check;
-  opt.eager_p2p = c.run.p2p == "eager";
   if (!quiet && mpi.rank() == 0) opt.progress = progress_reporter(*graph, opt.coalesce_local_ops);
   if (rollback_check && optimistic)
     throw_input("--rollback-check runs on the sequential engine; drop run.engine=optimistic");
@@ -979,20 +998,14 @@ explore::Row sweep_point(const std::string& config_path, const std::vector<std::
   fill_memory(template_memory(c, *g));
   if (r.status == explore::Status::DoesNotFit && !replay_unfit) return r;
 
-  cost::CostModel cost(c.cluster);
-  std::optional<cost::Profile> profile;
-  if (!c.cost.profile.empty()) profile = io::read_profile_h5(c.cost.profile);
-  const emu::Costs costs = costs_with_profile(emu::costs_of(cost), profile ? &*profile : nullptr);
-  emu::EmulationOptions opt;
-  opt.coalesce_local_ops = c.run.coalesce_local_ops;
-  opt.eager_p2p = c.run.p2p == "eager";
-  opt.trace_ranks.clear();
+  const ReplaySetup setup(c);
+  const emu::Costs& costs = setup.costs;
+  emu::EmulationOptions opt = setup.options;  // no traced ranks: no timelines needed
   emu::Summary s;
   emu::RankResult last;
   if (group != MPI_COMM_NULL) {
     // The processes of `group` replay this one configuration together (optimistic engine).
     opt.engine = emu::EngineKind::Optimistic;
-    opt.partition = c.run.partition;
     emu::DistributedResults d = emu::emulate_distributed(*g, costs, opt, group);
     complete_summary(d, c, group);
     s = d.local.summary;
