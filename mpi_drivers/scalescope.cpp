@@ -1285,8 +1285,8 @@ int main(int argc, char** argv) {
   scmd->add_option("--vary", sweep_vary,
                    "An axis: key.path=v1,v2,… (repeatable; the product of the axes is swept)");
   scmd->add_option("--search", sweep_search,
-                   "parallel: every TP (powers of two within a node) × PP (powers of two) on "
-                   "the configured GPUs, DP derived");
+                   "parallel: every TP (powers of two within a node) × PP (powers of two) × "
+                   "VPP (dividing the layers) on the configured GPUs, DP derived");
   scmd->add_option("-o,--output", sweep_out, "Output directory (default out/sweep)");
   scmd->add_flag("--replay-unfit", sweep_replay_unfit,
                  "Replay configurations that do not fit in memory too");

@@ -42,17 +42,19 @@ Axis parallel_search(std::int64_t num_gpus, std::int64_t gpus_per_node, std::int
   Axis a;
   a.name = "layout";
   for (std::int64_t tp = 1; tp <= std::min(gpus_per_node, num_gpus); tp *= 2)
-    for (std::int64_t pp = 1; pp <= num_layers && tp * pp <= num_gpus; pp *= 2) {
-      std::vector<std::string> o = {"parallel.tp=" + std::to_string(tp),
-                                    "parallel.pp=" + std::to_string(pp), "parallel.dp="};
-      if (tp == 1) {
-        o.emplace_back("parallel.sequence_parallel=false");
-        o.emplace_back("parallel.tp_comm_overlap=false");
-      } else {
-        o.emplace_back("parallel.sequence_parallel=true");
+    for (std::int64_t pp = 1; pp <= num_layers && tp * pp <= num_gpus; pp *= 2)
+      for (std::int64_t vpp = 1; vpp == 1 || (pp > 1 && num_layers % (pp * vpp) == 0); vpp *= 2) {
+        std::vector<std::string> o = {
+            "parallel.tp=" + std::to_string(tp), "parallel.pp=" + std::to_string(pp),
+            vpp == 1 ? "parallel.vpp=" : "parallel.vpp=" + std::to_string(vpp), "parallel.dp="};
+        if (tp == 1) {
+          o.emplace_back("parallel.sequence_parallel=false");
+          o.emplace_back("parallel.tp_comm_overlap=false");
+        } else {
+          o.emplace_back("parallel.sequence_parallel=true");
+        }
+        a.values.push_back(std::move(o));
       }
-      a.values.push_back(std::move(o));
-    }
   return a;
 }
 

@@ -24,7 +24,9 @@ Axis parse_vary(const std::string& text);
 
 /// The parallel layouts `--search parallel` tries on num_gpus GPUs: every TP that is a power of
 /// two up to the GPUs of a node, every PP that is a power of two up to the layers and the GPUs
-/// left, and DP derived from the world size (`parallel.dp=` unset). Sequence parallelism goes
+/// left, with PP > 1 every interleaving (VPP, a power of two) whose PP · VPP chunks divide the
+/// layers, else none (`parallel.vpp=` unset), and DP derived from the world size
+/// (`parallel.dp=` unset). Sequence parallelism goes
 /// with TP > 1 (Megatron's recipes; required for MoE with TP) and is off at TP 1, where
 /// Megatron switches it off; TE's TP overlap (userbuffers) is off at TP 1. Plans the
 /// configuration rules refuse become rows that say why.

@@ -52,18 +52,23 @@ TEST(Sweep, ExpandIsTheProductWithTheLastAxisFastest) {
 }
 
 TEST(Sweep, ParallelSearchCoversPowersOfTwoWithinANodeAndTheLayers) {
-  // 64 GPUs, 8 per node, 8 layers: TP ∈ {1, 2, 4, 8}; PP ∈ {1, 2, 4, 8} (≤ 8 layers, TP·PP ≤ 64)
-  // → 16 layouts.
+  // 64 GPUs, 8 per node, 8 layers: TP ∈ {1, 2, 4, 8}; PP ∈ {1, 2, 4, 8} (≤ 8 layers, TP·PP ≤
+  // 64); VPP with PP · VPP dividing the 8 layers: PP 1 → {1}, PP 2 → {1, 2, 4}, PP 4 → {1, 2},
+  // PP 8 → {1}: 7 per TP → 28 layouts.
   const Axis a = parallel_search(64, 8, 8);
-  ASSERT_EQ(a.values.size(), 16u);
+  ASSERT_EQ(a.values.size(), 28u);
   EXPECT_EQ(a.values[0], (Point{"parallel.tp=1", "parallel.pp=1",
+                                "parallel.vpp=", "parallel.dp=", "parallel.sequence_parallel=false",
+                                "parallel.tp_comm_overlap=false"}));
+  EXPECT_EQ(a.values[3], (Point{"parallel.tp=1", "parallel.pp=2", "parallel.vpp=4",
                                 "parallel.dp=", "parallel.sequence_parallel=false",
                                 "parallel.tp_comm_overlap=false"}));
-  EXPECT_EQ(a.values[15], (Point{"parallel.tp=8", "parallel.pp=8",
-                                 "parallel.dp=", "parallel.sequence_parallel=true"}));
-  // 4 GPUs (a partial node), 80 layers: TP ∈ {1, 2, 4} with PP ≤ 4 / TP → 3 + 2 + 1 = 6.
-  EXPECT_EQ(parallel_search(4, 8, 80).values.size(), 6u);
-  // 2 layers bound PP: TP ∈ {1, 2, 4, 8} × PP ∈ {1, 2} = 8.
+  EXPECT_EQ(a.values[27], (Point{"parallel.tp=8", "parallel.pp=8", "parallel.vpp=", "parallel.dp=",
+                                 "parallel.sequence_parallel=true"}));
+  // 4 GPUs (a partial node), 80 layers: (TP, PP) ∈ {(1,1), (1,2), (1,4), (2,1), (2,2), (4,1)};
+  // VPP: PP 2 → {1, 2, 4, 8} (80 / 2 = 40), PP 4 → {1, 2, 4} (20): 1+4+3 + 1+4 + 1 = 14.
+  EXPECT_EQ(parallel_search(4, 8, 80).values.size(), 14u);
+  // 2 layers bound PP and VPP: TP ∈ {1, 2, 4, 8} × (PP 1, PP 2) = 8.
   EXPECT_EQ(parallel_search(1024, 8, 2).values.size(), 8u);
 }
 

@@ -221,7 +221,7 @@ times = [pt[i][0] for i in got]
 assert times == sorted(times), times  # fastest first
 PY
 "$post/sweep.py" "$tmp/sweep" >"$tmp/sweep.txt" 2>&1 || bad "sweep.py text: $(cat "$tmp/sweep.txt")"
-grep -q "32 configurations" "$tmp/sweep.txt" && grep -q "^best: " "$tmp/sweep.txt" &&
+grep -q "56 configurations" "$tmp/sweep.txt" && grep -q "^best: " "$tmp/sweep.txt" &&
   ok "sweep.py text" || bad "sweep.py text: $(head -3 "$tmp/sweep.txt")"
 echo '{"rows": [{"index": 0}]}' >"$tmp/bad-sweep.json"
 expect_error "sweep.py missing file" "absent.json: cannot read" "$post/sweep.py" "$tmp/absent.json"
