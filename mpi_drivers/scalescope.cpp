@@ -1089,11 +1089,22 @@ int sweep_command(const MpiSession& mpi, const std::string& config_path,
   } else {
     for (std::size_t i = me; i < n; i += procs) share.push_back(i);
   }
+  // An unreadable file (cost.profile, a capture) stops this process's share; the error travels
+  // with the rows, so no process is left waiting in the gather, and process 0 reports it.
   nlohmann::ordered_json mine = nlohmann::ordered_json::array();
+  std::string error;
   for (const std::size_t i : share) {
     const auto t0 = std::chrono::steady_clock::now();
-    const explore::Row r =
-        sweep_point(config_path, base, megatron_args, points[i], i, replay_unfit, group);
+    explore::Row r;
+    try {
+      r = sweep_point(config_path, base, megatron_args, points[i], i, replay_unfit, group);
+    } catch (const IoError& e) {
+      error = e.what();
+      break;
+    } catch (const InputError& e) {
+      error = e.what();
+      break;
+    }
     if (!reports) continue;
     if (!quiet && me == 0)
       std::cerr << fmt::format(
@@ -1103,7 +1114,7 @@ int sweep_command(const MpiSession& mpi, const std::string& config_path,
     mine.push_back(io::sweep_row_json(r));
   }
   if (group != MPI_COMM_NULL) MPI_Comm_free(&group);
-  const std::string text = mine.dump();
+  const std::string text = nlohmann::ordered_json{{"rows", mine}, {"error", error}}.dump();
   int len = static_cast<int>(text.size());
   std::vector<int> lens(procs), displs(procs);
   MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
@@ -1117,12 +1128,15 @@ int sweep_command(const MpiSession& mpi, const std::string& config_path,
               MPI_COMM_WORLD);
   if (me != 0) return 0;
   std::vector<explore::Row> rows(points.size());
-  for (std::size_t p = 0; p < procs; ++p)
-    for (const auto& j : nlohmann::ordered_json::parse(
-             all.substr(static_cast<std::size_t>(displs[p]), static_cast<std::size_t>(lens[p])))) {
+  for (std::size_t p = 0; p < procs; ++p) {
+    const auto payload = nlohmann::ordered_json::parse(
+        all.substr(static_cast<std::size_t>(displs[p]), static_cast<std::size_t>(lens[p])));
+    if (const std::string e = payload.at("error").get<std::string>(); !e.empty()) throw_io("{}", e);
+    for (const auto& j : payload.at("rows")) {
       explore::Row r = io::sweep_row_from_json(j);
       rows[r.index] = std::move(r);
     }
+  }
   const std::vector<std::size_t> order = explore::rank_rows(rows);
   io::write_sweep(out, c0.path, axes, rows, order);
   if (!quiet) {

@@ -47,6 +47,17 @@ for bad in "parallel.tpx=1,2" "parallel.tp=" "parallel.recompute_modules=[mlp"; 
   [ "$(wc -l <"$tmp/err")" -eq 1 ] || { cat "$tmp/err"; exit 1; }
   [ ! -e "$tmp/bad" ] || { echo "output written for --vary $bad"; exit 1; }
 done
+# A corrupt file met by one process's configuration (here cost.profile) stops the sweep with
+# its one-line error on every process count, and nothing is written (no process hangs).
+echo "not hdf5" >"$tmp/junk.h5"
+for np in 1 2; do
+  if timeout 120 mpirun -np $np "$bin" sweep "$qs" --vary "cost.profile=~,$tmp/junk.h5" -q \
+      -o "$tmp/junk$np" 2>"$tmp/err"; then
+    echo "sweep with a corrupt profile succeeded at np $np"; exit 1
+  fi
+  grep -q "junk.h5: cannot open as an HDF5 file" "$tmp/err" || { cat "$tmp/err"; exit 1; }
+  [ ! -e "$tmp/junk$np" ] || { echo "output written at np $np"; exit 1; }
+done
 /usr/bin/python3 - "$tmp" <<'PY'
 import csv, json, sys
 d = sys.argv[1]
