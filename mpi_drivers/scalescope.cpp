@@ -1053,8 +1053,12 @@ int sweep_command(const MpiSession& mpi, const std::string& config_path,
     if (kind != "parallel")
       throw_input("{}: sweep search '{}': expected 'parallel'",
                   search.empty() ? config_path : std::string("--search"), kind);
-    axes.push_back(explore::parallel_search(c0.cluster.num_gpus, c0.cluster.gpus_per_node,
-                                            c0.model.num_layers));
+    // The units the pipeline split counts: the layers, and the embedding and the loss where the
+    // experiment accounts for them.
+    const std::int64_t units = c0.model.num_layers +
+                               (c0.parallel.account_for_embedding_in_pipeline_split ? 1 : 0) +
+                               (c0.parallel.account_for_loss_in_pipeline_split ? 1 : 0);
+    axes.push_back(explore::parallel_search(c0.cluster.num_gpus, c0.cluster.gpus_per_node, units));
   }
   axes.insert(axes.end(), spec.axes.begin(), spec.axes.end());
   for (const std::string& v : vary) {
@@ -1300,7 +1304,7 @@ int main(int argc, char** argv) {
                    "An axis: key.path=v1,v2,… (repeatable; the product of the axes is swept)");
   scmd->add_option("--search", sweep_search,
                    "parallel: every TP (powers of two within a node) × PP (powers of two) × "
-                   "VPP (dividing the layers) on the configured GPUs, DP derived");
+                   "VPP (whose chunks divide the layers) on the configured GPUs, DP derived");
   scmd->add_option("-o,--output", sweep_out, "Output directory (default out/sweep)");
   scmd->add_flag("--replay-unfit", sweep_replay_unfit,
                  "Replay configurations that do not fit in memory too");

@@ -23,14 +23,15 @@ struct Axis {
 Axis parse_vary(const std::string& text);
 
 /// The parallel layouts `--search parallel` tries on num_gpus GPUs: every TP that is a power of
-/// two up to the GPUs of a node, every PP that is a power of two up to the layers and the GPUs
-/// left, with PP > 1 every interleaving (VPP, a power of two) whose PP · VPP chunks divide the
-/// layers, else none (`parallel.vpp=` unset), and DP derived from the world size
-/// (`parallel.dp=` unset). Sequence parallelism goes
-/// with TP > 1 (Megatron's recipes; required for MoE with TP) and is off at TP 1, where
+/// two up to the GPUs of a node, every PP that is a power of two up to the pipeline's units and
+/// the GPUs left, with PP > 1 every interleaving VPP ≥ 2 whose PP · VPP chunks divide the units,
+/// and none (`parallel.vpp=` unset), and DP derived from the world size (`parallel.dp=`
+/// unset). `units` is what the pipeline split counts: the decoder layers, plus one each for the
+/// embedding and the loss where the experiment accounts for them in the split. Sequence parallelism
+/// goes with TP > 1 (Megatron's recipes; required for MoE with TP) and is off at TP 1, where
 /// Megatron switches it off; TE's TP overlap (userbuffers) is off at TP 1. Plans the
 /// configuration rules refuse become rows that say why.
-Axis parallel_search(std::int64_t num_gpus, std::int64_t gpus_per_node, std::int64_t num_layers);
+Axis parallel_search(std::int64_t num_gpus, std::int64_t gpus_per_node, std::int64_t units);
 
 /// The points of the product of `axes`, the first axis outermost (the last varies fastest);
 /// each point is the concatenation of one value of every axis. No axes: one empty point.

@@ -66,10 +66,20 @@ TEST(Sweep, ParallelSearchCoversPowersOfTwoWithinANodeAndTheLayers) {
   EXPECT_EQ(a.values[27], (Point{"parallel.tp=8", "parallel.pp=8", "parallel.vpp=", "parallel.dp=",
                                  "parallel.sequence_parallel=true"}));
   // 4 GPUs (a partial node), 80 layers: (TP, PP) ∈ {(1,1), (1,2), (1,4), (2,1), (2,2), (4,1)};
-  // VPP: PP 2 → {1, 2, 4, 8} (80 / 2 = 40), PP 4 → {1, 2, 4} (20): 1+4+3 + 1+4 + 1 = 14.
-  EXPECT_EQ(parallel_search(4, 8, 80).values.size(), 14u);
+  // VPP: the divisors of 40 at PP 2 (1, 2, 4, 5, 8, 10, 20, 40: 8) and of 20 at PP 4 (1, 2, 4,
+  // 5, 10, 20: 6): 1+8+6 + 1+8 + 1 = 25.
+  const Axis b = parallel_search(4, 8, 80);
+  EXPECT_EQ(b.values.size(), 25u);
+  EXPECT_EQ(b.values[4][2], "parallel.vpp=5");  // PP 1: none; PP 2: none, 2, 4, 5 …
   // 2 layers bound PP and VPP: TP ∈ {1, 2, 4, 8} × (PP 1, PP 2) = 8.
   EXPECT_EQ(parallel_search(1024, 8, 2).values.size(), 8u);
+  // Llama 3 405B's 126 layers with the embedding and the loss accounted for: 128 units, PP 8
+  // takes VPP 2, 4, 8, 16 (16 units per stage) and none: 5 of the TP 8 layouts at PP 8.
+  const Axis c = parallel_search(16384, 8, 128);
+  std::size_t tp8_pp8 = 0;
+  for (const auto& v : c.values)
+    if (v[0] == "parallel.tp=8" && v[1] == "parallel.pp=8") ++tp8_pp8;
+  EXPECT_EQ(tp8_pp8, 5u);
 }
 
 Row row(std::size_t index, Status s, double time, std::int64_t mem, bool replayed) {
