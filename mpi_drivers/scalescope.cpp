@@ -155,15 +155,20 @@ void check_memory(emu::Summary& s, const io::ExperimentConfig& c) {
   s.memory_dominant_class = workload::mem_class_name(at_worst.dominant());
 }
 
+/// The capacity check's verdict on the tightest rank: "rank R (pipeline stage S) needs X GiB,
+/// the GPU has Y GiB (largest class: C)".
+std::string memory_verdict(const emu::Summary& s) {
+  return fmt::format(
+      "rank {} (pipeline stage {}) needs {:.2f} GiB, the {} has {:.2f} GiB (largest class: {})",
+      s.memory_tightest_rank, s.memory_tightest_stage,
+      static_cast<double>(s.memory_total_bytes_by_pp_stage[s.memory_tightest_stage]) / (1 << 30),
+      s.gpu, static_cast<double>(s.memory_capacity_bytes) / (1 << 30), s.memory_dominant_class);
+}
+
 /// What run.on_oom asks for when the check fails: a warning, or a one-line error (no outputs).
 void act_on_memory(const emu::Summary& s, const io::ExperimentConfig& c, bool report) {
   if (s.memory_fits) return;
-  const std::string what = fmt::format(
-      "{}: does not fit in memory: rank {} (pipeline stage {}) needs {:.2f} GiB, the {} has "
-      "{:.2f} GiB (largest class: {})",
-      c.path, s.memory_tightest_rank, s.memory_tightest_stage,
-      static_cast<double>(s.memory_total_bytes_by_pp_stage[s.memory_tightest_stage]) / (1 << 30),
-      s.gpu, static_cast<double>(s.memory_capacity_bytes) / (1 << 30), s.memory_dominant_class);
+  const std::string what = fmt::format("{}: does not fit in memory: {}", c.path, memory_verdict(s));
   if (c.run.on_oom == "fail") throw_input("{} (run.on_oom=fail)", what);
   if (report) std::cerr << "scalescope: warning: " << what << "\n";
 }
@@ -986,14 +991,7 @@ explore::Row sweep_point(const std::string& config_path, const std::vector<std::
     r.peak_memory_bytes = s.memory_total_bytes_by_pp_stage[s.memory_tightest_stage];
     r.memory_capacity_bytes = s.memory_capacity_bytes;
     r.status = s.memory_fits ? explore::Status::Ok : explore::Status::DoesNotFit;
-    r.message = s.memory_fits ? std::string()
-                              : fmt::format(
-                                    "rank {} (pipeline stage {}) needs {:.2f} GiB of "
-                                    "{:.2f} GiB (largest class: {})",
-                                    s.memory_tightest_rank, s.memory_tightest_stage,
-                                    static_cast<double>(r.peak_memory_bytes) / (1 << 30),
-                                    static_cast<double>(s.memory_capacity_bytes) / (1 << 30),
-                                    s.memory_dominant_class);
+    r.message = s.memory_fits ? std::string() : memory_verdict(s);
   };
   fill_memory(template_memory(c, *g));
   if (r.status == explore::Status::DoesNotFit && !replay_unfit) return r;

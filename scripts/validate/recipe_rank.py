@@ -39,6 +39,15 @@ def dense_recipe(r):
             and not r["model"].startswith("LLAMA2-7B-") and not h100.why_skip(r))
 
 
+def layout(t):
+    """(TP, PP, VP) of a sweep.csv row."""
+    return int(t["tp"]), int(t["pp"]), int(t["vpp"])
+
+
+def fmt(lay):
+    return "/".join(map(str, lay))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--scalescope", default=os.path.join(ROOT, "build", "scalescope"))
@@ -74,9 +83,7 @@ def main():
             continue
         table = list(csv.DictReader(open(os.path.join(out, "sweep.csv"))))
         want = (int(r["tp"]), int(r["pp"]), int(r["vpp"]))
-        lay = lambda t: (int(t["tp"]), int(t["pp"]), int(t["vpp"]))
-        recipe = [t for t in table if lay(t) == want]
-        fmt = lambda v: "/".join(map(str, v))
+        recipe = [t for t in table if layout(t) == want]
         if not recipe or recipe[0]["replayed"] != "true":
             why = recipe[0]["status"] if recipe else "not in the search"
             print(f"{r['model']:<22} {r['gpus']:>5} {fmt(want):>15} {why}")
@@ -91,7 +98,7 @@ def main():
         gains.append(rt / bt - 1)
         ranks.append(rank)
         print(f"{r['model']:<22} {r['gpus']:>5} {fmt(want):>15} {rank:>3}/{len(fit):<3} {rt:9.3f} "
-              f"{fmt(lay(best)):>13} {bt:8.3f} {100 * (rt / bt - 1):5.1f}%  "
+              f"{fmt(layout(best)):>13} {bt:8.3f} {100 * (rt / bt - 1):5.1f}%  "
               f"{'yes' if recipe[0]['status'] == 'ok' else 'no'} ({float(recipe[0]['peak_memory_gib']):.1f} GiB)")
     if gains:
         print(f"{len(gains)} recipes ranked: median rank {statistics.median(ranks)}, "

@@ -43,8 +43,8 @@ Axis parallel_search(std::int64_t num_gpus, std::int64_t gpus_per_node, std::int
   a.name = "layout";
   for (std::int64_t tp = 1; tp <= std::min(gpus_per_node, num_gpus); tp *= 2)
     for (std::int64_t pp = 1; pp <= units && tp * pp <= num_gpus; pp *= 2)
-      for (std::int64_t vpp = 1; vpp == 1 || vpp * pp <= units; ++vpp) {
-        if (vpp > 1 && (pp == 1 || units % (pp * vpp) != 0)) continue;
+      for (std::int64_t vpp = 1; vpp == 1 || (pp > 1 && vpp * pp <= units); ++vpp) {
+        if (vpp > 1 && units % (pp * vpp) != 0) continue;
         std::vector<std::string> o = {
             "parallel.tp=" + std::to_string(tp), "parallel.pp=" + std::to_string(pp),
             vpp == 1 ? "parallel.vpp=" : "parallel.vpp=" + std::to_string(vpp), "parallel.dp="};
