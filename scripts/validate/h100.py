@@ -20,6 +20,7 @@ the iteration time gbs·seq / (tokens/s · GPUs), free of any FLOP convention. O
 reason.
 """
 import argparse
+import concurrent.futures
 import csv
 import json
 import os
@@ -32,6 +33,9 @@ import experiment_yaml as ey
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+DEFAULT_CSVS = [os.path.join(ROOT, "inputs", "validation", name)
+                for name in ("h100_megatron_throughput.csv", "h100_nemo_throughput.csv",
+                             "h100_moe_modelzoo.csv")]
 
 
 b = ey.flag
@@ -99,17 +103,65 @@ def nemo_flops(r):
                                   + 6 * NEMO_VOCAB[family] / (L * h))
 
 
+def run_row(scalescope, i, r, tmp, timeout, sets):
+    """One row through `scalescope run --quiet`: (row dict, None) or (None, why skipped)."""
+    why = why_skip(r)
+    if why:
+        return None, why
+    ypath = os.path.join(tmp, f"row{i}.yaml")
+    with open(ypath, "w") as f:
+        f.write(experiment_yaml(r))
+    out = os.path.join(tmp, f"row{i}")
+    try:
+        p = subprocess.run(["nice", "-n", "15", scalescope, "run", ypath, "--quiet", "-o", out]
+                           + extra_sets(r) + [a for kv in sets for a in ("--set", kv)],
+                           capture_output=True, text=True, timeout=timeout,
+                           env={**os.environ, "TMPDIR": tmp})
+    except subprocess.TimeoutExpired:
+        return None, f"run took > {timeout:.0f} s"
+    if p.returncode != 0:
+        msg = (p.stderr or p.stdout).strip().splitlines()
+        return None, msg[-1] if msg else f"exit {p.returncode}"
+    s = json.load(open(os.path.join(out, "summary.json")))
+    pt, ptf = s["iteration_time_s"], s["model_tflops_per_gpu"]
+    meas = float(r["measured"])
+    if r["unit"] == "iteration_time_s":
+        mt, mtf = meas, ptf * pt / meas
+    elif r["unit"] == "tokens_per_s_per_gpu":
+        mt = float(r["gbs"]) * float(r["seq"]) / (meas * float(r["gpus"]))
+        mtf = ptf * pt / mt
+    elif r["unit"] == "megatron_tflops_per_gpu":
+        # Megatron's own TFLOP/s per GPU (training.py's num_floating_point_operations, the
+        # count scalescope's model_tflops_per_gpu reproduces) → the iteration time.
+        mt, mtf = ptf * pt / meas, meas
+    else:  # NeMo's TFLOP/s per GPU in NeMo's FLOP count → the measured iteration time
+        mt = nemo_flops(r) / (meas * 1e12 * float(r["gpus"]))
+        mtf = ptf * pt / mt
+    return {"model": r["model"], "gpus": int(r["gpus"]), "measured_s": mt, "predicted_s": pt,
+            "measured_tflops": mtf, "predicted_tflops": ptf, "error": pt / mt - 1,
+            "fits": s.get("memory", {}).get("fits", ""),
+            "peak_memory_gib": s.get("peak_memory_bytes", 0) / 2**30,
+            "moe": bool(r.get("ep")), "long_sequence": r["model"].startswith("LLAMA2-7B-")}, None
+
+
+def evaluate(scalescope, rows, tmp, timeout=60.0, sets=(), jobs=1):
+    """Every row, in order: (results, skipped); results as run_row returns them."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as ex:
+        done = list(ex.map(lambda a: run_row(scalescope, a[0], a[1], tmp, timeout, sets),
+                           enumerate(rows)))
+    results = [d for d, _ in done if d]
+    skipped = [(r["model"], r["gpus"], why) for r, (d, why) in zip(rows, done) if not d]
+    return results, skipped
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--scalescope", default=os.path.join(ROOT, "build", "scalescope"))
-    ap.add_argument("--csv", nargs="+",
-                    default=[os.path.join(ROOT, "inputs", "validation", name)
-                             for name in ("h100_megatron_throughput.csv",
-                                          "h100_nemo_throughput.csv",
-                                          "h100_moe_modelzoo.csv")])
+    ap.add_argument("--csv", nargs="+", default=DEFAULT_CSVS)
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds per run")
     ap.add_argument("--only", help="run only the rows whose model name contains this string")
     ap.add_argument("--keep", help="write the rows' YAML and results under this folder")
+    ap.add_argument("--jobs", type=int, default=1, help="runs at a time (default 1)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a scalescope --set override applied to every row after its own "
                          "(repeatable): what-if studies over the whole table")
@@ -119,53 +171,16 @@ def main():
             if not args.only or args.only in r["model"]]
     tmp = args.keep or tempfile.mkdtemp(prefix="h100_validate_")
     os.makedirs(tmp, exist_ok=True)
-    errs, skipped = [], []
+    results, skipped = evaluate(args.scalescope, rows, tmp, args.timeout, args.set, args.jobs)
     print(f"{'model':<40} {'gpus':>5} {'meas s':>8} {'pred s':>8} {'meas TF':>8} {'pred TF':>8} "
           f"{'err':>7} {'fits':>5}")
-    for i, r in enumerate(rows):
-        why = why_skip(r)
-        if why:
-            skipped.append((r["model"], r["gpus"], why))
-            continue
-        ypath = os.path.join(tmp, f"row{i}.yaml")
-        with open(ypath, "w") as f:
-            f.write(experiment_yaml(r))
-        out = os.path.join(tmp, f"row{i}")
-        try:
-            p = subprocess.run(["nice", "-n", "15", args.scalescope, "run", ypath, "--quiet",
-                                "-o", out] + extra_sets(r)
-                               + [a for kv in args.set for a in ("--set", kv)],
-                               capture_output=True, text=True, timeout=args.timeout)
-        except subprocess.TimeoutExpired:
-            skipped.append((r["model"], r["gpus"], f"run took > {args.timeout:.0f} s"))
-            continue
-        if p.returncode != 0:
-            msg = (p.stderr or p.stdout).strip().splitlines()
-            skipped.append((r["model"], r["gpus"], msg[-1] if msg else f"exit {p.returncode}"))
-            print(f"SKIP {r['model']}: {skipped[-1][2]}", file=sys.stderr)
-            continue
-        s = json.load(open(os.path.join(out, "summary.json")))
-        pt, ptf = s["iteration_time_s"], s["model_tflops_per_gpu"]
-        meas = float(r["measured"])
-        if r["unit"] == "iteration_time_s":
-            mt, mtf = meas, ptf * pt / meas
-        elif r["unit"] == "tokens_per_s_per_gpu":
-            mt = float(r["gbs"]) * float(r["seq"]) / (meas * float(r["gpus"]))
-            mtf = ptf * pt / mt
-        elif r["unit"] == "megatron_tflops_per_gpu":
-            # Megatron's own TFLOP/s per GPU (training.py's num_floating_point_operations, the
-            # count scalescope's model_tflops_per_gpu reproduces) → the iteration time.
-            mt, mtf = ptf * pt / meas, meas
-        else:  # NeMo's TFLOP/s per GPU in NeMo's FLOP count → the measured iteration time
-            mt = nemo_flops(r) / (meas * 1e12 * float(r["gpus"]))
-            mtf = ptf * pt / mt
-        err = pt / mt - 1
-        errs.append(err)
-        fits = s.get("memory", {}).get("fits", "")
-        print(f"{r['model']:<40} {r['gpus']:>5} {mt:8.4f} {pt:8.4f} {mtf:8.1f} {ptf:8.1f} "
-              f"{100 * err:+6.1f}% {str(fits):>5}")
+    for d in results:
+        print(f"{d['model']:<40} {d['gpus']:>5} {d['measured_s']:8.4f} {d['predicted_s']:8.4f} "
+              f"{d['measured_tflops']:8.1f} {d['predicted_tflops']:8.1f} "
+              f"{100 * d['error']:+6.1f}% {str(d['fits']):>5}")
     for m, g, why in skipped:
         print(f"SKIPPED {m} ({g} GPUs): {why}")
+    errs = [d["error"] for d in results]
     if errs:
         print(f"rows {len(errs)} (skipped {len(skipped)})  iteration-time error (pred/meas - 1): "
               f"median {100 * statistics.median(errs):+.1f} %, median |err| "

@@ -70,6 +70,41 @@ def parse_memory(out):
     return classes
 
 
+def evaluate(scalescope, rows, tmp):
+    """Every row through `scalescope memory`: (results, skipped)."""
+    results, skipped = [], []
+    for r in rows:
+        if r["precision"] not in ("bf16", "fp16"):
+            skipped.append((r["case"], f"precision {r['precision']} not modelled"))
+            continue
+        path = os.path.join(tmp, r["case"] + ".yaml")
+        with open(path, "w") as f:
+            f.write(experiment_yaml(r))
+        p = subprocess.run(["nice", "-n", "15", scalescope, "memory", path],
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            msg = (p.stderr or p.stdout).strip().splitlines()
+            skipped.append((r["case"], msg[-1] if msg else f"exit {p.returncode}"))
+            continue
+        cls = parse_memory(p.stdout)
+        missing = [c for c in ALLOCATED if c not in cls]
+        if missing:
+            skipped.append((r["case"], f"memory table lacks {missing}"))
+            continue
+        nst = len(cls["weights"])
+        alloc = [sum(cls[c][s] for c in ALLOCATED) for s in range(nst)]
+        # mem-allocated-bytes: allocated after the iteration = the static classes only
+        results.append({
+            "case": r["case"], "measured_gib": float(r["measured_max_allocated_bytes"]) / GIB,
+            "last_gib": alloc[-1], "max_gib": max(alloc),
+            "static_measured_gib": float(r["measured_allocated_bytes"]) / GIB,
+            "static_predicted_gib": sum(cls[c][-1] for c in ("weights", "main_grads", "optimizer")),
+            "parts": "/".join(f"{cls[c][-1]:.2f}" for c in ALLOCATED)})
+    for d in results:
+        d["error"] = d["last_gib"] / d["measured_gib"] - 1
+    return results, skipped
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--scalescope", default=os.path.join(ROOT, "build", "scalescope"))
@@ -81,47 +116,20 @@ def main():
     rows = list(csv.DictReader(open(args.csv)))
     tmp = args.keep or tempfile.mkdtemp(prefix="megatron_memory_")
     os.makedirs(tmp, exist_ok=True)
-    ratios, ratios_max, ratios_static, skipped = [], [], [], []
+    results, skipped = evaluate(args.scalescope, rows, tmp)
     print(f"{'case':<72} {'meas GiB':>8} {'last GiB':>8} {'ratio':>6} {'max GiB':>8} {'ratio':>6}  "
           "static: meas pred ratio   last-stage W/G/O/A/ws GiB")
-    for r in rows:
-        if r["precision"] not in ("bf16", "fp16"):
-            skipped.append((r["case"], f"precision {r['precision']} not modelled"))
-            continue
-        path = os.path.join(tmp, r["case"] + ".yaml")
-        with open(path, "w") as f:
-            f.write(experiment_yaml(r))
-        p = subprocess.run(["nice", "-n", "15", args.scalescope, "memory", path],
-                           capture_output=True, text=True)
-        if p.returncode != 0:
-            msg = (p.stderr or p.stdout).strip().splitlines()
-            skipped.append((r["case"], msg[-1] if msg else f"exit {p.returncode}"))
-            print(f"SKIP {r['case']}: {skipped[-1][1]}", file=sys.stderr)
-            continue
-        cls = parse_memory(p.stdout)
-        missing = [c for c in ALLOCATED if c not in cls]
-        if missing:
-            skipped.append((r["case"], f"memory table lacks {missing}"))
-            print(f"SKIP {r['case']}: memory table lacks {missing}", file=sys.stderr)
-            continue
-        nst = len(cls["weights"])
-        alloc = [sum(cls[c][s] for c in ALLOCATED) for s in range(nst)]
-        last = alloc[-1] * GIB
-        mx = max(alloc) * GIB
-        meas = float(r["measured_max_allocated_bytes"])
-        ratios.append(last / meas)
-        ratios_max.append(mx / meas)
-        parts = "/".join(f"{cls[c][-1]:.2f}" for c in ALLOCATED)
-        # mem-allocated-bytes: allocated after the iteration = the static classes only
-        stat_meas = float(r["measured_allocated_bytes"])
-        stat_pred = sum(cls[c][-1] for c in ("weights", "main_grads", "optimizer")) * GIB
-        ratios_static.append(stat_pred / stat_meas)
-        print(f"{r['case']:<72} {meas / GIB:8.2f} {last / GIB:8.2f} {last / meas:6.3f} "
-              f"{mx / GIB:8.2f} {mx / meas:6.3f}  {stat_meas / GIB:6.2f} {stat_pred / GIB:6.2f} "
-              f"{stat_pred / stat_meas:6.3f}   {parts}")
+    for d in results:
+        meas, last, mx = d["measured_gib"], d["last_gib"], d["max_gib"]
+        sm, sp = d["static_measured_gib"], d["static_predicted_gib"]
+        print(f"{d['case']:<72} {meas:8.2f} {last:8.2f} {last / meas:6.3f} "
+              f"{mx:8.2f} {mx / meas:6.3f}  {sm:6.2f} {sp:6.2f} {sp / sm:6.3f}   {d['parts']}")
     for case, why in skipped:
         print(f"SKIPPED {case}: {why}")
-    if ratios:
+    if results:
+        ratios = [d["last_gib"] / d["measured_gib"] for d in results]
+        ratios_max = [d["max_gib"] / d["measured_gib"] for d in results]
+        ratios_static = [d["static_predicted_gib"] / d["static_measured_gib"] for d in results]
         print(f"rows {len(ratios)} (skipped {len(skipped)})  predicted/measured at the last stage: "
               f"median {statistics.median(ratios):.3f}, min {min(ratios):.3f}, max {max(ratios):.3f};"
               f"  at the max stage: median {statistics.median(ratios_max):.3f}")

@@ -89,10 +89,12 @@ struct ParallelPlan {
   /// FSDP's reshard_after_forward: true frees a layer's gathered parameters after its forward
   /// and gathers them again for its backward (FULL_SHARD); false keeps them (SHARD_GRAD_OP).
   bool reshard_after_forward = true;
-  /// ZeRO-3 with gradient accumulation: reduce-scatter every micro-batch (FSDP2's default)
-  /// instead of only the last (set_requires_gradient_sync(False), Megatron's no_sync), which
-  /// keeps unsharded gradients between micro-batches.
-  bool fsdp_reduce_every_microbatch = false;
+  /// ZeRO-3 with gradient accumulation: reduce-scatter every micro-batch, as both PyTorch FSDP2
+  /// (FSDPParamGroup.reduce_grads = True unless set_requires_gradient_sync(False); torchtitan
+  /// keeps it) and Megatron-FSDP (megatron_fsdp.py: grad_reduce_every_bprop for optim_grads /
+  /// optim_grads_params) do; false reduces only on the last micro-batch (FSDP1's no_sync),
+  /// keeping unsharded gradients between micro-batches. docs/config.md cites the lines.
+  bool fsdp_reduce_every_microbatch = true;
   Schedule schedule = Schedule::OneFOneB;
   bool overlap_grad_reduce = false;   ///< DP reduction overlapped with the last backward
   bool overlap_param_gather = false;  ///< param all-gather overlapped with the next forward

@@ -1784,9 +1784,12 @@ class StageBuilder {
   /// takes the chunks in reverse), warm-up w = min(2·(p − r − 1) + (v − 1)·G, m·v) forwards,
   /// steady 1F1B, cool-down backwards. Transfers wrap around from the last rank to the first
   /// between chunks. With overlap_p2p_comm (the default) the steady state's transfers are
-  /// asynchronous: each send is waited for at once (deallocate_pipeline_outputs) and each receive
-  /// just before the forward or backward that needs it; warm-up and cool-down transfers block.
-  /// Without it, each step's four transfers are posted together and waited for at once.
+  /// asynchronous: each forward send is waited for at once (pp_post_forward, to free the output
+  /// under deallocate_pipeline_outputs), each backward send one step later (pp_post_backward
+  /// waits the previous step's send_prev handle after posting this step's transfers; the last
+  /// one after the cool-down loop), each receive just before the forward or backward that needs
+  /// it; warm-up and cool-down transfers block. Without it, each step's four transfers are
+  /// posted together and waited for at once.
   void interleaved() {
     const std::int64_t p = p_.pp(), v = p_.vpp(), m = num_mb_, r = stage_;
     const std::int64_t G = p_.microbatch_group_size();
@@ -1837,6 +1840,15 @@ class StageBuilder {
       wait_for(q.front());
       q.pop_front();
     };
+    // pp_post_backward (schedules.py, Megatron-Core d98e8a6): post this step's send_prev and
+    // recv_next, then wait the previous step's send_prev handle; this step's is waited one step
+    // later (or after the cool-down loop).
+    std::uint32_t send_prev_pending = kNone;
+    auto post_backward = [&](std::int64_t k, bool recv_b) {
+      const std::uint32_t send = sends_backward(k) ? post(true, CommRole::PpPrev, mb_of(k)) : kNone;
+      if (recv_b) recv_next.push_back(post(false, CommRole::PpNext, mb_of(k)));
+      wait_for_overlapped(std::exchange(send_prev_pending, send));
+    };
 
     // recv_forward before the loop (nothing on the first virtual stage).
     if (!first_) exchange(false, true, false, false, 0);
@@ -1870,8 +1882,7 @@ class StageBuilder {
             [&] {
               if (!(last_ && chunk_of(k, false) == v - 1)) wait_front(recv_next);
               backward(mb_of(k), chunk_of(k, false));
-              if (sends_backward(k)) wait_for(post(true, CommRole::PpPrev, mb_of(k)));
-              if (recv_b) recv_next.push_back(post(false, CommRole::PpNext, mb_of(k)));
+              post_backward(k, recv_b);
             });
       } else if (overlap) {
         if (!(first_ && chunk_of(fk, true) == 0)) wait_front(recv_prev);
@@ -1880,8 +1891,7 @@ class StageBuilder {
         if (recv_f) recv_prev.push_back(post(false, CommRole::PpPrev, mb_of(fk)));
         if (!(last_ && chunk_of(k, false) == v - 1)) wait_front(recv_next);
         backward(mb_of(k), chunk_of(k, false));
-        if (sends_backward(k)) wait_for(post(true, CommRole::PpPrev, mb_of(k)));
-        if (recv_b) recv_next.push_back(post(false, CommRole::PpNext, mb_of(k)));
+        post_backward(k, recv_b);
       } else {
         forward(mb_of(fk), chunk_of(fk, true));
         backward(mb_of(k), chunk_of(k, false));
@@ -1897,6 +1907,7 @@ class StageBuilder {
       const bool recv = expects(k, false) && k != total - 1;
       exchange(false, false, sends_backward(k), recv, mb_of(k));
     }
+    wait_for_overlapped(send_prev_pending);  // after the cool-down loop (schedules.py)
     SCALESCOPE_EXPECTS(recv_prev.empty() && recv_next.empty());
   }
 

@@ -130,6 +130,46 @@ INSTANTIATE_TEST_SUITE_P(
                       std::make_tuple(4, 4, 8, true), std::make_tuple(2, 3, 6, true),
                       std::make_tuple(4, 2, 8, false), std::make_tuple(4, 2, 12, true)));
 
+TEST(InterleavedDeferredSendWait, TwoStagesVp2ByHand) {
+  // Megatron-Core's interleaved 1F1B with overlap_p2p_comm waits a backward send's handle one
+  // step later (pp_post_backward waits the previous step's send_prev after posting this step's
+  // transfers; the last steady one after the cool-down loop), a forward send's at once.
+  // p = 2, v = 2, m = 2 (G = 2), one layer per chunk: per chunk F forward, B backward; every
+  // transfer takes P once both ends are posted (rendezvous), everything else is free.
+  // Virtual stages vs0 = r0 c0, vs1 = r1 c0, vs2 = r0 c1, vs3 = r1 c1. Rank 0 warms up all four
+  // virtual micro-batches (w = 2·1 + 1·2 = 4); rank 1 does 2, then 2 steady steps, 2 cool-down.
+  // By hand, with F > P and B ≥ P (stream order on each pair's stream included):
+  //   r0 F(0,c0) 0..F, send → r1's first receive: F + P; r0 F(1,c0) and r1 F(0,c0) run
+  //   F+P..2F+P, exchange until 2F+2P; r0 F(0,c1), r1 F(1,c0) until 3F+2P, exchange to 3F+3P;
+  //   r0 F(1,c1) and r1 F(0,c1) until 4F+3P; r1 posts the receive of (1,c1) (done 4F+4P), runs
+  //   B(0,c1) to 4F+3P+B and posts its send, which meets r0's posted receive: done 4F+4P+B.
+  //   Deferred: r1 runs F(1,c1), B(1,c1) at once (4F+3P+B..5F+3P+2B); r0 runs B(0,c1) from
+  //   4F+4P+B to 4F+4P+2B and exchanges with r1's step-1 transfers, posted at 5F+3P+2B
+  //   (later, as F > P): done 5F+4P+2B. Both then run B(·,c0)/B(1,c1) to 5F+4P+3B, exchange
+  //   to 5F+5P+3B, r1's B(1,c0) and r0's B(0,c0) end at 5F+5P+4B, r0 receives (1,c0)'s
+  //   gradient at 5F+6P+4B and its last backward ends the iteration at 5F + 6P + 5B.
+  //   Waiting at once (the old rule) holds r1's F(1,c1) until its send is done (4F+4P+B),
+  //   which delays everything after by P: 5F + 7P + 5B.
+  // With P = 0 this is the closed form (m + (p − 1)/v)·(t_f + t_b) = 2.5·(2F + 2B) above.
+  Job j = pipeline_job(2, 2, workload::Schedule::OneFOneB);
+  j.m.num_layers = 4;
+  j.p.virtual_pipeline_model_parallel_size = 2;
+  j.p.overlap_p2p_comm = true;
+  graph::SlicedGraph g = workload::build_graph(j.m, j.p, j.t);
+  Costs c = uniform_layer_costs();
+  const SimTime P = 3000;
+  c.p2p = [P](double, bool) -> SimTime { return P; };
+  auto [tf, tb] = stage_times(g.templates[0], c);
+  ASSERT_EQ(stage_times(g.templates.back(), c), std::make_pair(tf, tb));
+  const SimTime F = tf / 2, B = tb / 2;  // per chunk
+  ASSERT_GT(F, P);
+  ASSERT_GE(B, P);
+  RunResults r = emulate(g, c, EmulationOptions{});
+  // Tolerance: the free collectives (tied-embedding all-reduce) take the 1 ns minimum.
+  EXPECT_NEAR(static_cast<double>(r.summary.iteration_time),
+              static_cast<double>(5 * F + 6 * P + 5 * B), 8.0);
+}
+
 class TpCommOverlap : public ::testing::TestWithParam<std::pair<SimTime, SimTime>> {};
 
 TEST_P(TpCommOverlap, EachOverlappedPairSavesTheShorterOfGemmAndCollective) {

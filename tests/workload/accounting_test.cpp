@@ -161,6 +161,14 @@ TEST(Accounting, GradientPrecisionAndFp8WeightCopies) {
   EXPECT_EQ(fp8_weight_copy_bytes(m, p, t, 1), 0);
   t.precision = Precision::Fp8;
   EXPECT_EQ(fp8_weight_copy_bytes(m, p, t, 1), 2 * 218103808 / 4 * 8);
+  // FSDP (ZeRO-3) over DP 8, TP 1, PP 1: the fp8 copies are sharded like the weights,
+  // 2 B · 32 layers · 218,103,808 / 8 per rank (about 1.6 GiB, not the 13 GiB of an
+  // unsharded copy).
+  ParallelPlan f;
+  f.data_parallel_size = 8;
+  f.fsdp = true;
+  f.zero_stage = 3;
+  EXPECT_EQ(fp8_weight_copy_bytes(m, f, t, 0), 2 * 218103808LL * 32 / 8);
 }
 
 TEST(Accounting, ZeroStagesBytesPerParameter) {
@@ -216,7 +224,10 @@ TEST(Accounting, Zero3UnshardedParametersAndGradients) {
             static_cast<std::int64_t>(std::ceil(2 * (root + 2 * layer))));
   EXPECT_EQ(zero3_unsharded_grad_bytes(m, p, t, 0),
             static_cast<std::int64_t>(std::ceil(4 * (root + layer))));
-  t.global_batch_size = 128;  // two micro-batches, reduced on the last only
+  t.global_batch_size = 128;  // two micro-batches, each reduced (FSDP2's default): as one
+  EXPECT_EQ(zero3_unsharded_grad_bytes(m, p, t, 0),
+            static_cast<std::int64_t>(std::ceil(4 * (root + layer))));
+  p.fsdp_reduce_every_microbatch = false;  // reduced on the last only: all N accumulate
   EXPECT_EQ(zero3_unsharded_grad_bytes(m, p, t, 0), static_cast<std::int64_t>(std::ceil(4 * n)));
   p.reshard_after_forward = false;
   EXPECT_EQ(zero3_unsharded_param_bytes(m, p, 0), static_cast<std::int64_t>(std::ceil(2 * n)));

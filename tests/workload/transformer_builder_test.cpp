@@ -720,11 +720,14 @@ TEST(TransformerBuilder, FsdpAllGatherVolumePerStep) {
   // With reshard_after_forward every micro-batch gathers every unit in its forward
   // (S = 2 · unit parameters, bf16) and the layers again in its backward (the root stays
   // gathered): forward m · 2 · N, backward m · 2 · L · P_l. Gradients are reduce-scattered on
-  // the last micro-batch only (S = 4 · N, fp32), or on each with fsdp_reduce_every_microbatch.
+  // the last micro-batch only (S = 4 · N, fp32) without fsdp_reduce_every_microbatch, or on
+  // each with it (the default, FSDP2's and Megatron-FSDP's behaviour).
   // Nothing is gathered after the optimizer step.
   Job s = small(2, 1, 4);
   s.p.fsdp = true;
   s.p.zero_stage = 3;
+  EXPECT_TRUE(s.p.fsdp_reduce_every_microbatch);
+  s.p.fsdp_reduce_every_microbatch = false;
   const double mb = 8;
   ASSERT_EQ(s.t.num_microbatches(4), 8);
   const double n = parameters_on_rank(s.m, s.p, 0);
@@ -754,6 +757,7 @@ TEST(TransformerBuilder, HsdpShardsWithinGroupsAndAllReducesAcrossReplicas) {
   s.p.fsdp = true;
   s.p.zero_stage = 3;
   s.p.fsdp_shard_size = 2;
+  s.p.fsdp_reduce_every_microbatch = false;  // reduce on the last micro-batch only
   const double n = parameters_on_rank(s.m, s.p, 0);
   graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
   DpVolume v = dp_volume(g);
