@@ -88,7 +88,9 @@ def do_fit(args, rows):
     sizes = sorted(set(models), key=float)
     # Every model size weighs the same, whatever its number of rows.
     weights = np.array([1.0 / models.count(m) for m in models])
-    point = dict(PHYSICAL)
+    # Linearize at the physical defaults, or (--start-at-previous) at the fit now in JSON: a
+    # refit after a model or input change starts next to its optimum.
+    point = dict(json.load(open(JSON))["in_sample"]) if args.start_at_previous else dict(PHYSICAL)
     for it in range(args.iterations + 1):
         print(f"linearizing at {point}", flush=True)
         u0, t0, jac = linearize(args, rows, point)
@@ -177,11 +179,15 @@ def main():
     ap.add_argument("--iterations", type=int, default=1)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--rows-out")
+    ap.add_argument("--start-at-previous", action="store_true",
+                    help="linearize first at the in-sample fit now in calibration-a100.json")
+    ap.add_argument("--no-report", action="store_true", help="fit only")
     args = ap.parse_args()
     rows = vr.load_rows(args.csv)
     if args.fit:
         do_fit(args, rows)
-    report(args, rows)
+    if not args.no_report:
+        report(args, rows)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ Usage: scripts/validate/recipe_rank.py [--scalescope build/scalescope] [--only N
 """
 import argparse
 import csv
+import json
 import os
 import statistics
 import subprocess
@@ -54,6 +55,7 @@ def main():
     ap.add_argument("--only", help="rows whose model name contains this string")
     ap.add_argument("--np", type=int, default=1, help="mpirun processes per sweep (default 1)")
     ap.add_argument("--keep", help="write the rows' YAML and sweep tables under this folder")
+    ap.add_argument("--json", help="write every ranked row here (scripts/validate/all.py)")
     ap.add_argument("--reuse", action="store_true",
                     help="with --keep: take a row's sweep.csv from there when it exists")
     args = ap.parse_args()
@@ -64,7 +66,7 @@ def main():
     os.makedirs(tmp, exist_ok=True)
     print(f"{'model':<22} {'gpus':>5} {'recipe TP/PP/VP':>15} {'rank':>7} {'recipe s':>9} "
           f"{'best TP/PP/VP':>13} {'best s':>8} {'gain':>6}  recipe fits (scalescope)")
-    gains, ranks = [], []
+    gains, ranks, ranked = [], [], []
     for i, r in enumerate(rows):
         ypath = os.path.join(tmp, f"row{i}.yaml")
         with open(ypath, "w") as f:
@@ -97,9 +99,14 @@ def main():
         rt, bt = float(recipe[0]["iteration_time_s"]), float(best["iteration_time_s"])
         gains.append(rt / bt - 1)
         ranks.append(rank)
+        ranked.append({"model": r["model"], "gpus": int(r["gpus"]), "recipe": fmt(want),
+                       "rank": rank, "of": len(fit), "recipe_s": rt, "best": fmt(layout(best)),
+                       "best_s": bt, "gain": rt / bt - 1})
         print(f"{r['model']:<22} {r['gpus']:>5} {fmt(want):>15} {rank:>3}/{len(fit):<3} {rt:9.3f} "
               f"{fmt(layout(best)):>13} {bt:8.3f} {100 * (rt / bt - 1):5.1f}%  "
               f"{'yes' if recipe[0]['status'] == 'ok' else 'no'} ({float(recipe[0]['peak_memory_gib']):.1f} GiB)")
+    if args.json:
+        json.dump(ranked, open(args.json, "w"), indent=1)
     if gains:
         print(f"{len(gains)} recipes ranked: median rank {statistics.median(ranks)}, "
               f"first in {sum(k == 1 for k in ranks)}; predicted gain of the best layout over "

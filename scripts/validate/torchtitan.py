@@ -4,7 +4,9 @@ scalescope was fitted to them). torchtitan runs PyTorch code with torch.compile,
 TP/SP, torchao float8 and Inductor's async TP, which is what a capture of
 inputs/pytorch/llama.py models (docs/flint.md "fp8", "Async TP").
 
-    scripts/validate/torchtitan.py [BUILD_DIR] [--check]   (needs /usr/bin/python3 with torch)
+    scripts/validate/torchtitan.py [BUILD_DIR] [--check] [--json FILE]
+    (needs /usr/bin/python3 with torch; --json writes the ratios and memory rows for
+    scripts/validate/all.py)
 
 --check (tests/e2e/torchtitan.sh): exit 1 if a ratio is off by more than 10 % or the 8B jobs'
 peak memory by more than 5 % (a guard on the model, not a fit: nothing here tunes anything).
@@ -26,8 +28,14 @@ import sys
 import tempfile
 
 repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-args = [a for a in sys.argv[1:] if a != "--check"]
-check = "--check" in sys.argv[1:]
+argv = sys.argv[1:]
+json_out = None
+if "--json" in argv:
+    k = argv.index("--json")
+    json_out = argv[k + 1]
+    del argv[k:k + 2]
+args = [a for a in argv if a != "--check"]
+check = "--check" in argv
 build = args[0] if args else os.path.join(repo, "build")
 bin_ = os.path.join(build, "scalescope")
 tmp = tempfile.mkdtemp()
@@ -156,6 +164,14 @@ print("|---|---|---|---|---|---|---|")
 for cp, seq, tps, measured, gib, mgib in cp_rows:
     print(f"| CP {cp}, sequence {seq:,} | {tps:,.0f} | {measured:,} | {tps / cp_rows[0][2]:.3f} | "
           f"{measured / cp_rows[0][3]:.3f} | {gib:.1f} | {mgib} |")
+if json_out:
+    json.dump({
+        "ratios": [{"job": JOBS[j][0], "ratio": f"{a} / {b}",
+                    "predicted": results[(j, a)][0] / results[(j, b)][0],
+                    "measured": results[(j, a)][1] / results[(j, b)][1]} for j, a, b in RATIOS],
+        "memory": [{"job": JOBS[j][0], "run": label, "predicted_gib": gib, "measured_gib": mgib}
+                   for (j, label), (_, _, gib, mgib) in results.items() if mgib is not None],
+    }, open(json_out, "w"), indent=1)
 if check and failures:
     print("torchtitan check FAILED:\n  " + "\n  ".join(failures), file=sys.stderr)
     sys.exit(1)

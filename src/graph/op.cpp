@@ -63,7 +63,8 @@ std::string_view op_name(OpName n) {
                                                 "cp_merge",
                                                 "qk_norm",
                                                 "mtp_norm",
-                                                "mtp_proj_gemm"};
+                                                "mtp_proj_gemm",
+                                                "moe_sort_chunks"};
   static_assert(std::size(kNames) == static_cast<std::size_t>(OpName::Count),
                 "one name per OpName");
   auto i = static_cast<std::size_t>(n);

@@ -157,6 +157,7 @@ enum class OpName : std::uint8_t {
   QkNorm,             ///< the norms over each query and key head (--qk-layernorm)
   MtpNorm,            ///< MTP: the norms over the hidden states and the next tokens' embeddings
   MtpProjGemm,        ///< MTP: the [T, 2h]·[2h, h/t] projection of their concatenation
+  MoeSortChunks,      ///< MoE all-to-all dispatcher: received tokens sorted by local expert / back
   Count
 };
 std::string_view op_name(OpName n);

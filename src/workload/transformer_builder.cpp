@@ -1253,6 +1253,20 @@ class StageBuilder {
                ? static_cast<double>(m_.moe_shared_expert_intermediate_size)
                : 0.0;
   }
+  /// The all-to-all dispatcher's "permutation 2" (Megatron-Core token_dispatcher.py at d98e8a6,
+  /// MoEAlltoAllTokenDispatcher.dispatch_postprocess / combine_preprocess: with more than one
+  /// local expert and dropless routing, sort_chunks_by_idxs orders the received rows by local
+  /// expert after the dispatch (and the TP gather) and restores their order before the combine;
+  /// its backward is the inverse sort). Each pass reads and writes the N received bf16 rows
+  /// (4·N·h bytes), the dispatch's also their fp32 probabilities (8·N). The flex (DeepEP) and
+  /// all-gather dispatchers permute once on each side instead, which MoePermute / MoeUnpermute
+  /// carry.
+  void sort_chunks(Phase phase, bool dispatch_side) {
+    if (p_.moe_token_dispatcher_type != MoeDispatcher::AllToAll || local_experts_ <= 1) return;
+    const double N = load_.computed;
+    chain(memory_bound(OpKind::Elementwise, OpName::MoeSortChunks, phase,
+                       4 * N * h_ + (dispatch_side ? 8 * N : 0.0)));
+  }
   /// The MoE block's forward (Megatron MoELayer with MoEAlltoAllTokenDispatcher: router,
   /// permute → A2A(EP) → AG(ETP) → grouped FC1, activation, grouped FC2 → RS(ETP) → A2A(EP) →
   /// unpermute; token_dispatcher.py).
@@ -1294,6 +1308,7 @@ class StageBuilder {
     }
     if (etp_comm())
       chain(collective(OpKind::AllGather, CommRole::Etp, OpName::EtpAllGather, phase, 2 * h * N));
+    sort_chunks(phase, true);
     fp8_cast(phase, N * h);
     Op fc1 = grouped_gemm(OpName::ExpertFc1Gemm, phase, N, f * glu, h);
     fc1.mem_alloc = alloc(gemm_input_bytes() * N * h + 2 * N * f * glu);  // its input and output
@@ -1308,6 +1323,7 @@ class StageBuilder {
     Op fc2 = grouped_gemm(OpName::ExpertFc2Gemm, phase, N, h, f);
     fc2.mem_transient = static_cast<std::int64_t>(2 * N * h);
     chain(fc2);
+    sort_chunks(phase, false);
     if (etp_comm())
       chain(collective(OpKind::ReduceScatter, CommRole::Etp, OpName::EtpReduceScatter, phase,
                        2 * h * N));
@@ -1344,6 +1360,7 @@ class StageBuilder {
     }
     if (etp_comm())
       chain(collective(OpKind::AllGather, CommRole::Etp, OpName::EtpAllGather, B, 2 * h * N));
+    sort_chunks(B, false);  // the backward of the un-sort before the combine
     if (p_.recomputes(kRecomputeMoeAct)) {
       // moe_act: the activation again from the kept FC1 output; FC2's wgrad reads it.
       Op act = expert_activation(Phase::Recompute, N, f);
@@ -1371,6 +1388,7 @@ class StageBuilder {
                        static_cast<std::uint32_t>(std::max(1.0, N / local_experts_))};
     fc1_wgrad.mem_bytes += 2 * p_.grad_bytes() * local_experts_ * h * f * glu;
     ready_[param_key(l, kExperts)] = wgrad(fc1_wgrad);
+    sort_chunks(B, true);  // the backward of the dispatch's sort
     if (etp_comm())
       chain(
           collective(OpKind::ReduceScatter, CommRole::Etp, OpName::EtpReduceScatter, B, 2 * h * N));

@@ -1108,6 +1108,37 @@ TEST(MoeBuilder, FlexDispatcherMarksItsAllToAllsWithTheRouting) {
   }
 }
 
+TEST(MoeBuilder, AllToAllDispatcherSortsReceivedTokensByLocalExpert) {
+  // Megatron's all-to-all dispatcher with more than one local expert sorts the received rows by
+  // local expert after the dispatch and back before the combine (sort_chunks_by_idxs), and the
+  // backward runs both inverses: 4 passes per layer and micro-batch. A rank receives on average
+  // N = T·k rows (balanced router; T = 1024 / TP 2 = 512, k = 2): each pass reads and writes
+  // them in bf16, 4·N·h bytes, the dispatch's sort also their fp32 probabilities (+8·N).
+  // EP 4 of 8 experts: 2 local experts. EP 8 (one local expert) and DeepEP (flex) do not sort.
+  Job s = moe_job(2, 1, 8, 4, 1);
+  const double N = 512.0 * 2, h = 1024;
+  auto sorts = [&](const graph::SlicedGraph& g) {
+    std::vector<double> bytes;
+    for (const graph::Op& op : g.templates[0].ops)
+      if (op.name == graph::OpName::MoeSortChunks) bytes.push_back(op.mem_bytes);
+    return bytes;
+  };
+  const std::vector<double> b = sorts(build_graph(s.m, s.p, s.t));
+  ASSERT_EQ(b.size(), 4u * 4 * 8);  // 4 per layer · 4 layers · 8 micro-batches
+  int with_probs = 0;
+  for (double x : b) {
+    EXPECT_TRUE(x == 4 * N * h || x == 4 * N * h + 8 * N) << x;
+    with_probs += x == 4 * N * h + 8 * N;
+  }
+  EXPECT_EQ(with_probs, 2 * 4 * 8);  // the dispatch's sort and its backward
+  s.p.moe_token_dispatcher_type = MoeDispatcher::Flex;
+  EXPECT_TRUE(sorts(build_graph(s.m, s.p, s.t)).empty());
+  s.p.moe_token_dispatcher_type = MoeDispatcher::AllToAll;
+  s.p.expert_model_parallel_size = 8;
+  s.p.data_parallel_size = 8;
+  EXPECT_TRUE(sorts(build_graph(s.m, s.p, s.t)).empty());
+}
+
 TEST(MoeBuilder, AllToAllBytesPerLayerAreTokensTimesTopkTimesHidden) {
   // Each MoE layer moves, per micro-batch and rank, T·k token copies of h bf16 values to the
   // experts and back: the all-to-all's buffer S = T·k·h·2, of which (EP − 1)/EP crosses to
