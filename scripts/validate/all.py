@@ -185,7 +185,9 @@ def set_torchtitan(args):
     path = os.path.join(tmp, "torchtitan.json")
     build = os.path.dirname(os.path.abspath(args.scalescope))
     p = subprocess.run(["/usr/bin/python3", os.path.join(HERE, "torchtitan.py"), build,
-                        "--json", path], capture_output=True, text=True)
+                        "--json", path]
+                       + [a for k, v in args.sets.items() for a in ("--set", f"{k}={v}")],
+                       capture_output=True, text=True)
     if p.returncode != 0:
         raise SystemExit(f"torchtitan.py failed: {(p.stderr or p.stdout).strip()}")
     t = json.load(open(path))
@@ -276,7 +278,8 @@ def main():
     ap.add_argument("--jobs", type=int, default=2, help="scalescope runs at a time")
     ap.add_argument("--json", default="validation.json", help="write every row here")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="scalescope --set for every vtrain and h100 row (what-if over the sets)")
+                    help="scalescope --set for every vtrain, h100 and torchtitan row (what-if "
+                         "over the sets)")
     ap.add_argument("--check", metavar="DOC",
                     help="exit 1 if a set's median |err| exceeds its pin in DOC by > 1 point")
     args = ap.parse_args()

@@ -4,9 +4,9 @@ scalescope was fitted to them). torchtitan runs PyTorch code with torch.compile,
 TP/SP, torchao float8 and Inductor's async TP, which is what a capture of
 inputs/pytorch/llama.py models (docs/flint.md "fp8", "Async TP").
 
-    scripts/validate/torchtitan.py [BUILD_DIR] [--check] [--json FILE]
+    scripts/validate/torchtitan.py [BUILD_DIR] [--check] [--json FILE] [--set KEY=VALUE ...]
     (needs /usr/bin/python3 with torch; --json writes the ratios and memory rows for
-    scripts/validate/all.py)
+    scripts/validate/all.py; --set: a scalescope override for every run, after the script's own)
 
 --check (tests/e2e/torchtitan.sh): exit 1 if a ratio is off by more than 10 % or the 8B jobs'
 peak memory by more than 5 % (a guard on the model, not a fit: nothing here tunes anything).
@@ -33,6 +33,11 @@ json_out = None
 if "--json" in argv:
     k = argv.index("--json")
     json_out = argv[k + 1]
+    del argv[k:k + 2]
+user_sets = []
+while "--set" in argv:
+    k = argv.index("--set")
+    user_sets.append(argv[k + 1])
     del argv[k:k + 2]
 args = [a for a in argv if a != "--check"]
 check = "--check" in argv
@@ -90,7 +95,7 @@ def capture(name, margs, seq, batch):
 def replay(exp, cap, out, *sets):
     """Runs experiment `exp` on capture `cap` as torchtitan compiles it: (tokens/s per GPU,
     peak GiB)."""
-    extra = [a for kv in sets for a in ("--set", kv)]
+    extra = [a for kv in list(sets) + user_sets for a in ("--set", kv)]
     run(bin_, "run", exp, "-o", out, "--quiet", "--set", f"model.source={cap}",
         "--set", "model.tp_plan=llama", "--set", "model.compile=blocks",
         "--set", "run.on_oom=warn", *extra)
