@@ -1848,7 +1848,12 @@ SweepSpec read_sweep_spec(const std::string& path) {
           try {
             check_override(o, path);
           } catch (const InputError& err) {
-            fail(values, where_axis, err.what());
+            // fail() names the file, line and key; the override's own message names the file
+            // again ("PATH: override '…': …"), so that prefix goes.
+            std::string what = err.what();
+            if (const std::string prefix = path + ": "; what.rfind(prefix, 0) == 0)
+              what.erase(0, prefix.size());
+            fail(values, where_axis, what);
           }
           a.values.push_back({o});
         }

@@ -197,9 +197,12 @@ TEST(Config, SweepSectionGivesAxesInFileOrder) {
     }
     return std::string("accepted");
   };
-  EXPECT_NE(
-      message("sweep:\n  vary:\n    parallel.tpx: [1, 2]\n").find("parallel.tpx: unknown key"),
-      std::string::npos);
+  const std::string unknown = message("sweep:\n  vary:\n    parallel.tpx: [1, 2]\n");
+  EXPECT_NE(unknown.find("parallel.tpx: unknown key"), std::string::npos);
+  // The file is named once (its line and column), not again inside the override's message.
+  const std::string file = (dir / "bad.yaml").string();
+  EXPECT_EQ(unknown.find(file), 0u) << unknown;
+  EXPECT_EQ(unknown.find(file, 1), std::string::npos) << unknown;
   EXPECT_NE(message("sweep:\n  vary:\n    parallel.tp: 4\n").find("bad.yaml:6:"),
             std::string::npos);  // names the line
   EXPECT_NE(message("sweep:\n  vary:\n    parallel.tp: []\n").find("non-empty list"),
