@@ -426,14 +426,21 @@ TEST(CostModel, FlexDispatchSendsATokenOncePerRank) {
 
 TEST(CostModel, FlexDispatchAgainstHybridEpOnH100) {
   // Megatron-Core's MoE report (arXiv 2603.07685, Table 7): HybridEP dispatch / combine of 4,096
-  // tokens of hidden 7,168 (bf16), 256 experts, on H100 nodes of 8 with 8 × 400 Gb/s, in µs:
-  // EP 8 661 / 624, EP 16 1,485 / 1,688, EP 32 3,064 / 3,088, EP 64 4,626 / 4,398 (held out; top-8
-  // as DeepSeek-V3). In one node the model is NVLink-bound (a token reaches 5.29 of 8 ranks):
-  // +4 / +10 %. Across nodes it is NIC-bound (one RDMA send per other node reached) and within
-  // −28 … +29 %: too fast at EP 16, too slow at EP 64 (docs/cost-model.md §2.4).
-  // The tolerances are not accuracy claims: 0.12 (EP 8) and 0.30 (across nodes) were set around
-  // the model's outputs when this test was written, as a guard against unnoticed change; the
-  // accuracy of the across-node rows is the −28 … +29 % above.
+  // tokens of hidden 7,168 (bf16), 256 experts, top-8 (DeepSeek-V3), on H100 nodes of 8 with
+  // 8 × 400 Gb/s, in µs: EP 8 661 / 624, EP 16 1,485 / 1,688, EP 32 3,064 / 3,088, EP 64
+  // 4,626 / 4,398 (held out). The test asserts the model's closed form for each row, derived by
+  // hand (docs/cost-model.md §2.4), and prints the comparison with the measurement; the errors
+  // (+4 / +10 % in one node, −28 … +29 % across nodes) are reported there, not asserted: a
+  // tolerance set around them would only restate today's output (issue 23).
+  //   A token's 8 experts of 256, spread evenly, reach r = n·(1 − Π_{i<8} (256 − 256/n − i) /
+  //   (256 − i)) of n units. T = 4,096 · 7,168 · 2 = 58,720,256 B of tokens. NVLink moves
+  //   T · r_ranks · 7/8 at 450 · 396/450 = 396 GB/s (+ 1 µs latency in one node); across N nodes
+  //   the NICs move T · r_nodes · (N − 1)/N at 400/8 · 0.96 = 48 GB/s (+ 5 µs); the slower side
+  //   sets the time. By hand (products of the 8 fractions):
+  //     EP 8:  r_ranks 5.294652 → 58,720,256 · 5.294652 · 7/8 / 396e9 = 686.96 µs, + 1 = 687.96
+  //     EP 16: r_nodes 1.993020 → T · 1.993020 · 1/2 / 48e9 = 1,219.07 µs (NVLink 846.4), + 5
+  //     EP 32: r_nodes 3.614214 → T · 3.614214 · 3/4 / 48e9 = 3,316.06 µs (NVLink 942.9), + 5
+  //     EP 64: r_nodes 5.294652 → T · 5.294652 · 7/8 / 48e9 = 5,667.51 µs (NVLink 995.9), + 5
   ClusterSpec c = cluster("H100", 450, 400);
   c.nvlink_latency_us = 1.0;
   c.nic_latency_us = 5.0;
@@ -441,14 +448,19 @@ TEST(CostModel, FlexDispatchAgainstHybridEpOnH100) {
   const double S = 4096.0 * 7168 * 2 * 8;  // the copies: 8 per token
   const struct {
     std::uint32_t ep;
-    double dispatch_us, combine_us, tolerance;
-  } rows[] = {
-      {8, 661, 624, 0.12}, {16, 1485, 1688, 0.30}, {32, 3064, 3088, 0.30}, {64, 4626, 4398, 0.30}};
+    double model_us, dispatch_us, combine_us;
+  } rows[] = {{8, 687.96, 661, 624},
+              {16, 1224.07, 1485, 1688},
+              {32, 3321.06, 3064, 3088},
+              {64, 5672.51, 4626, 4398}};
+  std::printf(
+      "  HybridEP on H100 (MoE report Table 7): EP, model us, dispatch / combine us, error\n");
   for (const auto& r : rows) {
     const CommShape sh{r.ep, std::max(1u, r.ep / 8), std::min(8u, r.ep)};
     const double us = static_cast<double>(m.ep_dispatch_ns(S, 8, 256, sh)) * 1e-3;
-    EXPECT_NEAR(us / r.dispatch_us, 1.0, r.tolerance) << "EP " << r.ep << " dispatch";
-    EXPECT_NEAR(us / r.combine_us, 1.0, r.tolerance) << "EP " << r.ep << " combine";
+    EXPECT_NEAR(us, r.model_us, 0.02) << "EP " << r.ep;
+    std::printf("  EP %2u %8.1f %6.0f / %6.0f  %+5.1f / %+5.1f %%\n", r.ep, us, r.dispatch_us,
+                r.combine_us, 100 * (us / r.dispatch_us - 1), 100 * (us / r.combine_us - 1));
   }
 }
 
