@@ -71,9 +71,9 @@ DEVELOPED = {
     "recipe": set(),
 }
 
-# --quick: rows cheap enough for the 3-minute budget on 2 cores.
+# --quick: rows cheap enough for the 3-minute budget on 2 cores (vTrain: every row, LOMO only,
+# no in-sample pass).
 QUICK = {
-    "vtrain_sizes": None,            # every row, LOMO only (no in-sample pass)
     "h100_max_gpus": 256,            # rows on ≤ 256 GPUs (drops the 512/1,024-GPU rows)
     "nccl_ranks": {2, 16, 128},      # three communicator sizes of the seven
 }
@@ -112,8 +112,8 @@ def set_vtrain(args):
     meas = vr.measured(rows)
     models = [vr.model_of(r) for r in rows]
     lomo = vr.run_rows(args.scalescope, rows,
-                       [{**{f"cluster.{k}": v for k, v in cal["lomo"][m].items()}, **args.sets}
-                        for m in models], args.jobs)
+                       [{**vr.calibration_sets(cal["lomo"][m]), **args.sets} for m in models],
+                       args.jobs)
     out = []
     for i, r in enumerate(rows):
         out.append({"id": f"{r['params_b']}B gpus {r['gpus']} tp {r['tp']} pp {r['pp']} "
@@ -123,8 +123,7 @@ def set_vtrain(args):
     extra = {}
     if not args.quick:
         ins = vr.run_rows(args.scalescope, rows,
-                          {**{f"cluster.{k}": v for k, v in cal["in_sample"].items()}, **args.sets},
-                          args.jobs)
+                          {**vr.calibration_sets(cal["in_sample"]), **args.sets}, args.jobs)
         for d, p, m in zip(out, ins, meas):
             d["in_sample"] = p
         extra["in-sample fit (all 109 rows fitted)"] = stats([p / m - 1 for p, m in zip(ins, meas)])
@@ -253,19 +252,16 @@ def print_set(name, res):
 
 def read_pins(path):
     """{(set, mode): median |err| in %} from the table after '<!-- accuracy-pins -->'."""
-    pins, on = {}, False
-    for line in open(path):
-        if "<!-- accuracy-pins -->" in line:
-            on = True
-            continue
-        if on:
-            cells = [c.strip() for c in line.strip().strip("|").split("|")]
-            if not line.startswith("|"):
-                if pins:
-                    break
-                continue
-            if len(cells) >= 5 and cells[0] not in ("set", "") and not cells[0].startswith("-"):
-                pins[(cells[0], cells[1])] = float(cells[4].rstrip(" %"))
+    text = open(path).read()
+    if "<!-- accuracy-pins -->" not in text:
+        return {}
+    pins = {}
+    for line in text.split("<!-- accuracy-pins -->", 1)[1].strip().splitlines():
+        if not line.startswith("|"):
+            break  # the table ends
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) >= 5 and cells[0] != "set" and not cells[0].startswith("-"):
+            pins[(cells[0], cells[1])] = float(cells[4].rstrip(" %"))
     return pins
 
 

@@ -54,19 +54,16 @@ def to_params(u):
             "hbm_efficiency": round(float(1 / u[2]), 3)}
 
 
-def sets(p):
-    return {f"cluster.{k}": v for k, v in p.items()}
-
-
 def linearize(args, rows, p):
     """Simulated times at p and the Jacobian in u by forward differences."""
     u0 = to_u(p)
-    t0 = np.array(vr.run_rows(args.scalescope, rows, sets(p), args.jobs))
+    t0 = np.array(vr.run_rows(args.scalescope, rows, vr.calibration_sets(p), args.jobs))
     jac = np.zeros((len(rows), 3))
     for k in range(3):
         u = u0.copy()
         u[k] += STEP[k]
-        tk = np.array(vr.run_rows(args.scalescope, rows, sets(to_params(u)), args.jobs))
+        tk = np.array(vr.run_rows(args.scalescope, rows, vr.calibration_sets(to_params(u)),
+                                  args.jobs))
         # to_params rounds; use the step actually taken.
         jac[:, k] = (tk - t0) / (to_u(to_params(u))[k] - u0[k])
         print(f"  d(time)/d(u{k}) done", flush=True)
@@ -146,10 +143,13 @@ def report(args, rows):
     for m, p in cal["lomo"].items():
         print(f"LOMO without {m:>4}B: {p}")
     runs = {
-        "uncalibrated": vr.run_rows(args.scalescope, rows, sets(cal["physical"]), args.jobs),
-        "in-sample": vr.run_rows(args.scalescope, rows, sets(cal["in_sample"]), args.jobs),
+        "uncalibrated": vr.run_rows(args.scalescope, rows, vr.calibration_sets(cal["physical"]),
+                                    args.jobs),
+        "in-sample": vr.run_rows(args.scalescope, rows, vr.calibration_sets(cal["in_sample"]),
+                                 args.jobs),
         "leave-one-model-out": vr.run_rows(args.scalescope, rows,
-                                           [sets(cal["lomo"][m]) for m in models], args.jobs),
+                                           [vr.calibration_sets(cal["lomo"][m]) for m in models],
+                                           args.jobs),
     }
     errs = {k: [s / x - 1 for s, x in zip(v, meas)] for k, v in runs.items()}
     print(f"{'model':>6} {'gpus':>5} tp pp  dp mbs {'measured':>9} | error: uncalibrated, "

@@ -93,15 +93,14 @@ def evaluate(scalescope, rows, tmp):
             continue
         nst = len(cls["weights"])
         alloc = [sum(cls[c][s] for c in ALLOCATED) for s in range(nst)]
+        measured = float(r["measured_max_allocated_bytes"]) / GIB
         # mem-allocated-bytes: allocated after the iteration = the static classes only
         results.append({
-            "case": r["case"], "measured_gib": float(r["measured_max_allocated_bytes"]) / GIB,
+            "case": r["case"], "measured_gib": measured, "error": alloc[-1] / measured - 1,
             "last_gib": alloc[-1], "max_gib": max(alloc),
             "static_measured_gib": float(r["measured_allocated_bytes"]) / GIB,
             "static_predicted_gib": sum(cls[c][-1] for c in ("weights", "main_grads", "optimizer")),
             "parts": "/".join(f"{cls[c][-1]:.2f}" for c in ALLOCATED)})
-    for d in results:
-        d["error"] = d["last_gib"] / d["measured_gib"] - 1
     return results, skipped
 
 

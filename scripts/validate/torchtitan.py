@@ -21,6 +21,7 @@ torchtitan compiles each TransformerBlock and runs embedding, output and loss ea
 (`apply_compile`): model.compile: blocks. Also printed: peak memory against the reported one
 (GiB; torchtitan reports the caching allocator's peak reserved memory).
 """
+import argparse
 import json
 import os
 import subprocess
@@ -28,21 +29,14 @@ import sys
 import tempfile
 
 repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-argv = sys.argv[1:]
-json_out = None
-if "--json" in argv:
-    k = argv.index("--json")
-    json_out = argv[k + 1]
-    del argv[k:k + 2]
-user_sets = []
-while "--set" in argv:
-    k = argv.index("--set")
-    user_sets.append(argv[k + 1])
-    del argv[k:k + 2]
-args = [a for a in argv if a != "--check"]
-check = "--check" in argv
-build = args[0] if args else os.path.join(repo, "build")
-bin_ = os.path.join(build, "scalescope")
+ap = argparse.ArgumentParser()
+ap.add_argument("build", nargs="?", default=os.path.join(repo, "build"))
+ap.add_argument("--check", action="store_true")
+ap.add_argument("--json", dest="json_out")
+ap.add_argument("--set", action="append", default=[], dest="user_sets")
+cli = ap.parse_args()
+check, json_out, user_sets = cli.check, cli.json_out, cli.user_sets
+bin_ = os.path.join(cli.build, "scalescope")
 tmp = tempfile.mkdtemp()
 
 L8 = dict(dim=4096, n_layers=32, n_heads=32, n_kv_heads=8, vocab_size=128256, ffn_dim=14336)

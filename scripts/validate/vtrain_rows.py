@@ -53,6 +53,11 @@ def run_rows(scalescope, rows, extra, jobs=2, base=BASE):
         return list(ex.map(lambda a: run_row(scalescope, a[0], a[1], base), zip(rows, extras)))
 
 
+def calibration_sets(p):
+    """A kernel calibration ({kernel_overhead_us, gemm_efficiency, hbm_efficiency}) as --sets."""
+    return {f"cluster.{k}": v for k, v in p.items()}
+
+
 def measured(rows):
     return [float(r["measured_iter_ms"]) for r in rows]
 
