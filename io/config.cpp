@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -39,7 +40,7 @@ using Tree = std::map<std::string, Section, std::less<>>;
 
 using Keys = std::vector<std::string_view>;
 
-const Keys kSections = {"model", "parallel", "training", "cluster", "run", "cost"};
+const Keys kSections = {"model", "parallel", "training", "cluster", "run", "cost", "network"};
 /// parallel.recompute_modules: Megatron's submodule names.
 constexpr std::pair<std::uint8_t, std::string_view> kRecomputeModules[] = {
     {workload::kRecomputeCoreAttn, "core_attn"},
@@ -143,8 +144,14 @@ const Keys kClusterNetworkKeys = {"gpu",
                                   "hbm_efficiency",
                                   "norm_activation_efficiency",
                                   "host_launch_us",
-                                  "compute_efficiency"};
+                                  "compute_efficiency",
+                                  "topology"};
 const Keys kCostKeys = {"profile"};
+const Keys kNetworkKeys = {"model", "nccl_algo", "nccl_proto"};
+/// The keys of `cluster.topology` (docs/config.md).
+const Keys kTopologyKeys = {"rail_optimized",         "nodes_per_leaf",   "leaves_per_pod",
+                            "spines_per_pod",         "cores_per_plane",  "leaf_oversubscription",
+                            "spine_oversubscription", "spine_latency_us", "core_latency_us"};
 const Keys kRunKeys = {
     "engine", "trace_ranks",   "output",          "coalesce_local_ops", "partition",
     "on_oom", "sandbox_ranks", "sandbox_backend", "sandbox_op_scale",   "calibrate_from_sandbox",
@@ -175,6 +182,7 @@ Keys section_keys(std::string_view section) {
   if (section == "training") return kTrainingKeys;
   if (section == "cluster") return concat(kClusterNetworkKeys, {"preset"});
   if (section == "cost") return kCostKeys;
+  if (section == "network") return kNetworkKeys;
   return kRunKeys;
 }
 
@@ -283,6 +291,7 @@ Tree read_experiment(const std::string& path, std::optional<Value>& launch_line)
 struct ParsedOverride {
   std::string section;
   std::string key;
+  std::string subkey;  ///< cluster.topology.<subkey>: one key of that mapping
   YAML::Node value;
 };
 
@@ -296,9 +305,18 @@ ParsedOverride parse_override(const std::string& text, const std::string& experi
   path.erase(0, path.find_first_not_of(" \t"));
   path.erase(path.find_last_not_of(" \t") + 1);
   const auto dot = path.find('.');
-  if (dot == std::string::npos || path.find('.', dot + 1) != std::string::npos)
-    bad(fmt::format("key '{}' must be section.key (e.g. parallel.tp=4)", path));
   ParsedOverride o;
+  // cluster.topology.<key>: one key of the topology mapping.
+  constexpr std::string_view kTopologyPrefix = "cluster.topology.";
+  if (path.rfind(kTopologyPrefix, 0) == 0) {
+    o.subkey = path.substr(kTopologyPrefix.size());
+    if (std::find(kTopologyKeys.begin(), kTopologyKeys.end(), o.subkey) == kTopologyKeys.end())
+      bad(fmt::format("cluster.topology.{}: unknown key{}", o.subkey,
+                      detail::did_you_mean(o.subkey, kTopologyKeys)));
+    path.erase(path.size() - o.subkey.size() - 1);
+  } else if (dot == std::string::npos || path.find('.', dot + 1) != std::string::npos) {
+    bad(fmt::format("key '{}' must be section.key (e.g. parallel.tp=4)", path));
+  }
   o.section = path.substr(0, dot);
   const std::string key = path.substr(dot + 1);
   if (std::find(kSections.begin(), kSections.end(), o.section) == kSections.end())
@@ -325,6 +343,19 @@ ParsedOverride parse_override(const std::string& text, const std::string& experi
 void apply_override(Tree& t, const std::string& text, const std::string& experiment) {
   ParsedOverride o = parse_override(text, experiment);
   Section& s = t[o.section];
+  if (!o.subkey.empty()) {
+    // One key of a mapping value: merged into what the file wrote (the preset's mapping is merged
+    // under both in build_cluster).
+    YAML::Node map(YAML::NodeType::Map);
+    if (const auto it = s.find(o.key); it != s.end() && it->second.node.IsMap())
+      map = YAML::Clone(it->second.node);
+    if (o.value.IsNull())
+      map.remove(o.subkey);
+    else
+      map[o.subkey] = o.value;
+    s.insert_or_assign(o.key, Value{map, Origin{experiment, text, false}});
+    return;
+  }
   if (o.value.IsNull())
     s.erase(o.key);
   else
@@ -797,6 +828,70 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
   return m;
 }
 
+/// `cluster.topology`: a mapping of kTopologyKeys (docs/config.md).
+cost::TopologySpec build_topology(const Value& v) {
+  if (!v.node.IsMap())
+    fail(v, "cluster.topology", "expected a mapping (rail_optimized, nodes_per_leaf, ...)");
+  Section keys;
+  for (const auto& kv : v.node) {
+    const std::string k = kv.first.Scalar();
+    if (std::find(kTopologyKeys.begin(), kTopologyKeys.end(), k) == kTopologyKeys.end())
+      fail(Value{kv.first, v.origin}, "cluster.topology." + k,
+           "unknown key" + detail::did_you_mean(k, kTopologyKeys));
+    keys.insert_or_assign(k, Value{kv.second, v.origin});
+  }
+  cost::TopologySpec t;
+  const Reader r(keys, "cluster.topology");
+  r.flag("rail_optimized", t.rail_optimized);
+  r.positive("nodes_per_leaf", t.nodes_per_leaf);
+  if (const Value* x = r.find("leaves_per_pod")) {
+    t.leaves_per_pod = detail::read_int(*x, "cluster.topology.leaves_per_pod");
+    if (t.leaves_per_pod < 0) fail(*x, "cluster.topology.leaves_per_pod", "must be >= 0");
+  }
+  r.positive("spines_per_pod", t.spines_per_pod);
+  r.positive("cores_per_plane", t.cores_per_plane);
+  r.number("leaf_oversubscription", t.leaf_oversubscription, 1.0, false);
+  r.number("spine_oversubscription", t.spine_oversubscription, 1.0, false);
+  r.number("spine_latency_us", t.spine_latency_us, 0.0, false);
+  r.number("core_latency_us", t.core_latency_us, 0.0, false);
+  return t;
+}
+
+/// `network:` (docs/config.md): the network model and NCCL's forced choices.
+cost::NetworkOptions build_network(const Section& s) {
+  cost::NetworkOptions n;
+  const Reader r(s, "network");
+  n.flow = r.choice("model", {"analytical", "flow"}, "analytical") == "flow";
+  if (const Value* v = r.find("nccl_algo")) {
+    // NCCL_ALGO names (case-insensitive as NCCL reads them).
+    std::string a = detail::read_string(*v, "network.nccl_algo");
+    std::transform(a.begin(), a.end(), a.begin(),
+                   [](unsigned char ch) { return std::tolower(ch); });
+    if (a == "ring")
+      n.filter.algo = cost::NcclAlgo::Ring;
+    else if (a == "tree")
+      n.filter.algo = cost::NcclAlgo::Tree;
+    else
+      fail(*v, "network.nccl_algo",
+           fmt::format("'{}' is not a modelled NCCL algorithm (Ring, Tree)", v->node.Scalar()));
+  }
+  if (const Value* v = r.find("nccl_proto")) {
+    std::string p = detail::read_string(*v, "network.nccl_proto");
+    std::transform(p.begin(), p.end(), p.begin(),
+                   [](unsigned char ch) { return std::tolower(ch); });
+    if (p == "ll")
+      n.filter.proto = cost::NcclProto::LL;
+    else if (p == "ll128")
+      n.filter.proto = cost::NcclProto::LL128;
+    else if (p == "simple")
+      n.filter.proto = cost::NcclProto::Simple;
+    else
+      fail(*v, "network.nccl_proto",
+           fmt::format("'{}' is not an NCCL protocol (LL, LL128, Simple)", v->node.Scalar()));
+  }
+  return n;
+}
+
 cost::ClusterSpec build_cluster(const Section& inline_keys, const std::string& experiment) {
   Section merged;
   cost::ClusterSpec c;
@@ -806,10 +901,21 @@ cost::ClusterSpec build_cluster(const Section& inline_keys, const std::string& e
     merged = read_preset(p, "cluster", kClusterNetworkKeys);
     c.preset = v->node.Scalar();
   }
-  for (const auto& [k, v] : inline_keys)
-    if (k != "preset") merged.insert_or_assign(k, v);
+  for (const auto& [k, v] : inline_keys) {
+    if (k == "preset") continue;
+    const Value* base = get(merged, k);
+    if (k == "topology" && base != nullptr && base->node.IsMap() && v.node.IsMap()) {
+      // The experiment's topology keys over the preset's.
+      YAML::Node map = YAML::Clone(base->node);
+      for (const auto& kv : v.node) map[kv.first.Scalar()] = kv.second;
+      merged.insert_or_assign(k, Value{map, v.origin});
+      continue;
+    }
+    merged.insert_or_assign(k, v);
+  }
 
   const Reader r(merged, "cluster");
+  if (const Value* v = r.find("topology")) c.topology = build_topology(*v);
   if (const Value* gpu = r.find("gpu")) {
     const std::string gpu_name = detail::read_string(*gpu, "cluster.gpu");
     try {
@@ -1670,7 +1776,33 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
         std::pair{"host_launch_us", cl.host_launch_us}})
     if (v) out << YAML::Key << key << YAML::Value << num(*v);
   out << YAML::Key << "compute_efficiency" << YAML::Value << num(cl.compute_efficiency);
+  if (cl.topology) {
+    const cost::TopologySpec& tp = *cl.topology;
+    out << YAML::Key << "topology" << YAML::Value << YAML::BeginMap;
+    out << YAML::Key << "rail_optimized" << YAML::Value << tp.rail_optimized;
+    out << YAML::Key << "nodes_per_leaf" << YAML::Value << tp.nodes_per_leaf;
+    out << YAML::Key << "leaves_per_pod" << YAML::Value << tp.leaves_per_pod;
+    out << YAML::Key << "spines_per_pod" << YAML::Value << tp.spines_per_pod;
+    out << YAML::Key << "cores_per_plane" << YAML::Value << tp.cores_per_plane;
+    out << YAML::Key << "leaf_oversubscription" << YAML::Value << num(tp.leaf_oversubscription);
+    out << YAML::Key << "spine_oversubscription" << YAML::Value << num(tp.spine_oversubscription);
+    out << YAML::Key << "spine_latency_us" << YAML::Value << num(tp.spine_latency_us);
+    out << YAML::Key << "core_latency_us" << YAML::Value << num(tp.core_latency_us);
+    out << YAML::EndMap;
+  }
   out << YAML::EndMap;
+  {
+    const cost::NetworkOptions& nw = c.network;
+    out << YAML::Key << "network" << YAML::Value << YAML::BeginMap;
+    out << YAML::Key << "model" << YAML::Value << (nw.flow ? "flow" : "analytical");
+    if (nw.filter.algo)
+      out << YAML::Key << "nccl_algo" << YAML::Value
+          << std::string(cost::nccl_algo_name(*nw.filter.algo));
+    if (nw.filter.proto)
+      out << YAML::Key << "nccl_proto" << YAML::Value
+          << std::string(cost::nccl_proto_name(*nw.filter.proto));
+    out << YAML::EndMap;
+  }
 
   if (!c.cost.profile.empty()) {
     out << YAML::Key << "cost" << YAML::Value << YAML::BeginMap;
@@ -1792,6 +1924,12 @@ ExperimentConfig load_experiment(const std::string& path, const std::vector<std:
         name);
   c.cluster = build_cluster(t.at("cluster"), name);
   c.run = build_run(t.at("run"));
+  c.network = build_network(t.at("network"));
+  if (c.network.flow && c.run.p2p == "eager")
+    throw_input(
+        "{}: network.model: flow models rendezvous transfers only; set run.p2p: rendezvous "
+        "(eager sends under the flow model are not modelled yet)",
+        name);
   if (const Value* v = get(t.at("cost"), "profile")) {
     const std::string file = detail::read_string(*v, "cost.profile");
     const fs::path p = fs::path(file).is_absolute() ? fs::path(file) : base_dir(*v) / file;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cost/cluster_spec.hpp"
+#include "cost/network_model.hpp"
 #include "explore/sweep.hpp"
 #include "workload/model_spec.hpp"
 #include "workload/parallel_plan.hpp"
@@ -46,7 +47,8 @@ struct ExperimentConfig {
   cost::ClusterSpec cluster;  ///< num_gpus resolved, presets merged
   RunSpec run;
   CostSpec cost;
-  std::string resolved_yaml;  ///< the fully merged configuration, emitted as YAML
+  cost::NetworkOptions network;  ///< `network:` (model, NCCL's forced algorithm and protocol)
+  std::string resolved_yaml;     ///< the fully merged configuration, emitted as YAML
 };
 
 /// Reads an experiment file, merges presets (`model.preset`, `model.hf_config`,

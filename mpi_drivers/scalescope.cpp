@@ -203,7 +203,7 @@ emu::Costs costs_with_profile(emu::Costs costs, const cost::Profile* profile) {
 /// the caller's). Not copyable: `costs` refers to the model and the profile.
 struct ReplaySetup {
   explicit ReplaySetup(const io::ExperimentConfig& c)
-      : model(c.cluster),
+      : model(c.cluster, c.network),
         profile(c.cost.profile.empty() ? std::nullopt
                                        : std::optional(io::read_profile_h5(c.cost.profile))),
         costs(costs_with_profile(emu::costs_of(model), profile ? &*profile : nullptr)) {
@@ -615,7 +615,7 @@ int run_chakra(const MpiSession& mpi, const graph::SlicedGraph& g,
   if (!optimistic && mpi.size() > 1)
     throw_input("{}: run.engine=sequential runs on one process; use --set run.engine=optimistic",
                 c.path);
-  cost::CostModel cost(c.cluster);
+  cost::CostModel cost(c.cluster, c.network);
   const emu::Costs costs = emu::costs_of(cost);
   emu::EmulationOptions opt;
   opt.coalesce_local_ops = c.run.coalesce_local_ops;

@@ -7,6 +7,26 @@
 
 namespace scalescope::cost {
 
+/// `cluster.topology`. A leaf switch serves `nodes_per_leaf` nodes (rail-optimised: NIC i of
+/// each of them, one leaf per rail; otherwise every NIC of them); leaves form pods of
+/// `leaves_per_pod` (0: one pod, a two-tier fabric), each leaf linked to every spine of its pod;
+/// spine k of every pod links to the `cores_per_plane` core switches of plane k.
+struct TopologySpec {
+  bool rail_optimized = true;
+  std::int64_t nodes_per_leaf = 32;
+  std::int64_t leaves_per_pod = 0;
+  std::int64_t spines_per_pod = 8;
+  std::int64_t cores_per_plane = 1;
+  /// NIC-facing over spine-facing capacity of a leaf (1: non-blocking; 4: 1:4).
+  double leaf_oversubscription = 1.0;
+  /// Leaf-facing over core-facing capacity of a spine (three tiers only).
+  double spine_oversubscription = 1.0;
+  /// Added to a transfer's latency per spine and per core switch its route crosses (the NIC
+  /// latency of the cluster covers NIC, cable and leaf).
+  double spine_latency_us = 0;
+  double core_latency_us = 0;
+};
+
 struct ClusterSpec {
   std::string preset;  ///< name of the preset file it came from, if any
   std::string gpu;     ///< a name in the GPU table (cost/gpu.hpp)
@@ -31,6 +51,8 @@ struct ClusterSpec {
   /// An extra multiplier on every compute op's speed, in (0, 1]: the op's time is divided by it.
   /// 1 by default; kept for configurations written before the kernel model.
   double compute_efficiency = 1.0;
+  /// The fabric between nodes (cluster.topology); unset: only "inside a node / across nodes".
+  std::optional<TopologySpec> topology;
 
   std::int64_t node_of(std::int64_t rank) const { return rank / gpus_per_node; }
 };

@@ -77,6 +77,11 @@ CostModel::CostModel(const ClusterSpec& cluster, const NetworkOptions& network)
   SCALESCOPE_EXPECTS(network_.p2p_nvlink_efficiency > 0 && network_.p2p_nic_efficiency > 0);
   arch_ = arch_of(*gpu_);
   cpu_ = network_.cpu.value_or(default_cpu(arch_));
+  // The flow model's fabric; the NIC links carry what one transfer reaches on a NIC.
+  if (network_.flow && cluster_.nics_per_node > 0)
+    fabric_ = std::make_shared<Fabric>(
+        cluster_, cluster_.topology.value_or(TopologySpec{}),
+        cluster_.nic_bandwidth_Gbps * units::kGbitToBytes * network_.p2p_nic_efficiency);
 }
 
 SimTime CostModel::compute_ns(const graph::Op& op) const {
@@ -131,6 +136,11 @@ SimTime CostModel::collective_ns(graph::OpKind kind, double bytes, const CommSha
 }
 
 SimTime CostModel::all_to_all_ns(double bytes, const CommShape& shape) const {
+  const ExchangeBytes x = all_to_all_bytes(bytes, shape);
+  return exchange_ns(shape, x.inter, x.intra);
+}
+
+ExchangeBytes CostModel::all_to_all_bytes(double bytes, const CommShape& shape) const {
   // NCCL runs all-to-all as grouped point-to-point transfers, which its tuner does not model
   // (MODELING §7.5): per member, `bytes` (the send buffer, nccl-tests' size) goes 1/n to each
   // member. The share for the other members of its node crosses NVLink, the share for members on
@@ -138,17 +148,21 @@ SimTime CostModel::all_to_all_ns(double bytes, const CommShape& shape) const {
   // plus one link latency.
   const double n = shape.ranks;
   const double on_node = std::min<double>(shape.ranks_per_node, n);
-  return exchange_ns(shape, bytes * (n - on_node) / n, bytes * (on_node - 1) / n);
+  return {bytes * (n - on_node) / n, bytes * (on_node - 1) / n};
 }
 
-SimTime CostModel::exchange_ns(const CommShape& shape, double inter, double intra) const {
+double CostModel::exchange_seconds(double inter, double intra) const {
   const double nvlink =
       cluster_.nvlink_bandwidth_GBps * units::kGB * network_.p2p_nvlink_efficiency;
   const double nic = cluster_.nic_bandwidth_Gbps * units::kGbitToBytes *
                      static_cast<double>(cluster_.nics_per_node) /
                      static_cast<double>(cluster_.gpus_per_node) * network_.p2p_nic_efficiency;
+  return std::max(intra / nvlink, inter / nic);
+}
+
+SimTime CostModel::exchange_ns(const CommShape& shape, double inter, double intra) const {
   const double latency_us = shape.nodes > 1 ? cluster_.nic_latency_us : cluster_.nvlink_latency_us;
-  return seconds_to_ns(latency_us * 1e-6 + std::max(intra / nvlink, inter / nic));
+  return seconds_to_ns(latency_us * 1e-6 + exchange_seconds(inter, intra));
 }
 
 namespace {
@@ -166,7 +180,14 @@ double nodes_reached(double items, double nodes, double k) {
 SimTime CostModel::ep_dispatch_ns(double bytes, std::uint32_t copies, std::uint32_t experts,
                                   const CommShape& shape, std::uint32_t groups) const {
   if (shape.ranks <= 1 || !(bytes > 0)) return 0;
-  if (copies == 0 || experts == 0) return all_to_all_ns(bytes, shape);
+  const ExchangeBytes x = ep_dispatch_bytes(bytes, copies, experts, shape, groups);
+  return exchange_ns(shape, x.inter, x.intra);
+}
+
+ExchangeBytes CostModel::ep_dispatch_bytes(double bytes, std::uint32_t copies,
+                                           std::uint32_t experts, const CommShape& shape,
+                                           std::uint32_t groups) const {
+  if (copies == 0 || experts == 0) return all_to_all_bytes(bytes, shape);
   // DeepEP's normal kernels (docs/legacy.md, "NVLink and RDMA forwarding"): a token's k of E
   // experts drawn evenly sit on r of the n ranks (nodes_reached over ranks) and d of the N
   // nodes; it is sent once per rank, not per expert: d·(N − 1)/N RDMA sends to the other
@@ -176,7 +197,7 @@ SimTime CostModel::ep_dispatch_ns(double bytes, std::uint32_t copies, std::uint3
   const double g = std::min<double>(shape.ranks_per_node, n);
   const double token_bytes = bytes / k;
   const double intra = token_bytes * nodes_reached(E, n, k) * (g - 1) / g;
-  if (shape.nodes <= 1) return exchange_ns(shape, 0, intra);
+  if (shape.nodes <= 1) return {0, intra};
   double reached = nodes_reached(E, N, k);
   // Group-limited routing (G groups of E/G experts, the k experts from the best Gt of them):
   // with groups inside nodes (N divides G) a token reaches at most the nodes of its Gt groups;
@@ -190,7 +211,7 @@ SimTime CostModel::ep_dispatch_ns(double bytes, std::uint32_t copies, std::uint3
     else if (whole(N, G))
       reached = std::min(reached, nodes_reached(Gt * E / G, Gt * N / G, k));
   }
-  return exchange_ns(shape, token_bytes * reached * (N - 1) / N, intra);
+  return {token_bytes * reached * (N - 1) / N, intra};
 }
 
 SimTime CostModel::p2p_ns(double bytes, bool same_node) const {
@@ -205,6 +226,52 @@ SimTime CostModel::p2p_ns(double bytes, bool same_node) const {
                                    bytes / (cluster_.nic_bandwidth_Gbps * units::kGbitToBytes *
                                             network_.p2p_nic_efficiency);
   return seconds_to_ns(seconds);
+}
+
+FlowRequest CostModel::flow_request(const graph::Op& op, const CommShape& shape) const {
+  SCALESCOPE_EXPECTS(graph::is_communication(op.kind) && shape.nodes > 1 && op.comm_bytes > 0);
+  FlowRequest r;
+  const double bytes = op.comm_bytes;
+  const double n = shape.ranks;
+  if (op.kind == graph::OpKind::SendRecv) {
+    r.pattern = FlowPattern::P2P;
+    r.flow_bytes = bytes;
+    r.alone_ns = 1e9 * bytes /
+                 (cluster_.nic_bandwidth_Gbps * units::kGbitToBytes * network_.p2p_nic_efficiency);
+    r.latency_ns = cluster_.nic_latency_us * 1e3;
+    return r;
+  }
+  if (op.kind == graph::OpKind::AllToAll) {
+    const ExchangeBytes x =
+        op.shape[0] > 0 ? ep_dispatch_bytes(bytes, op.shape[0], op.shape[1], shape, op.shape[2])
+                        : all_to_all_bytes(bytes, shape);
+    // Each member sends `inter` bytes to the members on other nodes, equally.
+    const double g = std::min<double>(shape.ranks_per_node, n);
+    r.pattern = FlowPattern::AllToAll;
+    r.flow_bytes = x.inter / std::max(1.0, n - g);
+    r.alone_ns = 1e9 * exchange_seconds(x.inter, x.intra);
+    r.latency_ns = cluster_.nic_latency_us * 1e3;
+    if (!(r.flow_bytes > 0)) r.flow_bytes = bytes / n;  // guard: nothing leaves the node
+    return r;
+  }
+  const NcclEstimate e = collective_estimate(op.kind, bytes, shape);
+  const bool allreduce = op.kind == graph::OpKind::AllReduce;
+  const double channels = shape.ranks_per_node;
+  r.alone_ns = 1e3 * bytes / (1000.0 * e.algbw_GBps);
+  r.latency_ns = e.latency_us * 1e3;
+  if (e.algo == NcclAlgo::Tree) {
+    // Each of the two trees carries half the data up and half down every edge (§7.1).
+    r.pattern = FlowPattern::Tree;
+    r.flow_bytes = bytes / 2 / channels;
+    r.steps = 2 * static_cast<std::uint32_t>(std::ceil(std::log2(shape.nodes)));
+  } else {
+    // A ring moves nsteps/n of the data over every edge, split over a node's channels.
+    const double nsteps = allreduce ? 2 * (n - 1) : n - 1;
+    r.pattern = FlowPattern::Ring;
+    r.flow_bytes = nsteps / n * bytes / channels;
+    r.steps = (allreduce ? 2 : 1) * (shape.nodes - 1);
+  }
+  return r;
 }
 
 CommShape CostModel::shape_of(const std::uint32_t* members_begin,

@@ -3,11 +3,13 @@
 /// ring/tree model over the NVLink / NIC hierarchy, P2P by latency + bytes / bandwidth.
 /// Knows the graph's Op, never the workload or the engine.
 #include <cstdint>
+#include <memory>
 
 #include "core/sim_time.hpp"
 #include "cost/cluster_spec.hpp"
 #include "cost/gpu.hpp"
 #include "cost/network_model.hpp"
+#include "cost/topology.hpp"
 #include "graph/op.hpp"
 
 namespace scalescope::cost {
@@ -17,6 +19,25 @@ struct CommShape {
   std::uint32_t ranks = 1;
   std::uint32_t nodes = 1;
   std::uint32_t ranks_per_node = 1;  ///< the largest number of members on one node
+};
+
+/// A transfer between scale-up domains as the flow model runs it (docs/network.md): its flows
+/// each carry `flow_bytes` over the links of `pattern`; alone they take `alone_ns` (NCCL's
+/// algorithm bandwidth for the bytes, or the point-to-point / exchange bandwidth), then the fixed
+/// `latency_ns` follows. `steps`: sequential network steps (each crosses the route's switches).
+struct FlowRequest {
+  FlowPattern pattern = FlowPattern::P2P;
+  double flow_bytes = 0;
+  double alone_ns = 0;
+  double latency_ns = 0;
+  std::uint32_t steps = 1;
+};
+
+/// Bytes an exchange (all-to-all, MoE dispatch) moves per member: to members on other nodes
+/// (`inter`, through the NICs) and to the others on its node (`intra`, over NVLink).
+struct ExchangeBytes {
+  double inter = 0;
+  double intra = 0;
 };
 
 class CostModel {
@@ -52,6 +73,14 @@ class CostModel {
   SimTime ep_dispatch_ns(double bytes, std::uint32_t copies, std::uint32_t experts,
                          const CommShape& shape, std::uint32_t groups = 0) const;
   SimTime p2p_ns(double bytes, bool same_node) const;
+  /// What the flow model needs of communication op `op` on a communicator of `shape` spanning
+  /// several nodes (docs/network.md). Its time alone is the analytical wire time (±1 ns).
+  FlowRequest flow_request(const graph::Op& op, const CommShape& shape) const;
+  /// The fabric (cluster.topology, or a non-blocking two-tier fat-tree when none is given) when
+  /// the network options ask for the flow model, else null. Mutable until the run starts: the
+  /// what-ifs degrade it.
+  const Fabric* fabric() const { return fabric_.get(); }
+  Fabric* mutable_fabric() { return fabric_.get(); }
   /// Shape of a communicator given its sorted member ranks.
   CommShape shape_of(const std::uint32_t* members_begin, const std::uint32_t* members_end) const;
 
@@ -69,6 +98,10 @@ class CostModel {
   /// `inter` bytes leave through the GPU's share of the node's NICs, both at once: the slower
   /// side plus one link latency (all_to_all_ns, ep_dispatch_ns).
   SimTime exchange_ns(const CommShape& shape, double inter, double intra) const;
+  double exchange_seconds(double inter, double intra) const;
+  ExchangeBytes all_to_all_bytes(double bytes, const CommShape& shape) const;
+  ExchangeBytes ep_dispatch_bytes(double bytes, std::uint32_t copies, std::uint32_t experts,
+                                  const CommShape& shape, std::uint32_t groups) const;
 
   ClusterSpec cluster_;
   const GpuSpec* gpu_;
@@ -76,6 +109,7 @@ class CostModel {
   NetworkOptions network_;
   GpuArch arch_ = GpuArch::Ampere;
   CpuVendor cpu_ = CpuVendor::Intel;
+  std::shared_ptr<Fabric> fabric_;
 };
 
 }  // namespace scalescope::cost

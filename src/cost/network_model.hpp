@@ -32,6 +32,9 @@ struct NetworkOptions {
   std::optional<CpuVendor> cpu;
   bool ll128 = true;  ///< NCCL's default on NVLink nodes with GPU-local NICs
   NcclFilter filter;  ///< restrict NCCL's choice (NCCL_ALGO / NCCL_PROTO); empty: free choice
+  /// network.model: false = analytical (every transfer priced alone), true = flow (transfers
+  /// between nodes share the fabric's links max-min fairly; docs/network.md).
+  bool flow = false;
 };
 
 }  // namespace scalescope::cost

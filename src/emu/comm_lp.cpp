@@ -22,7 +22,14 @@ CommLP::CommLP(std::uint32_t comm, const ModelData& data)
                                 static_cast<std::int32_t>(comm);
     const graph::Stream s = graph::stream_of(downstream ? graph::CommRole::PpPrev : role);
     stream_[i] = static_cast<std::uint8_t>(s);
+    if (kind_ == graph::CommKind::PpPair && !downstream && i < 2)
+      upstream_ = static_cast<std::uint8_t>(i);
   }
+  flow_ = data.cost->fabric != nullptr && shape_.nodes > 1;
+  if (flow_ && data.eager_p2p && kind_ == graph::CommKind::PpPair)
+    throw_input(
+        "network.model: flow models rendezvous transfers only; set run.p2p: rendezvous (eager "
+        "sends under the flow model are not modelled yet)");
   eager_ = data.eager_p2p && kind_ == graph::CommKind::PpPair && size_ == 2;
   if (eager_) {
     // One delivery time per send of each member (its channel), sized from the members'
@@ -46,6 +53,26 @@ SimTime CommLP::duration(const pdes::Event& arrival) const {
     memo_ns_ = data_->cost->wire(op, shape_);
   }
   return memo_ns_;
+}
+
+void CommLP::start_flow(const pdes::Event& e, std::uint8_t channel, std::uint32_t instance,
+                        pdes::Context& ctx) const {
+  const EmuMsg& m = e.as<EmuMsg>();
+  const graph::Op& op = data_->graph->program_of(e.key.src).ops[m.op];
+  const cost::FlowRequest r = data_->cost->flow(op, shape_);
+  FlowMsg f;
+  f.kind = MsgKind::FlowStart;
+  f.channel = channel;
+  // A pipeline pair's channel 0 carries the upstream member's sends.
+  f.src_member = static_cast<std::uint8_t>(channel == kChannelDown ? upstream_ : 1 - upstream_);
+  f.pattern = static_cast<std::uint8_t>(r.pattern);
+  f.comm = comm_;
+  f.tag = instance;
+  f.steps = r.steps;
+  f.flow_bytes = r.flow_bytes;
+  f.alone_ns = r.alone_ns;
+  f.latency_ns = r.latency_ns;
+  ctx.send(data_->fabric_lp(), ctx.now(), kPriorityFlowStart, f);
 }
 
 std::uint32_t CommLP::eager_channel(const pdes::Event& e) const {
@@ -95,6 +122,16 @@ void CommLP::forward_eager(pdes::Event& e, pdes::Context& ctx) {
 }
 
 void CommLP::forward(pdes::Event& e, pdes::Context& ctx) {
+  if (kind_of(e) == MsgKind::FlowDone) {
+    // The fabric finished this communicator's transfer: it completes for every member now.
+    EmuMsg done;
+    done.kind = MsgKind::Complete;
+    for (std::uint32_t i = 0; i < size_; ++i) {
+      done.stream = stream_[std::min<std::uint32_t>(i, 1)];
+      ctx.send(members_[i], ctx.now(), kPriorityComplete, done);
+    }
+    return;
+  }
   EmuMsg& m = e.as<EmuMsg>();
   SCALESCOPE_EXPECTS(m.kind == MsgKind::Arrive && m.channel < 2);
   if (eager_) {
@@ -118,13 +155,17 @@ void CommLP::forward(pdes::Event& e, pdes::Context& ctx) {
   const std::uint32_t needed = kind_ == graph::CommKind::PpPair ? 2 : size_;
   if (++arrived_[ch] < needed) return;
   // Events arrive in timestamp order, so the last arrival is the latest: the instance starts now.
-  // At least 1 ns, so COMPLETE sorts after this ARRIVE (see messages.hpp).
-  const SimTime end = ctx.now() + duration(e);
-  EmuMsg done;
-  done.kind = MsgKind::Complete;
-  for (std::uint32_t i = 0; i < size_; ++i) {
-    done.stream = stream_[std::min<std::uint32_t>(i, 1)];
-    ctx.send(members_[i], end, kPriorityComplete, done);
+  if (flow_ && data_->graph->program_of(e.key.src).ops[m.op].comm_bytes > 0) {
+    start_flow(e, static_cast<std::uint8_t>(ch), expected_[ch], ctx);
+  } else {
+    // At least 1 ns, so COMPLETE sorts after this ARRIVE (see messages.hpp).
+    const SimTime end = ctx.now() + duration(e);
+    EmuMsg done;
+    done.kind = MsgKind::Complete;
+    for (std::uint32_t i = 0; i < size_; ++i) {
+      done.stream = stream_[std::min<std::uint32_t>(i, 1)];
+      ctx.send(members_[i], end, kPriorityComplete, done);
+    }
   }
   arrived_[ch] = 0;
   ++expected_[ch];
@@ -132,6 +173,7 @@ void CommLP::forward(pdes::Event& e, pdes::Context& ctx) {
 }
 
 void CommLP::reverse(pdes::Event& e, pdes::Context&) {
+  if (kind_of(e) == MsgKind::FlowDone) return;  // changed no state
   const EmuMsg& m = e.as<EmuMsg>();
   const int ch = m.channel;
   if (m.undo_completed == 2) return;  // ignored in forward

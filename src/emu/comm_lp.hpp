@@ -35,6 +35,9 @@ class CommLP final : public pdes::LogicalProcess {
 
  private:
   SimTime duration(const pdes::Event& arrival) const;
+  /// Flow model: sends the transfer that the arrival `e` starts to the fabric.
+  void start_flow(const pdes::Event& e, std::uint8_t channel, std::uint32_t instance,
+                  pdes::Context& ctx) const;
   void forward_eager(pdes::Event& e, pdes::Context& ctx);
   std::uint32_t eager_channel(const pdes::Event& e) const;
 
@@ -48,6 +51,8 @@ class CommLP final : public pdes::LogicalProcess {
   /// collective's members all use stream_[0] (index min(i, 1) with equal entries).
   std::array<std::uint8_t, 2> stream_{};
   bool eager_ = false;  ///< a pipeline pair with eager sends
+  bool flow_ = false;   ///< transfers go through the fabric (flow model, members on several nodes)
+  std::uint8_t upstream_ = 0;  ///< pipeline pair: the member that sends on kChannelDown
 
   // Dynamic state (undone by reverse): per channel, the instance awaited and arrivals so far.
   // Eager pairs: per sending member, sends (expected_) and receives (received_) that have

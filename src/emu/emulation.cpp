@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "emu/comm_lp.hpp"
+#include "emu/fabric_lp.hpp"
 #include "emu/rank_lp.hpp"
 #include "pdes/partitioner.hpp"
 #include "pdes/sequential_engine.hpp"
@@ -25,7 +26,8 @@ struct Instance {
   std::vector<SimTime> times;
   std::vector<RankLP> ranks;
   std::vector<CommLP> comms;
-  std::vector<std::int32_t> index;  ///< LP id → position in ranks / comms, −1 if not here
+  std::unique_ptr<FabricLP> fabric;  ///< the flow model's LP, on the process that owns it
+  std::vector<std::int32_t> index;   ///< LP id → position in ranks / comms, −1 if not here
 
   Instance(const graph::SlicedGraph& g, const Costs& cost, const EmulationOptions& options,
            const std::vector<std::uint32_t>* owner, std::uint32_t me)
@@ -41,10 +43,11 @@ struct Instance {
       out.memory[r];
     }
     auto mine = [&](pdes::LpId id) { return owner == nullptr || (*owner)[id] == me; };
-    index.assign(g.world_size + g.comms.size(), -1);
+    const bool flow = cost.fabric != nullptr;
+    index.assign(g.world_size + g.comms.size() + (flow ? 1 : 0), -1);
     std::uint32_t n_ranks = 0, n_comms = 0;
     for (pdes::LpId id = 0; id < index.size(); ++id)
-      if (mine(id)) (id < g.world_size ? n_ranks : n_comms)++;
+      if (mine(id) && id < g.world_size + g.comms.size()) (id < g.world_size ? n_ranks : n_comms)++;
     recorders.reserve(n_ranks);
     std::vector<std::size_t> offset;
     offset.reserve(n_ranks);
@@ -78,11 +81,16 @@ struct Instance {
       index[g.world_size + c] = static_cast<std::int32_t>(comms.size());
       comms.emplace_back(c, data);
     }
+    if (flow && mine(data.fabric_lp())) {
+      index[data.fabric_lp()] = 0;
+      fabric = std::make_unique<FabricLP>(data, *cost.fabric);
+    }
   }
 
   pdes::LogicalProcess* lp(pdes::LpId id) {
     const auto i = static_cast<std::size_t>(index[id]);
     if (id < data.graph->world_size) return &ranks[i];
+    if (id == data.fabric_lp()) return fabric.get();
     return &comms[i];
   }
 
@@ -97,6 +105,8 @@ struct Instance {
     for (std::size_t c = 0; c < comms.size(); ++c)
       if (!comms[c].idle())
         throw ContractError("emulation: a communicator has an incomplete instance");
+    if (fabric && !fabric->idle())
+      throw ContractError("emulation: the fabric has a transfer that never finished");
   }
 };
 
@@ -306,7 +316,7 @@ std::vector<std::uint32_t> partition_lps(const graph::SlicedGraph& g, std::uint3
 
 std::vector<bool> templates_needed(const graph::SlicedGraph& g,
                                    const std::vector<std::uint32_t>& owner, std::uint32_t process) {
-  SCALESCOPE_EXPECTS(owner.size() == g.world_size + g.comms.size());
+  SCALESCOPE_EXPECTS(owner.size() >= g.world_size + g.comms.size());
   std::vector<bool> needed(g.templates.size(), false);
   for (std::uint32_t r = 0; r < g.world_size; ++r)
     if (owner[r] == process) needed[g.rank_class[r]] = true;
@@ -322,8 +332,10 @@ DistributedResults emulate_distributed(const graph::SlicedGraph& g, const Costs&
   int me = 0, size = 1;
   MPI_Comm_rank(comm, &me);
   MPI_Comm_size(comm, &size);
-  const std::vector<std::uint32_t> owner = partition_lps(
-      g, static_cast<std::uint32_t>(size), options.partition, options.dedicated_ranks);
+  std::vector<std::uint32_t> owner = partition_lps(g, static_cast<std::uint32_t>(size),
+                                                   options.partition, options.dedicated_ranks);
+  // The flow model's fabric LP goes to the last process, whose block holds the last ranks.
+  if (cost.fabric != nullptr) owner.push_back(static_cast<std::uint32_t>(size - 1));
   const std::vector<bool> needed = templates_needed(g, owner, static_cast<std::uint32_t>(me));
   for (std::size_t k = 0; k < needed.size(); ++k)
     if (needed[k] && !g.is_loaded(k))

@@ -8,7 +8,15 @@
 
 namespace scalescope::emu {
 
-enum class MsgKind : std::uint8_t { Start, Arrive, Complete, OpDone };
+enum class MsgKind : std::uint8_t {
+  Start,
+  Arrive,
+  Complete,
+  OpDone,
+  FlowStart,
+  FlowWake,
+  FlowDone
+};
 
 /// Kind priorities in the event order. The engine requires every event a handler sends to come
 /// after the event being handled in the total order. Ranks send ARRIVE at the time they handle a
@@ -19,6 +27,13 @@ inline constexpr std::uint32_t kPriorityStart = 0;
 inline constexpr std::uint32_t kPriorityComplete = 1;
 inline constexpr std::uint32_t kPriorityOpDone = 2;
 inline constexpr std::uint32_t kPriorityArrive = 3;
+/// The flow model (emu/fabric_lp.hpp): a CommLP sends FLOW_START when it handles the ARRIVE that
+/// starts a transfer (so after it); the fabric wakes itself when its next flow ends; FLOW_DONE
+/// reaches the CommLP at least 1 ns after the wake that ends the flow and sorts before the
+/// COMPLETE the CommLP sends at that instant.
+inline constexpr std::uint32_t kPriorityFlowDone = 0;
+inline constexpr std::uint32_t kPriorityFlowStart = 4;
+inline constexpr std::uint32_t kPriorityFlowWake = 5;
 
 /// Channels of a communicator: collectives use 0; a pipeline pair uses 0 for transfers from the
 /// upstream stage to the downstream one and 1 for the other direction.
@@ -40,5 +55,27 @@ struct EmuMsg {
   std::array<std::uint32_t, graph::kNumStreams> undo_cursor{};
 };
 static_assert(sizeof(EmuMsg) <= pdes::kPayloadBytes);
+
+/// A transfer between nodes under the flow model: FLOW_START (CommLP → fabric: the request),
+/// FLOW_WAKE (fabric → itself: `tag` is the schedule's version), FLOW_DONE (fabric → CommLP:
+/// `tag` and `channel` echo the start).
+struct FlowMsg {
+  MsgKind kind = MsgKind::FlowStart;
+  std::uint8_t channel = 0;
+  std::uint8_t src_member = 0;  ///< P2P: the sending member's index in the pair
+  std::uint8_t pattern = 0;     ///< cost::FlowPattern
+  std::uint32_t comm = 0;
+  std::uint32_t tag = 0;  ///< START / DONE: the instance; WAKE: the version
+  std::uint32_t steps = 1;
+  double flow_bytes = 0;
+  double alone_ns = 0;
+  double latency_ns = 0;
+};
+static_assert(sizeof(FlowMsg) <= pdes::kPayloadBytes);
+
+/// The kind of any message of the emulation (every payload starts with it).
+inline MsgKind kind_of(const pdes::Event& e) {
+  return e.as<MsgKind>();
+}
 
 }  // namespace scalescope::emu

@@ -189,9 +189,19 @@ Costs costs_of(const cost::CostModel& model) {
   c.shape = [&model](const std::uint32_t* b, const std::uint32_t* e) {
     return model.shape_of(b, e);
   };
+  if (model.fabric() != nullptr) {
+    c.fabric = model.fabric();
+    c.flow = [&model](const graph::Op& op, const cost::CommShape& s) {
+      return model.flow_request(op, s);
+    };
+  }
   c.gpu = model.gpu().name;
   c.peak_flops = model.gpu().peak_tflops_bf16 * 1e12;
   return c;
+}
+
+pdes::LpId ModelData::fabric_lp() const {
+  return graph->world_size + static_cast<pdes::LpId>(graph->comms.size());
 }
 
 pdes::LpId ModelData::comm_lp(std::int32_t comm) const {

@@ -39,6 +39,10 @@ struct Costs {
   std::function<SimTime(const graph::Op&, const cost::CommShape&)> ep_dispatch;
   std::string gpu;
   double peak_flops = 0;  ///< per GPU, FLOP/s
+  /// The flow model (network.model: flow): the fabric whose links transfers between nodes share,
+  /// and what each such transfer asks of it. Both empty under the analytical model.
+  const cost::Fabric* fabric = nullptr;
+  std::function<cost::FlowRequest(const graph::Op&, const cost::CommShape&)> flow;
 
   /// A communication op's wire time on a communicator of this shape: a point-to-point transfer
   /// or a collective, at least 1 ns so that its completion follows its start.
@@ -137,6 +141,8 @@ struct ModelData {
     return classes[graph->rank_class[rank]];
   }
   pdes::LpId comm_lp(std::int32_t comm) const;
+  /// The flow model's fabric LP: after the ranks and the communicators.
+  pdes::LpId fabric_lp() const;
 };
 
 }  // namespace scalescope::emu

@@ -1,0 +1,253 @@
+#include "emu/fabric_lp.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.hpp"
+
+namespace scalescope::emu {
+
+FabricLP::FabricLP(const ModelData& data, const cost::Fabric& fabric)
+    : data_(&data), fabric_(&fabric), solver_(fabric.num_links()) {
+  const std::uint32_t n = fabric.num_links();
+  capacity_.resize(n);
+  for (cost::LinkId l = 0; l < n; ++l) capacity_[l] = fabric.capacity(l) * 1e-9;  // bytes/ns
+  users_.resize(n);
+  link_seen_.assign(n, 0);
+}
+
+const cost::Demand& FabricLP::demand(const FlowMsg& m) {
+  const auto pattern = static_cast<cost::FlowPattern>(m.pattern);
+  const std::uint32_t src = pattern == cost::FlowPattern::P2P ? m.src_member : 0;
+  const std::uint64_t key = (std::uint64_t{m.comm} << 8) | (std::uint64_t{m.pattern} << 1) | src;
+  auto& slot = demands_[key];
+  if (!slot) {
+    const auto& comms = data_->graph->comms;
+    slot = std::make_unique<cost::Demand>(cost::demand_of(
+        *fabric_, pattern, comms.members_begin(m.comm), comms.num_members(m.comm), src));
+  }
+  return *slot;
+}
+
+void FabricLP::link_users_add(std::uint32_t slot) {
+  const cost::MaxMinVar& v = flows_[slot].var;
+  for (std::uint32_t i = 0; i < v.n; ++i) {
+    auto& u = users_[v.links[i]];
+    u.insert(std::upper_bound(u.begin(), u.end(), slot), slot);
+  }
+}
+
+void FabricLP::link_users_remove(std::uint32_t slot) {
+  const cost::MaxMinVar& v = flows_[slot].var;
+  for (std::uint32_t i = 0; i < v.n; ++i) {
+    auto& u = users_[v.links[i]];
+    u.erase(std::lower_bound(u.begin(), u.end(), slot));
+  }
+}
+
+void FabricLP::forward(pdes::Event& e, pdes::Context& ctx) {
+  marks_.push_back(0);
+  mark_start_ = log_.size();
+  const FlowMsg& m = e.as<FlowMsg>();
+  if (m.kind == MsgKind::FlowStart) {
+    start(m, ctx);
+  } else {
+    SCALESCOPE_EXPECTS(m.kind == MsgKind::FlowWake);
+    if (m.tag == version_) wake(ctx);  // else stale: a later start or end rescheduled
+  }
+  marks_.back() = static_cast<std::uint32_t>(log_.size() - mark_start_);
+}
+
+void FabricLP::start(const FlowMsg& m, pdes::Context& ctx) {
+  const cost::Demand& d = demand(m);
+  std::uint32_t slot = 0;
+  if (free_.empty()) {
+    slot = static_cast<std::uint32_t>(flows_.size());
+    flows_.emplace_back();
+    in_comp_.push_back(0);
+    log_.push_back(Undo{UndoKind::AddedFresh, slot, Flow{}});
+  } else {
+    slot = free_.back();
+    free_.pop_back();
+    log(UndoKind::Added, slot);
+  }
+  Flow& f = flows_[slot];
+  f.var.links = d.links.data();
+  f.var.weight = d.weight.data();
+  f.var.n = static_cast<std::uint32_t>(d.links.size());
+  f.var.bound = m.flow_bytes / std::max(m.alone_ns, 1e-9);
+  f.var.rate = 0;
+  f.left = m.flow_bytes;
+  f.t_upd = ctx.now();
+  f.finish = kTimeInfinity;
+  f.latency = std::max<SimTime>(1, std::llround(m.latency_ns + m.steps * d.extra_latency_ns));
+  f.comm = m.comm;
+  f.tag = m.tag;
+  f.channel = m.channel;
+  f.live = true;
+  ++live_;
+  ++started_;
+  link_users_add(slot);
+  seed_links_.assign(d.links.begin(), d.links.end());
+  rebalance(slot, seed_links_, ctx.now());
+  schedule_wake(ctx);
+}
+
+void FabricLP::wake(pdes::Context& ctx) {
+  const SimTime now = ctx.now();
+  seed_links_.clear();
+  // Flows whose data is through end now, in slot order; their links seed the rebalance.
+  for (std::uint32_t s = 0; s < flows_.size(); ++s) {
+    Flow& f = flows_[s];
+    if (!f.live || f.finish > now) continue;
+    FlowMsg done;
+    done.kind = MsgKind::FlowDone;
+    done.channel = f.channel;
+    done.comm = f.comm;
+    done.tag = f.tag;
+    ctx.send(data_->comm_lp(static_cast<std::int32_t>(f.comm)), now + f.latency, kPriorityFlowDone,
+             done);
+    log(UndoKind::Removed, s);
+    link_users_remove(s);
+    seed_links_.insert(seed_links_.end(), f.var.links, f.var.links + f.var.n);
+    f.live = false;
+    --live_;
+    free_.push_back(s);
+  }
+  rebalance(UINT32_MAX, seed_links_, now);
+  schedule_wake(ctx);
+}
+
+void FabricLP::rebalance(std::uint32_t seed, const std::vector<cost::LinkId>& seed_links,
+                         SimTime now) {
+  // The component: the seed flow, every user of a seed link, and, transitively, every user of a
+  // link that can saturate (its users' bounds sum above its capacity). Links that cannot saturate
+  // constrain nobody, so flows coupled only through them keep their rates.
+  comp_.clear();
+  links_todo_.clear();
+  links_seen_list_.clear();
+  auto add_flow = [&](std::uint32_t s) {
+    if (in_comp_[s]) return;
+    in_comp_[s] = 1;
+    comp_.push_back(s);
+    const cost::MaxMinVar& v = flows_[s].var;
+    links_todo_.insert(links_todo_.end(), v.links, v.links + v.n);
+  };
+  auto saturable = [&](cost::LinkId l) {
+    double load = 0;
+    for (std::uint32_t u : users_[l]) {
+      const cost::MaxMinVar& v = flows_[u].var;
+      const auto i =
+          static_cast<std::size_t>(std::lower_bound(v.links, v.links + v.n, l) - v.links);
+      load += static_cast<double>(v.weight[i]) * v.bound;
+    }
+    return load > capacity_[l] * (1 + 1e-9);
+  };
+  if (seed != UINT32_MAX) add_flow(seed);
+  for (cost::LinkId l : seed_links)
+    for (std::uint32_t u : users_[l]) add_flow(u);
+  while (!links_todo_.empty()) {
+    const cost::LinkId l = links_todo_.back();
+    links_todo_.pop_back();
+    if (link_seen_[l]) continue;
+    link_seen_[l] = 1;
+    links_seen_list_.push_back(l);
+    if (saturable(l))
+      for (std::uint32_t u : users_[l]) add_flow(u);
+  }
+  for (cost::LinkId l : links_seen_list_) link_seen_[l] = 0;
+  if (comp_.empty()) return;
+  std::sort(comp_.begin(), comp_.end());
+  vars_.clear();
+  for (std::uint32_t s : comp_) {
+    in_comp_[s] = 0;
+    Flow& f = flows_[s];
+    if (s != seed) {
+      log(UndoKind::State, s);
+      // Bring the flow to `now` at its old rate.
+      f.left = std::max(0.0, f.left - f.var.rate * static_cast<double>(now - f.t_upd));
+      f.t_upd = now;
+    }
+    vars_.push_back(&f.var);
+  }
+  solver_.solve(vars_.data(), vars_.size(), capacity_.data());
+  for (std::uint32_t s : comp_) {
+    Flow& f = flows_[s];
+    f.finish = now + static_cast<SimTime>(std::ceil(f.left / f.var.rate));
+  }
+}
+
+void FabricLP::schedule_wake(pdes::Context& ctx) {
+  SimTime next = kTimeInfinity;
+  for (const Flow& f : flows_)
+    if (f.live) next = std::min(next, f.finish);
+  log_.push_back(Undo{UndoKind::Version, version_, Flow{}});
+  ++version_;
+  if (next == kTimeInfinity) return;
+  FlowMsg w;
+  w.kind = MsgKind::FlowWake;
+  w.tag = version_;
+  ctx.send(ctx.self(), std::max(next, ctx.now()), kPriorityFlowWake, w);
+}
+
+void FabricLP::reverse(pdes::Event&, pdes::Context&) {
+  std::uint32_t n = marks_.back();
+  marks_.pop_back();
+  for (; n > 0; --n) {
+    Undo& u = log_.back();
+    switch (u.kind) {
+      case UndoKind::Version:
+        version_ = u.slot;
+        break;
+      case UndoKind::State:
+        flows_[u.slot] = u.saved;
+        break;
+      case UndoKind::Removed:
+        free_.pop_back();
+        flows_[u.slot] = u.saved;
+        ++live_;
+        link_users_add(u.slot);
+        break;
+      case UndoKind::Added:
+      case UndoKind::AddedFresh:
+        link_users_remove(u.slot);
+        --live_;
+        --started_;
+        if (u.kind == UndoKind::AddedFresh) {
+          flows_.pop_back();
+          in_comp_.pop_back();
+        } else {
+          flows_[u.slot] = u.saved;
+          free_.push_back(u.slot);
+        }
+        break;
+    }
+    log_.pop_back();
+  }
+}
+
+void FabricLP::commit(const pdes::Event&) {
+  const std::uint32_t n = marks_.front();
+  marks_.pop_front();
+  log_.erase(log_.begin(), log_.begin() + n);
+}
+
+bool FabricLP::save_state(std::vector<std::byte>& out) const {
+  append_bytes(out, &version_, 1);
+  append_bytes(out, &live_, 1);
+  append_bytes(out, free_.data(), free_.size());
+  for (const Flow& f : flows_) {
+    append_bytes(out, &f.live, 1);
+    if (!f.live) continue;
+    append_bytes(out, &f.left, 1);
+    append_bytes(out, &f.t_upd, 1);
+    append_bytes(out, &f.finish, 1);
+    append_bytes(out, &f.var.rate, 1);
+    append_bytes(out, &f.comm, 1);
+    append_bytes(out, &f.tag, 1);
+  }
+  for (const auto& u : users_) append_bytes(out, u.data(), u.size());
+  return true;
+}
+
+}  // namespace scalescope::emu

@@ -1,0 +1,97 @@
+#pragma once
+/// The flow model's logical process (docs/network.md, docs/architecture.md "Flow model"): every
+/// transfer between nodes is a variable of a max-min system over the fabric's links. A CommLP
+/// sends FLOW_START when a transfer begins; the fabric recomputes the rates of the flows that
+/// share a saturable link with it (its component), and wakes itself when the next flow ends, which
+/// it reports with FLOW_DONE after the transfer's latency. A wake made stale by a later start or
+/// end carries an old version and is ignored.
+///
+/// Reverse computation of floating-point rates is not exact, so the LP saves state instead: each
+/// forward appends the prior values of what it changes to an undo log, reverse restores them,
+/// commit drops the committed event's records. Every order the results depend on (the flows of a
+/// component, the users of a link) is canonical (sorted by slot), so a rolled-back-and-redone
+/// history gives bit-identical rates.
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "cost/max_min.hpp"
+#include "cost/topology.hpp"
+#include "emu/messages.hpp"
+#include "emu/model_data.hpp"
+#include "pdes/logical_process.hpp"
+
+namespace scalescope::emu {
+
+class FabricLP final : public pdes::LogicalProcess {
+ public:
+  FabricLP(const ModelData& data, const cost::Fabric& fabric);
+
+  void init(pdes::Context&) override {}
+  void forward(pdes::Event& e, pdes::Context& ctx) override;
+  void reverse(pdes::Event& e, pdes::Context& ctx) override;
+  void commit(const pdes::Event& e) override;
+  bool save_state(std::vector<std::byte>& out) const override;
+
+  bool idle() const { return live_ == 0; }
+  /// Statistics for results: flows started and the largest number at once.
+  std::uint64_t flows_started() const { return started_; }
+
+ private:
+  struct Flow {
+    cost::MaxMinVar var;  ///< links and weights point into a cached Demand
+    double left = 0;      ///< bytes per flow still to send at t_upd
+    SimTime t_upd = 0;
+    SimTime finish = kTimeInfinity;  ///< when the data is through at the current rate
+    SimTime latency = 0;             ///< added after the data
+    std::uint32_t comm = 0;
+    std::uint32_t tag = 0;
+    std::uint8_t channel = 0;
+    bool live = false;
+  };
+  enum class UndoKind : std::uint8_t { Added, AddedFresh, Removed, State, Version };
+  struct Undo {
+    UndoKind kind;
+    std::uint32_t slot;
+    Flow saved;
+  };
+
+  const cost::Demand& demand(const FlowMsg& m);
+  void start(const FlowMsg& m, pdes::Context& ctx);
+  void wake(pdes::Context& ctx);
+  /// Recomputes the rates of every flow coupled to `seed_links` (and to flow `seed`, if any).
+  void rebalance(std::uint32_t seed, const std::vector<cost::LinkId>& seed_links, SimTime now);
+  void schedule_wake(pdes::Context& ctx);
+  void link_users_add(std::uint32_t slot);
+  void link_users_remove(std::uint32_t slot);
+  void log(UndoKind k, std::uint32_t slot) { log_.push_back(Undo{k, slot, flows_[slot]}); }
+
+  const ModelData* data_;
+  const cost::Fabric* fabric_;
+  std::vector<double> capacity_;  ///< per link, bytes per ns
+  std::vector<Flow> flows_;
+  std::vector<std::uint32_t> free_;                ///< reusable slots, LIFO
+  std::vector<std::vector<std::uint32_t>> users_;  ///< per link: live slots, sorted
+  std::uint32_t version_ = 0;
+  std::uint32_t live_ = 0;
+  std::uint64_t started_ = 0;  ///< not undone exactly: statistics only (see reverse)
+
+  std::deque<Undo> log_;
+  std::deque<std::uint32_t> marks_;  ///< undo records per uncommitted event, oldest first
+  std::size_t mark_start_ = 0;
+
+  // Scratch (no allocation per event once warm).
+  cost::MaxMinSolver solver_;
+  std::vector<std::uint32_t> comp_;
+  std::vector<std::uint8_t> in_comp_;
+  std::vector<std::uint8_t> link_seen_;
+  std::vector<cost::LinkId> links_todo_, links_seen_list_;
+  std::vector<cost::MaxMinVar*> vars_;
+  std::vector<cost::LinkId> seed_links_;
+  /// Demands by (communicator, pattern, sender): a pure function of the key (rollback-safe).
+  std::unordered_map<std::uint64_t, std::unique_ptr<cost::Demand>> demands_;
+};
+
+}  // namespace scalescope::emu

@@ -1,0 +1,254 @@
+// The flow model in the emulation (docs/network.md): transfers between nodes share the fabric's
+// links max-min fairly. Each expected time is derived by hand in the test's comments from the
+// link capacities; the analytical model (every transfer alone) is the reference where a transfer
+// is alone.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "cost/cost_model.hpp"
+#include "emu/emulation.hpp"
+#include "emu/model_data.hpp"
+#include "graph/sliced_graph.hpp"
+
+namespace scalescope::emu {
+namespace {
+
+using graph::CommKind;
+using graph::CommRole;
+using graph::Op;
+using graph::OpKind;
+using graph::OpName;
+using graph::Stream;
+
+/// One GPU per node, one 400 Gb/s NIC each (one transfer reaches 0.96 of it: 48 GB/s).
+cost::ClusterSpec one_gpu_nodes(std::int64_t nodes) {
+  cost::ClusterSpec c;
+  c.gpu = "H100";
+  c.gpus_per_node = 1;
+  c.nics_per_node = 1;
+  c.num_gpus = nodes;
+  c.nic_bandwidth_Gbps = 400;
+  c.nic_latency_us = 5;
+  c.nvlink_bandwidth_GBps = 450;
+  c.nvlink_latency_us = 1;
+  return c;
+}
+constexpr double kNicBytesPerS = 400e9 / 8 * 0.96;
+
+void set_role(graph::SlicedGraph& g, std::uint32_t rank, CommRole role, std::uint32_t comm) {
+  g.rank_roles[rank * graph::kNumRoles + static_cast<std::size_t>(role)] =
+      static_cast<std::int32_t>(comm);
+}
+
+/// Every rank runs one collective of `bytes` on its DP group, all ranks in one group.
+graph::SlicedGraph one_collective(std::uint32_t world, OpKind kind, double bytes) {
+  graph::SlicedGraph g;
+  g.world_size = world;
+  graph::RankProgram p;
+  p.name = "all";
+  Op op;
+  op.kind = kind;
+  op.stream = Stream::DpComm;
+  op.role = CommRole::Dp;
+  op.name = OpName::DpAllReduce;
+  op.phase = graph::Phase::Optimizer;
+  op.comm_bytes = bytes;
+  p.add(op, {});
+  p.finalize();
+  g.templates.push_back(p);
+  g.rank_class.assign(world, 0);
+  std::vector<std::uint32_t> all(world);
+  for (std::uint32_t r = 0; r < world; ++r) all[r] = r;
+  const std::uint32_t c = g.comms.add(CommKind::DpGroup, all);
+  g.rank_roles.assign(std::size_t{world} * graph::kNumRoles, graph::kNoComm);
+  for (std::uint32_t r = 0; r < world; ++r) set_role(g, r, CommRole::Dp, c);
+  graph::validate(g);
+  return g;
+}
+
+/// `pairs` pipeline transfers of `bytes`: rank i sends to rank i + pairs (i < pairs).
+graph::SlicedGraph sends(std::uint32_t pairs, double bytes) {
+  graph::SlicedGraph g;
+  g.world_size = 2 * pairs;
+  graph::RankProgram up, down;
+  up.name = "sender";
+  down.name = "receiver";
+  Op send;
+  send.kind = OpKind::SendRecv;
+  send.stream = Stream::PpComm;
+  send.role = CommRole::PpNext;
+  send.name = OpName::PpSend;
+  send.phase = graph::Phase::Forward;
+  send.comm_bytes = bytes;
+  up.add(send, {});
+  Op recv = send;
+  recv.role = CommRole::None;
+  recv.role2 = CommRole::PpPrev;
+  recv.stream = Stream::PpPrevComm;
+  recv.name = OpName::PpRecv;
+  down.add(recv, {});
+  up.finalize();
+  down.finalize();
+  g.templates = {up, down};
+  g.rank_roles.assign(std::size_t{g.world_size} * graph::kNumRoles, graph::kNoComm);
+  for (std::uint32_t i = 0; i < pairs; ++i) {
+    const std::uint32_t c = g.comms.add(CommKind::PpPair, {i, i + pairs});
+    set_role(g, i, CommRole::PpNext, c);
+    set_role(g, i + pairs, CommRole::PpPrev, c);
+  }
+  g.rank_class.assign(pairs, 0);
+  g.rank_class.resize(2 * pairs, 1);
+  graph::validate(g);
+  return g;
+}
+
+/// The iteration time in ns, as a double for EXPECT_NEAR.
+double run(const graph::SlicedGraph& g, const cost::CostModel& m) {
+  return static_cast<double>(emulate(g, m, EmulationOptions{}).summary.iteration_time);
+}
+
+cost::NetworkOptions flow_options() {
+  cost::NetworkOptions o;
+  o.flow = true;
+  return o;
+}
+
+TEST(FlowModel, EachTransferAloneTakesWhatTheAnalyticalModelGives) {
+  // Alone on a non-blocking fabric a transfer runs at NCCL's algorithm bandwidth (the variable's
+  // bound): ring, tree, all-gather, reduce-scatter, all-to-all and a pipeline send each take the
+  // analytical time, up to the nanosecond rounding of the data phase and the latency (≤ 2 ns).
+  const cost::ClusterSpec c = one_gpu_nodes(8);
+  const cost::CostModel analytical(c);
+  for (auto [kind, algo] : {std::pair{OpKind::AllReduce, cost::NcclAlgo::Ring},
+                            std::pair{OpKind::AllReduce, cost::NcclAlgo::Tree},
+                            std::pair{OpKind::AllGather, cost::NcclAlgo::Ring},
+                            std::pair{OpKind::ReduceScatter, cost::NcclAlgo::Ring},
+                            std::pair{OpKind::AllToAll, cost::NcclAlgo::Ring}}) {
+    cost::NetworkOptions o = flow_options();
+    o.filter.algo = algo;
+    cost::NetworkOptions a;
+    a.filter.algo = algo;
+    const cost::CostModel flow(c, o), ref(c, a);
+    for (double bytes : {1e5, 64e6}) {
+      const graph::SlicedGraph g = one_collective(8, kind, bytes);
+      EXPECT_NEAR(run(g, flow), run(g, ref), 2)
+          << graph::op_kind_name(kind) << " " << cost::nccl_algo_name(algo) << " " << bytes;
+    }
+  }
+  const graph::SlicedGraph g = sends(1, 64e6);
+  EXPECT_NEAR(run(g, cost::CostModel(c, flow_options())), run(g, analytical), 2);
+}
+
+TEST(FlowModel, TwoSendsThroughOneNicEachGetHalf) {
+  // Two GPUs per node share one NIC; ranks 0 and 1 (node 0) send S to ranks 2 and 3 (node 1) at
+  // once. Alone a send takes 5 µs + S / 48 GB/s; together the NIC gives each 24 GB/s:
+  // 5 µs + S / 24 GB/s. The analytical model prices each alone.
+  cost::ClusterSpec c = one_gpu_nodes(2);
+  c.gpus_per_node = 2;
+  c.num_gpus = 4;
+  const double S = 96e6;
+  const graph::SlicedGraph g = sends(2, S);
+  const double alone = 1e9 * (5e-6 + S / kNicBytesPerS);
+  const double shared = 1e9 * (5e-6 + S / (kNicBytesPerS / 2));
+  EXPECT_NEAR(run(g, cost::CostModel(c)), alone, 2);
+  EXPECT_NEAR(run(g, cost::CostModel(c, flow_options())), shared, 2);
+}
+
+TEST(FlowModel, ARingAcrossAnOversubscribedSpineSlowsByTheUplinkShare) {
+  // Four nodes, two per leaf, one spine, 1:4 at the leaf: a leaf's uplink has 2 × 48 / 4 =
+  // 24 GB/s. The ring 0→1→2→3→0 crosses the spine on 1→2 and 3→0, one flow per uplink. Each
+  // edge carries 2(n−1)/n·S = 1.5 S. Alone at NCCL's ring bandwidth the flows would run at the
+  // bus bandwidth, 50 GB/s × 0.80 = 40 GB/s (docs/cost-model.md §2.3); the uplink holds them to
+  // 24 GB/s, so the data phase takes 1.5 S / 24 GB/s instead of 1.5 S / 40 GB/s.
+  cost::ClusterSpec c = one_gpu_nodes(4);
+  cost::TopologySpec t;
+  t.nodes_per_leaf = 2;
+  t.spines_per_pod = 1;
+  t.leaf_oversubscription = 4;
+  c.topology = t;
+  cost::NetworkOptions o = flow_options();
+  o.filter.algo = cost::NcclAlgo::Ring;
+  o.filter.proto = cost::NcclProto::Simple;
+  cost::NetworkOptions a;
+  a.filter = o.filter;
+  const double S = 256e6;
+  const graph::SlicedGraph g = one_collective(4, OpKind::AllReduce, S);
+  const double analytical = run(g, cost::CostModel(c, a));
+  const double extra_s = 1.5 * S / 24e9 - 1.5 * S / 40e9;
+  EXPECT_NEAR(run(g, cost::CostModel(c, o)), analytical + 1e9 * extra_s, 3);
+}
+
+TEST(FlowModel, AFailedLinkMovesTheTransferOntoAnotherSpineWhereItShares) {
+  // Eight nodes, four per leaf, two spines, non-blocking: each leaf–spine link carries
+  // 4 × 48 / 2 = 96 GB/s. Two sends from leaf 0 to leaf 1 whose ECMP hashes pick different
+  // spines run at the NIC's 48 GB/s. Failing the first one's spine link re-routes it over the
+  // other spine: both cross one 96 GB/s link, which is still enough, so nothing changes; with
+  // 1:4 at the leaf (24 GB/s per link) each alone runs at 24 GB/s, and re-routed, the two share
+  // one link: 12 GB/s each.
+  cost::ClusterSpec c = one_gpu_nodes(8);
+  cost::TopologySpec t;
+  t.nodes_per_leaf = 4;
+  t.spines_per_pod = 2;
+  t.leaf_oversubscription = 4;
+  c.topology = t;
+  const cost::CostModel probe(c, flow_options());
+  // Find two (sender, receiver) pairs across the leaves on different spines.
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> picked;
+  std::vector<cost::LinkId> first_route;
+  for (std::uint32_t s = 0; s < 4 && picked.size() < 2; ++s)
+    for (std::uint32_t d = 4; d < 8 && picked.size() < 2; ++d) {
+      std::vector<cost::LinkId> r;
+      probe.fabric()->route(s, d, r);
+      const bool free_nics = picked.empty() || (picked[0].first != s && picked[0].second != d);
+      if (picked.empty()) {
+        picked.emplace_back(s, d);
+        first_route = r;
+      } else if (free_nics && r[1] != first_route[1] && r[2] != first_route[2]) {
+        picked.emplace_back(s, d);
+      }
+    }
+  ASSERT_EQ(picked.size(), 2u);
+  // Ranks: 0, 1 = the senders' GPUs; 2, 3 = the receivers'. One GPU per node, so build a cluster
+  // whose rank numbering is the node numbering: remap through a two-pair graph on 8 ranks.
+  graph::SlicedGraph g;
+  g.world_size = 8;
+  {
+    const graph::SlicedGraph two = sends(2, 1);  // for its templates
+    g.templates = two.templates;
+  }
+  g.templates[0].ops[0].comm_bytes = 48e6;
+  g.templates[1].ops[0].comm_bytes = 48e6;
+  // An idle class for the ranks not in a transfer.
+  graph::RankProgram idle;
+  idle.name = "idle";
+  Op nop;
+  nop.kind = OpKind::Elementwise;
+  idle.add(nop, {});
+  idle.finalize();
+  g.templates.push_back(idle);
+  g.rank_class.assign(8, 2);
+  g.rank_roles.assign(8 * graph::kNumRoles, graph::kNoComm);
+  for (auto [s, d] : picked) {
+    const std::uint32_t cm = g.comms.add(CommKind::PpPair, {s, d});
+    set_role(g, s, CommRole::PpNext, cm);
+    set_role(g, d, CommRole::PpPrev, cm);
+    g.rank_class[s] = 0;
+    g.rank_class[d] = 1;
+  }
+  graph::validate(g);
+  const auto with = [&](bool fail) {
+    cost::CostModel m(c, flow_options());
+    if (fail) m.mutable_fabric()->fail_link(first_route[1]);
+    Costs k = costs_of(m);
+    k.compute = [](const Op&) -> SimTime { return 0; };
+    return static_cast<double>(emulate(g, k, EmulationOptions{}).summary.iteration_time);
+  };
+  const double apart = 1e9 * (5e-6 + 48e6 / 24e9);
+  const double shared = 1e9 * (5e-6 + 48e6 / 12e9);
+  EXPECT_NEAR(with(false), apart, 2);
+  EXPECT_NEAR(with(true), shared, 2);
+}
+
+}  // namespace
+}  // namespace scalescope::emu
