@@ -145,6 +145,7 @@ const Keys kClusterNetworkKeys = {"gpu",
                                   "norm_activation_efficiency",
                                   "host_launch_us",
                                   "compute_efficiency",
+                                  "nic_bus_efficiency",
                                   "topology"};
 const Keys kCostKeys = {"profile"};
 const Keys kNetworkKeys = {"model", "nccl_algo", "nccl_proto"};
@@ -946,6 +947,7 @@ cost::ClusterSpec build_cluster(const Section& inline_keys, const std::string& e
   optional_number("hbm_efficiency", c.hbm_efficiency, true, 1.0 + 1e-12);
   optional_number("norm_activation_efficiency", c.norm_activation_efficiency, true, 1.0 + 1e-12);
   optional_number("host_launch_us", c.host_launch_us, false, 1e6);
+  optional_number("nic_bus_efficiency", c.nic_bus_efficiency, true, 1.0 + 1e-12);
   for (std::string_view k : {"gpu", "nvlink_bandwidth_GBps", "nvlink_latency_us",
                              "nic_bandwidth_Gbps", "nics_per_node", "nic_latency_us"})
     if (!get(merged, k))
@@ -1773,7 +1775,8 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
         std::pair{"attention_efficiency", cl.attention_efficiency},
         std::pair{"hbm_efficiency", cl.hbm_efficiency},
         std::pair{"norm_activation_efficiency", cl.norm_activation_efficiency},
-        std::pair{"host_launch_us", cl.host_launch_us}})
+        std::pair{"host_launch_us", cl.host_launch_us},
+        std::pair{"nic_bus_efficiency", cl.nic_bus_efficiency}})
     if (v) out << YAML::Key << key << YAML::Value << num(*v);
   out << YAML::Key << "compute_efficiency" << YAML::Value << num(cl.compute_efficiency);
   if (cl.topology) {

@@ -51,6 +51,9 @@ struct ClusterSpec {
   /// An extra multiplier on every compute op's speed, in (0, 1]: the op's time is divided by it.
   /// 1 by default; kept for configurations written before the kernel model.
   double compute_efficiency = 1.0;
+  /// Ring bus bandwidth across nodes over the NIC bandwidth (NetworkOptions::nic_efficiency) of
+  /// this cluster; unset: the network model's default (docs/cost-model.md §2.3).
+  std::optional<double> nic_bus_efficiency;
   /// The fabric between nodes (cluster.topology); unset: only "inside a node / across nodes".
   std::optional<TopologySpec> topology;
 

@@ -73,6 +73,12 @@ CostModel::CostModel(const ClusterSpec& cluster, const NetworkOptions& network)
   require_positive(kernel_.gemm_efficiency, "gemm_efficiency");
   require_positive(kernel_.attention_efficiency, "attention_efficiency");
   require_positive(kernel_.hbm_efficiency, "hbm_efficiency");
+  if (cluster_.nic_bus_efficiency) {
+    if (!(*cluster_.nic_bus_efficiency > 0 && *cluster_.nic_bus_efficiency <= 1))
+      throw_input("cluster.nic_bus_efficiency must be in (0, 1], got {}",
+                  *cluster_.nic_bus_efficiency);
+    network_.nic_efficiency = *cluster_.nic_bus_efficiency;
+  }
   SCALESCOPE_EXPECTS(network_.nvlink_efficiency > 0 && network_.nic_efficiency > 0);
   SCALESCOPE_EXPECTS(network_.p2p_nvlink_efficiency > 0 && network_.p2p_nic_efficiency > 0);
   arch_ = arch_of(*gpu_);
