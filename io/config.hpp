@@ -7,6 +7,7 @@
 
 #include "cost/cluster_spec.hpp"
 #include "cost/network_model.hpp"
+#include "emu/whatif.hpp"
 #include "explore/sweep.hpp"
 #include "workload/model_spec.hpp"
 #include "workload/parallel_plan.hpp"
@@ -77,6 +78,12 @@ struct SweepSpec {
   std::string search;
 };
 SweepSpec read_sweep_spec(const std::string& path);
+
+/// The what-ifs of an experiment file's top-level `whatif:` list and of `--whatif` texts (each a
+/// YAML mapping such as "slow_gpu: {ranks: [3], factor: 1.5}"; docs/config.md "What-if"). Throws
+/// InputError naming the file, line and key, or the command-line text.
+std::vector<emu::WhatIf> read_whatifs(const std::string& path,
+                                      const std::vector<std::string>& command_line);
 
 /// Reads a Hugging Face config.json (Llama / Mistral / Qwen2 keys) into a ModelSpec.
 workload::ModelSpec load_hf_config(const std::string& path);

@@ -91,6 +91,13 @@ void write_summary_json(const emu::RunResults& r, const std::string& path) {
                         {"signatures_found", s.profile_signatures_found},
                         {"signatures_total", s.profile_signatures_total},
                         {"measured_fraction_of_compute_time", s.profile_measured_fraction}};
+  if (!s.whatif.empty())
+    j["whatif"] = Json{
+        {"applied", s.whatif},
+        {"baseline_iteration_time_s", ns_to_seconds(s.whatif_baseline_time)},
+        {"iteration_time_s", s.iteration_time_s()},
+        {"change",
+         static_cast<double>(s.iteration_time) / static_cast<double>(s.whatif_baseline_time) - 1}};
   j["time_breakdown_rank"] = last_finishing_rank(r);
   j["time_breakdown_s"] = Json{{"compute", ns_to_seconds(last.compute)},
                                {"exposed_tp", ns_to_seconds(last.exposed_tp)},
@@ -152,6 +159,16 @@ std::string format_summary_table(const emu::RunResults& r) {
                             "{:.3f} s wall",
                             e.kind, e.processes, e.processes == 1 ? "" : "es", e.events_committed,
                             100 * efficiency(e), e.wall_s));
+
+  if (!s.whatif.empty()) {
+    fmt::format_to(std::back_inserter(out), "\nwhat-if (the same run without them: baseline)\n");
+    for (const std::string& w : s.whatif) fmt::format_to(std::back_inserter(out), "  {}\n", w);
+    fmt::format_to(std::back_inserter(out), "  {:<24}{:>12}{:>9}\n", "", "s", "%");
+    const double base = ns_to_seconds(s.whatif_baseline_time);
+    fmt::format_to(std::back_inserter(out), "  {:<24}{:>12.6f}{:>9}\n", "baseline", base, "");
+    fmt::format_to(std::back_inserter(out), "  {:<24}{:>12.6f}{:>+9.2f}\n", "with the what-ifs",
+                   s.iteration_time_s(), base > 0 ? 100 * (s.iteration_time_s() / base - 1) : 0.0);
+  }
 
   if (!r.ranks.empty()) {
     const std::uint32_t rank = last_finishing_rank(r);

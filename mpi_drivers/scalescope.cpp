@@ -695,7 +695,7 @@ int run_command(const MpiSession& mpi, const std::string& config_path,
                 const std::string& graph_path, const std::string& out_override,
                 const std::vector<std::string>& overrides, const std::string& megatron_args,
                 bool quiet, bool rollback_check, const std::vector<std::uint32_t>& sandbox,
-                const std::string& replay_path) {
+                const std::string& replay_path, const std::vector<std::string>& whatif_texts) {
   // The configuration first (from CONFIG, or the one graph.h5 carries): the engine decides how
   // the graph is read.
   std::optional<io::ExperimentConfig> loaded;
@@ -755,11 +755,28 @@ int run_command(const MpiSession& mpi, const std::string& config_path,
                 graph->world_size, c.parallel.world());
   const double build_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const ReplaySetup setup(c);
+  // What-ifs: the run is replayed without them first (the baseline), then with them on a cost
+  // model of the changed cluster, whose outputs are written.
+  const std::vector<emu::WhatIf> whatifs = io::read_whatifs(config_path, whatif_texts);
+  SimTime baseline_time = 0;
+  if (!whatifs.empty()) {
+    const ReplaySetup base(c);
+    emu::EmulationOptions bo = base.options;
+    bo.trace_ranks.clear();
+    bo.engine = optimistic ? emu::EngineKind::Optimistic : emu::EngineKind::Sequential;
+    baseline_time = optimistic ? emu::emulate_distributed(*graph, base.costs, bo, MPI_COMM_WORLD)
+                                     .local.summary.iteration_time
+                               : emu::emulate(*graph, base.costs, bo).summary.iteration_time;
+  }
+  io::ExperimentConfig changed = c;
+  emu::apply_whatifs_to_cluster(whatifs, changed.cluster);
+  ReplaySetup setup(changed);
+  emu::apply_whatifs_to_fabric(whatifs, setup.model);
   const cost::CostModel& cost = setup.model;
   const std::optional<cost::Profile>& profile = setup.profile;
   const emu::Costs& costs = setup.costs;
   emu::EmulationOptions opt = setup.options;
+  emu::apply_whatifs_to_ranks(whatifs, *graph, costs, c.cluster.gpus_per_node, opt);
   opt.trace_ranks = c.run.trace_ranks;
   opt.rollback_check = rollback_check;
   if (!quiet && mpi.rank() == 0) opt.progress = progress_reporter(*graph, opt.coalesce_local_ops);
@@ -773,6 +790,8 @@ int run_command(const MpiSession& mpi, const std::string& config_path,
     sandbox_run = prepare_sandbox(c, *graph, cost, costs, opt, replayed, mpi.rank(), mpi.size(),
                                   sandbox_summary);
   const auto copy_sandbox = [&](emu::Summary& s) {
+    for (const emu::WhatIf& w : whatifs) s.whatif.push_back(w.text);
+    s.whatif_baseline_time = baseline_time;
     s.sandbox_ranks = sandbox_summary.sandbox_ranks;
     s.sandbox_backend = sandbox_summary.sandbox_backend;
     s.sandbox_device = sandbox_summary.sandbox_device;
@@ -1192,6 +1211,7 @@ int main(int argc, char** argv) {
   std::string config, graph_path, out, megatron_args;
   std::vector<std::string> overrides;
   bool quiet = false, rollback_check = false;
+  std::vector<std::string> whatif_texts;
   auto* run = app.add_subcommand("run", "Emulate one training iteration and write results");
   run->add_option("config", config, "Experiment YAML (optional with --graph or --megatron-args)");
   run->add_option("--megatron-args", megatron_args, launch_help);
@@ -1213,6 +1233,9 @@ int main(int argc, char** argv) {
   run->add_option("--expand", expand,
                   "Chakra: dp=N replays N data-parallel replicas of the trace (one replica; its "
                   "single-rank groups become the data-parallel groups)");
+  run->add_option("--whatif", whatif_texts,
+                  "A what-if, as YAML (repeatable): 'slow_gpu: {ranks: [3], factor: 1.5}', "
+                  "degraded_nic, failed_link, extra_latency, slow_dataloader (docs/config.md)");
   run->add_flag("--rollback-check", rollback_check,
                 "Check mode: run every event forward, reverse it, compare the LP state, then "
                 "run it for real (slow; sequential engine)");
@@ -1362,7 +1385,7 @@ int main(int argc, char** argv) {
         pos = comma + 1;
       }
       return run_command(mpi, config, graph_path, out, overrides, megatron_args, quiet,
-                         rollback_check, sandbox, replay_path);
+                         rollback_check, sandbox, replay_path, whatif_texts);
     }
     if (*ccmd) {
       // The front end is Python (PyTorch's tracer): scripts/capture/capture.py of this checkout,

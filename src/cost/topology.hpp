@@ -73,6 +73,7 @@ class Fabric {
   LinkId leaf_uplink(std::uint32_t leaf, std::uint32_t k) const;
   std::uint32_t leaf_of_nic(std::uint32_t nic) const;
   std::uint32_t num_leaves() const { return leaves_; }
+  std::uint32_t spines_per_pod() const { return spines_; }
   void add_spine_latency_us(double us) { spine_latency_us_ += us; }
   void add_core_latency_us(double us) { core_latency_us_ += us; }
 

@@ -105,6 +105,10 @@ struct Summary {
   bool sandbox_replayed = false;  ///< the measurements came from --replay-measurements
   std::string model_name;
   std::string gpu;
+  /// What-ifs (docs/config.md "What-if"): their texts, and the iteration time of the same run
+  /// without them (0: none).
+  std::vector<std::string> whatif;
+  SimTime whatif_baseline_time = 0;
 
   double iteration_time_s() const { return ns_to_seconds(iteration_time); }
   double tokens_per_s() const { return tokens_per_iteration / iteration_time_s(); }

@@ -84,6 +84,18 @@ expect_error run_nothing "give an experiment CONFIG" run
 printf 'model: [unclosed\n' >"$tmp/malformed.yaml"
 expect_error malformed_yaml "malformed.yaml" run "$tmp/malformed.yaml"
 
+# The network section, cluster.topology and what-ifs.
+expect_error network_model "network.model" run "$qs" --set network.model=packet
+expect_error nccl_algo "network.nccl_algo" run "$qs" --set network.nccl_algo=nvls_tree_x
+expect_error topology_key "cluster.topology.spine_count: unknown key" run "$qs" --set cluster.topology.spine_count=4
+expect_error topology_oversub "cluster.topology.leaf_oversubscription" run "$qs" --set cluster.topology.leaf_oversubscription=0.5
+expect_error flow_eager "run.p2p: rendezvous" run "$qs" --set network.model=flow --set run.p2p=eager
+expect_error whatif_kind "unknown what-if 'slow_gpus'" run "$qs" --whatif 'slow_gpus: {ranks: [1], factor: 2}'
+expect_error whatif_rank "rank 99 is outside" run "$qs" --whatif 'slow_gpu: {ranks: [99], factor: 2}'
+expect_error whatif_needs_flow "network.model: flow" run "$qs" --whatif 'degraded_nic: {nodes: [0], factor: 0.5}'
+expect_error whatif_leaf "leaf 999" run "$qs" --set network.model=flow --whatif 'failed_link: {leaf: 999, spine: 0}'
+expect_error whatif_yaml "--whatif" run "$qs" --whatif 'slow_gpu: {ranks: [1'
+
 # A truncated graph.h5 is refused with its name.
 "$bin" graph "$qs" -o "$tmp/graph.h5" >/dev/null || { echo "FAIL graph build"; fail=1; }
 head -c $(( $(stat -c %s "$tmp/graph.h5") / 2 )) "$tmp/graph.h5" >"$tmp/truncated.h5"

@@ -8,15 +8,19 @@
 # at TP 2 · DP 4 and 4 micro-batches (gradients accumulated before the reduce-scatter); the four
 # MoE experiments shrunk as noted below, two of them with the EP overlap (combined 1F1B: Qwen3
 # interleaved with DeepEP and delayed wgrads, Mixtral at PP 1).
+# The flow model (network.model: flow): Llama 3 70B on 64 GPUs over a 1:4 oversubscribed fabric
+# with what-ifs (a slow GPU, a degraded NIC, a failed leaf uplink, extra spine latency, a late
+# data loader), and Mixtral 8x7B whose expert all-to-alls cross nodes.
 # Also from graph.h5 (`run --graph`): the optimistic engine reads it in parallel, each process
 # only its templates under block partitioning, all of them under METIS.
 set -euo pipefail
 bin=$1; repo=$2
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-for exp in quickstart llama3-8b-hf gpt3-175b-1024 llama3-405b-16k llama3-405b-8k quickstart-vpp llama3-70b-1k llama3-405b-128k-cp16 llama3-8b-fsdp llama3-8b-hsdp deepseek-v3-2k mixtral-8x7b-1k mixtral-8x22b-1k qwen3-235b-1k mixtral-allgather qwen3-ep-overlap mixtral-ep-overlap qwen3-host-bound; do
+for exp in quickstart llama3-8b-hf gpt3-175b-1024 llama3-405b-16k llama3-405b-8k quickstart-vpp llama3-70b-1k llama3-405b-128k-cp16 llama3-8b-fsdp llama3-8b-hsdp deepseek-v3-2k mixtral-8x7b-1k mixtral-8x22b-1k qwen3-235b-1k mixtral-allgather qwen3-ep-overlap mixtral-ep-overlap qwen3-host-bound llama3-70b-flow mixtral-flow; do
   cfg=$repo/inputs/experiments/$exp.yaml
   set_small=()
+  whatif=()
   [ "$exp" = llama3-8b-hf ] && set_small=(--set model.num_layers=4 --set training.global_batch_size=64 --set cluster.num_gpus=64 --set parallel.dp=8 --set parallel.tp=4 --set parallel.pp=2)
   [ "$exp" = llama3-405b-128k-cp16 ] && set_small=(--set model.seq_length=8192 --set parallel.cp=2 --set parallel.tp=2 --set parallel.dp=1 --set cluster.num_gpus=64 --set training.global_batch_size=16 --set run.trace_ranks=[0,60])
   [ "$exp" = llama3-405b-16k ] || [ "$exp" = llama3-405b-8k ] && set_small=(--set training.global_batch_size=32 --set cluster.num_gpus=64 --set parallel.dp=2 --set parallel.tp=2 --set run.trace_ranks=[0,60])
@@ -47,22 +51,31 @@ for exp in quickstart llama3-8b-hf gpt3-175b-1024 llama3-405b-16k llama3-405b-8k
     cfg=$repo/inputs/experiments/mixtral-8x7b-1k.yaml
     set_small=(--set model.num_layers=4 --set cluster.num_gpus=32 --set training.global_batch_size=64 --set parallel.pp=1 --set parallel.moe_a2a_overlap=true --set run.trace_ranks=[0,24])
   fi
+  if [ "$exp" = llama3-70b-flow ]; then
+    cfg=$repo/inputs/experiments/llama3-70b-1k.yaml
+    set_small=(--set training.global_batch_size=16 --set cluster.num_gpus=64 --set parallel.dp=2 --set run.trace_ranks=[0,56] --set network.model=flow --set cluster.topology.nodes_per_leaf=2 --set cluster.topology.spines_per_pod=2 --set cluster.topology.leaf_oversubscription=4)
+    whatif=(--whatif 'slow_gpu: {ranks: [9], factor: 1.1}' --whatif 'degraded_nic: {nodes: [2], factor: 0.5}' --whatif 'failed_link: {leaf: 0, spine: 1}' --whatif 'extra_latency: {level: spine, us: 3}' --whatif 'slow_dataloader: {ranks: [40], delay_us: 200}')
+  fi
+  if [ "$exp" = mixtral-flow ]; then
+    cfg=$repo/inputs/experiments/mixtral-8x7b-1k.yaml
+    set_small=(--set model.num_layers=4 --set cluster.num_gpus=32 --set training.global_batch_size=32 --set run.trace_ranks=[0,24] --set cluster.gpus_per_node=4 --set cluster.nics_per_node=4 --set network.model=flow)
+  fi
   [ "$exp" = qwen3-235b-1k ] && set_small=(--set model.num_layers=14 --set cluster.num_gpus=64 --set training.global_batch_size=16 --set run.trace_ranks=[0,63])
   [ "$exp" = llama3-70b-1k ] && set_small=(--set training.global_batch_size=16 --set cluster.num_gpus=64 --set parallel.dp=2 --set run.trace_ranks=[0,56])
   if [ "$exp" = quickstart-vpp ]; then
     cfg=$repo/inputs/experiments/quickstart.yaml
     set_small=(--set parallel.vpp=4 --set parallel.overlap_p2p_comm=false)
   fi
-  "$bin" run "$cfg" -o "$tmp/$exp-seq" --quiet "${set_small[@]}"
+  "$bin" run "$cfg" -o "$tmp/$exp-seq" --quiet "${set_small[@]}" ${whatif[@]+"${whatif[@]}"}
   for np in 1 2 3 4; do
     for part in block metis; do
-      mpirun -np $np "$bin" run "$cfg" -o "$tmp/$exp-$np-$part" --quiet "${set_small[@]}" \
+      mpirun -np $np "$bin" run "$cfg" -o "$tmp/$exp-$np-$part" --quiet "${set_small[@]}" ${whatif[@]+"${whatif[@]}"} \
         --set run.engine=optimistic --set run.partition=$part
     done
   done
   "$bin" graph "$cfg" -o "$tmp/$exp.h5" "${set_small[@]}" >/dev/null
   for run in 2-block 4-block 2-metis; do
-    mpirun -np ${run%%-*} "$bin" run --graph "$tmp/$exp.h5" -o "$tmp/$exp-$run-graph" --quiet \
+    mpirun -np ${run%%-*} "$bin" run --graph "$tmp/$exp.h5" -o "$tmp/$exp-$run-graph" --quiet ${whatif[@]+"${whatif[@]}"} \
       --set run.engine=optimistic --set run.partition=${run#*-}
   done
 done
@@ -82,10 +95,10 @@ def datasets(p):
         out["summary-attrs"] = dict(f["summary"].attrs)
     return out
 bad = 0
-for exp in ("quickstart", "llama3-8b-hf", "gpt3-175b-1024", "llama3-405b-16k", "llama3-405b-8k",
-            "quickstart-vpp", "llama3-70b-1k", "llama3-405b-128k-cp16", "llama3-8b-fsdp",
-            "llama3-8b-hsdp", "deepseek-v3-2k", "mixtral-8x7b-1k", "mixtral-8x22b-1k",
-            "qwen3-235b-1k", "mixtral-allgather"):
+# Every experiment the loop above ran: each has a sequential reference run.
+exps = sorted(os.path.basename(p)[:-len("-seq")] for p in glob.glob(f"{d}/*-seq"))
+assert exps, "no runs found"
+for exp in exps:
     ref_s = summary(f"{d}/{exp}-seq/summary.json")
     ref_h = datasets(f"{d}/{exp}-seq/results.h5")
     for run in sorted(glob.glob(f"{d}/{exp}-[0-9]*")):

@@ -16,6 +16,13 @@ e=$repo/inputs/experiments
 "$bin" run "$e/quickstart.yaml" -o "$tmp/e" --quiet --rollback-check --set parallel.vpp=4
 "$bin" run "$e/quickstart.yaml" -o "$tmp/f" --quiet --rollback-check --set parallel.cp=2 \
   --set parallel.dp=4 --set parallel.tp_comm_overlap=true --set training.precision=fp8
+# The flow model's fabric LP (state saving, not reverse computation) over an oversubscribed
+# fabric, with what-ifs.
+"$bin" run "$e/llama3-70b-1k.yaml" -o "$tmp/g" --quiet --rollback-check \
+  --set training.global_batch_size=16 --set cluster.num_gpus=64 --set parallel.dp=2 \
+  --set run.trace_ranks=[0] --set network.model=flow --set cluster.topology.nodes_per_leaf=2 \
+  --set cluster.topology.leaf_oversubscription=4 \
+  --whatif 'failed_link: {leaf: 0, spine: 1}' --whatif 'slow_gpu: {ranks: [3], factor: 1.2}'
 # The check must not change results: compare with a normal run.
 "$bin" run "$e/quickstart.yaml" -o "$tmp/d" --quiet
 /usr/bin/python3 -c "

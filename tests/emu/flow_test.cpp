@@ -6,9 +6,11 @@
 
 #include <cmath>
 
+#include "core/error.hpp"
 #include "cost/cost_model.hpp"
 #include "emu/emulation.hpp"
 #include "emu/model_data.hpp"
+#include "emu/whatif.hpp"
 #include "graph/sliced_graph.hpp"
 
 namespace scalescope::emu {
@@ -248,6 +250,95 @@ TEST(FlowModel, AFailedLinkMovesTheTransferOntoAnotherSpineWhereItShares) {
   const double shared = 1e9 * (5e-6 + 48e6 / 12e9);
   EXPECT_NEAR(with(false), apart, 2);
   EXPECT_NEAR(with(true), shared, 2);
+}
+
+}  // namespace
+}  // namespace scalescope::emu
+
+namespace scalescope::emu {
+namespace {
+
+/// Every rank computes for 10 µs, then all-reduces on its DP group; the all-reduce takes 100 µs
+/// once all have arrived (costs fixed by hand, no network model).
+struct StragglerJob {
+  graph::SlicedGraph g;
+  Costs costs;
+  StragglerJob() {
+    g.world_size = 8;
+    graph::RankProgram p;
+    p.name = "dp";
+    Op work;
+    work.kind = OpKind::Elementwise;
+    work.phase = graph::Phase::Forward;
+    p.add(work, {});
+    Op ar;
+    ar.kind = OpKind::AllReduce;
+    ar.stream = Stream::DpComm;
+    ar.role = CommRole::Dp;
+    ar.name = OpName::DpAllReduce;
+    ar.comm_bytes = 1e6;
+    p.add(ar, {0});
+    p.finalize();
+    g.templates.push_back(p);
+    g.rank_class.assign(8, 0);
+    std::vector<std::uint32_t> all{0, 1, 2, 3, 4, 5, 6, 7};
+    const std::uint32_t c = g.comms.add(CommKind::DpGroup, all);
+    g.rank_roles.assign(8 * graph::kNumRoles, graph::kNoComm);
+    for (std::uint32_t r = 0; r < 8; ++r)
+      g.rank_roles[r * graph::kNumRoles + static_cast<std::size_t>(CommRole::Dp)] =
+          static_cast<std::int32_t>(c);
+    graph::validate(g);
+    costs.compute = [](const Op&) -> SimTime { return 10'000; };
+    costs.collective = [](OpKind, double, const cost::CommShape&) -> SimTime { return 100'000; };
+    costs.p2p = [](double, bool) -> SimTime { return 0; };
+    costs.shape = [](const std::uint32_t* b, const std::uint32_t* e) {
+      return cost::CommShape{static_cast<std::uint32_t>(e - b), 1,
+                             static_cast<std::uint32_t>(e - b)};
+    };
+    costs.gpu = "test";
+    costs.peak_flops = 1e12;
+  }
+  SimTime run(const std::vector<WhatIf>& w) const {
+    EmulationOptions o;
+    apply_whatifs_to_ranks(w, g, costs, 8, o);
+    return emulate(g, costs, o).summary.iteration_time;
+  }
+};
+
+TEST(WhatIf, AStragglerOnOneDpRankDelaysTheIterationByItsLateness) {
+  // Baseline: 10 µs of compute, then the all-reduce starts when the last rank arrives and takes
+  // 100 µs: 110 µs. A data loader 50 µs late on rank 3 makes rank 3 arrive at 60 µs: 160 µs.
+  // A GPU 1.5× slower on rank 5 computes 15 µs: 115 µs. Both: the later arrival, 160 µs.
+  const StragglerJob job;
+  WhatIf loader;
+  loader.kind = WhatIf::Kind::SlowDataLoader;
+  loader.ranks = {3};
+  loader.delay_us = 50;
+  WhatIf slow;
+  slow.kind = WhatIf::Kind::SlowGpu;
+  slow.ranks = {5};
+  slow.factor = 1.5;
+  EXPECT_EQ(job.run({}), 110'000);
+  EXPECT_EQ(job.run({loader}), 160'000);
+  EXPECT_EQ(job.run({slow}), 115'000);
+  EXPECT_EQ(job.run({slow, loader}), 160'000);
+}
+
+TEST(WhatIf, ASeededRandomFractionIsReproducibleAndOfTheRightSize) {
+  WhatIf w;
+  w.kind = WhatIf::Kind::SlowGpu;
+  w.fraction = 0.1;
+  w.seed = 7;
+  const auto a = slow_ranks(w, 1000, 8);
+  EXPECT_EQ(a.size(), 100u);  // ⌈0.1 · 1000⌉
+  EXPECT_EQ(a, slow_ranks(w, 1000, 8));
+  w.seed = 8;
+  EXPECT_NE(a, slow_ranks(w, 1000, 8));
+  w.fraction = 0;
+  w.nodes = {2};
+  EXPECT_EQ(slow_ranks(w, 1000, 8), (std::vector<std::uint32_t>{16, 17, 18, 19, 20, 21, 22, 23}));
+  w.nodes = {125};
+  EXPECT_THROW(slow_ranks(w, 1000, 8), InputError);
 }
 
 }  // namespace
