@@ -98,6 +98,61 @@ void write_memory(EventWriter& w, std::uint32_t rank, const emu::MemoryRecord& r
   w.end();
 }
 
+/// The critical path as a process of its own: a thread per rank it visits, a slice per segment,
+/// and a flow arrow wherever it moves from one rank to another (a transfer whose last member to
+/// arrive was elsewhere).
+void write_critical_path(EventWriter& w, const emu::CriticalPath& p) {
+  constexpr std::uint64_t kPid = 1'000'000'000;  // no rank has this id
+  fmt::format_to(
+      std::back_inserter(w.next()),
+      R"({{"name":"process_name","ph":"M","pid":{},"tid":0,"args":{{"name":"critical path"}}}})",
+      kPid);
+  w.end();
+  std::set<std::uint32_t> ranks;
+  for (const emu::PathSegment& seg : p.segments) ranks.insert(seg.rank);
+  for (std::uint32_t rank : ranks) {
+    fmt::format_to(
+        std::back_inserter(w.next()),
+        R"({{"name":"thread_name","ph":"M","pid":{},"tid":{},"args":{{"name":"rank {}"}}}})", kPid,
+        rank, rank);
+    w.end();
+  }
+  std::uint64_t flow = 0;
+  for (std::size_t i = 0; i < p.segments.size(); ++i) {
+    const emu::PathSegment& seg = p.segments[i];
+    auto& buf = w.next();
+    fmt::format_to(std::back_inserter(buf),
+                   R"({{"name":"{}","cat":"critical_path","ph":"X","pid":{},"tid":{},"ts":)",
+                   emu::path_kind_name(seg.kind), kPid, seg.rank);
+    append_us(buf, seg.start);
+    fmt::format_to(std::back_inserter(buf), R"(,"dur":)");
+    append_us(buf, seg.end - seg.start);
+    fmt::format_to(std::back_inserter(buf), R"(,"args":{{"rank":{},"op":{}}}}})", seg.rank, seg.op);
+    w.end();
+    if (i + 1 < p.segments.size() && p.segments[i + 1].rank != seg.rank) {
+      // An arrow from the end of this segment to the start of the next, on the other rank.
+      ++flow;
+      auto& s = w.next();
+      fmt::format_to(
+          std::back_inserter(s),
+          R"({{"name":"path","cat":"critical_path","ph":"s","id":{},"pid":{},"tid":{},"ts":)", flow,
+          kPid, seg.rank);
+      append_us(s, seg.end - 1 > seg.start ? seg.end - 1 : seg.start);
+      fmt::format_to(std::back_inserter(s), "}}");
+      w.end();
+      const emu::PathSegment& next = p.segments[i + 1];
+      auto& f = w.next();
+      fmt::format_to(
+          std::back_inserter(f),
+          R"({{"name":"path","cat":"critical_path","ph":"f","bp":"e","id":{},"pid":{},"tid":{},"ts":)",
+          flow, kPid, next.rank);
+      append_us(f, next.start);
+      fmt::format_to(std::back_inserter(f), "}}");
+      w.end();
+    }
+  }
+}
+
 }  // namespace
 
 void write_chrome_trace(const emu::RunResults& r, const std::string& path) {
@@ -113,6 +168,7 @@ void write_chrome_trace(const emu::RunResults& r, const std::string& path) {
       if (auto it = r.memory.find(rank); it != r.memory.end())
         for (const auto& rec : it->second) write_memory(w, rank, rec);
     }
+    if (!r.critical_path.empty()) write_critical_path(w, r.critical_path);
     w.finish();
   });
 }

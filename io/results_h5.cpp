@@ -215,6 +215,36 @@ void write_memory(const h5::Group& root, const emu::RunResults& r, const Share& 
   }
 }
 
+/// /critical_path: the segments of the chain that set the iteration time, in time order, and the
+/// totals per kind (docs/formats.md). Identical on every process of a parallel run.
+void write_critical_path(const h5::Group& root, const emu::CriticalPath& p, const Share& share) {
+  const h5::Group g = root.create_group("critical_path");
+  std::vector<std::string> kinds;
+  for (int k = 0; k < emu::kNumPathKinds; ++k)
+    kinds.emplace_back(emu::path_kind_name(static_cast<emu::PathKind>(k)));
+  g.set_attribute("kinds", kinds);
+  const hsize_t n = p.segments.size();
+  std::vector<std::int64_t> start, end;
+  std::vector<std::uint32_t> rank, op;
+  std::vector<std::uint8_t> kind;
+  for (const emu::PathSegment& s : p.segments) {
+    start.push_back(s.start);
+    end.push_back(s.end);
+    rank.push_back(s.rank);
+    op.push_back(s.op);
+    kind.push_back(static_cast<std::uint8_t>(s.kind));
+  }
+  const auto rows = all_rows_if(share.first, n);
+  put(g, "start_ns", start, n, rows, share.collective);
+  put(g, "end_ns", end, n, rows, share.collective);
+  put(g, "rank", rank, n, rows, share.collective);
+  put(g, "op", op, n, rows, share.collective);
+  put(g, "kind", kind, n, rows, share.collective);
+  const std::vector<std::int64_t> totals(p.totals.begin(), p.totals.end());
+  put(g, "totals_ns", totals, totals.size(), all_rows_if(share.first, totals.size()),
+      share.collective);
+}
+
 void write_engine(const h5::Group& root, const emu::EngineStats& e) {
   const h5::Group g = root.create_group("engine");
   g.set_attribute("kind", e.kind);
@@ -240,6 +270,7 @@ void write_file(h5::File& file, const emu::RunResults& r, const Share& share) {
     write_ranks(root, share);
     write_timelines(root, share);
     write_memory(root, r, share);
+    write_critical_path(root, r.critical_path, share);
     write_engine(root, r.engine);
   }
   file.close();

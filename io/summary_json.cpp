@@ -5,6 +5,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <ostream>
+#include <set>
 #include <string_view>
 
 #include "core/units.hpp"
@@ -98,6 +99,17 @@ void write_summary_json(const emu::RunResults& r, const std::string& path) {
         {"iteration_time_s", s.iteration_time_s()},
         {"change",
          static_cast<double>(s.iteration_time) / static_cast<double>(s.whatif_baseline_time) - 1}};
+  if (!r.critical_path.empty()) {
+    Json totals = Json::object();
+    for (int k = 0; k < emu::kNumPathKinds; ++k)
+      totals[std::string(emu::path_kind_name(static_cast<emu::PathKind>(k)))] =
+          ns_to_seconds(r.critical_path.totals[static_cast<std::size_t>(k)]);
+    std::set<std::uint32_t> ranks;
+    for (const emu::PathSegment& seg : r.critical_path.segments) ranks.insert(seg.rank);
+    j["critical_path"] = Json{{"totals_s", totals},
+                              {"segments", r.critical_path.segments.size()},
+                              {"ranks_visited", ranks.size()}};
+  }
   j["time_breakdown_rank"] = last_finishing_rank(r);
   j["time_breakdown_s"] = Json{{"compute", ns_to_seconds(last.compute)},
                                {"exposed_tp", ns_to_seconds(last.exposed_tp)},
@@ -191,6 +203,27 @@ std::string format_summary_table(const emu::RunResults& r) {
     if (last.host_wait > 0) part("host-bound issue", last.host_wait);
     part("other wait", last.other_wait);
     part("total (finish)", last.finish);
+  }
+
+  if (!r.critical_path.empty()) {
+    const auto& p = r.critical_path;
+    std::set<std::uint32_t> ranks;
+    for (const emu::PathSegment& seg : p.segments) ranks.insert(seg.rank);
+    fmt::format_to(std::back_inserter(out),
+                   "\ncritical path ({} segments over {} ranks; what set the iteration time)\n",
+                   p.segments.size(), ranks.size());
+    fmt::format_to(std::back_inserter(out), "  {:<24}{:>12}{:>9}\n", "", "s", "%");
+    SimTime sum = 0;
+    for (SimTime t : p.totals) sum += t;
+    for (int k = 0; k < emu::kNumPathKinds; ++k) {
+      const SimTime t = p.totals[static_cast<std::size_t>(k)];
+      fmt::format_to(std::back_inserter(out), "  {:<24}{:>12.6f}{:>9.1f}\n",
+                     k < 2 ? std::string(emu::path_kind_name(static_cast<emu::PathKind>(k)))
+                           : fmt::format("{} communication",
+                                         emu::path_kind_name(static_cast<emu::PathKind>(k))),
+                     ns_to_seconds(t),
+                     sum > 0 ? 100 * static_cast<double>(t) / static_cast<double>(sum) : 0.0);
+    }
   }
 
   if (!s.memory_breakdown_by_pp_stage.empty()) {

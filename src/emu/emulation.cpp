@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "emu/comm_lp.hpp"
+#include "emu/critical_path.hpp"
 #include "emu/fabric_lp.hpp"
 #include "emu/rank_lp.hpp"
 #include "pdes/partitioner.hpp"
@@ -92,6 +93,12 @@ struct Instance {
     if (id < data.graph->world_size) return &ranks[i];
     if (id == data.fabric_lp()) return fabric.get();
     return &comms[i];
+  }
+
+  /// What the critical path walk reads of a local rank.
+  RankTimes rank_times(std::uint32_t r) const {
+    const RankLP& lp = ranks[static_cast<std::size_t>(index[r])];
+    return {&lp.rank_class(), lp.finish_times()};
   }
 
   /// Throws if a local rank or communicator did not finish (a deadlocked graph).
@@ -222,6 +229,12 @@ RunResults emulate(const graph::SlicedGraph& g, const Costs& cost,
   out.engine.lp_bytes_per_rank = bytes / g.world_size;
   out.engine.events_per_rank = static_cast<double>(stats.events_committed) / g.world_size;
   finish_results(out, cost);
+  // The lowest rank among those that finish last.
+  std::uint32_t last = 0;
+  for (std::uint32_t r = 0; r < g.world_size; ++r)
+    if (out.ranks[r].finish > out.ranks[last].finish) last = r;
+  if (g.world_size > 0)
+    out.critical_path = critical_path(g, last, [&](std::uint32_t r) { return inst.rank_times(r); });
   return out;
 }
 
@@ -411,6 +424,8 @@ DistributedResults emulate_distributed(const graph::SlicedGraph& g, const Costs&
     MPI_Bcast(row.data(), kRankFields, MPI_INT64_T, static_cast<int>(owner[d.last_finishing_rank]),
               comm);
     out.ranks[d.last_finishing_rank] = unpack(row.data());
+    out.critical_path = critical_path(
+        g, d.last_finishing_rank, [&](std::uint32_t r) { return inst.rank_times(r); }, owner, comm);
   }
   return d;
 }

@@ -48,6 +48,9 @@ class alignas(64) RankLP final : public pdes::LogicalProcess {
   /// True when every op has finished (checked after a run: a stuck rank is a graph bug).
   bool done() const;
   std::uint32_t rank() const { return rank_; }
+  /// Per op, its finish time (after the run: the committed history; emu/critical_path.hpp).
+  const SimTime* finish_times() const { return time_; }
+  const RankClass& rank_class() const { return *cls_; }
   /// Bytes this rank occupies: the object and its time slots (the template is shared by its
   /// class and not counted).
   std::size_t state_bytes() const {

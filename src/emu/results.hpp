@@ -1,8 +1,10 @@
 #pragma once
 /// What an emulation run produces, in plain data handed to the writers in io/.
+#include <array>
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/sim_time.hpp"
@@ -120,6 +122,26 @@ struct Summary {
   }
 };
 
+enum class PathKind : std::uint8_t { Compute, Host, Tp, Pp, Dp, Ep, Cp, Embedding };
+inline constexpr int kNumPathKinds = 8;
+std::string_view path_kind_name(PathKind k);
+
+/// One piece of the path: op `op` of rank `rank` over [start, end) — a compute op, a transfer
+/// from the last member's arrival to its completion, or the host issuing (op: the op issued).
+struct PathSegment {
+  SimTime start = 0;
+  SimTime end = 0;
+  std::uint32_t rank = 0;
+  std::uint32_t op = 0;
+  PathKind kind = PathKind::Compute;
+};
+
+struct CriticalPath {
+  std::vector<PathSegment> segments;  ///< in time order
+  std::array<SimTime, kNumPathKinds> totals{};
+  bool empty() const { return segments.empty(); }
+};
+
 struct RunResults {
   Summary summary;
   std::vector<RankResult> ranks;                                   ///< world_size entries
@@ -127,6 +149,7 @@ struct RunResults {
   std::map<std::uint32_t, std::vector<MemoryRecord>> memory;       ///< traced ranks
   EngineStats engine;
   std::string config_text;
+  CriticalPath critical_path;  ///< the chain that set the iteration time (emu/critical_path.hpp)
 };
 
 /// One process's share of a parallel run (emu::emulate_distributed), as the collective

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "emu/model_data.hpp"
 #include "workload/moe.hpp"
 #include "workload/transformer_builder.hpp"
@@ -129,6 +131,38 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(std::make_tuple(2, 2, 4, true), std::make_tuple(4, 2, 8, true),
                       std::make_tuple(4, 4, 8, true), std::make_tuple(2, 3, 6, true),
                       std::make_tuple(4, 2, 8, false), std::make_tuple(4, 2, 12, true)));
+
+TEST(CriticalPath, TwoStagePipelineByHand) {
+  // 1F1B on 2 stages, 4 micro-batches, every transformer op 1 µs forward / 2 µs backward and
+  // free communication (1 ns a transfer). Stage 1 (the last) is busy from the moment the first
+  // micro-batch reaches it: stage 0's F1, a transfer, stage 1's F1 B1 F2 B2 F3 B3 F4 B4 back to
+  // back (each of its forwards has its input before its previous backward ends), a transfer,
+  // stage 0's B4. Between B_k and F_k+1 stage 1 runs Megatron's send_backward_recv_forward,
+  // one exchange that takes 1 ns even when free: m − 1 = 3 more transfers on the path. So the
+  // path is t_f + 4(t_f + t_b) + t_b of compute on ranks 0 and 1 and 2 + 3 = 5 pipeline
+  // transfers of 1 ns; the iteration then ends with the tied-embedding gradient all-reduce of
+  // the two stages (1 ns). The path tiles [0, iteration time].
+  Job j = pipeline_job(2, 4, workload::Schedule::OneFOneB);
+  graph::SlicedGraph g = workload::build_graph(j.m, j.p, j.t);
+  Costs c = uniform_layer_costs();
+  const auto [tf, tb] = stage_times(g.templates[0], c);
+  const RunResults r = emulate(g, c, EmulationOptions{});
+  const CriticalPath& p = r.critical_path;
+  ASSERT_FALSE(p.empty());
+  EXPECT_EQ(p.segments.front().start, 0);
+  EXPECT_EQ(p.segments.back().end, r.summary.iteration_time);
+  for (std::size_t i = 1; i < p.segments.size(); ++i)
+    EXPECT_EQ(p.segments[i].start, p.segments[i - 1].end) << "segment " << i;
+  EXPECT_EQ(p.totals[static_cast<int>(PathKind::Compute)], tf + 4 * (tf + tb) + tb);
+  EXPECT_EQ(p.totals[static_cast<int>(PathKind::Pp)], 5);
+  EXPECT_EQ(p.totals[static_cast<int>(PathKind::Embedding)], 1);
+  EXPECT_EQ(r.summary.iteration_time, tf + 4 * (tf + tb) + tb + 5 + 1);
+  EXPECT_EQ(p.segments.front().rank, 0u);
+  EXPECT_EQ(p.segments.back().rank, 0u);
+  std::set<std::uint32_t> ranks;
+  for (const PathSegment& s : p.segments) ranks.insert(s.rank);
+  EXPECT_EQ(ranks, (std::set<std::uint32_t>{0, 1}));
+}
 
 TEST(InterleavedDeferredSendWait, TwoStagesVp2ByHand) {
   // Megatron-Core's interleaved 1F1B with overlap_p2p_comm waits a backward send's handle one
