@@ -15,7 +15,8 @@ void MaxMinSolver::resize(std::size_t num_links) {
   touched_.clear();
 }
 
-void MaxMinSolver::solve(MaxMinVar* const* vars, std::size_t count, const double* capacity) {
+void MaxMinSolver::solve(MaxMinVar* const* vars, std::size_t count, const double* capacity,
+                         const std::uint8_t* active) {
   touched_.clear();
   for (std::size_t v = 0; v < count; ++v) {
     const MaxMinVar& x = *vars[v];
@@ -23,6 +24,7 @@ void MaxMinSolver::solve(MaxMinVar* const* vars, std::size_t count, const double
     for (std::uint32_t i = 0; i < x.n; ++i) {
       const std::uint32_t l = x.links[i];
       SCALESCOPE_EXPECTS(l < seen_.size() && x.weight[i] > 0);
+      if (active != nullptr && !active[l]) continue;
       if (!seen_[l]) {
         seen_[l] = 1;
         touched_.push_back(l);
@@ -55,13 +57,14 @@ void MaxMinSolver::solve(MaxMinVar* const* vars, std::size_t count, const double
       bool stop = x.bound - level <= kSaturated * x.bound;
       for (std::uint32_t i = 0; i < x.n && !stop; ++i) {
         const std::uint32_t l = x.links[i];
-        stop = remaining_[l] <= kSaturated * capacity[l];
+        stop = seen_[l] && remaining_[l] <= kSaturated * capacity[l];
       }
       if (!stop) continue;
       frozen_[v] = 1;
       --left;
       x.rate = std::min(level, x.bound);
-      for (std::uint32_t i = 0; i < x.n; ++i) weight_[x.links[i]] -= x.weight[i];
+      for (std::uint32_t i = 0; i < x.n; ++i)
+        if (seen_[x.links[i]]) weight_[x.links[i]] -= x.weight[i];
     }
   }
   for (std::uint32_t l : touched_) seen_[l] = 0;

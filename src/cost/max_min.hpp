@@ -29,7 +29,10 @@ class MaxMinSolver {
   /// Sets `rate` of every variable in [vars, vars + count) (any order; the result does not
   /// depend on it beyond rounding, and is bit-identical for the same order). `capacity[l]` is
   /// link l's capacity in the rates' unit. Links used by no variable are ignored.
-  void solve(MaxMinVar* const* vars, std::size_t count, const double* capacity);
+  /// `active` (optional, per link): only links with a non-zero entry constrain — a caller that
+  /// knows a link cannot saturate (its flows' bounds sum below its capacity) leaves it out.
+  void solve(MaxMinVar* const* vars, std::size_t count, const double* capacity,
+             const std::uint8_t* active = nullptr);
 
  private:
   std::vector<double> remaining_;   ///< per link: capacity not yet allocated

@@ -13,7 +13,11 @@ FabricLP::FabricLP(const ModelData& data, const cost::Fabric& fabric)
   capacity_.resize(n);
   for (cost::LinkId l = 0; l < n; ++l) capacity_[l] = fabric.capacity(l) * 1e-9;  // bytes/ns
   users_.resize(n);
+  load_.assign(n, 0);
+  saturates_at_.resize(n);
+  for (cost::LinkId l = 0; l < n; ++l) saturates_at_[l] = capacity_[l] * 1e6 * (1 + 1e-9);
   link_seen_.assign(n, 0);
+  link_active_.assign(n, 0);
 }
 
 const cost::Demand& FabricLP::demand(const FlowMsg& m) {
@@ -29,11 +33,34 @@ const cost::Demand& FabricLP::demand(const FlowMsg& m) {
   return *slot;
 }
 
+void FabricLP::tree_update(std::uint32_t slot) {
+  std::size_t cap = tree_.size() / 2;
+  if (slot >= cap) {
+    // Grow to the next power of two and rebuild: amortized O(1) per slot.
+    std::size_t n = std::max<std::size_t>(64, cap);
+    while (n <= slot) n *= 2;
+    tree_.assign(2 * n, 0);
+    for (std::size_t i = 0; i < n; ++i) tree_[n + i] = static_cast<std::uint32_t>(i);
+    for (std::size_t i = n - 1; i >= 1; --i) {
+      const std::uint32_t a = tree_[2 * i], b = tree_[2 * i + 1];
+      tree_[i] = key(b) < key(a) ? b : a;
+    }
+    return;
+  }
+  std::size_t i = cap + slot;
+  while (i > 1) {
+    i /= 2;
+    const std::uint32_t a = tree_[2 * i], b = tree_[2 * i + 1];
+    tree_[i] = key(b) < key(a) ? b : a;
+  }
+}
+
 void FabricLP::link_users_add(std::uint32_t slot) {
   const cost::MaxMinVar& v = flows_[slot].var;
   for (std::uint32_t i = 0; i < v.n; ++i) {
     auto& u = users_[v.links[i]];
     u.insert(std::upper_bound(u.begin(), u.end(), slot), slot);
+    load_[v.links[i]] += flows_[slot].load * static_cast<std::int64_t>(v.weight[i]);
   }
 }
 
@@ -42,6 +69,7 @@ void FabricLP::link_users_remove(std::uint32_t slot) {
   for (std::uint32_t i = 0; i < v.n; ++i) {
     auto& u = users_[v.links[i]];
     u.erase(std::lower_bound(u.begin(), u.end(), slot));
+    load_[v.links[i]] -= flows_[slot].load * static_cast<std::int64_t>(v.weight[i]);
   }
 }
 
@@ -76,6 +104,7 @@ void FabricLP::start(const FlowMsg& m, pdes::Context& ctx) {
   f.var.weight = d.weight.data();
   f.var.n = static_cast<std::uint32_t>(d.links.size());
   f.var.bound = m.flow_bytes / std::max(m.alone_ns, 1e-9);
+  f.load = std::llround(f.var.bound * 1e6);
   f.var.rate = 0;
   f.left = m.flow_bytes;
   f.t_upd = ctx.now();
@@ -90,16 +119,17 @@ void FabricLP::start(const FlowMsg& m, pdes::Context& ctx) {
   link_users_add(slot);
   seed_links_.assign(d.links.begin(), d.links.end());
   rebalance(slot, seed_links_, ctx.now());
+  tree_update(slot);
   schedule_wake(ctx);
 }
 
 void FabricLP::wake(pdes::Context& ctx) {
   const SimTime now = ctx.now();
   seed_links_.clear();
-  // Flows whose data is through end now, in slot order; their links seed the rebalance.
-  for (std::uint32_t s = 0; s < flows_.size(); ++s) {
+  // Flows whose data is through end now, earliest (then lowest slot) first; their links seed the
+  // rebalance.
+  for (std::uint32_t s = tree_min(); s != UINT32_MAX && key(s) <= now; s = tree_min()) {
     Flow& f = flows_[s];
-    if (!f.live || f.finish > now) continue;
     FlowMsg done;
     done.kind = MsgKind::FlowDone;
     done.channel = f.channel;
@@ -111,8 +141,10 @@ void FabricLP::wake(pdes::Context& ctx) {
     link_users_remove(s);
     seed_links_.insert(seed_links_.end(), f.var.links, f.var.links + f.var.n);
     f.live = false;
+    f.finish = kTimeInfinity;
     --live_;
     free_.push_back(s);
+    tree_update(s);
   }
   rebalance(UINT32_MAX, seed_links_, now);
   schedule_wake(ctx);
@@ -133,16 +165,7 @@ void FabricLP::rebalance(std::uint32_t seed, const std::vector<cost::LinkId>& se
     const cost::MaxMinVar& v = flows_[s].var;
     links_todo_.insert(links_todo_.end(), v.links, v.links + v.n);
   };
-  auto saturable = [&](cost::LinkId l) {
-    double load = 0;
-    for (std::uint32_t u : users_[l]) {
-      const cost::MaxMinVar& v = flows_[u].var;
-      const auto i =
-          static_cast<std::size_t>(std::lower_bound(v.links, v.links + v.n, l) - v.links);
-      load += static_cast<double>(v.weight[i]) * v.bound;
-    }
-    return load > capacity_[l] * (1 + 1e-9);
-  };
+  auto saturable = [&](cost::LinkId l) { return static_cast<double>(load_[l]) > saturates_at_[l]; };
   if (seed != UINT32_MAX) add_flow(seed);
   for (cost::LinkId l : seed_links)
     for (std::uint32_t u : users_[l]) add_flow(u);
@@ -152,11 +175,15 @@ void FabricLP::rebalance(std::uint32_t seed, const std::vector<cost::LinkId>& se
     if (link_seen_[l]) continue;
     link_seen_[l] = 1;
     links_seen_list_.push_back(l);
-    if (saturable(l))
+    if (saturable(l)) {
+      link_seen_[l] = 2;  // constrains the solve
       for (std::uint32_t u : users_[l]) add_flow(u);
+    }
   }
-  for (cost::LinkId l : links_seen_list_) link_seen_[l] = 0;
-  if (comp_.empty()) return;
+  if (comp_.empty()) {
+    for (cost::LinkId l : links_seen_list_) link_seen_[l] = 0;
+    return;
+  }
   std::sort(comp_.begin(), comp_.end());
   vars_.clear();
   for (std::uint32_t s : comp_) {
@@ -170,17 +197,29 @@ void FabricLP::rebalance(std::uint32_t seed, const std::vector<cost::LinkId>& se
     }
     vars_.push_back(&f.var);
   }
-  solver_.solve(vars_.data(), vars_.size(), capacity_.data());
+  if (vars_.size() == 1) {
+    // Alone: its bound, or the tightest of its links for its flows there.
+    cost::MaxMinVar& v = *vars_[0];
+    v.rate = v.bound;
+    for (std::uint32_t i = 0; i < v.n; ++i)
+      v.rate = std::min(v.rate, capacity_[v.links[i]] / static_cast<double>(v.weight[i]));
+  } else {
+    // Only the links that can saturate constrain (link_seen_ 2); the others never bind.
+    for (cost::LinkId l : links_seen_list_) link_active_[l] = link_seen_[l] == 2;
+    solver_.solve(vars_.data(), vars_.size(), capacity_.data(), link_active_.data());
+    for (cost::LinkId l : links_seen_list_) link_active_[l] = 0;
+  }
+  for (cost::LinkId l : links_seen_list_) link_seen_[l] = 0;
   for (std::uint32_t s : comp_) {
     Flow& f = flows_[s];
     f.finish = now + static_cast<SimTime>(std::ceil(f.left / f.var.rate));
+    tree_update(s);
   }
 }
 
 void FabricLP::schedule_wake(pdes::Context& ctx) {
-  SimTime next = kTimeInfinity;
-  for (const Flow& f : flows_)
-    if (f.live) next = std::min(next, f.finish);
+  const std::uint32_t first = tree_min();
+  const SimTime next = first == UINT32_MAX ? kTimeInfinity : key(first);
   log_.push_back(Undo{UndoKind::Version, version_, Flow{}});
   ++version_;
   if (next == kTimeInfinity) return;
@@ -201,12 +240,14 @@ void FabricLP::reverse(pdes::Event&, pdes::Context&) {
         break;
       case UndoKind::State:
         flows_[u.slot] = u.saved;
+        tree_update(u.slot);
         break;
       case UndoKind::Removed:
         free_.pop_back();
         flows_[u.slot] = u.saved;
         ++live_;
         link_users_add(u.slot);
+        tree_update(u.slot);
         break;
       case UndoKind::Added:
       case UndoKind::AddedFresh:
@@ -220,6 +261,7 @@ void FabricLP::reverse(pdes::Event&, pdes::Context&) {
           flows_[u.slot] = u.saved;
           free_.push_back(u.slot);
         }
+        tree_update(u.slot);
         break;
     }
     log_.pop_back();

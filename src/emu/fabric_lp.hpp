@@ -50,6 +50,7 @@ class FabricLP final : public pdes::LogicalProcess {
     std::uint32_t tag = 0;
     std::uint8_t channel = 0;
     bool live = false;
+    std::int64_t load = 0;  ///< its bound in load_'s unit
   };
   enum class UndoKind : std::uint8_t { Added, AddedFresh, Removed, State, Version };
   struct Undo {
@@ -67,13 +68,25 @@ class FabricLP final : public pdes::LogicalProcess {
   void link_users_add(std::uint32_t slot);
   void link_users_remove(std::uint32_t slot);
   void log(UndoKind k, std::uint32_t slot) { log_.push_back(Undo{k, slot, flows_[slot]}); }
+  /// The next finish: a tournament tree over the slots (the earliest live flow's slot at the
+  /// root; ties: the lower slot), updated per changed slot, so a wake never scans every flow.
+  SimTime key(std::uint32_t slot) const {
+    return slot < flows_.size() && flows_[slot].live ? flows_[slot].finish : kTimeInfinity;
+  }
+  void tree_update(std::uint32_t slot);
+  std::uint32_t tree_min() const { return tree_.empty() ? UINT32_MAX : tree_[1]; }
 
   const ModelData* data_;
   const cost::Fabric* fabric_;
   std::vector<double> capacity_;  ///< per link, bytes per ns
   std::vector<Flow> flows_;
   std::vector<std::uint32_t> free_;                ///< reusable slots, LIFO
+  std::vector<std::uint32_t> tree_;                ///< 2·capacity nodes; leaves at capacity + slot
   std::vector<std::vector<std::uint32_t>> users_;  ///< per link: live slots, sorted
+  /// Per link: Σ weight × bound of its live flows in 1e-6 bytes/ns (integers: exact to add and
+  /// take away in any order), to tell at once whether the link can saturate.
+  std::vector<std::int64_t> load_;
+  std::vector<double> saturates_at_;  ///< per link: capacity in load_'s unit
   std::uint32_t version_ = 0;
   std::uint32_t live_ = 0;
   std::uint64_t started_ = 0;  ///< not undone exactly: statistics only (see reverse)
@@ -86,7 +99,8 @@ class FabricLP final : public pdes::LogicalProcess {
   cost::MaxMinSolver solver_;
   std::vector<std::uint32_t> comp_;
   std::vector<std::uint8_t> in_comp_;
-  std::vector<std::uint8_t> link_seen_;
+  std::vector<std::uint8_t> link_seen_;    ///< per link: 1 visited, 2 visited and saturable
+  std::vector<std::uint8_t> link_active_;  ///< per link: constrains the current solve
   std::vector<cost::LinkId> links_todo_, links_seen_list_;
   std::vector<cost::MaxMinVar*> vars_;
   std::vector<cost::LinkId> seed_links_;
