@@ -8,12 +8,6 @@
 
 namespace scalescope::emu {
 
-std::string_view path_kind_name(PathKind k) {
-  static constexpr std::array<std::string_view, kNumPathKinds> names = {
-      "compute", "host", "TP", "PP", "DP", "EP", "CP", "embedding"};
-  return names[static_cast<std::size_t>(k)];
-}
-
 PathKind path_kind_of(graph::CommRole r) {
   using graph::CommRole;
   switch (r) {

@@ -124,7 +124,11 @@ struct Summary {
 
 enum class PathKind : std::uint8_t { Compute, Host, Tp, Pp, Dp, Ep, Cp, Embedding };
 inline constexpr int kNumPathKinds = 8;
-std::string_view path_kind_name(PathKind k);
+inline std::string_view path_kind_name(PathKind k) {
+  constexpr std::array<std::string_view, kNumPathKinds> names = {
+      "compute", "host", "TP", "PP", "DP", "EP", "CP", "embedding"};
+  return names[static_cast<std::size_t>(k)];
+}
 
 /// One piece of the path: op `op` of rank `rank` over [start, end) — a compute op, a transfer
 /// from the last member's arrival to its completion, or the host issuing (op: the op issued).
