@@ -151,9 +151,11 @@ const Keys kClusterNetworkKeys = {"gpu",
 const Keys kCostKeys = {"profile"};
 const Keys kNetworkKeys = {"model", "nccl_algo", "nccl_proto"};
 /// The keys of `cluster.topology` (docs/config.md).
-const Keys kTopologyKeys = {"rail_optimized",         "nodes_per_leaf",   "leaves_per_pod",
-                            "spines_per_pod",         "cores_per_plane",  "leaf_oversubscription",
-                            "spine_oversubscription", "spine_latency_us", "core_latency_us"};
+const Keys kTopologyKeys = {"rail_optimized",         "nodes_per_leaf",
+                            "leaves_per_pod",         "spines_per_pod",
+                            "cores_per_plane",        "leaf_oversubscription",
+                            "spine_oversubscription", "spine_latency_us",
+                            "core_latency_us",        "routing"};
 const Keys kRunKeys = {
     "engine", "trace_ranks",   "output",          "coalesce_local_ops", "partition",
     "on_oom", "sandbox_ranks", "sandbox_backend", "sandbox_op_scale",   "calibrate_from_sandbox",
@@ -857,7 +859,29 @@ cost::TopologySpec build_topology(const Value& v) {
   r.number("spine_oversubscription", t.spine_oversubscription, 1.0, false);
   r.number("spine_latency_us", t.spine_latency_us, 0.0, false);
   r.number("core_latency_us", t.core_latency_us, 0.0, false);
+  t.routing = r.choice("routing", {"ecmp", "dest_mod"}, "ecmp") == "dest_mod"
+                  ? cost::TopologySpec::Routing::DestMod
+                  : cost::TopologySpec::Routing::Ecmp;
   return t;
+}
+
+/// One of NCCL's names for an enum value (case-insensitive, as NCCL reads NCCL_ALGO and
+/// NCCL_PROTO), looked up by `name_of` over `values`; fails naming `key` otherwise.
+template <class E, class Name>
+E read_nccl_name(const Value& v, const char* key, std::initializer_list<E> values, Name name_of,
+                 std::string_view what) {
+  auto lower = [](std::string x) {
+    std::transform(x.begin(), x.end(), x.begin(),
+                   [](unsigned char ch) { return std::tolower(ch); });
+    return x;
+  };
+  const std::string given = lower(detail::read_string(v, key));
+  std::vector<std::string> names;
+  for (E e : values) {
+    names.emplace_back(name_of(e));
+    if (lower(names.back()) == given) return e;
+  }
+  fail(v, key, fmt::format("'{}' is not {} ({})", v.node.Scalar(), what, fmt::join(names, ", ")));
 }
 
 /// `network:` (docs/config.md): the network model and NCCL's forced choices.
@@ -865,33 +889,15 @@ cost::NetworkOptions build_network(const Section& s) {
   cost::NetworkOptions n;
   const Reader r(s, "network");
   n.flow = r.choice("model", {"analytical", "flow"}, "analytical") == "flow";
-  if (const Value* v = r.find("nccl_algo")) {
-    // NCCL_ALGO names (case-insensitive as NCCL reads them).
-    std::string a = detail::read_string(*v, "network.nccl_algo");
-    std::transform(a.begin(), a.end(), a.begin(),
-                   [](unsigned char ch) { return std::tolower(ch); });
-    if (a == "ring")
-      n.filter.algo = cost::NcclAlgo::Ring;
-    else if (a == "tree")
-      n.filter.algo = cost::NcclAlgo::Tree;
-    else
-      fail(*v, "network.nccl_algo",
-           fmt::format("'{}' is not a modelled NCCL algorithm (Ring, Tree)", v->node.Scalar()));
-  }
-  if (const Value* v = r.find("nccl_proto")) {
-    std::string p = detail::read_string(*v, "network.nccl_proto");
-    std::transform(p.begin(), p.end(), p.begin(),
-                   [](unsigned char ch) { return std::tolower(ch); });
-    if (p == "ll")
-      n.filter.proto = cost::NcclProto::LL;
-    else if (p == "ll128")
-      n.filter.proto = cost::NcclProto::LL128;
-    else if (p == "simple")
-      n.filter.proto = cost::NcclProto::Simple;
-    else
-      fail(*v, "network.nccl_proto",
-           fmt::format("'{}' is not an NCCL protocol (LL, LL128, Simple)", v->node.Scalar()));
-  }
+  if (const Value* v = r.find("nccl_algo"))
+    n.filter.algo =
+        read_nccl_name(*v, "network.nccl_algo", {cost::NcclAlgo::Ring, cost::NcclAlgo::Tree},
+                       cost::nccl_algo_name, "a modelled NCCL algorithm");
+  if (const Value* v = r.find("nccl_proto"))
+    n.filter.proto =
+        read_nccl_name(*v, "network.nccl_proto",
+                       {cost::NcclProto::LL, cost::NcclProto::LL128, cost::NcclProto::Simple},
+                       cost::nccl_proto_name, "an NCCL protocol");
   return n;
 }
 
@@ -1793,6 +1799,8 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
     out << YAML::Key << "spine_oversubscription" << YAML::Value << num(tp.spine_oversubscription);
     out << YAML::Key << "spine_latency_us" << YAML::Value << num(tp.spine_latency_us);
     out << YAML::Key << "core_latency_us" << YAML::Value << num(tp.core_latency_us);
+    out << YAML::Key << "routing" << YAML::Value
+        << (tp.routing == cost::TopologySpec::Routing::DestMod ? "dest_mod" : "ecmp");
     out << YAML::EndMap;
   }
   out << YAML::EndMap;

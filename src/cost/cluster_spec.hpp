@@ -25,6 +25,10 @@ struct TopologySpec {
   /// latency of the cluster covers NIC, cable and leaf).
   double spine_latency_us = 0;
   double core_latency_us = 0;
+  /// How a route picks its spine (and core): `Ecmp` hashes the two NICs (Ethernet / RoCE);
+  /// `DestMod` takes the destination's port under its leaf modulo the spines (InfiniBand's
+  /// destination-based D-mod-k routing, non-blocking for shift permutations).
+  enum class Routing : std::uint8_t { Ecmp, DestMod } routing = Routing::Ecmp;
 };
 
 struct ClusterSpec {

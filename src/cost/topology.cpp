@@ -5,18 +5,10 @@
 #include <cmath>
 
 #include "core/error.hpp"
+#include "core/hash.hpp"
 
 namespace scalescope::cost {
 namespace {
-
-// SplitMix64 (Steele, Lea, Flood 2014): a fixed, platform-independent mix, so ECMP picks the
-// same path on every machine and process.
-std::uint64_t mix(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 std::uint32_t to_u32(std::int64_t v, const char* key) {
   if (v < 1 || v > (std::int64_t{1} << 30)) throw_input("cluster.topology.{} must be >= 1", key);
@@ -47,6 +39,7 @@ Fabric::Fabric(const ClusterSpec& c, const TopologySpec& t, double nic_capacity_
     : gpus_per_node_(to_u32(c.gpus_per_node, "gpus_per_node")),
       nics_per_node_(to_u32(c.nics_per_node, "nics_per_node")),
       rail_optimized_(t.rail_optimized),
+      dest_mod_(t.routing == TopologySpec::Routing::DestMod),
       spine_latency_us_(t.spine_latency_us),
       core_latency_us_(t.core_latency_us) {
   if (!(nic_capacity_Bps > 0)) throw_input("cluster.nic_bandwidth_Gbps must be > 0");
@@ -124,7 +117,12 @@ double Fabric::route(std::uint32_t src, std::uint32_t dst, std::vector<LinkId>& 
   const std::uint32_t ls = leaf_of_nic(src), ld = leaf_of_nic(dst);
   double extra_us = 0;
   if (ls != ld) {
-    const std::uint64_t h = mix((std::uint64_t{src} << 32) | dst);
+    // ECMP: a hash of the endpoints. D-mod-k: the destination's port under its leaf, so the
+    // destinations of one leaf spread over the spines one by one (and over the cores next).
+    const std::uint32_t node = node_of_nic(dst) % nodes_per_leaf_;
+    const std::uint64_t port =
+        rail_optimized_ ? node : std::uint64_t{node} * nics_per_node_ + dst % nics_per_node_;
+    const std::uint64_t h = dest_mod_ ? port : splitmix64((std::uint64_t{src} << 32) | dst);
     const std::uint32_t ps = pod_of_leaf(ls), pd = pod_of_leaf(ld);
     // ECMP: the hashed spine plane, or the next one whose links on this path are up.
     bool found = false;
@@ -139,7 +137,8 @@ double Fabric::route(std::uint32_t src, std::uint32_t dst, std::vector<LinkId>& 
         break;
       }
       for (std::uint32_t jstep = 0; jstep < cores_; ++jstep) {
-        const auto j = static_cast<std::uint32_t>((mix(h) + jstep) % cores_);
+        const auto j = static_cast<std::uint32_t>(
+            ((dest_mod_ ? h / spines_ : splitmix64(h)) + jstep) % cores_);
         if (failed(spine_up(ps, k, j)) || failed(core_down(pd, k, j))) continue;
         out.push_back(leaf_uplink(ls, k));
         out.push_back(spine_up(ps, k, j));

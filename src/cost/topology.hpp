@@ -87,6 +87,7 @@ class Fabric {
   std::uint32_t gpus_per_node_ = 8, nics_per_node_ = 8, nodes_ = 1, leaves_ = 1;
   std::uint32_t nodes_per_leaf_ = 1, leaves_per_pod_ = 1, pods_ = 1, spines_ = 1, cores_ = 1;
   bool rail_optimized_ = true;
+  bool dest_mod_ = false;  ///< TopologySpec::Routing::DestMod
   double spine_latency_us_ = 0, core_latency_us_ = 0;
   // Link id ranges: NIC up, NIC down, leaf up, spine down, spine up, core down.
   std::uint32_t base_[7] = {};

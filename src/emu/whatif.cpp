@@ -5,18 +5,9 @@
 #include <utility>
 
 #include "core/error.hpp"
+#include "core/hash.hpp"
 
 namespace scalescope::emu {
-namespace {
-
-std::uint64_t mix(std::uint64_t x) {  // SplitMix64 (as cost/topology.cpp's ECMP hash)
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
 
 std::vector<std::uint32_t> slow_ranks(const WhatIf& w, std::uint32_t world,
                                       std::int64_t gpus_per_node) {
@@ -38,7 +29,7 @@ std::vector<std::uint32_t> slow_ranks(const WhatIf& w, std::uint32_t world,
   if (w.fraction > 0) {
     const auto k = static_cast<std::size_t>(std::ceil(w.fraction * world));
     std::vector<std::pair<std::uint64_t, std::uint32_t>> keyed(world);
-    for (std::uint32_t r = 0; r < world; ++r) keyed[r] = {mix(w.seed ^ mix(r)), r};
+    for (std::uint32_t r = 0; r < world; ++r) keyed[r] = {splitmix64(w.seed ^ splitmix64(r)), r};
     std::partial_sort(keyed.begin(), keyed.begin() + static_cast<std::ptrdiff_t>(k), keyed.end());
     for (std::size_t i = 0; i < k; ++i) out.push_back(keyed[i].second);
   }

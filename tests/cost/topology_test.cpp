@@ -141,3 +141,37 @@ TEST(Demand, ARingUsesEachNodesRailOnceEachWayAndATreeItsParentAndChildren) {
 
 }  // namespace
 }  // namespace scalescope::cost
+
+namespace scalescope::cost {
+namespace {
+
+TEST(Fabric, DestinationModKRoutingSpreadsAShiftOverEverySpine) {
+  // 8 nodes of one GPU and NIC, 4 per leaf, 4 spines: node i of leaf 0 sends to node i of leaf 1
+  // (a pipeline's stage shift). D-mod-k picks spine = the destination's port under its leaf =
+  // i, so the four transfers take the four spines, one each: no two share an uplink. (Hashing
+  // the endpoints may put two on one spine; that is what RoCE's ECMP does.)
+  ClusterSpec c;
+  c.gpu = "H100";
+  c.gpus_per_node = 1;
+  c.nics_per_node = 1;
+  c.num_gpus = 8;
+  c.nic_bandwidth_Gbps = 400;
+  c.nvlink_bandwidth_GBps = 450;
+  TopologySpec t;
+  t.nodes_per_leaf = 4;
+  t.spines_per_pod = 4;
+  t.routing = TopologySpec::Routing::DestMod;
+  const Fabric f(c, t, 50e9);
+  std::set<LinkId> uplinks;
+  for (std::uint32_t i = 0; i < 4; ++i) {
+    std::vector<LinkId> r;
+    f.route(i, 4 + i, r);
+    ASSERT_EQ(r.size(), 4u);
+    EXPECT_EQ(r[1], f.leaf_uplink(0, i));
+    uplinks.insert(r[1]);
+  }
+  EXPECT_EQ(uplinks.size(), 4u);
+}
+
+}  // namespace
+}  // namespace scalescope::cost
