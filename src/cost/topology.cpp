@@ -138,7 +138,7 @@ double Fabric::route(std::uint32_t src, std::uint32_t dst, std::vector<LinkId>& 
       }
       for (std::uint32_t jstep = 0; jstep < cores_; ++jstep) {
         const auto j = static_cast<std::uint32_t>(
-            ((dest_mod_ ? h / spines_ : splitmix64(h)) + jstep) % cores_);
+            ((dest_mod_ ? node_of_nic(dst) / spines_ : splitmix64(h)) + jstep) % cores_);
         if (failed(spine_up(ps, k, j)) || failed(core_down(pd, k, j))) continue;
         out.push_back(leaf_uplink(ls, k));
         out.push_back(spine_up(ps, k, j));
