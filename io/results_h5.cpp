@@ -115,6 +115,11 @@ void write_summary(const h5::Group& root, const emu::Summary& s, const Share& sh
   g.set_attribute("tokens_per_iteration", s.tokens_per_iteration);
   g.set_attribute("model_flops_per_iteration", s.model_flops_per_iteration);
   g.set_attribute("peak_flops_per_gpu", s.peak_flops_per_gpu);
+  if (!s.whatif.empty()) {
+    g.set_attribute("whatif", s.whatif);
+    g.set_attribute("whatif_baseline_iteration_time_s", ns_to_seconds(s.whatif_baseline_time));
+    g.set_attribute("whatif_baseline_iteration_time_ns", s.whatif_baseline_time);
+  }
   const auto& by_stage = s.peak_memory_bytes_by_pp_stage;
   put(g, "peak_memory_bytes_by_pp_stage", by_stage, by_stage.size(),
       all_rows_if(share.first, by_stage.size()), share.collective);

@@ -110,6 +110,12 @@ class Results:
         except (OSError, RuntimeError, ValueError):
             return False
 
+    def has_attr(self, obj, key):
+        try:
+            return key in self._f[obj].attrs
+        except (KeyError, OSError, RuntimeError, ValueError):
+            return False
+
     def attr(self, obj, key):
         node = self.node(obj)
         try:
@@ -181,6 +187,28 @@ class Results:
                 "tightest_rank": int(a["tightest_rank"]), "tightest_pp_stage": stage,
                 "peak_total_bytes": totals[stage], "dominant_class": str(a["dominant_class"]),
                 "breakdown_bytes": breakdown, "total_bytes_by_pp_stage": totals}
+
+    def critical_path(self):
+        """/critical_path as summary.json's "critical_path" object (None in files without it)."""
+        if "critical_path" not in self._f:
+            return None
+        kinds = [str(k) for k in self.attr("critical_path", "kinds")]
+        totals = [int(v) for v in self.dataset("critical_path/totals_ns")]
+        ranks = self.dataset("critical_path/rank")
+        return {"totals_s": {k: t * 1e-9 for k, t in zip(kinds, totals)},
+                "segments": int(len(ranks)), "ranks_visited": int(len(set(ranks.tolist())))}
+
+    def whatif(self):
+        """summary.json's "whatif" object from /summary's attributes (None without what-ifs)."""
+        if not self.has_attr("summary", "whatif"):
+            return None
+        base = float(self.attr("summary", "whatif_baseline_iteration_time_s"))
+        it = float(self.attr("summary", "iteration_time_s"))
+        base_ns = int(self.attr("summary", "whatif_baseline_iteration_time_ns"))
+        it_ns = int(self.attr("summary", "iteration_time_ns"))
+        return {"applied": [str(w) for w in self.attr("summary", "whatif")],
+                "baseline_iteration_time_s": base, "iteration_time_s": it,
+                "change": it_ns / base_ns - 1}
 
     def ranks(self):
         """/ranks columns as numpy arrays (all of length world_size)."""

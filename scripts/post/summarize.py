@@ -33,6 +33,12 @@ def build(res):
     memory = res.memory_check()
     if memory is not None:
         out["memory"] = memory
+    path = res.critical_path()
+    if path is not None:
+        out["critical_path"] = path
+    whatif = res.whatif()
+    if whatif is not None:
+        out["whatif"] = whatif
     return out
 
 
