@@ -789,7 +789,8 @@ int run_command(const MpiSession& mpi, const std::string& config_path,
   if (!c.run.sandbox_ranks.empty())
     sandbox_run = prepare_sandbox(c, *graph, cost, costs, opt, replayed, mpi.rank(), mpi.size(),
                                   sandbox_summary);
-  const auto copy_sandbox = [&](emu::Summary& s) {
+  // What the summary reports besides the replay itself: the what-ifs and the sandbox.
+  const auto copy_run_extras = [&](emu::Summary& s) {
     for (const emu::WhatIf& w : whatifs) s.whatif.push_back(w.text);
     s.whatif_baseline_time = baseline_time;
     s.sandbox_ranks = sandbox_summary.sandbox_ranks;
@@ -813,7 +814,7 @@ int run_command(const MpiSession& mpi, const std::string& config_path,
     // trace.json by process 0 (which receives only the traced ranks and the summary figures).
     emu::DistributedResults d = emu::emulate_distributed(*graph, costs, opt, MPI_COMM_WORLD);
     complete_summary(d, c, MPI_COMM_WORLD);
-    copy_sandbox(d.local.summary);
+    copy_run_extras(d.local.summary);
     if (profile)
       summarize_profile(d.local.summary, c, *profile, *graph, costs, &d.rank_owner, d.process,
                         MPI_COMM_WORLD);
@@ -825,7 +826,7 @@ int run_command(const MpiSession& mpi, const std::string& config_path,
   } else {
     r = emu::emulate(*graph, costs, opt);
     complete_summary(r, c);
-    copy_sandbox(r.summary);
+    copy_run_extras(r.summary);
     if (profile)
       summarize_profile(r.summary, c, *profile, *graph, costs, nullptr, 0, MPI_COMM_NULL);
     check_memory(r.summary, c);

@@ -55,10 +55,8 @@ SimTime CommLP::duration(const pdes::Event& arrival) const {
   return memo_ns_;
 }
 
-void CommLP::start_flow(const pdes::Event& e, std::uint8_t channel, std::uint32_t instance,
+void CommLP::start_flow(const graph::Op& op, std::uint8_t channel, std::uint32_t instance,
                         pdes::Context& ctx) const {
-  const EmuMsg& m = e.as<EmuMsg>();
-  const graph::Op& op = data_->graph->program_of(e.key.src).ops[m.op];
   const cost::FlowRequest r = data_->cost->flow(op, shape_);
   FlowMsg f;
   f.kind = MsgKind::FlowStart;
@@ -155,8 +153,9 @@ void CommLP::forward(pdes::Event& e, pdes::Context& ctx) {
   const std::uint32_t needed = kind_ == graph::CommKind::PpPair ? 2 : size_;
   if (++arrived_[ch] < needed) return;
   // Events arrive in timestamp order, so the last arrival is the latest: the instance starts now.
-  if (flow_ && data_->graph->program_of(e.key.src).ops[m.op].comm_bytes > 0) {
-    start_flow(e, static_cast<std::uint8_t>(ch), expected_[ch], ctx);
+  const graph::Op* flow_op = flow_ ? &data_->graph->program_of(e.key.src).ops[m.op] : nullptr;
+  if (flow_op != nullptr && flow_op->comm_bytes > 0) {
+    start_flow(*flow_op, static_cast<std::uint8_t>(ch), expected_[ch], ctx);
   } else {
     // At least 1 ns, so COMPLETE sorts after this ARRIVE (see messages.hpp).
     const SimTime end = ctx.now() + duration(e);

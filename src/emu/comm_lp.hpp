@@ -35,8 +35,8 @@ class CommLP final : public pdes::LogicalProcess {
 
  private:
   SimTime duration(const pdes::Event& arrival) const;
-  /// Flow model: sends the transfer that the arrival `e` starts to the fabric.
-  void start_flow(const pdes::Event& e, std::uint8_t channel, std::uint32_t instance,
+  /// Flow model: sends the transfer of `op` (the last arrival's) to the fabric.
+  void start_flow(const graph::Op& op, std::uint8_t channel, std::uint32_t instance,
                   pdes::Context& ctx) const;
   void forward_eager(pdes::Event& e, pdes::Context& ctx);
   std::uint32_t eager_channel(const pdes::Event& e) const;

@@ -55,6 +55,11 @@ struct Query {
   std::array<Partner, 2> parts;  // a collective uses parts[0]; a SendRecv one per part
   std::uint32_t self_rank = 0;   // the op's own rank and op: its own arrival is a candidate
   std::uint32_t self_op = 0;
+  /// The kind of the transfer: its first part's role.
+  PathKind kind() const {
+    const Partner& p = parts[0].comm >= 0 ? parts[0] : parts[1];
+    return path_kind_of(static_cast<CommRole>(p.role));
+  }
 };
 
 /// A member's arrival at a transfer: candidates are compared by time, then the lower rank.
@@ -250,9 +255,7 @@ CriticalPath critical_path(const graph::SlicedGraph& g, std::uint32_t last_rank,
     if (tok.mode == Mode::Done) break;
     const Arrival a = w.arrivals(q, tok.t, all);
     SCALESCOPE_EXPECTS(a.rank >= 0);
-    Walker::add(out, a.t, tok.t, tok.rank, tok.op,
-                path_kind_of(static_cast<CommRole>(q.parts[0].comm >= 0 ? q.parts[0].role
-                                                                        : q.parts[1].role)));
+    Walker::add(out, a.t, tok.t, tok.rank, tok.op, q.kind());
     tok = {a.t, static_cast<std::uint32_t>(a.rank), static_cast<std::uint32_t>(a.op),
            Mode::AtReady};
   }
@@ -287,10 +290,7 @@ CriticalPath critical_path(const graph::SlicedGraph& g, std::uint32_t last_rank,
     for (const Arrival& a : all)
       if (a.rank >= 0 && a.better_than(best)) best = a;
     SCALESCOPE_EXPECTS(best.rank >= 0);
-    if (me == root)
-      Walker::add(out, best.t, tok.t, tok.rank, tok.op,
-                  path_kind_of(static_cast<CommRole>(q.parts[0].comm >= 0 ? q.parts[0].role
-                                                                          : q.parts[1].role)));
+    if (me == root) Walker::add(out, best.t, tok.t, tok.rank, tok.op, q.kind());
     tok = {best.t, static_cast<std::uint32_t>(best.rank), static_cast<std::uint32_t>(best.op),
            Mode::AtReady};
   }

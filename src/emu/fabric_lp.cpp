@@ -74,8 +74,7 @@ void FabricLP::link_users_remove(std::uint32_t slot) {
 }
 
 void FabricLP::forward(pdes::Event& e, pdes::Context& ctx) {
-  marks_.push_back(0);
-  mark_start_ = log_.size();
+  const std::size_t logged = log_.size();
   const FlowMsg& m = e.as<FlowMsg>();
   if (m.kind == MsgKind::FlowStart) {
     start(m, ctx);
@@ -83,7 +82,7 @@ void FabricLP::forward(pdes::Event& e, pdes::Context& ctx) {
     SCALESCOPE_EXPECTS(m.kind == MsgKind::FlowWake);
     if (m.tag == version_) wake(ctx);  // else stale: a later start or end rescheduled
   }
-  marks_.back() = static_cast<std::uint32_t>(log_.size() - mark_start_);
+  marks_.push_back(static_cast<std::uint32_t>(log_.size() - logged));
 }
 
 void FabricLP::start(const FlowMsg& m, pdes::Context& ctx) {
@@ -115,11 +114,9 @@ void FabricLP::start(const FlowMsg& m, pdes::Context& ctx) {
   f.channel = m.channel;
   f.live = true;
   ++live_;
-  ++started_;
   link_users_add(slot);
   seed_links_.assign(d.links.begin(), d.links.end());
-  rebalance(slot, seed_links_, ctx.now());
-  tree_update(slot);
+  rebalance(slot, seed_links_, ctx.now());  // the seed is in its component: its finish is set
   schedule_wake(ctx);
 }
 
@@ -253,7 +250,6 @@ void FabricLP::reverse(pdes::Event&, pdes::Context&) {
       case UndoKind::AddedFresh:
         link_users_remove(u.slot);
         --live_;
-        --started_;
         if (u.kind == UndoKind::AddedFresh) {
           flows_.pop_back();
           in_comp_.pop_back();

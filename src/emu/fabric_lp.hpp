@@ -36,8 +36,6 @@ class FabricLP final : public pdes::LogicalProcess {
   bool save_state(std::vector<std::byte>& out) const override;
 
   bool idle() const { return live_ == 0; }
-  /// Statistics for results: flows started and the largest number at once.
-  std::uint64_t flows_started() const { return started_; }
 
  private:
   struct Flow {
@@ -89,11 +87,9 @@ class FabricLP final : public pdes::LogicalProcess {
   std::vector<double> saturates_at_;  ///< per link: capacity in load_'s unit
   std::uint32_t version_ = 0;
   std::uint32_t live_ = 0;
-  std::uint64_t started_ = 0;  ///< not undone exactly: statistics only (see reverse)
 
   std::deque<Undo> log_;
   std::deque<std::uint32_t> marks_;  ///< undo records per uncommitted event, oldest first
-  std::size_t mark_start_ = 0;
 
   // Scratch (no allocation per event once warm).
   cost::MaxMinSolver solver_;
