@@ -11,6 +11,7 @@
 /// commit drops the committed event's records. Every order the results depend on (the flows of a
 /// component, the users of a link) is canonical (sorted by slot), so a rolled-back-and-redone
 /// history gives bit-identical rates.
+#include <cmath>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -62,6 +63,24 @@ class FabricLP final : public pdes::LogicalProcess {
   void wake(pdes::Context& ctx);
   /// Recomputes the rates of every flow coupled to `seed_links` (and to flow `seed`, if any).
   void rebalance(std::uint32_t seed, const std::vector<cost::LinkId>& seed_links, SimTime now);
+  /// The incremental test (docs/network.md "What a rate change costs"): an allocation is the
+  /// max-min fair one iff every variable is at its bound or has a bottleneck, a saturated link on
+  /// which no user has a higher per-flow rate. `try_add` gives a new flow the capacity its links
+  /// have left and keeps it, with every other rate, when that holds for it (no other variable
+  /// loses its bottleneck: it had one before, and the new flow crosses no saturated link);
+  /// `keeps_bottleneck` tells whether a variable still has one after flows that shared its links
+  /// ended.
+  bool try_add(std::uint32_t slot, SimTime now);
+  bool keeps_bottleneck(std::uint32_t slot) const;
+  struct LinkUse {
+    double used = 0;      ///< Σ weight × rate of the link's users (but `skip`)
+    double max_rate = 0;  ///< their highest per-flow rate
+  };
+  LinkUse link_use(cost::LinkId l, std::uint32_t skip) const;
+  /// Sets the finish of a flow whose rate the fast path or a solve (re)set at `now`.
+  void set_finish(Flow& f, SimTime now) {
+    f.finish = now + static_cast<SimTime>(std::ceil(f.left / f.var.rate));
+  }
   void schedule_wake(pdes::Context& ctx);
   void link_users_add(std::uint32_t slot);
   void link_users_remove(std::uint32_t slot);
@@ -100,6 +119,7 @@ class FabricLP final : public pdes::LogicalProcess {
   std::vector<cost::LinkId> links_todo_, links_seen_list_;
   std::vector<cost::MaxMinVar*> vars_;
   std::vector<cost::LinkId> seed_links_;
+  std::vector<double> old_rate_;  ///< per component entry, its rate before the solve
   /// Demands by (communicator, pattern, sender): a pure function of the key (rollback-safe).
   std::unordered_map<std::uint64_t, std::unique_ptr<cost::Demand>> demands_;
 };

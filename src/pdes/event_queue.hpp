@@ -224,13 +224,14 @@ class LadderQueue {
     ++size_;
     const Entry e{key, item};
     if (key.time < bottom_end_) {
-      // Sorted insert; new events usually sort last, so this is usually an append.
+      // New events usually sort last: an append. The others go to a heap beside the bottom
+      // rather than into its middle (a collective's completions sent at the current instant
+      // into a bucket of thousands moved the bucket's tail once per member).
       if (bottom_.size() == head_ || !(key < bottom_.back().key)) {
         bottom_.push_back(e);
       } else {
-        auto it = std::upper_bound(bottom_.begin() + static_cast<std::ptrdiff_t>(head_),
-                                   bottom_.end(), e, Less{});
-        bottom_.insert(it, e);
+        early_.push_back(e);
+        std::push_heap(early_.begin(), early_.end(), Greater{});
       }
     } else if (key.time < rung_end_) {
       buckets_[static_cast<std::size_t>((key.time - rung_start_) / width_)].push_back(e);
@@ -242,15 +243,21 @@ class LadderQueue {
   }
   const EventKey& top_key() {
     fill_bottom();
-    return bottom_[head_].key;
+    return from_early() ? early_.front().key : bottom_[head_].key;
   }
   T* top() {
     fill_bottom();
-    return bottom_[head_].item;
+    return from_early() ? early_.front().item : bottom_[head_].item;
   }
   T* pop() {
     fill_bottom();
     --size_;
+    if (from_early()) {
+      std::pop_heap(early_.begin(), early_.end(), Greater{});
+      T* item = early_.back().item;
+      early_.pop_back();
+      return item;
+    }
     T* item = bottom_[head_++].item;
     if (head_ == bottom_.size()) {
       bottom_.clear();
@@ -267,20 +274,29 @@ class LadderQueue {
     EventKey key;
     T* item;
   };
-  /// The entry `k` places after the top if it is already in the sorted bottom, else null (for
-  /// prefetching: call after top_key() or pop(), which fill the bottom).
+  /// The entry `k` places after the top if it is already in the sorted bottom and nothing waits
+  /// beside it, else null (for prefetching: call after top_key() or pop(), which fill the
+  /// bottom).
   const Entry* peek(std::size_t k) const {
-    return head_ + k < bottom_.size() ? &bottom_[head_ + k] : nullptr;
+    return early_.empty() && head_ + k < bottom_.size() ? &bottom_[head_ + k] : nullptr;
   }
 
  private:
   struct Less {
     bool operator()(const Entry& a, const Entry& b) const { return a.key < b.key; }
   };
+  struct Greater {
+    bool operator()(const Entry& a, const Entry& b) const { return b.key < a.key; }
+  };
+  /// Whether the next event is the early heap's (keys are distinct: no ties).
+  bool from_early() const {
+    return !early_.empty() && (head_ == bottom_.size() || early_.front().key < bottom_[head_].key);
+  }
 
   /// Makes the bottom hold the earliest events: the next non-empty bucket, or a new rung.
   void fill_bottom() {
-    while (head_ == bottom_.size()) {
+    // The early heap holds only events before bottom_end_, so before every bucket's.
+    while (head_ == bottom_.size() && early_.empty()) {
       while (cur_ < buckets_.size() && buckets_[cur_].empty()) ++cur_;
       if (cur_ < buckets_.size()) {
         // Copied, not swapped: each bucket keeps only the capacity its own events needed, and
@@ -323,6 +339,7 @@ class LadderQueue {
   static constexpr std::size_t kKeepCapacity = 64;
   std::vector<Entry> bottom_;  ///< sorted ascending; [head_, end) are pending
   std::size_t head_ = 0;
+  std::vector<Entry> early_;  ///< a min-heap of events before bottom_end_ that sort before its last
   SimTime bottom_end_ = kTimeUnknown;  ///< every pending event earlier than this is in bottom_
   std::vector<std::vector<Entry>> buckets_;
   std::size_t cur_ = 0;  ///< next bucket to consume
