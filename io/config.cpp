@@ -147,6 +147,8 @@ const Keys kClusterNetworkKeys = {"gpu",
                                   "host_launch_us",
                                   "compute_efficiency",
                                   "nic_bus_efficiency",
+                                  "nvls",
+                                  "in_network_reduction",
                                   "topology"};
 const Keys kCostKeys = {"profile"};
 const Keys kNetworkKeys = {"model", "nccl_algo", "nccl_proto"};
@@ -890,9 +892,11 @@ cost::NetworkOptions build_network(const Section& s) {
   const Reader r(s, "network");
   n.flow = r.choice("model", {"analytical", "flow"}, "analytical") == "flow";
   if (const Value* v = r.find("nccl_algo"))
-    n.filter.algo =
-        read_nccl_name(*v, "network.nccl_algo", {cost::NcclAlgo::Ring, cost::NcclAlgo::Tree},
-                       cost::nccl_algo_name, "a modelled NCCL algorithm");
+    n.filter.algo = read_nccl_name(
+        *v, "network.nccl_algo",
+        {cost::NcclAlgo::Ring, cost::NcclAlgo::Tree, cost::NcclAlgo::Nvls, cost::NcclAlgo::NvlsTree,
+         cost::NcclAlgo::Pat, cost::NcclAlgo::CollNetDirect, cost::NcclAlgo::CollNetChain},
+        cost::nccl_algo_name, "a modelled NCCL algorithm");
   if (const Value* v = r.find("nccl_proto"))
     n.filter.proto =
         read_nccl_name(*v, "network.nccl_proto",
@@ -956,6 +960,12 @@ cost::ClusterSpec build_cluster(const Section& inline_keys, const std::string& e
   optional_number("norm_activation_efficiency", c.norm_activation_efficiency, true, 1.0 + 1e-12);
   optional_number("host_launch_us", c.host_launch_us, false, 1e6);
   optional_number("nic_bus_efficiency", c.nic_bus_efficiency, true, 1.0 + 1e-12);
+  if (r.find("nvls")) {
+    bool on = false;
+    r.flag("nvls", on);
+    c.nvls = on;
+  }
+  r.flag("in_network_reduction", c.in_network_reduction);
   for (std::string_view k : {"gpu", "nvlink_bandwidth_GBps", "nvlink_latency_us",
                              "nic_bandwidth_Gbps", "nics_per_node", "nic_latency_us"})
     if (!get(merged, k))
@@ -1786,6 +1796,8 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
         std::pair{"host_launch_us", cl.host_launch_us},
         std::pair{"nic_bus_efficiency", cl.nic_bus_efficiency}})
     if (v) out << YAML::Key << key << YAML::Value << num(*v);
+  if (cl.nvls) out << YAML::Key << "nvls" << YAML::Value << *cl.nvls;
+  if (cl.in_network_reduction) out << YAML::Key << "in_network_reduction" << YAML::Value << true;
   out << YAML::Key << "compute_efficiency" << YAML::Value << num(cl.compute_efficiency);
   if (cl.topology) {
     const cost::TopologySpec& tp = *cl.topology;

@@ -186,8 +186,8 @@ def set_nccl(args):
 def set_torchtitan(args):
     tmp = tempfile.mkdtemp(prefix="all_torchtitan_")
     path = os.path.join(tmp, "torchtitan.json")
-    build = os.path.dirname(os.path.abspath(args.scalescope))
-    p = subprocess.run(["/usr/bin/python3", os.path.join(HERE, "torchtitan.py"), build,
+    p = subprocess.run(["/usr/bin/python3", os.path.join(HERE, "torchtitan.py"),
+                        os.path.abspath(args.scalescope),
                         "--json", path]
                        + [a for k, v in args.sets.items() for a in ("--set", f"{k}={v}")],
                        capture_output=True, text=True)

@@ -30,13 +30,14 @@ import tempfile
 
 repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ap = argparse.ArgumentParser()
-ap.add_argument("build", nargs="?", default=os.path.join(repo, "build"))
+ap.add_argument("build", nargs="?", default=os.path.join(repo, "build"),
+                help="the build directory, or the scalescope binary itself")
 ap.add_argument("--check", action="store_true")
 ap.add_argument("--json", dest="json_out")
 ap.add_argument("--set", action="append", default=[], dest="user_sets")
 cli = ap.parse_args()
 check, json_out, user_sets = cli.check, cli.json_out, cli.user_sets
-bin_ = os.path.join(cli.build, "scalescope")
+bin_ = cli.build if os.path.isfile(cli.build) else os.path.join(cli.build, "scalescope")
 tmp = tempfile.mkdtemp()
 
 L8 = dict(dim=4096, n_layers=32, n_heads=32, n_kv_heads=8, vocab_size=128256, ffn_dim=14336)

@@ -58,6 +58,12 @@ struct ClusterSpec {
   /// Ring bus bandwidth across nodes over the NIC bandwidth (NetworkOptions::nic_efficiency) of
   /// this cluster; unset: the network model's default (docs/cost-model.md §2.3).
   std::optional<double> nic_bus_efficiency;
+  /// NVLink SHARP in the node's NVSwitch (NCCL's NVLS and NVLS-Tree); unset: on for Hopper and
+  /// later GPUs (NCCL_NVLS_ENABLE's default where the driver reports multicast).
+  std::optional<bool> nvls;
+  /// The fabric reduces in-network (InfiniBand SHARP with NCCL's CollNet plugin,
+  /// NCCL_COLLNET_ENABLE=1): NCCL may run CollNet Direct / Chain and NVLS across nodes.
+  bool in_network_reduction = false;
   /// The fabric between nodes (cluster.topology); unset: only "inside a node / across nodes".
   std::optional<TopologySpec> topology;
 

@@ -101,6 +101,10 @@ SimTime CostModel::host_ns(const graph::Op& op) const {
 double CostModel::bus_bandwidth_GBps(const CommShape& shape) const {
   const double intra = cluster_.nvlink_bandwidth_GBps * network_.nvlink_efficiency;
   if (shape.nodes <= 1) return intra;
+  return std::min(intra, inter_bus_bandwidth_GBps(shape));
+}
+
+double CostModel::inter_bus_bandwidth_GBps(const CommShape& shape) const {
   if (cluster_.nics_per_node < 1)
     throw_input("cluster.nics_per_node is 0, but a communicator spans {} nodes", shape.nodes);
   // Rail model: each GPU owns nics_per_node / gpus_per_node NICs; the communicator's members on
@@ -108,8 +112,7 @@ double CostModel::bus_bandwidth_GBps(const CommShape& shape) const {
   const double share = std::min(
       1.0, static_cast<double>(shape.ranks_per_node) / static_cast<double>(cluster_.gpus_per_node));
   const double nics = static_cast<double>(cluster_.nics_per_node) * share;
-  const double inter = cluster_.nic_bandwidth_Gbps / 8.0 * nics * network_.nic_efficiency;
-  return std::min(intra, inter);
+  return cluster_.nic_bandwidth_Gbps / 8.0 * nics * network_.nic_efficiency;
 }
 
 NcclEstimate CostModel::collective_estimate(graph::OpKind kind, double bytes,
@@ -127,10 +130,26 @@ NcclEstimate CostModel::collective_estimate(graph::OpKind kind, double bytes,
   comm.arch = arch_;
   comm.cpu = cpu_;
   comm.ll128 = network_.ll128;
+  // What NVLS, PAT and CollNet read besides the ring's bus bandwidth (docs/cost-model.md §2.2).
+  comm.intra_bw_GBps = cluster_.nvlink_bandwidth_GBps * network_.nvlink_efficiency;
+  if (shape.nodes > 1) comm.inter_bw_GBps = inter_bus_bandwidth_GBps(shape);
+  comm.nics = static_cast<std::uint32_t>(std::max<double>(
+      1, std::floor(static_cast<double>(cluster_.nics_per_node) *
+                    std::min(1.0, static_cast<double>(shape.ranks_per_node) /
+                                      static_cast<double>(cluster_.gpus_per_node)))));
+  if (cluster_.nvls.value_or(arch_ >= GpuArch::Hopper))
+    comm.nvls_bw_GBps = cluster_.nvlink_bandwidth_GBps * kNvlsBusRatio[static_cast<int>(arch_)];
+  comm.collnet = cluster_.in_network_reduction;
   NcclFilter f = network_.filter;
   if (filter.algo) f.algo = filter.algo;
   if (filter.proto) f.proto = filter.proto;
-  return nccl_best(comm, bytes, f);
+  if (auto e = nccl_try_best(comm, bytes, f)) return *e;
+  // network.nccl_algo / nccl_proto force NCCL's choice where it can run this collective, as
+  // NCCL_ALGO="<function>:<algorithm>" does per function; elsewhere NCCL chooses
+  // (docs/config.md). A filter from the caller stays binding.
+  NcclFilter relaxed = filter;
+  if (auto e = nccl_try_best(comm, bytes, relaxed)) return *e;
+  return nccl_best(comm, bytes, NcclFilter{filter.algo, std::nullopt});
 }
 
 SimTime CostModel::collective_ns(graph::OpKind kind, double bytes, const CommShape& shape) const {
@@ -265,7 +284,12 @@ FlowRequest CostModel::flow_request(const graph::Op& op, const CommShape& shape)
   const double channels = shape.ranks_per_node;
   r.alone_ns = 1e3 * bytes / (1000.0 * e.algbw_GBps);
   r.latency_ns = e.latency_us * 1e3;
-  if (e.algo == NcclAlgo::Tree) {
+  // Trees, and reductions in the fabric (CollNet, NVLS across nodes), move each node's data up
+  // and down a tree of nodes; PAT moves a ring's volume through each NIC (docs/network.md).
+  const bool tree = e.algo == NcclAlgo::Tree || e.algo == NcclAlgo::NvlsTree ||
+                    e.algo == NcclAlgo::CollNetDirect || e.algo == NcclAlgo::CollNetChain ||
+                    e.algo == NcclAlgo::Nvls;
+  if (tree) {
     // Each of the two trees carries half the data up and half down every edge (§7.1).
     r.pattern = FlowPattern::Tree;
     r.flow_bytes = bytes / 2 / channels;

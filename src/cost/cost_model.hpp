@@ -91,6 +91,8 @@ class CostModel {
   /// Ring Simple bus bandwidth (GB/s) of a communicator of `shape`: NVLink × efficiency inside a
   /// node, bounded by its nodes' share of NICs × efficiency across nodes.
   double bus_bandwidth_GBps(const CommShape& shape) const;
+  /// The NIC side alone (shape.nodes > 1): the members' share of their nodes' NICs × efficiency.
+  double inter_bus_bandwidth_GBps(const CommShape& shape) const;
   const NetworkOptions& network() const { return network_; }
 
  private:

@@ -40,6 +40,27 @@ constexpr double kTreeCorrection[3][23] = {
 // a few hundred KiB.
 constexpr double kAssumedChannels = 16;
 
+// The other algorithms' constants (tuning.cc; MODELING §7.2–7.3), Simple only.
+constexpr double kNvlsEfficiency[4] = {0.0, 0.0, 0.85, 0.74};  // nvlsEfficiency by generation
+// perChMaxNVLSTreeBws[generation][nodes index], GB/s.
+constexpr double kPerChMaxNvlsTree[4][3] = {
+    {26.5, 18.5, 10.0}, {24.0, 23.6, 17.8}, {0.0, 57.7, 45.5}, {0.0, 96.0, 80.0}};
+// hwLat[NVLINK] and hwLat[NET] of NVLS, NVLS-Tree, CollNet Direct, CollNet Chain, PAT; µs.
+// baseLat is 0 for NVLS, NVLS-Tree and CollNet and 8 for PAT.
+constexpr double kNvlsLat[2] = {25.0, 18.0};
+constexpr double kNvlsTreeLat[2] = {25.0, 20.9};
+constexpr double kCollNetDirectLat[2] = {3.7, 31.0};
+constexpr double kCollNetChainLat[2] = {2.8, 30.0};
+constexpr double kPatBaseLat = 8.0;
+constexpr double kPatNetTreeLat = 14.0;  // ppn = 1: the tree's network latency (hwLat NET Tree)
+constexpr double kPatBwFactor = 0.75;
+/// NVLS channels: NCCL_MAX_NVLS_ARITY (device.h) bounds them, the GPUs of the node set them
+/// (search.cc: maxChannels = min(arity, GPUs)); the search keeps channels × bwIntra within the
+/// GPU's NVLink bandwidth, which the NVLS graph reaches with 8 channels (8 × 60 GB/s = 480 GB/s
+/// measured on 8×H100, MODELING §7.5; 60 is sm90SpeedArrayIntra's first speed).
+constexpr double kNvlsMaxArity = 32;
+constexpr double kNvlsFullChannels = 8;
+
 int log2i(std::uint32_t v) {  // floor(log2(v)), v ≥ 1, as NCCL's log2i
   int r = 0;
   while (v >>= 1) ++r;
@@ -65,10 +86,111 @@ double ll_max_bw(const NcclComm& c) {
   return kLlMaxBw[c.cpu == CpuVendor::Amd ? 1 : 0][c.nodes == 2 ? 1 : 2];
 }
 
+/// NVLS, NVLS-Tree, PAT and CollNet (Simple only), as ncclTopoTuneModel and
+/// ncclTopoGetAlgoTime compute them; nullopt where NCCL disables them.
+std::optional<NcclEstimate> simple_only_estimate(const NcclComm& c, double bytes, NcclAlgo algo) {
+  const bool allreduce = c.kind == graph::OpKind::AllReduce;
+  const double n = c.ranks;
+  const double ppn = n / c.nodes;  // NCCL's float ppn
+  const int local = static_cast<int>(c.ranks / c.nodes);
+  const auto gen = static_cast<int>(c.arch);
+  const int nodes_idx = c.nodes <= 2 ? static_cast<int>(c.nodes) - 1 : 2;
+  NcclEstimate e{algo, NcclProto::Simple, 0, 0, 0};
+  double bus = 0;
+  switch (algo) {
+    case NcclAlgo::Nvls:
+    case NcclAlgo::NvlsTree: {
+      // NVLink SHARP on Hopper and later, with two or more GPUs of the communicator in a node
+      // (nvls.cc: gpuCount < 2 disables it). NVLS across nodes needs CollNet (its all-gather and
+      // reduce-scatter there need the plugin's, not assumed); NVLS-Tree is all-reduce across
+      // nodes only.
+      if (!(c.nvls_bw_GBps > 0) || c.arch < GpuArch::Hopper || local < 2) return std::nullopt;
+      const bool tree = algo == NcclAlgo::NvlsTree;
+      if (tree && (!allreduce || c.nodes < 2)) return std::nullopt;
+      if (!tree && c.nodes > 1 && (!c.collnet || !allreduce)) return std::nullopt;
+      const double ch = std::min<double>(local, kNvlsMaxArity);
+      const double bw_intra = c.nvls_bw_GBps / std::max(ch, kNvlsFullChannels);
+      double intra = bw_intra * kNvlsEfficiency[gen] * (ch - 1) / ch;
+      intra *= allreduce ? 2.0 : (ppn - 1) / ppn;  // all-reduce pipelines two operations
+      // One node: the NVLS graph's bwInter equals its bwIntra; across nodes, the NICs' share.
+      double inter = c.nodes > 1 ? c.inter_bw_GBps / ch : bw_intra;
+      if (tree && c.nodes <= 2) inter *= 2;
+      double per_channel = std::min(intra, inter);
+      if (tree) per_channel = std::min(per_channel, kPerChMaxNvlsTree[gen][nodes_idx]);
+      bus = ch * per_channel;
+      // Bus → algorithm bandwidth: n/nsteps for all-reduce; none for all-gather and
+      // reduce-scatter off the ring.
+      e.algbw_GBps = allreduce ? bus * n / (2 * (n - 1)) : bus;
+      // Blackwell x86 hosts correct the NVLS-Tree all-reduce as the tree's (x86 assumed).
+      if (tree && c.arch == GpuArch::Blackwell)
+        e.algbw_GBps *= tree_correction(NcclProto::Simple, bytes);
+      const auto& lat = tree ? kNvlsTreeLat : kNvlsLat;
+      e.latency_us =
+          tree ? lat[0] + 2 * log2i(c.nodes) * lat[1] : lat[0] + (c.nodes > 1 ? lat[1] : 0.0);
+      break;
+    }
+    case NcclAlgo::Pat: {
+      // All-gather and reduce-scatter with one GPU per node (ncclPatEnable).
+      if (allreduce || c.nodes != c.ranks) return std::nullopt;
+      bus = c.bus_bw_GBps * kPatBwFactor;
+      e.algbw_GBps = bus;
+      // Log latency plus a linear part: base + log2(nNodes)·interLat/3.5 + 2.8·nRanks.
+      e.latency_us = kPatBaseLat + log2i(c.nodes) * (kPatNetTreeLat / 3.5) + 2.8 * n;
+      break;
+    }
+    case NcclAlgo::CollNetDirect:
+    case NcclAlgo::CollNetChain: {
+      // All-reduce across nodes, reduced in the fabric (collnetEnable); all-gather and
+      // reduce-scatter need the plugin's iallgather / ireducescatter (not assumed).
+      if (!c.collnet || !allreduce || c.nodes < 2) return std::nullopt;
+      // CollNet reads its graph's bwIntra: the NVLink side, nChannels × bwIntra.
+      bus = c.intra_bw_GBps > 0 ? c.intra_bw_GBps : c.bus_bw_GBps;
+      const bool direct = algo == NcclAlgo::CollNetDirect;
+      const double inter =
+          ppn == 1 ? kPatNetTreeLat : (direct ? kCollNetDirectLat[1] : kCollNetChainLat[1]);
+      if (direct) {
+        // Full speed needs a NIC per GPU: the GPU/NIC ratio f costs f − (f − 1)/2.
+        double f = ppn / std::max(1.0, std::min<double>(local, c.nics));
+        f -= (f - 1) / 2;
+        bus /= f;
+        if (c.arch >= GpuArch::Hopper) bus *= 0.85;
+        e.latency_us =
+            2 * (std::min(1, local - 1) * kCollNetDirectLat[0] + (local - 1) * 0.4) + inter;
+      } else {
+        e.latency_us = 2 * (local - 1) * kCollNetChainLat[0] + inter;
+      }
+      e.algbw_GBps = bus * 0.5;
+      break;
+    }
+    default:
+      return std::nullopt;
+  }
+  if (!(e.algbw_GBps > 0)) return std::nullopt;
+  e.time_us = e.latency_us + bytes / (1000.0 * e.algbw_GBps);
+  return e;
+}
+
 }  // namespace
 
 std::string_view nccl_algo_name(NcclAlgo a) {
-  return a == NcclAlgo::Ring ? "ring" : "tree";
+  // NCCL_ALGO's names (`ncclAlgoStr`), lower-cased.
+  switch (a) {
+    case NcclAlgo::Ring:
+      return "ring";
+    case NcclAlgo::Tree:
+      return "tree";
+    case NcclAlgo::Nvls:
+      return "nvls";
+    case NcclAlgo::NvlsTree:
+      return "nvlstree";
+    case NcclAlgo::Pat:
+      return "pat";
+    case NcclAlgo::CollNetDirect:
+      return "collnetdirect";
+    case NcclAlgo::CollNetChain:
+      return "collnetchain";
+  }
+  return "?";
 }
 
 std::string_view nccl_proto_name(NcclProto p) {
@@ -93,6 +215,8 @@ std::optional<NcclEstimate> nccl_estimate(const NcclComm& c, double bytes, NcclA
   // on NVSwitch, so it is only offered across nodes.
   if (algo == NcclAlgo::Tree && (!allreduce || c.nodes < 2)) return std::nullopt;
   if (proto == NcclProto::LL128 && !c.ll128) return std::nullopt;
+  if (algo != NcclAlgo::Ring && algo != NcclAlgo::Tree)
+    return proto == NcclProto::Simple ? simple_only_estimate(c, bytes, algo) : std::nullopt;
 
   const int p = idx(proto);
   const double n = c.ranks;
@@ -140,8 +264,15 @@ std::optional<NcclEstimate> nccl_estimate(const NcclComm& c, double bytes, NcclA
 }
 
 NcclEstimate nccl_best(const NcclComm& comm, double bytes, const NcclFilter& filter) {
+  const auto best = nccl_try_best(comm, bytes, filter);
+  SCALESCOPE_EXPECTS(best.has_value());
+  return *best;
+}
+
+std::optional<NcclEstimate> nccl_try_best(const NcclComm& comm, double bytes,
+                                          const NcclFilter& filter) {
   std::optional<NcclEstimate> best;
-  for (NcclAlgo a : {NcclAlgo::Ring, NcclAlgo::Tree}) {
+  for (NcclAlgo a : kNcclAlgos) {
     if (filter.algo && *filter.algo != a) continue;
     for (NcclProto p : {NcclProto::LL, NcclProto::LL128, NcclProto::Simple}) {
       if (filter.proto && *filter.proto != p) continue;
@@ -150,8 +281,7 @@ NcclEstimate nccl_best(const NcclComm& comm, double bytes, const NcclFilter& fil
       if (e && (!best || e->time_us < best->time_us)) best = e;
     }
   }
-  SCALESCOPE_EXPECTS(best.has_value());
-  return *best;
+  return best;
 }
 
 double ring_allreduce_seconds(double bytes, std::uint32_t n, double bus_bw_GBps, double alpha_us) {

@@ -22,6 +22,11 @@ inline constexpr double kP2pNvlinkEfficiency = 396.0 / 450.0;
 /// one 400 Gb/s NIC (MODELING §7.5), 0.96.
 inline constexpr double kP2pNicEfficiency = 0.96;
 
+/// NVLS all-reduce bus bandwidth of 8 GPUs of a node / NVLink bandwidth per direction
+/// (nccl-tests, MODELING §7.5): 8×H100 480 GB/s of 450 (GTC24 S62129), 8×B200 838.0 of 900
+/// (ml-engineering's SHARP tables). Indexed by GpuArch; 0 where there is no NVLS.
+inline constexpr double kNvlsBusRatio[4] = {0.0, 0.0, 480.0 / 450.0, 838.0 / 900.0};
+
 /// Tunable knobs of the network model; the defaults are the values above.
 struct NetworkOptions {
   double nvlink_efficiency = kNvlinkBusEfficiency;

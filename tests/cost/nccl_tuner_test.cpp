@@ -127,7 +127,7 @@ TEST(NcclTuner, BestIsTheCheapestCandidate) {
   const NcclComm c = comm(OpKind::AllReduce, 128, 16, 160);
   for (double bytes : {1e3, 1e6, 16 * kMiB, 4e9}) {
     const NcclEstimate best = nccl_best(c, bytes);
-    for (NcclAlgo a : {NcclAlgo::Ring, NcclAlgo::Tree})
+    for (NcclAlgo a : kNcclAlgos)
       for (NcclProto p : {NcclProto::LL, NcclProto::LL128, NcclProto::Simple})
         if (const auto e = nccl_estimate(c, bytes, a, p)) {
           EXPECT_LE(best.time_us, e->time_us);
@@ -136,6 +136,137 @@ TEST(NcclTuner, BestIsTheCheapestCandidate) {
   // Small messages go to a low-latency protocol, large ones to Simple.
   EXPECT_NE(nccl_best(comm(OpKind::AllReduce, 8, 1, 232), 4096).proto, NcclProto::Simple);
   EXPECT_EQ(nccl_best(comm(OpKind::AllReduce, 8, 1, 232), 1e9).proto, NcclProto::Simple);
+}
+
+// NVLS, NVLS-Tree, PAT and CollNet (tuning.cc; MODELING §7.2–7.3): Simple only; baseLat 0 (PAT 8);
+// hwLat NVLink NVLS 25, NVLS-Tree 25, CollNet Direct 3.7, Chain 2.8; NET NVLS 18, NVLS-Tree 20.9,
+// CollNet Direct 31, Chain 30; NVLS efficiency 0.85 on Hopper; perChMaxNVLSTree Hopper 57.7 (2
+// nodes) / 45.5 (more). The NVLS graph of 8 H100s: 8 channels × 60 GB/s = 480 GB/s.
+NcclComm hopper(OpKind kind, std::uint32_t ranks, std::uint32_t nodes, double bus) {
+  NcclComm c = comm(kind, ranks, nodes, bus, CpuVendor::Intel);
+  c.arch = GpuArch::Hopper;
+  c.nvls_bw_GBps = 480;
+  c.intra_bw_GBps = 348;
+  return c;
+}
+
+TEST(NcclTuner, NvlsInsideANodeByHand) {
+  // 8 GPUs, all-reduce: per channel min(60 · 0.85 · 7/8 · 2 = 89.25, bwInter = 60) = 60, bus
+  // 8 · 60 = 480, algBw = 480 · 8/14; latency = hwLat NVLink NVLS = 25 µs.
+  const NcclComm ar = hopper(OpKind::AllReduce, 8, 1, 348);
+  const auto e = nccl_estimate(ar, 1 << 30, NcclAlgo::Nvls, NcclProto::Simple);
+  ASSERT_TRUE(e);
+  EXPECT_NEAR(e->algbw_GBps, 480.0 * 8 / 14, 1e-9);
+  EXPECT_NEAR(e->latency_us, 25.0, 1e-12);
+  EXPECT_NEAR(e->time_us, 25.0 + (1 << 30) / (1000.0 * 480 * 8 / 14), 1e-6);
+  // Against the ring's 348 GB/s bus (algBw 348 · 8/14, latency 8.4 + 14 · 3.4 = 56 µs), NVLS
+  // wins at 1 GiB; only Simple is offered.
+  EXPECT_EQ(nccl_best(ar, 1 << 30).algo, NcclAlgo::Nvls);
+  EXPECT_FALSE(nccl_estimate(ar, 1 << 30, NcclAlgo::Nvls, NcclProto::LL128));
+  // All-gather: per channel 60 · 0.85 · 7/8 · 7/8 = 39.047 GB/s, bus 312.375, no bus → algBw
+  // conversion off the ring: algBw = bus. The ring (348 · 8/7 = 397.7) wins.
+  const NcclComm ag = hopper(OpKind::AllGather, 8, 1, 348);
+  const auto g = nccl_estimate(ag, 1 << 30, NcclAlgo::Nvls, NcclProto::Simple);
+  ASSERT_TRUE(g);
+  EXPECT_NEAR(g->algbw_GBps, 8 * 60 * 0.85 * 7 / 8 * 7 / 8, 1e-9);
+  EXPECT_EQ(nccl_best(ag, 1 << 30).algo, NcclAlgo::Ring);
+  // 4 GPUs: 4 channels · 60 = 240 GB/s bus, algBw 240 · 4/6 = 160 < the ring's 348 · 4/6: NVLS is
+  // chosen only above 4 GPUs, as measured on 8×H200 (MODELING §7.5).
+  const NcclComm four = hopper(OpKind::AllReduce, 4, 1, 348);
+  EXPECT_NEAR(nccl_estimate(four, 1 << 30, NcclAlgo::Nvls, NcclProto::Simple)->algbw_GBps, 160.0,
+              1e-9);
+  EXPECT_EQ(nccl_best(four, 1 << 30).algo, NcclAlgo::Ring);
+  // No NVLS on Ampere, with one GPU a node, or across nodes without CollNet.
+  NcclComm ampere = ar;
+  ampere.arch = GpuArch::Ampere;
+  EXPECT_FALSE(nccl_estimate(ampere, 1 << 30, NcclAlgo::Nvls, NcclProto::Simple));
+  EXPECT_FALSE(nccl_estimate(hopper(OpKind::AllReduce, 16, 16, 40), 1 << 30, NcclAlgo::Nvls,
+                             NcclProto::Simple));
+  EXPECT_FALSE(nccl_estimate(hopper(OpKind::AllReduce, 128, 16, 320), 1 << 30, NcclAlgo::Nvls,
+                             NcclProto::Simple));
+}
+
+TEST(NcclTuner, NvlsTreeAcrossNodesByHand) {
+  // 16 nodes × 8 GPUs, NICs' bus 320 GB/s: per channel min(89.25, 320/8 = 40, 45.5) = 40, bus
+  // 320, algBw = 320 · 128/254; latency 25 + 2 · log2(16) · 20.9 = 192.2 µs.
+  NcclComm c = hopper(OpKind::AllReduce, 128, 16, 320);
+  c.inter_bw_GBps = 320;
+  const auto e = nccl_estimate(c, 1 << 30, NcclAlgo::NvlsTree, NcclProto::Simple);
+  ASSERT_TRUE(e);
+  EXPECT_NEAR(e->algbw_GBps, 320.0 * 128 / 254, 1e-9);
+  EXPECT_NEAR(e->latency_us, 192.2, 1e-9);
+  // Two nodes: bwInter doubles (80) and perChMaxNVLSTree is 57.7: bus 8 · 57.7 = 461.6, latency
+  // 25 + 2 · 1 · 20.9 = 66.8 µs.
+  NcclComm two = hopper(OpKind::AllReduce, 16, 2, 320);
+  two.inter_bw_GBps = 320;
+  const auto t = nccl_estimate(two, 1 << 30, NcclAlgo::NvlsTree, NcclProto::Simple);
+  ASSERT_TRUE(t);
+  EXPECT_NEAR(t->algbw_GBps, 461.6 * 16 / 30, 1e-9);
+  EXPECT_NEAR(t->latency_us, 66.8, 1e-9);
+  // All-reduce only, and across nodes only.
+  EXPECT_FALSE(nccl_estimate(hopper(OpKind::AllGather, 128, 16, 320), 1 << 30, NcclAlgo::NvlsTree,
+                             NcclProto::Simple));
+  EXPECT_FALSE(nccl_estimate(hopper(OpKind::AllReduce, 8, 1, 348), 1 << 30, NcclAlgo::NvlsTree,
+                             NcclProto::Simple));
+}
+
+TEST(NcclTuner, PatWithOneGpuPerNodeByHand) {
+  // All-gather over 64 nodes, one GPU each, bus 40 GB/s: PAT's bus 0.75 · 40 = 30 = algBw;
+  // latency 8 + log2(64) · 14/3.5 + 2.8 · 64 = 211.2 µs.
+  const NcclComm c = comm(OpKind::AllGather, 64, 64, 40, CpuVendor::Intel);
+  const auto e = nccl_estimate(c, kMiB, NcclAlgo::Pat, NcclProto::Simple);
+  ASSERT_TRUE(e);
+  EXPECT_NEAR(e->algbw_GBps, 30.0, 1e-12);
+  EXPECT_NEAR(e->latency_us, 211.2, 1e-9);
+  // The ring pays 63 network steps (ppn = 1: the tree's NET latency, 14 µs): 8.4 + 63 · 14 =
+  // 890.4 µs. At 1 MiB PAT wins (246 µs against 916); at 1 GiB the ring's bandwidth does
+  // (2^30/30e3 = 35,791 µs against 2^30/(40 · 64/63 · 1e3) = 26,425 µs).
+  EXPECT_NEAR(nccl_estimate(c, kMiB, NcclAlgo::Ring, NcclProto::Simple)->latency_us, 890.4, 1e-9);
+  EXPECT_EQ(nccl_best(c, kMiB).algo, NcclAlgo::Pat);
+  EXPECT_EQ(nccl_best(c, 1 << 30).algo, NcclAlgo::Ring);
+  // Not with two GPUs a node, nor for all-reduce.
+  EXPECT_FALSE(
+      nccl_estimate(comm(OpKind::AllGather, 64, 32, 40), kMiB, NcclAlgo::Pat, NcclProto::Simple));
+  EXPECT_FALSE(
+      nccl_estimate(comm(OpKind::AllReduce, 64, 64, 40), kMiB, NcclAlgo::Pat, NcclProto::Simple));
+}
+
+TEST(NcclTuner, CollNetReducesInTheFabricByHand) {
+  // 16 nodes × 8 GPUs with 8 NICs, in-network reduction. Direct: bus = the NVLink side 348,
+  // GPU/NIC ratio 1 (no penalty), × 0.85 on Hopper = 295.8, algBw · 0.5 = 147.9; latency
+  // 2 · (1 · 3.7 + 7 · 0.4) + 31 = 44 µs. Chain: algBw 348 · 0.5 = 174, latency 2 · 7 · 2.8 + 30
+  // = 69.2 µs.
+  NcclComm c = hopper(OpKind::AllReduce, 128, 16, 320);
+  c.inter_bw_GBps = 320;
+  c.nics = 8;
+  EXPECT_FALSE(nccl_estimate(c, 1 << 30, NcclAlgo::CollNetDirect, NcclProto::Simple));
+  c.collnet = true;
+  const auto d = nccl_estimate(c, 1 << 30, NcclAlgo::CollNetDirect, NcclProto::Simple);
+  ASSERT_TRUE(d);
+  EXPECT_NEAR(d->algbw_GBps, 147.9, 1e-9);
+  EXPECT_NEAR(d->latency_us, 44.0, 1e-9);
+  const auto ch = nccl_estimate(c, 1 << 30, NcclAlgo::CollNetChain, NcclProto::Simple);
+  ASSERT_TRUE(ch);
+  EXPECT_NEAR(ch->algbw_GBps, 174.0, 1e-9);
+  EXPECT_NEAR(ch->latency_us, 69.2, 1e-9);
+  // Four NICs for 8 GPUs: ratio 2 costs 2 − 1/2 = 1.5: 348 / 1.5 · 0.85 · 0.5 = 98.6.
+  c.nics = 4;
+  EXPECT_NEAR(nccl_estimate(c, 1 << 30, NcclAlgo::CollNetDirect, NcclProto::Simple)->algbw_GBps,
+              98.6, 1e-9);
+  // With CollNet, NVLS runs across nodes: per channel min(89.25, 40) → bus 320, algBw
+  // 320 · 128/254; latency 25 + 18 = 43 µs.
+  const auto n = nccl_estimate(c, 1 << 30, NcclAlgo::Nvls, NcclProto::Simple);
+  ASSERT_TRUE(n);
+  EXPECT_NEAR(n->algbw_GBps, 320.0 * 128 / 254, 1e-9);
+  EXPECT_NEAR(n->latency_us, 43.0, 1e-9);
+}
+
+TEST(NcclTuner, AlgorithmNamesAreNcclAlgosNames) {
+  // NCCL_ALGO's names (ncclAlgoStr), compared case-insensitively by NCCL.
+  const char* names[] = {"ring", "tree",          "nvls",        "nvlstree",
+                         "pat",  "collnetdirect", "collnetchain"};
+  int i = 0;
+  for (NcclAlgo a : kNcclAlgos) EXPECT_EQ(nccl_algo_name(a), names[i++]);
 }
 
 TEST(NcclTuner, RingAllReduceClosedForm) {

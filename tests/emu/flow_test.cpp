@@ -118,15 +118,18 @@ cost::NetworkOptions flow_options() {
 
 TEST(FlowModel, EachTransferAloneTakesWhatTheAnalyticalModelGives) {
   // Alone on a non-blocking fabric a transfer runs at NCCL's algorithm bandwidth (the variable's
-  // bound): ring, tree, all-gather, reduce-scatter, all-to-all and a pipeline send each take the
-  // analytical time, up to the nanosecond rounding of the data phase and the latency (≤ 2 ns).
+  // bound): ring, tree, all-gather, reduce-scatter (ring and PAT), all-to-all and a pipeline send
+  // each take the analytical time, up to the nanosecond rounding of the data phase and the latency
+  // (≤ 2 ns).
   const cost::ClusterSpec c = one_gpu_nodes(8);
   const cost::CostModel analytical(c);
   for (auto [kind, algo] : {std::pair{OpKind::AllReduce, cost::NcclAlgo::Ring},
                             std::pair{OpKind::AllReduce, cost::NcclAlgo::Tree},
                             std::pair{OpKind::AllGather, cost::NcclAlgo::Ring},
                             std::pair{OpKind::ReduceScatter, cost::NcclAlgo::Ring},
-                            std::pair{OpKind::AllToAll, cost::NcclAlgo::Ring}}) {
+                            std::pair{OpKind::AllToAll, cost::NcclAlgo::Ring},
+                            std::pair{OpKind::AllGather, cost::NcclAlgo::Pat},
+                            std::pair{OpKind::ReduceScatter, cost::NcclAlgo::Pat}}) {
     cost::NetworkOptions o = flow_options();
     o.filter.algo = algo;
     cost::NetworkOptions a;
@@ -155,6 +158,40 @@ TEST(FlowModel, TwoSendsThroughOneNicEachGetHalf) {
   const double shared = 1e9 * (5e-6 + S / (kNicBytesPerS / 2));
   EXPECT_NEAR(run(g, cost::CostModel(c)), alone, 2);
   EXPECT_NEAR(run(g, cost::CostModel(c, flow_options())), shared, 2);
+}
+
+/// Like sends(2, ·) on one node pair, but rank 0 sends `bytes0` and rank 1 `bytes1`.
+graph::SlicedGraph two_sends(double bytes0, double bytes1) {
+  graph::SlicedGraph g = sends(2, bytes0);
+  // A copy of the sender's and the receiver's template with the other size: classes 2 and 3.
+  for (const char* name : {"big sender", "big receiver"}) {
+    graph::RankProgram p;
+    p.name = name;
+    Op op = g.templates[g.templates.size() - 2].ops[0];
+    op.comm_bytes = bytes1;
+    p.add(op, {});
+    p.finalize();
+    g.templates.push_back(p);
+  }
+  g.rank_class[1] = 2;
+  g.rank_class[3] = 3;
+  graph::validate(g);
+  return g;
+}
+
+TEST(FlowModel, ARateFreedByAnEndGoesToTheFlowStillRunning) {
+  // Two GPUs share a node's NIC (B = 48 GB/s per transfer alone): rank 0 sends S, rank 1 sends
+  // 3S, both at t = 0. The second start finds the NIC full, so the fabric re-solves: 24 GB/s
+  // each. At 2S/B the first ends; the second, with 2S left, loses its bottleneck (the NIC is no
+  // longer full) and gets all of it: 2S/B more. Iteration = 5 µs + 4S/B (the first send alone:
+  // 5 µs + 2S/B after sharing; the analytical model: 5 µs + 3S/B).
+  cost::ClusterSpec c = one_gpu_nodes(2);
+  c.gpus_per_node = 2;
+  c.num_gpus = 4;
+  const double S = 48e6;
+  const graph::SlicedGraph g = two_sends(S, 3 * S);
+  EXPECT_NEAR(run(g, cost::CostModel(c, flow_options())), 1e9 * (5e-6 + 4 * S / kNicBytesPerS), 3);
+  EXPECT_NEAR(run(g, cost::CostModel(c)), 1e9 * (5e-6 + 3 * S / kNicBytesPerS), 3);
 }
 
 TEST(FlowModel, ARingAcrossAnOversubscribedSpineSlowsByTheUplinkShare) {
