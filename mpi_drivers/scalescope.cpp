@@ -336,9 +336,13 @@ void write_outputs(emu::DistributedResults& d, const fs::path& dir, MPI_Comm com
 }
 
 /// One line on stderr at most once per second: committed events, simulated time reached and an
-/// estimate of the total (from the exact event count of the graph), event rate, ETA.
-pdes::ProgressReporter progress_reporter(const graph::SlicedGraph& g, bool coalesce) {
-  const std::uint64_t total = g.fully_loaded() ? emu::expected_events(g, coalesce) : 0;
+/// estimate of the total (from the event count of the graph: exact under the analytical model,
+/// a lower bound under the flow model), event rate, ETA. `flow_gpus_per_node`: 0, or the
+/// cluster's GPUs per node under the flow model.
+pdes::ProgressReporter progress_reporter(const graph::SlicedGraph& g, bool coalesce,
+                                         std::int64_t flow_gpus_per_node) {
+  const std::uint64_t total =
+      g.fully_loaded() ? emu::expected_events(g, coalesce, flow_gpus_per_node) : 0;
   pdes::ProgressReporter p;
   p.interval_s = 1.0;
   p.report = [total](const pdes::ProgressInfo& i) {
@@ -779,7 +783,9 @@ int run_command(const MpiSession& mpi, const std::string& config_path,
   emu::apply_whatifs_to_ranks(whatifs, *graph, costs, c.cluster.gpus_per_node, opt);
   opt.trace_ranks = c.run.trace_ranks;
   opt.rollback_check = rollback_check;
-  if (!quiet && mpi.rank() == 0) opt.progress = progress_reporter(*graph, opt.coalesce_local_ops);
+  if (!quiet && mpi.rank() == 0)
+    opt.progress = progress_reporter(*graph, opt.coalesce_local_ops,
+                                     cost.fabric() != nullptr ? c.cluster.gpus_per_node : 0);
   if (rollback_check && optimistic)
     throw_input("--rollback-check runs on the sequential engine; drop run.engine=optimistic");
   if (optimistic) opt.engine = emu::EngineKind::Optimistic;

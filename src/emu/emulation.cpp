@@ -184,8 +184,26 @@ void gather_records(std::vector<T>& records, std::uint32_t owner, int me, MPI_Co
 
 }  // namespace
 
-std::uint64_t expected_events(const graph::SlicedGraph& g, bool coalesce_local_ops) {
+std::uint64_t expected_events(const graph::SlicedGraph& g, bool coalesce_local_ops,
+                              std::int64_t gpus_per_node) {
   std::vector<std::uint64_t> per_class(g.templates.size(), 0);
+  // The flow model: a transfer's fabric events, shared among its members (a collective's
+  // instance is counted once per member, a point-to-point transfer once per part), so per class
+  // a fraction per op, on the communicators of the class's first rank (a class's ranks have
+  // communicators of one shape).
+  std::vector<double> flow_per_class(g.templates.size(), 0);
+  std::vector<std::int64_t> first_rank(g.templates.size(), -1);
+  for (std::uint32_t r = 0; r < g.world_size; ++r)
+    if (first_rank[g.rank_class[r]] < 0) first_rank[g.rank_class[r]] = r;
+  auto spans_nodes = [&](std::uint32_t rank, graph::CommRole role, double& members) {
+    const std::int32_t c = g.comm_of(rank, role);
+    if (c == graph::kNoComm) return false;
+    const auto id = static_cast<std::uint32_t>(c);
+    const std::uint32_t* b = g.comms.members_begin(id);
+    const std::uint32_t* e = g.comms.members_end(id);
+    members = static_cast<double>(e - b);
+    return b != e && *b / gpus_per_node != *(e - 1) / gpus_per_node;  // members sorted
+  };
   for (std::size_t k = 0; k < g.templates.size(); ++k) {
     std::uint64_t n = 1;  // START
     for (const graph::Op& op : g.templates[k].ops) {
@@ -193,12 +211,22 @@ std::uint64_t expected_events(const graph::SlicedGraph& g, bool coalesce_local_o
       if (op.kind == graph::OpKind::SendRecv)
         n += 2 * ((op.role != graph::CommRole::None) + (op.role2 != graph::CommRole::None));
       if (!graph::is_communication(op.kind) && !coalesce_local_ops) n += 1;
+      if (gpus_per_node <= 0 || first_rank[k] < 0 || !graph::is_communication(op.kind)) continue;
+      const auto rank = static_cast<std::uint32_t>(first_rank[k]);
+      double members = 0;
+      for (graph::CommRole role : {op.role, op.role2})
+        if (role != graph::CommRole::None && spans_nodes(rank, role, members))
+          flow_per_class[k] += graph::is_collective(op.kind) ? 3.0 / members : 1.5;
     }
     per_class[k] = n;
   }
   std::uint64_t total = 0;
-  for (std::uint32_t cls : g.rank_class) total += per_class[cls];
-  return total;
+  double flow = 0;
+  for (std::uint32_t cls : g.rank_class) {
+    total += per_class[cls];
+    flow += flow_per_class[cls];
+  }
+  return total + static_cast<std::uint64_t>(std::llround(flow));
 }
 
 RunResults emulate(const graph::SlicedGraph& g, const cost::CostModel& cost,

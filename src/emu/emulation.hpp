@@ -44,7 +44,11 @@ struct EmulationOptions {
 /// The exact number of events a run commits: per rank one START, per collective one ARRIVE and
 /// one COMPLETE, per point-to-point part one ARRIVE and one COMPLETE, plus one OP_DONE per
 /// compute op when local ops are not coalesced. For progress reports (fraction done, ETA).
-std::uint64_t expected_events(const graph::SlicedGraph& g, bool coalesce_local_ops);
+/// With `gpus_per_node` > 0 (the flow model) it adds the fabric's events of each transfer between
+/// nodes: FLOW_START, FLOW_DONE and one FLOW_WAKE, a lower bound (a wake made stale by another
+/// start or end is not counted), so the total is an estimate there.
+std::uint64_t expected_events(const graph::SlicedGraph& g, bool coalesce_local_ops,
+                              std::int64_t gpus_per_node = 0);
 
 /// Replays the graph. Fills RunResults::ranks (finish, breakdown, memory), timelines and memory
 /// of the traced ranks, engine statistics and summary.iteration_time / peak memory; the caller
