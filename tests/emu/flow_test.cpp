@@ -73,6 +73,18 @@ graph::SlicedGraph one_collective(std::uint32_t world, OpKind kind, double bytes
   return g;
 }
 
+/// A pipeline send of `bytes` to the next stage (`recv` false) or its receive from the previous.
+Op pp_transfer(double bytes, bool recv) {
+  Op op;
+  op.kind = OpKind::SendRecv;
+  op.phase = graph::Phase::Forward;
+  op.comm_bytes = bytes;
+  op.stream = recv ? Stream::PpPrevComm : Stream::PpComm;
+  op.name = recv ? OpName::PpRecv : OpName::PpSend;
+  (recv ? op.role2 : op.role) = recv ? CommRole::PpPrev : CommRole::PpNext;
+  return op;
+}
+
 /// `pairs` pipeline transfers of `bytes`: rank i sends to rank i + pairs (i < pairs).
 graph::SlicedGraph sends(std::uint32_t pairs, double bytes) {
   graph::SlicedGraph g;
@@ -80,20 +92,8 @@ graph::SlicedGraph sends(std::uint32_t pairs, double bytes) {
   graph::RankProgram up, down;
   up.name = "sender";
   down.name = "receiver";
-  Op send;
-  send.kind = OpKind::SendRecv;
-  send.stream = Stream::PpComm;
-  send.role = CommRole::PpNext;
-  send.name = OpName::PpSend;
-  send.phase = graph::Phase::Forward;
-  send.comm_bytes = bytes;
-  up.add(send, {});
-  Op recv = send;
-  recv.role = CommRole::None;
-  recv.role2 = CommRole::PpPrev;
-  recv.stream = Stream::PpPrevComm;
-  recv.name = OpName::PpRecv;
-  down.add(recv, {});
+  up.add(pp_transfer(bytes, false), {});
+  down.add(pp_transfer(bytes, true), {});
   up.finalize();
   down.finalize();
   g.templates = {up, down};
@@ -167,13 +167,11 @@ TEST(FlowModel, TwoSendsThroughOneNicEachGetHalf) {
 /// Like sends(2, ·) on one node pair, but rank 0 sends `bytes0` and rank 1 `bytes1`.
 graph::SlicedGraph two_sends(double bytes0, double bytes1) {
   graph::SlicedGraph g = sends(2, bytes0);
-  // A copy of the sender's and the receiver's template with the other size: classes 2 and 3.
-  for (const char* name : {"big sender", "big receiver"}) {
+  // A sender's and a receiver's template with the other size: classes 2 and 3.
+  for (const bool recv : {false, true}) {
     graph::RankProgram p;
-    p.name = name;
-    Op op = g.templates[g.templates.size() - 2].ops[0];
-    op.comm_bytes = bytes1;
-    p.add(op, {});
+    p.name = recv ? "big receiver" : "big sender";
+    p.add(pp_transfer(bytes1, recv), {});
     p.finalize();
     g.templates.push_back(p);
   }
@@ -251,21 +249,9 @@ TEST(FlowModel, RandomSendsMatchAFromScratchMaxMinReplay) {
       wait.phase = graph::Phase::Forward;
       const std::uint32_t w = prog[a].add(wait, {});
       durations[a].push_back(delay_ns[i]);
-      Op send;
-      send.kind = OpKind::SendRecv;
-      send.stream = Stream::PpComm;
-      send.role = CommRole::PpNext;
-      send.name = OpName::PpSend;
-      send.phase = graph::Phase::Forward;
-      send.comm_bytes = bytes[i];
-      prog[a].add(send, {w});
+      prog[a].add(pp_transfer(bytes[i], false), {w});
       durations[a].push_back(0);
-      Op recv = send;
-      recv.role = CommRole::None;
-      recv.role2 = CommRole::PpPrev;
-      recv.stream = Stream::PpPrevComm;
-      recv.name = OpName::PpRecv;
-      prog[b].add(recv, {});
+      prog[b].add(pp_transfer(bytes[i], true), {});
       durations[b].push_back(0);
     }
     for (std::uint32_t r = 0; r < g.world_size; ++r) {
