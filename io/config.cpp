@@ -149,6 +149,7 @@ const Keys kClusterNetworkKeys = {"gpu",
                                   "nic_bus_efficiency",
                                   "nvls",
                                   "in_network_reduction",
+                                  "gpus_per_scaleup_domain",
                                   "topology"};
 const Keys kCostKeys = {"profile"};
 const Keys kNetworkKeys = {"model", "nccl_algo", "nccl_proto"};
@@ -966,6 +967,19 @@ cost::ClusterSpec build_cluster(const Section& inline_keys, const std::string& e
     c.nvls = on;
   }
   r.flag("in_network_reduction", c.in_network_reduction);
+  // An NVLink domain of several servers (GB200 NVL72: 18 trays of 4 GPUs): the network model's
+  // unit ("node": NVLink inside, NICs between) is the domain, so a server's GPUs and NICs are
+  // counted per domain (docs/config.md).
+  if (const Value* v = r.find("gpus_per_scaleup_domain")) {
+    const std::int64_t domain = detail::read_positive_int(*v, "cluster.gpus_per_scaleup_domain");
+    if (domain % c.gpus_per_node != 0)
+      fail(*v, "cluster.gpus_per_scaleup_domain",
+           fmt::format("{} is not a multiple of cluster.gpus_per_node={} (a domain joins whole "
+                       "servers)",
+                       domain, c.gpus_per_node));
+    c.nics_per_node *= domain / c.gpus_per_node;
+    c.gpus_per_node = domain;
+  }
   for (std::string_view k : {"gpu", "nvlink_bandwidth_GBps", "nvlink_latency_us",
                              "nic_bandwidth_Gbps", "nics_per_node", "nic_latency_us"})
     if (!get(merged, k))

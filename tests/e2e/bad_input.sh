@@ -87,6 +87,8 @@ expect_error malformed_yaml "malformed.yaml" run "$tmp/malformed.yaml"
 # The network section, cluster.topology and what-ifs.
 expect_error network_model "network.model" run "$qs" --set network.model=packet
 expect_error nccl_algo "network.nccl_algo" run "$qs" --set network.nccl_algo=nvls_tree_x
+expect_error scaleup_domain "cluster.gpus_per_scaleup_domain" run "$qs" --set cluster.gpus_per_scaleup_domain=12
+expect_error nvls_flag "cluster.nvls" run "$qs" --set cluster.nvls=maybe
 expect_error topology_key "cluster.topology.spine_count: unknown key" run "$qs" --set cluster.topology.spine_count=4
 expect_error topology_oversub "cluster.topology.leaf_oversubscription" run "$qs" --set cluster.topology.leaf_oversubscription=0.5
 expect_error flow_eager "run.p2p: rendezvous" run "$qs" --set network.model=flow --set run.p2p=eager

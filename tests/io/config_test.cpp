@@ -424,6 +424,27 @@ TEST(ConfigOverride, ClusterPresetSwitchKeepsInlineKeys) {
   EXPECT_DOUBLE_EQ(d.cluster.nic_bandwidth_Gbps, 100);  // inline wins over the new preset
 }
 
+TEST(ConfigOverride, AScaleUpDomainOfSeveralServersIsTheNetworksNode) {
+  // GB200 NVL72 (the gb200-nvl72 preset): trays of 4 GPUs and 4 NICs, 72 GPUs in one NVLink
+  // domain. The network model's node is the domain: 72 GPUs, 18 trays × 4 = 72 NICs.
+  const std::string e = repo("inputs/experiments/quickstart.yaml");  // 64 GPUs
+  const auto c = load_experiment(e, {"cluster.preset=gb200-nvl72"});
+  EXPECT_EQ(c.cluster.gpus_per_node, 72);
+  EXPECT_EQ(c.cluster.nics_per_node, 72);
+  // Servers of 8 with 8 NICs joined in pairs: 16 GPUs and 16 NICs a node.
+  const auto d = load_experiment(e, {"cluster.gpus_per_scaleup_domain=16"});
+  EXPECT_EQ(d.cluster.gpus_per_node, 16);
+  EXPECT_EQ(d.cluster.nics_per_node, 16);
+  // A domain must join whole servers.
+  try {
+    load_experiment(e, {"cluster.gpus_per_scaleup_domain=12"});
+    FAIL() << "no InputError";
+  } catch (const InputError& err) {
+    EXPECT_NE(std::string(err.what()).find("cluster.gpus_per_scaleup_domain"), std::string::npos)
+        << err.what();
+  }
+}
+
 TEST(ConfigOverride, NumGpusWithMatchingDataParallel) {
   const std::string gpt3 = repo("inputs/experiments/gpt3-175b-1024.yaml");
   const auto c = load_experiment(gpt3, {"cluster.num_gpus=8192", "parallel.dp=128"});
