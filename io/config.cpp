@@ -870,8 +870,8 @@ cost::TopologySpec build_topology(const Value& v) {
 
 /// One of NCCL's names for an enum value (case-insensitive, as NCCL reads NCCL_ALGO and
 /// NCCL_PROTO), looked up by `name_of` over `values`; fails naming `key` otherwise.
-template <class E, class Name>
-E read_nccl_name(const Value& v, const char* key, std::initializer_list<E> values, Name name_of,
+template <class E, class Values, class Name>
+E read_nccl_name(const Value& v, const char* key, const Values& values, Name name_of,
                  std::string_view what) {
   auto lower = [](std::string x) {
     std::transform(x.begin(), x.end(), x.begin(),
@@ -893,16 +893,12 @@ cost::NetworkOptions build_network(const Section& s) {
   const Reader r(s, "network");
   n.flow = r.choice("model", {"analytical", "flow"}, "analytical") == "flow";
   if (const Value* v = r.find("nccl_algo"))
-    n.filter.algo = read_nccl_name(
-        *v, "network.nccl_algo",
-        {cost::NcclAlgo::Ring, cost::NcclAlgo::Tree, cost::NcclAlgo::Nvls, cost::NcclAlgo::NvlsTree,
-         cost::NcclAlgo::Pat, cost::NcclAlgo::CollNetDirect, cost::NcclAlgo::CollNetChain},
-        cost::nccl_algo_name, "a modelled NCCL algorithm");
+    n.filter.algo =
+        read_nccl_name<cost::NcclAlgo>(*v, "network.nccl_algo", cost::kNcclAlgos,
+                                       cost::nccl_algo_name, "a modelled NCCL algorithm");
   if (const Value* v = r.find("nccl_proto"))
-    n.filter.proto =
-        read_nccl_name(*v, "network.nccl_proto",
-                       {cost::NcclProto::LL, cost::NcclProto::LL128, cost::NcclProto::Simple},
-                       cost::nccl_proto_name, "an NCCL protocol");
+    n.filter.proto = read_nccl_name<cost::NcclProto>(*v, "network.nccl_proto", cost::kNcclProtos,
+                                                     cost::nccl_proto_name, "an NCCL protocol");
   return n;
 }
 

@@ -98,21 +98,27 @@ SimTime CostModel::host_ns(const graph::Op& op) const {
   return seconds_to_ns(host_seconds(kernel_, op));
 }
 
+double CostModel::intra_bus_bandwidth_GBps() const {
+  return cluster_.nvlink_bandwidth_GBps * network_.nvlink_efficiency;
+}
+
 double CostModel::bus_bandwidth_GBps(const CommShape& shape) const {
-  const double intra = cluster_.nvlink_bandwidth_GBps * network_.nvlink_efficiency;
-  if (shape.nodes <= 1) return intra;
-  return std::min(intra, inter_bus_bandwidth_GBps(shape));
+  if (shape.nodes <= 1) return intra_bus_bandwidth_GBps();
+  return std::min(intra_bus_bandwidth_GBps(), inter_bus_bandwidth_GBps(shape));
+}
+
+double CostModel::nics_used(const CommShape& shape) const {
+  // Rail model: each GPU owns nics_per_node / gpus_per_node NICs; the communicator's members on
+  // a node use theirs, concurrent communicators (other TP ranks' DP groups) use the others.
+  const double share = std::min(
+      1.0, static_cast<double>(shape.ranks_per_node) / static_cast<double>(cluster_.gpus_per_node));
+  return static_cast<double>(cluster_.nics_per_node) * share;
 }
 
 double CostModel::inter_bus_bandwidth_GBps(const CommShape& shape) const {
   if (cluster_.nics_per_node < 1)
     throw_input("cluster.nics_per_node is 0, but a communicator spans {} nodes", shape.nodes);
-  // Rail model: each GPU owns nics_per_node / gpus_per_node NICs; the communicator's members on
-  // a node use theirs, concurrent communicators (other TP ranks' DP groups) use the others.
-  const double share = std::min(
-      1.0, static_cast<double>(shape.ranks_per_node) / static_cast<double>(cluster_.gpus_per_node));
-  const double nics = static_cast<double>(cluster_.nics_per_node) * share;
-  return cluster_.nic_bandwidth_Gbps / 8.0 * nics * network_.nic_efficiency;
+  return cluster_.nic_bandwidth_Gbps / 8.0 * nics_used(shape) * network_.nic_efficiency;
 }
 
 NcclEstimate CostModel::collective_estimate(graph::OpKind kind, double bytes,
@@ -131,12 +137,9 @@ NcclEstimate CostModel::collective_estimate(graph::OpKind kind, double bytes,
   comm.cpu = cpu_;
   comm.ll128 = network_.ll128;
   // What NVLS, PAT and CollNet read besides the ring's bus bandwidth (docs/cost-model.md §2.2).
-  comm.intra_bw_GBps = cluster_.nvlink_bandwidth_GBps * network_.nvlink_efficiency;
+  comm.intra_bw_GBps = intra_bus_bandwidth_GBps();
   if (shape.nodes > 1) comm.inter_bw_GBps = inter_bus_bandwidth_GBps(shape);
-  comm.nics = static_cast<std::uint32_t>(std::max<double>(
-      1, std::floor(static_cast<double>(cluster_.nics_per_node) *
-                    std::min(1.0, static_cast<double>(shape.ranks_per_node) /
-                                      static_cast<double>(cluster_.gpus_per_node)))));
+  comm.nics = static_cast<std::uint32_t>(std::max(1.0, std::floor(nics_used(shape))));
   if (cluster_.nvls.value_or(arch_ >= GpuArch::Hopper))
     comm.nvls_bw_GBps = cluster_.nvlink_bandwidth_GBps * kNvlsBusRatio[static_cast<int>(arch_)];
   comm.collnet = cluster_.in_network_reduction;
@@ -146,10 +149,9 @@ NcclEstimate CostModel::collective_estimate(graph::OpKind kind, double bytes,
   if (auto e = nccl_try_best(comm, bytes, f)) return *e;
   // network.nccl_algo / nccl_proto force NCCL's choice where it can run this collective, as
   // NCCL_ALGO="<function>:<algorithm>" does per function; elsewhere NCCL chooses
-  // (docs/config.md). A filter from the caller stays binding.
-  NcclFilter relaxed = filter;
-  if (auto e = nccl_try_best(comm, bytes, relaxed)) return *e;
-  return nccl_best(comm, bytes, NcclFilter{filter.algo, std::nullopt});
+  // (docs/config.md). A filter from the caller stays binding (nccl_best throws if it leaves
+  // nothing).
+  return nccl_best(comm, bytes, filter);
 }
 
 SimTime CostModel::collective_ns(graph::OpKind kind, double bytes, const CommShape& shape) const {

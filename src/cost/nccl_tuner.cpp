@@ -274,7 +274,7 @@ std::optional<NcclEstimate> nccl_try_best(const NcclComm& comm, double bytes,
   std::optional<NcclEstimate> best;
   for (NcclAlgo a : kNcclAlgos) {
     if (filter.algo && *filter.algo != a) continue;
-    for (NcclProto p : {NcclProto::LL, NcclProto::LL128, NcclProto::Simple}) {
+    for (NcclProto p : kNcclProtos) {
       if (filter.proto && *filter.proto != p) continue;
       const auto e = nccl_estimate(comm, bytes, a, p);
       // Strict < keeps the first candidate on ties: a deterministic choice.

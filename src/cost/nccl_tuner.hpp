@@ -20,6 +20,7 @@ inline constexpr NcclAlgo kNcclAlgos[] = {
     NcclAlgo::Ring, NcclAlgo::Tree,          NcclAlgo::Nvls,        NcclAlgo::NvlsTree,
     NcclAlgo::Pat,  NcclAlgo::CollNetDirect, NcclAlgo::CollNetChain};
 enum class NcclProto : std::uint8_t { LL, LL128, Simple };
+inline constexpr NcclProto kNcclProtos[] = {NcclProto::LL, NcclProto::LL128, NcclProto::Simple};
 /// GPU generation: selects NCCL's per-generation constants (llMaxBw on one node, ring plateau).
 enum class GpuArch : std::uint8_t { Volta, Ampere, Hopper, Blackwell };
 /// Host CPU vendor: NCCL's multi-node LL cap and per-step network overhead depend on it.

@@ -58,10 +58,8 @@ void FabricLP::tree_update(std::uint32_t slot) {
 void FabricLP::link_users_add(std::uint32_t slot) {
   const cost::MaxMinVar& v = flows_[slot].var;
   for (std::uint32_t i = 0; i < v.n; ++i) {
-    // Few users per link (≤ 8 in a 16,384-GPU run): shift by hand rather than call memmove.
     auto& u = users_[v.links[i]];
-    u.push_back(slot);
-    for (std::size_t k = u.size() - 1; k > 0 && u[k - 1] > slot; --k) std::swap(u[k - 1], u[k]);
+    u.insert(std::upper_bound(u.begin(), u.end(), slot), slot);
     load_[v.links[i]] += flows_[slot].load * static_cast<std::int64_t>(v.weight[i]);
   }
 }
@@ -70,10 +68,7 @@ void FabricLP::link_users_remove(std::uint32_t slot) {
   const cost::MaxMinVar& v = flows_[slot].var;
   for (std::uint32_t i = 0; i < v.n; ++i) {
     auto& u = users_[v.links[i]];
-    std::size_t k = 0;
-    while (u[k] != slot) ++k;
-    for (; k + 1 < u.size(); ++k) u[k] = u[k + 1];
-    u.pop_back();
+    u.erase(std::lower_bound(u.begin(), u.end(), slot));
     load_[v.links[i]] -= flows_[slot].load * static_cast<std::int64_t>(v.weight[i]);
   }
 }
@@ -258,8 +253,9 @@ bool FabricLP::try_add(std::uint32_t slot, SimTime now) {
   Flow& f = flows_[slot];
   cost::MaxMinVar& v = f.var;
   double rate = v.bound;
+  use_.clear();
   for (std::uint32_t i = 0; i < v.n; ++i) {
-    const LinkUse u = link_use(v.links[i], slot);
+    const LinkUse u = use_.emplace_back(link_use(v.links[i], slot));
     const double cap = capacity_[v.links[i]];
     // A link already saturated: the new flow must take from its users.
     if (u.used >= cap * (1 - kTolerance)) return false;
@@ -269,7 +265,7 @@ bool FabricLP::try_add(std::uint32_t slot, SimTime now) {
     // Below its bound: it needs a link it saturates on which nobody is faster.
     bool bottleneck = false;
     for (std::uint32_t i = 0; i < v.n && !bottleneck; ++i) {
-      const LinkUse u = link_use(v.links[i], slot);
+      const LinkUse& u = use_[i];
       const double cap = capacity_[v.links[i]];
       const double used = u.used + static_cast<double>(v.weight[i]) * rate;
       bottleneck = used >= cap * (1 - kTolerance) && rate >= u.max_rate * (1 - kTolerance);

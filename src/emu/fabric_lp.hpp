@@ -120,6 +120,7 @@ class FabricLP final : public pdes::LogicalProcess {
   std::vector<cost::MaxMinVar*> vars_;
   std::vector<cost::LinkId> seed_links_;
   std::vector<double> old_rate_;  ///< per component entry, its rate before the solve
+  std::vector<LinkUse> use_;      ///< try_add: per link of the new flow, its other users' use
   /// Demands by (communicator, pattern, sender): a pure function of the key (rollback-safe).
   std::unordered_map<std::uint64_t, std::unique_ptr<cost::Demand>> demands_;
 };

@@ -340,7 +340,8 @@ class LadderQueue {
   std::vector<Entry> bottom_;  ///< sorted ascending; [head_, end) are pending
   std::size_t head_ = 0;
   std::vector<Entry> early_;  ///< a min-heap of events before bottom_end_ that sort before its last
-  SimTime bottom_end_ = kTimeUnknown;  ///< every pending event earlier than this is in bottom_
+  /// Every pending event earlier than this is in bottom_ or early_.
+  SimTime bottom_end_ = kTimeUnknown;
   std::vector<std::vector<Entry>> buckets_;
   std::size_t cur_ = 0;  ///< next bucket to consume
   SimTime rung_start_ = 0, rung_end_ = kTimeUnknown, width_ = 1;
