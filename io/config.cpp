@@ -152,7 +152,7 @@ const Keys kClusterNetworkKeys = {"gpu",
                                   "gpus_per_scaleup_domain",
                                   "topology"};
 const Keys kCostKeys = {"profile"};
-const Keys kNetworkKeys = {"model", "nccl_algo", "nccl_proto"};
+const Keys kNetworkKeys = {"model", "nccl_algo", "nccl_proto", "comm_kernel_sms"};
 /// The keys of `cluster.topology` (docs/config.md).
 const Keys kTopologyKeys = {"rail_optimized",         "nodes_per_leaf",
                             "leaves_per_pod",         "spines_per_pod",
@@ -892,6 +892,7 @@ cost::NetworkOptions build_network(const Section& s) {
   cost::NetworkOptions n;
   const Reader r(s, "network");
   n.flow = r.choice("model", {"analytical", "flow"}, "analytical") == "flow";
+  r.flag("comm_kernel_sms", n.comm_kernel_sms);
   if (const Value* v = r.find("nccl_algo"))
     n.filter.algo =
         read_nccl_name<cost::NcclAlgo>(*v, "network.nccl_algo", cost::kNcclAlgos,
@@ -1830,6 +1831,7 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
     const cost::NetworkOptions& nw = c.network;
     out << YAML::Key << "network" << YAML::Value << YAML::BeginMap;
     out << YAML::Key << "model" << YAML::Value << (nw.flow ? "flow" : "analytical");
+    if (!nw.comm_kernel_sms) out << YAML::Key << "comm_kernel_sms" << YAML::Value << false;
     if (nw.filter.algo)
       out << YAML::Key << "nccl_algo" << YAML::Value
           << std::string(cost::nccl_algo_name(*nw.filter.algo));

@@ -23,6 +23,19 @@ double tile_wave(double m, double n, double tm, double tn, double sms) {
   return tile_eff * wave_eff;
 }
 
+/// Tiles of the GEMM tile the model picks for the whole GPU (gemm_quantization's choice).
+double gemm_tiles(double m, double n, double sms) {
+  double best = -1, tiles = 1;
+  for (const auto& t : kGemmTiles) {
+    const double tw = tile_wave(m, n, t[0], t[1], sms);
+    if (tw > best) {
+      best = tw;
+      tiles = ceil_div(m, t[0]) * ceil_div(n, t[1]);
+    }
+  }
+  return tiles;
+}
+
 }  // namespace
 
 double gemm_quantization(const GpuSpec& gpu, std::uint32_t m, std::uint32_t n, std::uint32_t k) {
@@ -131,6 +144,28 @@ double gemm_rate(const GpuSpec& gpu, const KernelCalibration& cal,
 }
 
 }  // namespace
+
+double sm_contention_factor(const GpuSpec& gpu, const graph::Op& op, std::uint32_t taken) {
+  if (taken == 0 || gpu.sms <= 1) return 1.0;
+  // A GEMM beside TE userbuffers or DeepEP already runs on the SMs those leave (compute_seconds).
+  const double own = op.kind == graph::OpKind::Gemm && op.comm_sms < gpu.sms ? op.comm_sms : 0;
+  const double sms = gpu.sms - own;
+  const double left = std::max(1.0, sms - static_cast<double>(taken));
+  // Waves of `tiles` CTAs, one per SM, on the SMs left against on all of them.
+  auto waves = [&](double tiles) { return ceil_div(tiles, left) / ceil_div(tiles, sms); };
+  switch (op.kind) {
+    case graph::OpKind::Gemm:
+      if (op.shape[0] == 0 || op.shape[1] == 0) return sms / left;
+      return waves(gemm_tiles(op.shape[0], op.shape[1], sms));
+    case graph::OpKind::Attention:
+      if (op.attention_impl == graph::AttentionImpl::Unfused || op.shape[0] == 0 ||
+          op.shape[1] == 0)
+        return sms / left;
+      return waves(op.shape[0] * ceil_div(op.shape[1], kAttentionQueryTile));
+    default:
+      return 1.0;
+  }
+}
 
 double compute_seconds(const GpuSpec& gpu, const KernelCalibration& cal, const graph::Op& op) {
   SCALESCOPE_EXPECTS(!graph::is_communication(op.kind));

@@ -74,6 +74,15 @@ double compute_seconds(const GpuSpec& gpu, const KernelCalibration& cal, const g
 /// The same under the GPU's physical defaults (`gpu.kernel`).
 double compute_seconds(const GpuSpec& gpu, const graph::Op& op);
 
+/// How much longer compute op `op` takes while communication kernels hold `taken` of the GPU's
+/// SMs (docs/cost-model.md §1.7): its CTAs run in waves on the SMs left. A GEMM keeps the tile
+/// cuBLAS picks for the whole GPU and runs ⌈T / (SMs − taken)⌉ waves instead of ⌈T / SMs⌉; a
+/// fused attention kernel likewise over its (batch·heads) × query-tile CTAs; unfused attention
+/// at the SMs' share. A GEMM that already shares its SMs (`op.comm_sms`: TE userbuffers, DeepEP)
+/// counts from the SMs those leave it. 1 for memory-bound kinds (the HBM bandwidth the
+/// communication kernels use is not modelled).
+double sm_contention_factor(const GpuSpec& gpu, const graph::Op& op, std::uint32_t taken);
+
 /// Kernels the host launches for op `op` (docs/cost-model.md §1.6): one per op, a grouped expert
 /// GEMM one per expert (Transformer Engine's multi-stream cuBLAS grouped GEMM), unfused attention
 /// one per pass.

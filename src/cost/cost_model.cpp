@@ -98,6 +98,22 @@ SimTime CostModel::host_ns(const graph::Op& op) const {
   return seconds_to_ns(host_seconds(kernel_, op));
 }
 
+std::uint32_t CostModel::comm_kernel_sms(const graph::Op& op, const CommShape& shape) const {
+  if (!network_.comm_kernel_sms || shape.ranks < 2 || !graph::is_collective(op.kind)) return 0;
+  // DeepEP's dispatch (flex) and TE userbuffers' collectives: their SMs are charged on the GEMMs
+  // beside them (Op::comm_sms), not here.
+  if ((op.kind == graph::OpKind::AllToAll && op.shape[0] > 0) || op.comm_sms > 0) return 0;
+  NcclTopoBudget b;
+  b.arch = arch_;
+  b.nvlink_GBps = cluster_.nvlink_bandwidth_GBps;
+  b.nodes = shape.nodes;
+  if (shape.nodes > 1) {
+    b.nic_GBps = cluster_.nic_bandwidth_Gbps / 8.0;
+    b.nics = nics_used(shape);
+  }
+  return std::min<std::uint32_t>(nccl_ring_channels(b), static_cast<std::uint32_t>(gpu_->sms));
+}
+
 double CostModel::intra_bus_bandwidth_GBps() const {
   return cluster_.nvlink_bandwidth_GBps * network_.nvlink_efficiency;
 }

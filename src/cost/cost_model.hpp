@@ -81,6 +81,12 @@ class CostModel {
   /// what-ifs degrade it.
   const Fabric* fabric() const { return fabric_.get(); }
   Fabric* mutable_fabric() { return fabric_.get(); }
+  /// SMs the communication kernel of op `op` holds on each member while it runs, on a
+  /// communicator of `shape` (docs/cost-model.md §2.7): NCCL's ring channels (one CTA each) for
+  /// a collective or an all-to-all; 0 for point-to-point transfers (not charged), DeepEP's
+  /// dispatch and TE userbuffers' collectives (charged on their GEMMs, Op::comm_sms), one
+  /// member, or network.comm_kernel_sms off.
+  std::uint32_t comm_kernel_sms(const graph::Op& op, const CommShape& shape) const;
   /// Shape of a communicator given its sorted member ranks.
   CommShape shape_of(const std::uint32_t* members_begin, const std::uint32_t* members_end) const;
 

@@ -3,6 +3,7 @@
 #include "cost/nccl_tuner.hpp"
 
 #include <algorithm>
+#include <span>
 #include <array>
 #include <cmath>
 
@@ -170,6 +171,28 @@ std::optional<NcclEstimate> simple_only_estimate(const NcclComm& c, double bytes
   return e;
 }
 
+// The ring graph search's per-channel speeds (search.cc, NCCL 2.30): inside a node and across
+// nodes, before Hopper, on Hopper (sm90) and on Blackwell (sm100).
+constexpr double kSpeedIntra[] = {40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0,
+                                  9.0,  7.0,  6.0,  5.0,  4.0,  3.0};
+constexpr double kSpeedInter[] = {48.0, 30.0, 28.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0,
+                                  7.0,  6.0,  5.0,  4.0,  3.0,  2.4,  1.2,  0.24, 0.12};
+constexpr double kSm90SpeedIntra[] = {60.0, 50.0, 40.0, 30.0, 24.0, 20.0,
+                                      15.0, 12.0, 11.0, 6.0,  3.0};
+constexpr double kSm90SpeedInter[] = {48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5,
+                                      15.0, 12.0, 6.0,  3.0,  2.4,  1.2,  0.24, 0.12};
+constexpr double kSm100SpeedIntra[] = {90.0, 80.0, 70.0, 60.0, 50.0, 45.0,
+                                       40.0, 30.0, 24.0, 20.0, 19.0, 18.0};
+constexpr double kSm100SpeedInter[] = {96.0, 86.0, 80.0, 48.0, 45.1, 42.0, 40.0,
+                                       30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0,
+                                       6.0,  3.0,  2.4,  1.2,  0.24, 0.12};
+// NVLink bandwidth of one link in NCCL's topology (topo.h SM80/SM90/SM100_NVLINK_BW) against the
+// datasheet's per-direction figure for that link (25 GB/s up to Hopper, 50 on Blackwell).
+constexpr double kNcclNvlinkPerLink[] = {20.0, 20.0, 20.6, 40.1};
+constexpr double kDatasheetNvlinkPerLink[] = {25.0, 25.0, 25.0, 50.0};
+constexpr double kPciBw = 12.0;             // topo.h PCI_BW: PCIe Gen3 x16
+constexpr std::uint32_t kMaxChannels = 64;  // device.h MAXCHANNELS; the ring graph's max is half
+
 }  // namespace
 
 std::string_view nccl_algo_name(NcclAlgo a) {
@@ -289,6 +312,67 @@ double ring_allreduce_seconds(double bytes, std::uint32_t n, double bus_bw_GBps,
   if (n == 1) return 0;
   const double dn = n;
   return 2 * (dn - 1) / dn * bytes / (bus_bw_GBps * 1e9) + 2 * (dn - 1) * alpha_us * 1e-6;
+}
+
+}  // namespace scalescope::cost
+
+namespace scalescope::cost {
+
+std::uint32_t nccl_ring_channels(const NcclTopoBudget& b) {
+  const auto gen = static_cast<std::size_t>(b.arch);
+  const bool inter = b.nodes > 1;
+  std::span<const double> speeds;
+  if (b.arch >= GpuArch::Blackwell)
+    speeds = inter ? std::span<const double>(kSm100SpeedInter) : kSm100SpeedIntra;
+  else if (b.arch == GpuArch::Hopper)
+    speeds = inter ? std::span<const double>(kSm90SpeedInter) : kSm90SpeedIntra;
+  else
+    speeds = inter ? std::span<const double>(kSpeedInter) : kSpeedIntra;
+  // The GPU's bandwidth budget: NVLink to the NVSwitch inside a node; across nodes, each channel
+  // leaves through one of the NICs, a NIC carrying floor(NIC / speed) channels.
+  const double nvlink = b.nvlink_GBps > 0 ? b.nvlink_GBps / kDatasheetNvlinkPerLink[gen] *
+                                                kNcclNvlinkPerLink[gen]
+                                          : kPciBw;
+  const double max_bw = inter ? std::min(b.nic_GBps, nvlink) : nvlink;
+  const std::uint32_t max_search = kMaxChannels / 2;
+  auto channels_at = [&](double speed) {
+    const double c = inter ? std::floor(std::max(1.0, b.nics)) * std::floor(b.nic_GBps / speed)
+                           : std::floor(nvlink / speed);
+    return static_cast<std::uint32_t>(std::clamp(c, 0.0, double{max_search}));
+  };
+  // The speed walk: start at the fastest speed the path carries; keep a lower speed only when it
+  // gives more bandwidth in all (channels × speed), and go on while the next speed is more than
+  // 0.49 of the best so far; stop once the channels carry the GPU's whole budget.
+  std::size_t i = 0;
+  while (i + 1 < speeds.size() && speeds[i] > max_bw) ++i;
+  std::uint32_t best = 0;
+  double best_speed = 0;
+  for (;;) {
+    const std::uint32_t c = channels_at(speeds[i]);
+    if (c * speeds[i] > best * best_speed) {
+      best = c;
+      best_speed = speeds[i];
+    }
+    if (best * best_speed >= max_bw * (inter ? std::max(1.0, b.nics) : 1.0)) break;
+    if (i + 1 >= speeds.size() || (best > 0 && speeds[i + 1] / best_speed <= 0.49)) break;
+    ++i;
+  }
+  if (best == 0) return 1;
+  // ncclTopoDupChannels: doubled (at half the speed) unless the speed is under 25 GB/s, or, from
+  // Hopper on, under 50 GB/s with more than 4 channels.
+  std::uint32_t channels = best;
+  double speed = best_speed;
+  if (!(speed < 25.0) && !(b.arch >= GpuArch::Hopper && speed < 50.0 && channels > 4)) {
+    const std::uint32_t dup = std::min(channels * 2, max_search);
+    speed /= static_cast<double>((dup + channels - 1) / channels);
+    channels = dup;
+  }
+  // connect.cc: the execution channels are the search's doubled; on Hopper and later across
+  // nodes, doubled again while under 16 if the ring's speed is above 45 GB/s.
+  channels = std::min(kMaxChannels, channels * 2);
+  if (b.arch >= GpuArch::Hopper && inter && speed > 45.0 && channels < 16)
+    channels = std::min(kMaxChannels, channels * 2);
+  return channels;
 }
 
 }  // namespace scalescope::cost

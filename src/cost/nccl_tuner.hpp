@@ -82,6 +82,20 @@ NcclEstimate nccl_best(const NcclComm& comm, double bytes, const NcclFilter& fil
 std::optional<NcclEstimate> nccl_try_best(const NcclComm& comm, double bytes,
                                           const NcclFilter& filter);
 
+/// What NCCL's ring graph search sees of a communicator's GPUs (nccl_ring_channels).
+struct NcclTopoBudget {
+  GpuArch arch = GpuArch::Ampere;
+  double nvlink_GBps = 0;  ///< datasheet NVLink bandwidth per direction per GPU; 0: PCIe only
+  std::uint32_t nodes = 1;
+  double nic_GBps = 0;  ///< one NIC's bandwidth (nodes > 1)
+  double nics = 1;      ///< NICs of a node the communicator's GPUs use (nodes > 1)
+};
+/// Channels NCCL's ring and tree collectives run on, each one CTA on one SM for the whole
+/// collective (docs/cost-model.md §2.7): the ring graph search (search.cc ncclTopoCompute: the
+/// per-channel speed walk over the generation's speed array, ncclTopoDupChannels) and the
+/// execution channels connect.cc derives from it (× 2, × 2 again on Hopper across nodes).
+std::uint32_t nccl_ring_channels(const NcclTopoBudget& budget);
+
 /// Textbook ring all-reduce (DESIGN.md; MODELING §7.4): 2(n−1)/n·S/B + 2(n−1)·α, in seconds.
 double ring_allreduce_seconds(double bytes, std::uint32_t n, double bus_bw_GBps, double alpha_us);
 

@@ -40,6 +40,9 @@ struct NetworkOptions {
   /// network.model: false = analytical (every transfer priced alone), true = flow (transfers
   /// between nodes share the fabric's links max-min fairly; docs/network.md).
   bool flow = false;
+  /// network.comm_kernel_sms: NCCL's collective kernels hold SMs (one per channel) while they
+  /// run, and compute kernels beside them run on the SMs left (docs/cost-model.md §1.7).
+  bool comm_kernel_sms = true;
 };
 
 }  // namespace scalescope::cost

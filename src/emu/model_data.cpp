@@ -5,6 +5,8 @@
 #include <optional>
 
 #include "core/error.hpp"
+#include "cost/compute_model.hpp"
+#include "emu/sm_contention.hpp"
 
 namespace scalescope::emu {
 
@@ -89,6 +91,7 @@ ModelData::ModelData(const graph::SlicedGraph& g, const Costs& c, bool coalesce,
     if (first_rank[g.rank_class[r]] < 0) first_rank[g.rank_class[r]] = r;
   wire.resize(g.templates.size());
   prev_on_stream.resize(g.templates.size());
+  std::vector<std::vector<std::uint32_t>> comm_sms(g.templates.size());
   for (std::size_t k = 0; k < g.templates.size(); ++k) {
     if (!g.is_loaded(k) || first_rank[k] < 0) continue;
     const graph::RankProgram& p = g.templates[k];
@@ -97,6 +100,8 @@ ModelData::ModelData(const graph::SlicedGraph& g, const Costs& c, bool coalesce,
     std::array<std::optional<cost::CommShape>, graph::kNumRoles> shapes;
     std::vector<SimTime>& w = wire[k];
     w.assign(p.size(), 0);
+    std::vector<std::uint32_t>& sms = comm_sms[k];  // SMs each communication op's kernel holds
+    sms.assign(p.size(), 0);
     for (std::uint32_t i = 0; i < p.size(); ++i) {
       const graph::Op& op = p.ops[i];
       if (!graph::is_communication(op.kind)) continue;
@@ -109,7 +114,9 @@ ModelData::ModelData(const graph::SlicedGraph& g, const Costs& c, bool coalesce,
         shape = c.shape(g.comms.members_begin(id), g.comms.members_end(id));
       }
       w[i] = c.wire(op, *shape);
+      if (c.comm_sms) sms[i] = c.comm_sms(op, *shape);
     }
+    if (c.sm_factor) durations[k] = with_comm_kernel_sms(p, durations[k], w, sms, c.sm_factor);
     std::vector<std::uint32_t>& prev = prev_on_stream[k];
     prev.assign(p.size(), kNoOp);
     for (const auto& list : p.stream_ops)
@@ -164,7 +171,10 @@ ModelData::ModelData(const graph::SlicedGraph& g, const Costs& c, bool coalesce,
       const std::uint32_t k = g.rank_class[rank];
       if (!g.is_loaded(k)) continue;
       SCALESCOPE_EXPECTS(d.size() == g.templates[k].size());
-      rank_durations.emplace(rank, d);
+      rank_durations.emplace(rank, c.sm_factor && !comm_sms[k].empty()
+                                       ? with_comm_kernel_sms(g.templates[k], d, wire[k],
+                                                              comm_sms[k], c.sm_factor)
+                                       : d);
     }
   // After the map stops changing: the copies point at its vectors.
   for (const auto& [rank, d] : rank_durations) {
@@ -193,6 +203,14 @@ Costs costs_of(const cost::CostModel& model) {
     c.fabric = model.fabric();
     c.flow = [&model](const graph::Op& op, const cost::CommShape& s) {
       return model.flow_request(op, s);
+    };
+  }
+  if (model.network().comm_kernel_sms) {
+    c.comm_sms = [&model](const graph::Op& op, const cost::CommShape& s) {
+      return model.comm_kernel_sms(op, s);
+    };
+    c.sm_factor = [&model](const graph::Op& op, std::uint32_t taken) {
+      return cost::sm_contention_factor(model.gpu(), op, taken);
     };
   }
   c.gpu = model.gpu().name;

@@ -37,6 +37,10 @@ struct Costs {
   /// An MoE all-to-all of the flex dispatcher (shape[0] copies per token of shape[1] experts);
   /// empty: such ops cost as `collective`'s all-to-all.
   std::function<SimTime(const graph::Op&, const cost::CommShape&)> ep_dispatch;
+  /// The SMs a communication op's kernel holds while it runs, and how much longer a compute op
+  /// takes beside kernels holding that many (docs/cost-model.md §1.7); both empty: not modelled.
+  std::function<std::uint32_t(const graph::Op&, const cost::CommShape&)> comm_sms;
+  std::function<double(const graph::Op&, std::uint32_t)> sm_factor;
   std::string gpu;
   double peak_flops = 0;  ///< per GPU, FLOP/s
   /// The flow model (network.model: flow): the fabric whose links transfers between nodes share,
@@ -111,7 +115,9 @@ struct RankClass {
 struct ModelData {
   const graph::SlicedGraph* graph = nullptr;
   const Costs* cost = nullptr;
-  /// Per template, per op; 0 for communication. Empty for a template that is not loaded.
+  /// Per template, per op; 0 for communication. Empty for a template that is not loaded. With
+  /// Costs::comm_sms, a compute op's duration includes the SMs the communication kernels beside
+  /// it take (emu/sm_contention.hpp).
   std::vector<std::vector<SimTime>> durations;
   std::vector<MemoryProfile> memory;       ///< per template; empty for a template not loaded
   std::vector<WaitDeps> waits;             ///< per template; empty for a template not loaded

@@ -193,8 +193,10 @@ struct Op {
   /// RankProgram::finalize(); for SendRecv, `instance` counts sends and `instance2` receives.
   std::uint32_t instance = 0;
   std::uint32_t instance2 = 0;
-  /// GEMM ops only: SMs a TP communication kernel overlapped with this GEMM takes from it
-  /// (Transformer Engine's userbuffers, `tp_comm_overlap`): the GEMM runs on the rest.
+  /// GEMM ops: SMs a communication kernel overlapped with this GEMM takes from it (Transformer
+  /// Engine's userbuffers, `tp_comm_overlap`; DeepEP): the GEMM runs on the rest.
+  /// Communication ops: nonzero when the collective runs in such a kernel (userbuffers), whose
+  /// SMs are charged on its GEMM, rather than in NCCL's (docs/cost-model.md §1.7).
   std::uint8_t comm_sms = 0;
   /// 1: the host waits for this op to finish before it issues the next op of the program (a
   /// device-to-host synchronization, e.g. MoE token counts copied to the host before the

@@ -218,6 +218,12 @@ class StageBuilder {
   /// (a split of the shorter of the two) are not modelled.
   static constexpr std::uint8_t kRingExchangeSms = 1;
   static constexpr std::uint8_t kPipelineSms = 16;
+  /// A TP collective run by userbuffers rather than NCCL: its kernel's SMs are charged on the
+  /// GEMM beside it (that GEMM's comm_sms), not as an NCCL kernel's (Op::comm_sms).
+  static Op userbuffers(Op comm, std::uint8_t sms) {
+    comm.comm_sms = sms;
+    return comm;
+  }
   /// The SP all-gather before a column-parallel GEMM: beside the GEMM under userbuffers (returns
   /// the gather, which the op after the GEMM waits for), else blocking (returns kNone).
   std::uint32_t gather_beside_gemm(Phase phase, double bytes = -1) {
@@ -226,8 +232,9 @@ class StageBuilder {
       return kNone;
     }
     ub_sms_ = kRingExchangeSms;
-    return add_free(collective(OpKind::AllGather, CommRole::Tp, OpName::TpAllGather, phase,
-                               bytes < 0 ? hidden_bytes_ : bytes),
+    return add_free(userbuffers(collective(OpKind::AllGather, CommRole::Tp, OpName::TpAllGather,
+                                           phase, bytes < 0 ? hidden_bytes_ : bytes),
+                                kRingExchangeSms),
                     {chain_});
   }
   void wait_for_overlapped(std::uint32_t comm) {
@@ -245,7 +252,7 @@ class StageBuilder {
     start.push_back(chain_);
     gemm_op.comm_sms = kPipelineSms;
     chain(gemm_op);
-    wait_for(add_free(tp_reduce(phase), start));
+    wait_for(add_free(userbuffers(tp_reduce(phase), kPipelineSms), start));
   }
   /// Context parallelism's key/value exchange around a core attention op (Megatron
   /// AttnFuncWithCPAndKVP2P, MODELING §4.2): the c − 1 ring transfers of this rank's K and V
@@ -1547,10 +1554,11 @@ class StageBuilder {
     const double bytes = input_bytes < 0 ? hidden_bytes_ : input_bytes;
     std::uint32_t before = chain_;
     std::uint32_t gather = kNone;
-    if (tp_comm() && p_.sequence_parallel)
-      gather = add_free(
-          collective(OpKind::AllGather, CommRole::Tp, OpName::TpAllGather, Phase::Backward, bytes),
-          {before});
+    if (tp_comm() && p_.sequence_parallel) {
+      Op ag =
+          collective(OpKind::AllGather, CommRole::Tp, OpName::TpAllGather, Phase::Backward, bytes);
+      gather = add_free(ub_ ? userbuffers(ag, kPipelineSms) : ag, {before});
+    }
     if (fp8_) {
       fp8_cast(Phase::Backward, m * n);  // the output gradient dY
       before = chain_;
@@ -1562,7 +1570,10 @@ class StageBuilder {
     std::vector<std::uint32_t> after_dg{dg};
     if (gather != kNone) after_dg.push_back(gather);
     std::uint32_t reduce = kNone;
-    if (tp_comm()) reduce = add_free(tp_reduce(Phase::Backward, bytes), after_dg);
+    if (tp_comm()) {
+      const Op r = tp_reduce(Phase::Backward, bytes);
+      reduce = add_free(ub_ ? userbuffers(r, kPipelineSms) : r, after_dg);
+    }
     Op wgrad = gemm(name, Phase::Backward, k, n, m);  // dW = Xᵀ·dY: [k, T]×[T, n]
     wgrad.mem_bytes += 2 * p_.grad_bytes() * k * n;   // main_grad accumulation (MODELING §1.1)
     if (ub_ && reduce != kNone) wgrad.comm_sms = kPipelineSms;  // beside the bulk reduce-scatter

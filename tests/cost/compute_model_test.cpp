@@ -136,6 +136,35 @@ TEST(ComputeSeconds, OverlappedCommunicationTakesSmsFromTheGemm) {
   EXPECT_NEAR(compute_seconds(h100, op), op.flops / (794.5e12 * 116.0 / 132.0) + 2e-6, 1e-12);
 }
 
+TEST(SmContention, ACommunicationKernelsSmsAddAWaveToAOneWaveGemm) {
+  // H100, 132 SMs. [1536 × 2816] in 128 × 256 tiles is 12 × 11 = 132 tiles: one full wave (the
+  // other tiles tie and the first is kept). With 24 SMs held by an NCCL kernel the 132 CTAs need
+  // ⌈132 / 108⌉ = 2 waves: 2× the time. (The NVIDIA developer forum's Nsight measurement of this
+  // case, a 132-CTA GEMM beside a 24-CTA all-gather: MFU 80 % → 47 %, 1.7×.)
+  const GpuSpec& h100 = find_gpu("H100");
+  const graph::Op one_wave = gemm(1536, 2816, 8192);
+  EXPECT_DOUBLE_EQ(sm_contention_factor(h100, one_wave, 24), 2.0);
+  EXPECT_DOUBLE_EQ(sm_contention_factor(h100, one_wave, 0), 1.0);
+  // 8192²: 64 × 32 = 2048 tiles of 128 × 256; ⌈2048 / 132⌉ = 16 waves, ⌈2048 / 108⌉ = 19.
+  EXPECT_DOUBLE_EQ(sm_contention_factor(h100, gemm(8192, 8192, 8192), 24), 19.0 / 16.0);
+  // A GEMM beside a userbuffers kernel (16 SMs) runs on 116: its 132 tiles already take 2 waves,
+  // and on 116 − 24 = 92 SMs still 2: no further loss.
+  graph::Op ub = one_wave;
+  ub.comm_sms = 16;
+  EXPECT_DOUBLE_EQ(sm_contention_factor(h100, ub, 24), 1.0);
+  // Fused attention: (b·heads) × ⌈s / 128⌉ CTAs, 64 × 32 = 2048: 19 / 16 as above. Unfused:
+  // the SMs' share, 132 / 108. Memory-bound kernels: not slowed.
+  graph::Op attn;
+  attn.kind = graph::OpKind::Attention;
+  attn.shape = {64, 4096, 128};
+  EXPECT_DOUBLE_EQ(sm_contention_factor(h100, attn, 24), 19.0 / 16.0);
+  attn.attention_impl = graph::AttentionImpl::Unfused;
+  EXPECT_DOUBLE_EQ(sm_contention_factor(h100, attn, 24), 132.0 / 108.0);
+  graph::Op norm;
+  norm.kind = graph::OpKind::Norm;
+  EXPECT_DOUBLE_EQ(sm_contention_factor(h100, norm, 24), 1.0);
+}
+
 TEST(HostSeconds, OneLaunchPerKernelTheHostIssues) {
   // docs/cost-model.md §1.6: a grouped expert GEMM of 16 experts (FLOPs of 16 GEMMs of its
   // per-expert shape) is 16 cuBLAS launches; unfused attention 4 kernels forward, 6 backward;

@@ -173,6 +173,38 @@ TEST(CostModel, AForcedAlgorithmAppliesWhereNcclCouldRunIt) {
   EXPECT_THROW(m.collective_estimate(OpKind::AllReduce, kGiB, shape(8, 1, 8), pat), ContractError);
 }
 
+TEST(CostModel, NcclCollectivesHoldTheirRingChannelsSms) {
+  // An NCCL collective holds one SM per ring channel (NcclTuner.RingChannelsAsNcclsGraphSearch-
+  // FindsThem derives the counts): 8 H100 of a node 24, 8 a node across DGX H100 nodes (8 NICs
+  // of 400 Gb/s) 16, one a node 4.
+  const CostModel m(cluster("H100", 450, 400));
+  graph::Op ar;
+  ar.kind = OpKind::AllReduce;
+  EXPECT_EQ(m.comm_kernel_sms(ar, shape(8, 1, 8)), 24U);
+  EXPECT_EQ(m.comm_kernel_sms(ar, shape(64, 8, 8)), 16U);
+  EXPECT_EQ(m.comm_kernel_sms(ar, shape(8, 8, 1)), 4U);
+  // Not NCCL's, or charged elsewhere: a userbuffers TP collective (Op::comm_sms set; its SMs are
+  // on its GEMM), DeepEP's dispatch (shape[0] copies), a point-to-point transfer, one member.
+  graph::Op ub = ar;
+  ub.comm_sms = 16;
+  EXPECT_EQ(m.comm_kernel_sms(ub, shape(8, 1, 8)), 0U);
+  graph::Op deepep;
+  deepep.kind = OpKind::AllToAll;
+  deepep.shape = {8, 64, 0};
+  EXPECT_EQ(m.comm_kernel_sms(deepep, shape(8, 1, 8)), 0U);
+  graph::Op a2a;
+  a2a.kind = OpKind::AllToAll;
+  EXPECT_EQ(m.comm_kernel_sms(a2a, shape(8, 1, 8)), 24U);
+  graph::Op p2p;
+  p2p.kind = OpKind::SendRecv;
+  EXPECT_EQ(m.comm_kernel_sms(p2p, shape(2, 2, 1)), 0U);
+  EXPECT_EQ(m.comm_kernel_sms(ar, shape(1, 1, 1)), 0U);
+  // network.comm_kernel_sms: false turns it off.
+  NetworkOptions off;
+  off.comm_kernel_sms = false;
+  EXPECT_EQ(CostModel(cluster("H100", 450, 400), off).comm_kernel_sms(ar, shape(8, 1, 8)), 0U);
+}
+
 TEST(CostModel, RingSimpleAllReduceIsTheClosedForm) {
   // Forced to ring / Simple (NCCL_ALGO=Ring NCCL_PROTO=Simple) on one node, NCCL's model is
   // baseLat + nsteps · hwLat + S / algBw = 8.4 µs + 2(n−1) · 3.4 µs + 2(n−1)/n · S / B: the

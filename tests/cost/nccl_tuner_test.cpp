@@ -269,6 +269,55 @@ TEST(NcclTuner, AlgorithmNamesAreNcclAlgosNames) {
   for (NcclAlgo a : kNcclAlgos) EXPECT_EQ(nccl_algo_name(a), names[i++]);
 }
 
+TEST(NcclTuner, RingChannelsAsNcclsGraphSearchFindsThem) {
+  // search.cc walks the generation's speed array from the fastest speed the path carries, keeps a
+  // speed only when channels × speed grows, and goes on while the next speed is > 0.49 of the
+  // best; ncclTopoDupChannels doubles the channels unless (Hopper+) speed < 50 with > 4 of them;
+  // connect.cc doubles the result (and again on Hopper across nodes under 16 above 45 GB/s).
+  NcclTopoBudget b;
+  // 8×H100 in a node: 18 NVLinks × 20.6 = 370.8 GB/s. 60 → 6 channels (360); 50 → 7 (350), 40
+  // → 9, 30 → 12, 24 → 15, 20 → 18 (all 360, not more); 15 / 60 < 0.49 stops. 60 ≥ 50 → dup
+  // 12, × 2 = 24: the 24 CTAs Nsight shows for an FSDP all-gather on H100 (NVIDIA developer
+  // forum, "Compute-Communication Overlap Causes Severe GEMM Performance Degradation because of
+  // Tail Effect").
+  b.arch = GpuArch::Hopper;
+  b.nvlink_GBps = 450;
+  EXPECT_EQ(nccl_ring_channels(b), 24U);
+  // H800: 8 NVLinks (200 GB/s) = 164.8: 60 → 2 (120), 50 → 3 (150), 40 → 4 (160), 30 → 5, 24
+  // → 6 (144), 20 → 8 (160, not more); 15 / 40 < 0.49 stops. 40 < 50 but only 4 channels →
+  // dup 8, × 2 = 16: NCCL's "16 coll channels" on 8×H800 (NVIDIA/nccl issue 892's log).
+  b.nvlink_GBps = 200;
+  EXPECT_EQ(nccl_ring_channels(b), 16U);
+  // 8×A100: 12 × 20.0 = 240: 40 → 6 channels carry all 240 (stop); dup 12, × 2 = 24.
+  b.arch = GpuArch::Ampere;
+  b.nvlink_GBps = 300;
+  EXPECT_EQ(nccl_ring_channels(b), 24U);
+  // 8×B200: 18 × 40.1 = 721.8: 90 → 8 (720); 80 → 9, 60 → 12, 45 → 16 (720), 70 → 10, 50 → 14
+  // (700); 40 / 90 < 0.49 stops. dup 16, × 2 = 32.
+  b.arch = GpuArch::Blackwell;
+  b.nvlink_GBps = 900;
+  EXPECT_EQ(nccl_ring_channels(b), 32U);
+  // DGX H100 across nodes, 8 NICs of 400 Gb/s (50 GB/s) for 8 GPUs: 48 → one channel a NIC, 8
+  // (384); 24 → 2 a NIC, 16 (384, not more); 22 / 48 < 0.49 stops. 48 < 50 with 8 channels: no
+  // dup; × 2 = 16, not under 16: 16.
+  b.arch = GpuArch::Hopper;
+  b.nvlink_GBps = 450;
+  b.nodes = 4;
+  b.nic_GBps = 50;
+  b.nics = 8;
+  EXPECT_EQ(nccl_ring_channels(b), 16U);
+  // One GPU a node (one NIC): 1 × 48; 24 → 2 (48, not more). dup 2 at 24, × 2 = 4; 24 < 45: 4.
+  b.nics = 1;
+  EXPECT_EQ(nccl_ring_channels(b), 4U);
+  // DGX A100 across nodes, 8 HDR NICs (25 GB/s): 48, 30, 28 exceed 25; 24 → 8 (192); 12 → 16
+  // (192, not more); 10 / 24 < 0.49 stops. 24 < 25: no dup; × 2 = 16.
+  b.arch = GpuArch::Ampere;
+  b.nvlink_GBps = 300;
+  b.nic_GBps = 25;
+  b.nics = 8;
+  EXPECT_EQ(nccl_ring_channels(b), 16U);
+}
+
 TEST(NcclTuner, RingAllReduceClosedForm) {
   // 2(n−1)/n · S/B + 2(n−1) · α with n = 8, S = 1 GiB, B = 232 GB/s, α = 3.4 µs:
   // 14/8 · 2^30 / 232e9 = 8.0993 ms, + 14 · 3.4 µs = 47.6 µs → 8.1469 ms.
