@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <map>
+#include <set>
+
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
@@ -33,6 +36,8 @@ std::vector<workload::CapturedNode> read_nodes(const h5::Group& g, const std::st
       d.dtypes = n.at("dtypes").get<std::vector<std::string>>();
       d.module = n.value("module", std::string());
       d.param = n.value("param", std::string());
+      d.buffer = n.value("buffer", std::string());
+      d.mask = n.value("mask", std::string());
       d.causal = n.value("causal", false);
       for (std::uint32_t i : d.inputs)
         if (i >= out.size())
@@ -64,9 +69,144 @@ workload::Capture read_capture_h5(const std::string& path) {
   c.dtype = meta.string_attribute("dtype");
   c.torch_version = meta.string_attribute("torch_version");
   c.blocks_attr = meta.string_attribute("blocks_attr");
+  // A plan the model file declares (capture.py: a dict of parallelize_module styles).
+  if (meta.has_attribute("tp_plan")) {
+    const std::string text = meta.string_attribute("tp_plan");
+    nlohmann::ordered_json j;  // in the file's order: the first rule that matches applies
+    try {
+      j = nlohmann::ordered_json::parse(text);
+    } catch (const nlohmann::json::parse_error& e) {
+      throw_input("{}: /meta tp_plan: malformed JSON: {}", path, e.what());
+    }
+    if (!j.is_object()) throw_input("{}: /meta tp_plan: expected a mapping", path);
+    for (const auto& [pattern, style] : j.items()) {
+      if (!style.is_string())
+        throw_input("{}: /meta tp_plan: '{}': expected a style name", path, pattern);
+      c.file_tp_plan.emplace_back(pattern, style.get<std::string>());
+    }
+  }
   c.block = read_nodes(root.open_group("block"), path);
   c.outer = read_nodes(root.open_group("outer"), path);
   return c;
+}
+
+namespace {
+
+/// GEMM FLOPs of a captured graph's mm / addmm / bmm / baddbmm nodes: 2 · numel(A) · n, with A
+/// [..., m, k] and B [..., k, n] (the last two inputs; addmm's first is the bias).
+double gemm_flops(const std::vector<workload::CapturedNode>& nodes) {
+  double total = 0;
+  for (const workload::CapturedNode& d : nodes) {
+    if (d.kind != "call_function" || d.inputs.size() < 2) continue;
+    const std::string b = d.op.substr(0, d.op.find('.'));
+    if (b != "mm" && b != "addmm" && b != "bmm" && b != "baddbmm") continue;
+    const auto& a = nodes[d.inputs[d.inputs.size() - 2]].shapes;
+    const auto& w = nodes[d.inputs.back()].shapes;
+    if (a.empty() || w.empty() || w[0].empty()) continue;
+    double numel = 1;
+    for (std::int64_t x : a[0]) numel *= static_cast<double>(x);
+    total += 2 * numel * static_cast<double>(w[0].back());
+  }
+  return total;
+}
+
+/// Parameters read by GEMMs (through views): the N of 6·N·tokens, each counted once.
+double gemm_weights(const std::vector<workload::CapturedNode>& nodes) {
+  std::set<std::uint32_t> seen;
+  double n = 0;
+  for (const workload::CapturedNode& d : nodes) {
+    if (d.kind != "call_function" || workload::aten_class(d.op) != workload::AtenClass::Gemm)
+      continue;
+    for (std::uint32_t j : d.inputs) {
+      while (workload::aten_class(nodes[j].op) == workload::AtenClass::View &&
+             nodes[j].kind == "call_function" && !nodes[j].inputs.empty())
+        j = nodes[j].inputs.front();
+      const workload::CapturedNode& p = nodes[j];
+      if (p.kind == "placeholder" && !p.param.empty() && !p.shapes.empty() &&
+          p.shapes[0].size() == 2 && seen.insert(j).second)
+        n += static_cast<double>(p.shapes[0][0] * p.shapes[0][1]);
+    }
+  }
+  return n;
+}
+
+}  // namespace
+
+std::string format_capture_summary(const workload::Capture& c, const workload::TpPlan& plan,
+                                   std::int64_t tp) {
+  std::string out;
+  const double tokens = static_cast<double>(c.batch * c.seq);
+  std::int64_t hidden = 0;
+  for (const workload::CapturedNode& n : c.block)
+    if (n.kind == "placeholder" && n.param.empty() && n.buffer.empty() && !n.shapes.empty() &&
+        n.shapes[0].size() == 3) {
+      hidden = n.shapes[0][2];
+      break;
+    }
+  out += fmt::format(
+      "capture of {}: {} blocks ({}), micro-batch {} × {} tokens, hidden {}, "
+      "vocabulary {}, PyTorch {}\n",
+      c.model, c.num_blocks, c.blocks_attr, c.batch, c.seq, hidden, c.vocab_size, c.torch_version);
+  // The block's ops by how they are costed.
+  std::map<workload::AtenClass, int> classes;
+  int calls = 0;
+  for (const workload::CapturedNode& d : c.block)
+    if (d.kind == "call_function") {
+      ++classes[workload::aten_class(d.op)];
+      ++calls;
+    }
+  const double block_flops = gemm_flops(c.block);
+  out += fmt::format(
+      "block (forward + backward): {} ops: {} GEMM, {} attention, {} memory-bound, {} views, "
+      "{} unknown; GEMM FLOPs {:.4g}\n",
+      calls, classes[workload::AtenClass::Gemm], classes[workload::AtenClass::Attention],
+      classes[workload::AtenClass::MemoryBound], classes[workload::AtenClass::View],
+      classes[workload::AtenClass::Unknown], block_flops);
+  out +=
+      fmt::format("tensor-parallel plan ({}):\n{}", plan.source, workload::describe_tp_plan(plan));
+  out += "block linear layers:\n";
+  for (const auto& [module, style] : workload::planned_linears(c, plan))
+    out += fmt::format("  {:<40}  {}\n", module, style.empty() ? "replicated" : style);
+  if (tp > 1) {
+    workload::check_tp_plan(c, plan, tp, c.model);
+    const workload::LoweredBlock b = workload::lower_block(c, plan, tp);
+    for (const auto* pass : {&b.forward, &b.backward}) {
+      std::map<std::string, std::pair<int, double>> comms;
+      for (const graph::Op& op : *pass)
+        if (graph::is_communication(op.kind)) {
+          auto& [count, bytes] = comms[std::string(graph::op_kind_name(op.kind))];
+          ++count;
+          bytes += op.comm_bytes;
+        }
+      std::string list;
+      for (const auto& [kind, cb] : comms)
+        list += fmt::format("{}{} × {} ({:.3g} MiB in all)", list.empty() ? "" : ", ", cb.first,
+                            kind, cb.second / (1 << 20));
+      out += fmt::format("TP {} collectives per block, {}: {}\n", tp,
+                         pass == &b.forward ? "forward" : "backward", list.empty() ? "none" : list);
+    }
+  }
+  // One micro-batch's iteration against the closed form (Narayanan et al. 2021, eq. 3 without
+  // recomputation): 6·N·T for the weights N that GEMMs read, 12·L·s·h·T for attention's
+  // score and value GEMMs over the whole s × s matrix (what an eager capture computes; a fused
+  // attention kernel's FLOPs are not GEMM nodes and are not counted on either side).
+  const bool fused = workload::capture_has_fused_attention(c);
+  const double captured = static_cast<double>(c.num_blocks) * block_flops + gemm_flops(c.outer);
+  const double n =
+      static_cast<double>(c.num_blocks) * gemm_weights(c.block) + gemm_weights(c.outer);
+  const double attention = fused ? 0.0
+                                 : 12.0 * static_cast<double>(c.num_blocks) *
+                                       static_cast<double>(c.seq) * static_cast<double>(hidden) *
+                                       tokens;
+  const double expected = 6 * n * tokens + attention;
+  out += fmt::format(
+      "iteration GEMM FLOPs per micro-batch: captured {:.4g}; 6·N·T {:.4g} (N = {:.4g} GEMM "
+      "weights, T = {} tokens){}; captured / expected = {:.4f}\n",
+      captured, 6 * n * tokens, n, tokens,
+      fused ? " (attention fused: not in either)"
+            : fmt::format(" + attention 12·L·s·h·T {:.4g}", attention),
+      expected > 0 ? captured / expected : 0.0);
+  return out;
 }
 
 }  // namespace scalescope::io

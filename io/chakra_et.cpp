@@ -407,6 +407,9 @@ std::string class_file(const std::string& prefix, std::uint32_t k) {
 std::string classes_json(const std::string& prefix) {
   return prefix + ".classes.json";
 }
+std::string comm_groups_json(const std::string& prefix) {
+  return prefix + ".comm_groups.json";
+}
 
 /// pg_name of communicator c: its index + 1, because "0" means all ranks to ASTRA-sim.
 std::string pg_of(std::int32_t c) {
@@ -474,6 +477,15 @@ std::vector<std::int64_t> op_ints(const Op& op) {
 /// Attributes in ss_op: 19 since host_sync was added (files of 18 have no host synchronization).
 constexpr std::size_t kOpInts = 19;
 
+/// Every communicator as {"<pg_name>": [ranks]} (ASTRA-sim's --comm-group-configuration).
+nlohmann::json all_groups(const graph::SlicedGraph& g) {
+  nlohmann::json groups = nlohmann::json::object();
+  for (std::uint32_t c = 0; c < g.comms.size(); ++c)
+    groups[pg_of(static_cast<std::int32_t>(c))] =
+        std::vector<std::uint32_t>(g.comms.members_begin(c), g.comms.members_end(c));
+  return groups;
+}
+
 /// The nodes of one rank's program (`rank`: whose peers and communicators rank-specific fields
 /// name; for a class file, its first rank).
 EtFile program_file(const graph::SlicedGraph& g, const graph::RankProgram& p, std::uint32_t rank,
@@ -494,12 +506,11 @@ EtFile program_file(const graph::SlicedGraph& g, const graph::RankProgram& p, st
   }
   f.meta.push_back(EtAttr::int64_list("ss_roles", roles));
 
-  // The communicator groups, as ASTRA-sim reads a METADATA node (chakra-et.md §5): the two
-  // outer characters at each end are stripped and the rest is a JSON list.
-  EtNode meta;
-  meta.id = kMetadataNodeId;
-  meta.name = "process_group:init";
-  meta.type = static_cast<int>(EtNodeType::Metadata);
+  // The communicator groups this rank is in, a JSON list of {"pg_name", "ranks"}: by default in
+  // a GlobalMetadata attribute (ASTRA-sim's feeder stops on a METADATA node; it takes the groups
+  // from --comm-group-configuration, PREFIX.comm_groups.json); with `metadata_node` also as the
+  // METADATA node the PyTorch converter writes (chakra-et.md §5: the two outer characters at
+  // each end are stripped and the rest is the list).
   nlohmann::json list = nlohmann::json::array();
   for (std::int32_t c : groups) {
     const auto id = static_cast<std::uint32_t>(c);
@@ -507,9 +518,16 @@ EtFile program_file(const graph::SlicedGraph& g, const graph::RankProgram& p, st
                     {"ranks", std::vector<std::uint32_t>(g.comms.members_begin(id),
                                                          g.comms.members_end(id))}});
   }
-  meta.inputs_values = "['" + list.dump() + "']";
-  meta.attrs.push_back(EtAttr::boolean("is_cpu_op", false));
-  f.nodes.push_back(std::move(meta));
+  f.meta.push_back(EtAttr::string("ss_comm_groups", list.dump()));
+  if (opt.metadata_node) {
+    EtNode meta;
+    meta.id = kMetadataNodeId;
+    meta.name = "process_group:init";
+    meta.type = static_cast<int>(EtNodeType::Metadata);
+    meta.inputs_values = "['" + list.dump() + "']";
+    meta.attrs.push_back(EtAttr::boolean("is_cpu_op", false));
+    f.nodes.push_back(std::move(meta));
+  }
 
   auto node_id = [](std::uint32_t i) { return 2 * static_cast<std::uint64_t>(i) + 2; };
   auto two_sided = [&](std::uint32_t i) {
@@ -526,7 +544,7 @@ EtFile program_file(const graph::SlicedGraph& g, const graph::RankProgram& p, st
       if (two_sided(*d)) n.data_deps.push_back(node_id(*d) + 1);
     }
     // Roots wait for the METADATA node, so the groups exist before any collective is issued.
-    if (n.data_deps.empty()) n.ctrl_deps.push_back(kMetadataNodeId);
+    if (n.data_deps.empty() && opt.metadata_node) n.ctrl_deps.push_back(kMetadataNodeId);
     n.attrs.push_back(EtAttr::boolean("is_cpu_op", false));
     if (graph::is_collective(op.kind)) {
       const std::int32_t c = g.comm_of(rank, op.role);
@@ -617,6 +635,8 @@ std::size_t write_chakra(const graph::SlicedGraph& g, const std::string& prefix,
         f.meta.push_back(EtAttr::int64("ss_rank", r));
         put(rank_file(prefix, r), encode_chakra(f));
       }
+      // ASTRA-sim's --comm-group-configuration: every group the files name.
+      put(comm_groups_json(prefix), all_groups(g).dump() + "\n");
     } else {
       std::vector<std::int64_t> first(templates.size(), -1);
       for (std::uint32_t r = 0; r < g.world_size; ++r)
@@ -642,11 +662,7 @@ std::size_t write_chakra(const graph::SlicedGraph& g, const std::string& prefix,
         roles.push_back(row);
       }
       j["roles"] = roles;
-      nlohmann::json groups = nlohmann::json::object();
-      for (std::uint32_t c = 0; c < g.comms.size(); ++c)
-        groups[pg_of(static_cast<std::int32_t>(c))] =
-            std::vector<std::uint32_t>(g.comms.members_begin(c), g.comms.members_end(c));
-      j["groups"] = groups;
+      j["groups"] = all_groups(g);
       put(classes_json(prefix), j.dump() + "\n");
     }
   } catch (...) {
@@ -654,7 +670,7 @@ std::size_t write_chakra(const graph::SlicedGraph& g, const std::string& prefix,
     for (const auto& p : written) fs::remove(p, ec);
     throw;
   }
-  return written.size();
+  return opt.classes ? written.size() : g.world_size;  // the ET files
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -680,6 +696,10 @@ struct RawRank {
   std::array<std::int64_t, graph::kNumRoles> roles{};  ///< schema: pg id per role, -1 none
   std::string template_name;
   std::int64_t static_memory = 0;
+  /// scalescope's files: the earlier rank whose program this one's equals (its compute ops are
+  /// then dropped as soon as it is read, so that an import holds each distinct program once),
+  /// or -1.
+  std::int64_t same_as = -1;
 };
 
 /// Groups by pg_name; an empty list means all ranks.
@@ -731,12 +751,26 @@ void add_group(Context& ctx, const std::string& pg, std::vector<std::uint32_t> r
   if (fresh) ctx.group_origin[pg] = origin;
 }
 
+void read_group_list(Context& ctx, const std::string& text, const std::string& file,
+                     std::int64_t rank, std::uint64_t node_id);
+
 /// The groups of a METADATA node: `inputs.values` minus two characters at each end is a JSON
 /// list of {"pg_name": "<id>", "ranks": [...]} (ASTRA-sim's reading).
 void read_metadata(Context& ctx, const EtNode& n, const std::string& file, std::int64_t rank) {
   const std::string& v = n.inputs_values;
-  if (v.size() < 4 || !ctx.metadata_seen.insert(v).second) return;
-  nlohmann::json j = nlohmann::json::parse(v.substr(2, v.size() - 4), nullptr, false);
+  if (v.size() < 4) return;
+  read_group_list(ctx, v.substr(2, v.size() - 4), file, rank, n.id);
+}
+
+/// A JSON list of {"pg_name": "<id>", "ranks": [...]} (a METADATA node's, or the GlobalMetadata
+/// attribute ss_comm_groups scalescope writes); errors name `node_id`.
+void read_group_list(Context& ctx, const std::string& text, const std::string& file,
+                     std::int64_t rank, std::uint64_t node_id) {
+  if (!ctx.metadata_seen.insert(text).second) return;
+  EtNode at;
+  at.id = node_id;
+  const EtNode& n = at;
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_array())
     node_error(file, n.id, rank, "METADATA inputs.values is not a JSON list of groups");
   for (const auto& e : j) {
@@ -1078,6 +1112,7 @@ ChakraImport read_chakra(const std::string& prefix, const ChakraReadOptions& opt
     }
   }
 
+  std::unordered_map<std::string, std::size_t> interned;  // program key → first rank with it
   for (std::size_t i = 0; i < files.size(); ++i) {
     const EtFile f = read_chakra_file(files[i]);
     const EtAttr* schema = f.meta_attr("schema");
@@ -1089,6 +1124,10 @@ ChakraImport read_chakra(const std::string& prefix, const ChakraReadOptions& opt
     if (class_layout && !ours)
       throw_input("{}: the class layout is read only from files scalescope wrote", files[i]);
     result.nodes += f.nodes.size();
+    // scalescope's files name their groups in GlobalMetadata (and, written with
+    // --metadata-node, in a METADATA node too).
+    if (const EtAttr* groups = f.meta_attr("ss_comm_groups"); ours && groups != nullptr)
+      read_group_list(ctx, groups->s, files[i], static_cast<std::int64_t>(i), 0);
     RawRank r = convert_file(ctx, f, files[i], static_cast<std::int64_t>(i));
     if (ours) {
       const EtAttr* roles = f.meta_attr("ss_roles");
@@ -1101,6 +1140,18 @@ ChakraImport read_chakra(const std::string& prefix, const ChakraReadOptions& opt
       std::copy(roles->ints.begin(), roles->ints.end(), r.roles.begin());
       r.template_name = name->s;
       r.static_memory = mem->i;
+      // Our files restore every op as it was, peers as roles: ranks of one template have equal
+      // programs. Keep each distinct program once (a 1,024-rank GPT-3 trace is 1,024 copies of
+      // 8 programs of ~50,000 ops; holding them all took more memory than the machine had).
+      const auto [it, fresh] = interned.emplace(program_key(r), i);
+      if (!fresh) {
+        // Only what the checks below read stays: the communication ops (their peers are this
+        // rank's), without dependencies.
+        r.same_as = static_cast<std::int64_t>(it->second);
+        std::erase_if(r.ops, [](const RawOp& o) { return !graph::is_communication(o.op.kind); });
+        for (RawOp& o : r.ops) o.deps = {};
+        r.ops.shrink_to_fit();
+      }
     }
     ranks.push_back(std::move(r));
   }
@@ -1427,6 +1478,10 @@ ChakraImport read_chakra(const std::string& prefix, const ChakraReadOptions& opt
   std::vector<std::uint32_t> template_of_program(ranks.size());
   for (std::size_t i = 0; i < ranks.size(); ++i) {
     const RawRank& r = ranks[i];
+    if (r.same_as >= 0) {
+      template_of_program[i] = template_of_program[static_cast<std::size_t>(r.same_as)];
+      continue;
+    }
     const auto [it, fresh] =
         template_of_key.emplace(program_key(r), static_cast<std::uint32_t>(g.templates.size()));
     template_of_program[i] = it->second;

@@ -112,6 +112,12 @@ struct ChakraWriteOptions {
   bool classes = false;
   /// When set, compute nodes carry `duration_micros` = this duration (ns) rounded up to µs.
   std::function<SimTime(const graph::Op&)> duration;
+  /// Also write the communicator groups as a METADATA node (id 0, what Chakra's PyTorch
+  /// converter writes and the roots depend on), for readers that take groups from it. Off by
+  /// default: ASTRA-sim's feeder stops on a METADATA node ("Invalid node_type"); the groups are
+  /// always in the GlobalMetadata attribute ss_comm_groups and, for per-rank files, in
+  /// PREFIX.comm_groups.json (ASTRA-sim's --comm-group-configuration).
+  bool metadata_node = false;
 };
 
 /// Writes the graph as Chakra ET files (mapping: docs/formats.md "Chakra ET"). Every file is

@@ -184,7 +184,8 @@ Keys concat(Keys a, const Keys& b) {
 Keys section_keys(std::string_view section) {
   if (section == "model")
     return concat(kModelShapeKeys, {"preset", "hf_config", "source", "tp_plan", "compile", "outer",
-                                    "sdpa", "pytorch", "pytorch_args", "pytorch_blocks"});
+                                    "sdpa", "pytorch", "pytorch_args", "pytorch_blocks",
+                                    "pytorch_tp_plan", "pytorch_factory"});
   if (section == "parallel") return kParallelKeys;
   if (section == "training") return kTrainingKeys;
   if (section == "cluster") return concat(kClusterNetworkKeys, {"preset"});
@@ -532,16 +533,17 @@ struct ModelSources {
 /// path of the capture. The capture is written to a temporary name and renamed, so concurrent
 /// first uses (every MPI rank) each find a whole file.
 std::string pytorch_capture(const Section& inline_keys, const Value& v, const Section& merged,
-                            std::int64_t micro_batch) {
-  const std::string spec = detail::read_string(v, "model.pytorch");
+                            std::int64_t micro_batch, bool factory) {
+  const std::string key = factory ? "model.pytorch_factory" : "model.pytorch";
+  const std::string spec = detail::read_string(v, key);
   const auto colon = spec.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == spec.size())
-    fail(v, "model.pytorch", "expected path/to/file.py:ClassName");
+    fail(v, key,
+         factory ? "expected path/to/file.py:FUNCTION" : "expected path/to/file.py:ClassName");
   const fs::path file = fs::path(spec.substr(0, colon)).is_absolute()
                             ? fs::path(spec.substr(0, colon))
                             : base_dir(v) / spec.substr(0, colon);
-  if (!fs::is_regular_file(file))
-    fail(v, "model.pytorch", fmt::format("file {} not found", display(file)));
+  if (!fs::is_regular_file(file)) fail(v, key, fmt::format("file {} not found", display(file)));
   std::string args;
   if (const Value* a = get(inline_keys, "pytorch_args")) {
     const std::string f = detail::read_string(*a, "model.pytorch_args");
@@ -550,11 +552,11 @@ std::string pytorch_capture(const Section& inline_keys, const Value& v, const Se
       fail(*a, "model.pytorch_args", fmt::format("file {} not found", display(p)));
     args = fs::absolute(p).string();
   }
-  std::string blocks = "layers";
+  std::string blocks;  // empty: capture.py finds the block list in the module tree
   if (const Value* b = get(inline_keys, "pytorch_blocks"))
     blocks = detail::read_string(*b, "model.pytorch_blocks");
   const Value* seq = get(merged, "seq_length");
-  if (seq == nullptr) fail(v, "model.pytorch", "needs model.seq_length (or a preset with one)");
+  if (seq == nullptr) fail(v, key, "needs model.seq_length (or a preset with one)");
   const std::int64_t s = detail::read_positive_int(*seq, "model.seq_length");
   const fs::path script = fs::path(SCALESCOPE_SOURCE_DIR) / "scripts" / "capture" / "capture.py";
   // FNV-1a over everything the capture depends on.
@@ -570,7 +572,7 @@ std::string pytorch_capture(const Section& inline_keys, const Value& v, const Se
   mix(contents(file));
   mix(args.empty() ? std::string() : contents(args));
   mix(contents(script));
-  mix(fmt::format("{}|{}|{}|{}", spec.substr(colon + 1), blocks, s, micro_batch));
+  mix(fmt::format("{}|{}|{}|{}|{}", spec.substr(colon + 1), blocks, s, micro_batch, factory));
   const char* env = std::getenv("SCALESCOPE_CACHE");
   const char* xdg = std::getenv("XDG_CACHE_HOME");
   const char* home = std::getenv("HOME");
@@ -584,20 +586,21 @@ std::string pytorch_capture(const Section& inline_keys, const Value& v, const Se
   fs::create_directories(out.parent_path(), ec);
   const fs::path tmp = out.string() + fmt::format(".tmp{}", static_cast<long>(::getpid()));
   std::string cmd =
-      fmt::format("/usr/bin/python3 '{}' '{}:{}' --seq {} --batch {} --blocks '{}' -o '{}' >&2",
-                  script.string(), fs::absolute(file).string(), spec.substr(colon + 1), s,
-                  micro_batch, blocks, tmp.string());
+      fmt::format("/usr/bin/python3 '{}' {}'{}:{}' --seq {} --batch {} -o '{}' >&2",
+                  script.string(), factory ? "--factory " : "", fs::absolute(file).string(),
+                  spec.substr(colon + 1), s, micro_batch, tmp.string());
+  if (!blocks.empty()) cmd += fmt::format(" --blocks '{}'", blocks);
   if (!args.empty()) cmd += fmt::format(" --args '{}'", args);
   const int rc = std::system(cmd.c_str());
   if (rc != 0 || !fs::is_regular_file(tmp)) {
     fs::remove(tmp, ec);
-    fail(v, "model.pytorch",
+    fail(v, key,
          fmt::format("capturing {} failed (capture.py exit {})", spec,
                      WIFEXITED(rc) ? WEXITSTATUS(rc) : rc));
   }
   fs::rename(tmp, out, ec);
   if (ec && !fs::is_regular_file(out))
-    fail(v, "model.pytorch", fmt::format("cannot store the capture in {}", display(out)));
+    fail(v, key, fmt::format("cannot store the capture in {}", display(out)));
   return out.string();
 }
 
@@ -634,15 +637,23 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
   // A captured model (docs/flint.md): its block replaces the built-in layer; the shape keys it
   // implies fill in what the preset / inline keys leave open, and must agree with them.
   std::shared_ptr<const workload::Capture> capture;
+  std::string capture_layers_note;
   std::string capture_path;
   const Value* pytorch = get(inline_keys, "pytorch");
+  const Value* factory = get(inline_keys, "pytorch_factory");
+  if (pytorch != nullptr && factory != nullptr)
+    fail(*factory, "model.pytorch_factory",
+         "give model.pytorch or model.pytorch_factory, not both");
+  if (pytorch == nullptr) pytorch = factory;
   if (pytorch != nullptr && get(inline_keys, "source") != nullptr)
     fail(*pytorch, "model.pytorch", "give model.source or model.pytorch, not both");
   for (const char* k : {"pytorch_args", "pytorch_blocks"})
     if (const Value* x = get(inline_keys, k); x != nullptr && pytorch == nullptr)
       fail(*x, std::string("model.") + k, "applies to model.pytorch only");
+  if (const Value* x = get(inline_keys, "pytorch_args"); x != nullptr && factory != nullptr)
+    fail(*x, "model.pytorch_args", "applies to model.pytorch (a class), not to a factory");
   if (pytorch != nullptr)
-    capture_path = pytorch_capture(inline_keys, *pytorch, merged, micro_batch);
+    capture_path = pytorch_capture(inline_keys, *pytorch, merged, micro_batch, pytorch == factory);
   if (const Value* v = get(inline_keys, "source")) {
     const std::string file = detail::read_string(*v, "model.source");
     const fs::path p = fs::path(file).is_absolute() ? fs::path(file) : base_dir(*v) / file;
@@ -654,23 +665,47 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
     capture = std::make_shared<const workload::Capture>(io::read_capture_h5(capture_path));
     std::int64_t hidden = 0;
     for (const workload::CapturedNode& n : capture->block)
-      if (n.kind == "placeholder" && n.param.empty() && !n.shapes.empty() &&
+      if (n.kind == "placeholder" && n.param.empty() && n.buffer.empty() && !n.shapes.empty() &&
           n.shapes[0].size() == 3) {
         hidden = n.shapes[0][2];
         break;
       }
     const Origin from{capture_path, "", false};
-    for (const auto& [key, value] :
-         {std::pair{"num_layers", capture->num_blocks}, std::pair{"seq_length", capture->seq},
-          std::pair{"vocab_size", capture->vocab_size}, std::pair{"hidden_size", hidden}}) {
+    // The shapes the capture shows (docs/flint.md "Shapes from the capture") fill what the
+    // experiment leaves open and must agree with what it gives; num_layers may differ (the
+    // captured block repeated another number of times, said in the output).
+    const workload::CaptureShapes shapes = workload::capture_shapes(*capture);
+    std::vector<std::pair<const char*, std::int64_t>> ints = {
+        {"num_layers", capture->num_blocks},       {"seq_length", capture->seq},
+        {"vocab_size", capture->vocab_size},       {"hidden_size", hidden},
+        {"num_attention_heads", shapes.heads},     {"kv_channels", shapes.head_dim},
+        {"num_query_groups", shapes.query_groups}, {"ffn_hidden_size", shapes.ffn}};
+    for (const auto& [key, value] : ints) {
+      if (value <= 0) continue;  // the capture cannot tell
       if (const Value* given = get(merged, key)) {
-        if (detail::read_positive_int(*given, std::string("model.") + key) != value)
-          fail(*given, std::string("model.") + key,
-               fmt::format("disagrees with the capture {} ({})", capture_path, value));
+        const std::int64_t g = detail::read_positive_int(*given, std::string("model.") + key);
+        if (g == value) continue;
+        if (std::string_view(key) == "num_layers") {
+          capture_layers_note = fmt::format(
+              "model.num_layers {} repeats the captured block of {} ({} blocks in the capture)", g,
+              capture_path, value);
+          continue;
+        }
+        fail(*given, std::string("model.") + key,
+             fmt::format("disagrees with the capture {} ({})", capture_path, value));
       } else {
         merged.insert_or_assign(key, Value{YAML::Node(value), from});
       }
     }
+    for (const auto& [key, value] : {std::pair{"gated_linear_unit", shapes.gated},
+                                     std::pair{"add_bias_linear", shapes.bias}}) {
+      if (!value || get(merged, key) != nullptr) continue;
+      merged.insert_or_assign(key, Value{YAML::Node(*value), from});
+    }
+    if (shapes.learned_positions && get(merged, "position_embedding_type") == nullptr)
+      merged.insert_or_assign(
+          "position_embedding_type",
+          Value{YAML::Node(*shapes.learned_positions ? "learned_absolute" : "rope"), from});
     // Tied or untied output layer, as the capture's outer graph has it (the tied embedding's
     // gradients are all-reduced between the first and last stage under PP).
     if (const std::optional<bool> tied = workload::capture_ties_embeddings(*capture)) {
@@ -799,11 +834,51 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
   if (capture) {
     m.capture = capture;
     m.capture_path = capture_path;
+    m.capture_note = capture_layers_note;
+    // The tensor-parallel plan (docs/flint.md "Tensor-parallel plans"): model.pytorch_tp_plan
+    // (parallelize_module styles by module pattern), a shipped plan by name (model.tp_plan), the
+    // one the model file declares, else one inferred from the captured graph.
     const Value* plan = get(inline_keys, "tp_plan");
-    const std::string name =
-        plan ? detail::read_choice(*plan, "model.tp_plan", {"llama", "gpt"}) : std::string("llama");
-    m.capture_plan = name == "gpt" ? workload::gpt_tp_plan() : workload::llama_tp_plan();
-    m.capture_plan_name = name;
+    const Value* torch_plan = get(inline_keys, "pytorch_tp_plan");
+    if (plan != nullptr && torch_plan != nullptr)
+      fail(*torch_plan, "model.pytorch_tp_plan",
+           "give model.pytorch_tp_plan or model.tp_plan, not both");
+    if (torch_plan != nullptr) {
+      if (!torch_plan->node.IsMap() || torch_plan->node.size() == 0)
+        fail(*torch_plan, "model.pytorch_tp_plan",
+             "expected a mapping of module patterns to parallelize_module styles "
+             "(ColwiseParallel, RowwiseParallel, SequenceParallel, PrepareModuleInput)");
+      for (const auto& kv : torch_plan->node) {
+        const std::string pattern = kv.first.as<std::string>();
+        const std::string given = kv.second.IsScalar() ? kv.second.as<std::string>() : "";
+        const std::string style = workload::tp_style(given);
+        if (style.empty())
+          fail(*torch_plan, "model.pytorch_tp_plan." + pattern,
+               fmt::format("'{}' is not a parallelize_module style (ColwiseParallel, "
+                           "RowwiseParallel, SequenceParallel, PrepareModuleInput)",
+                           given));
+        m.capture_plan.rules.emplace_back(pattern, style);
+      }
+      m.capture_plan.source = "model.pytorch_tp_plan";
+    } else if (plan != nullptr) {
+      const std::string name = detail::read_choice(*plan, "model.tp_plan", {"llama", "gpt"});
+      m.capture_plan = name == "gpt" ? workload::gpt_tp_plan() : workload::llama_tp_plan();
+      m.capture_plan.source = "model.tp_plan: " + name;
+      m.capture_plan_name = name;
+    } else if (!capture->file_tp_plan.empty()) {
+      for (const auto& [pattern, given] : capture->file_tp_plan) {
+        const std::string style = workload::tp_style(given);
+        if (style.empty())
+          throw_input(
+              "{}: the model file's tensor-parallel plan maps '{}' to '{}', not a "
+              "parallelize_module style",
+              capture_path, pattern, given);
+        m.capture_plan.rules.emplace_back(pattern, style);
+      }
+      m.capture_plan.source = "the model file";
+    } else {
+      m.capture_plan = workload::infer_tp_plan(*capture);
+    }
     if (const Value* mode = get(inline_keys, "compile")) {
       const std::string c =
           detail::read_choice(*mode, "model.compile", {"inductor", "eager", "blocks"});
@@ -1652,7 +1727,18 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
                                                                          : "learned_absolute");
   if (m.capture) {
     out << YAML::Key << "source" << YAML::Value << m.capture_path;
-    out << YAML::Key << "tp_plan" << YAML::Value << m.capture_plan_name;
+    if (!m.capture_plan_name.empty()) {
+      out << YAML::Key << "tp_plan" << YAML::Value << m.capture_plan_name;
+    } else {  // the plan itself, which reads back the same however it was found
+      out << YAML::Key << "pytorch_tp_plan" << YAML::Value << YAML::BeginMap;
+      for (const auto& [pattern, style] : m.capture_plan.rules)
+        out << YAML::Key << pattern << YAML::Value
+            << (style == "colwise"    ? "ColwiseParallel"
+                : style == "rowwise"  ? "RowwiseParallel"
+                : style == "sequence" ? "SequenceParallel"
+                                      : "PrepareModuleInput");
+      out << YAML::EndMap;
+    }
     out << YAML::Key << "compile" << YAML::Value
         << (!m.capture_compiled        ? "eager"
             : m.capture_outer_compiled ? "inductor"

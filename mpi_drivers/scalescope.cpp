@@ -6,7 +6,7 @@
 //   scalescope memory [CONFIG] [--megatron-args "…"] [--set key.path=value]...
 //   scalescope sweep [CONFIG] [--set …]... [--vary key.path=v1,v2,…]... [--search parallel]
 //                  [-o DIR] [--replay-unfit] [--top N]
-//   scalescope export-chakra graph.h5 PREFIX [--classes]
+//   scalescope export-chakra graph.h5 PREFIX [--classes] [--metadata-node]
 //   scalescope chakra-microbench all_reduce|all_gather|reduce_scatter|all_to_all PREFIX
 //                  [--ranks N] [--bytes S]
 //   scalescope graph --chakra PREFIX -o graph.h5 [--comm-groups groups.json] [--expand dp=N] [--set
@@ -41,6 +41,7 @@
 #include "emu/emulation.hpp"
 #include "explore/sweep.hpp"
 #include "graph/expand.hpp"
+#include "io/capture_h5.hpp"
 #include "io/chakra_et.hpp"
 #include "io/chrome_trace.hpp"
 #include "io/collective.hpp"
@@ -661,18 +662,21 @@ int run_chakra(const MpiSession& mpi, const graph::SlicedGraph& g,
 
 /// `scalescope export-chakra graph.h5 PREFIX`: compute nodes carry the cost model's durations
 /// (duration_micros, rounded up) for the cluster the graph's configuration names.
-int export_chakra_command(const std::string& graph_path, const std::string& prefix, bool classes) {
+int export_chakra_command(const std::string& graph_path, const std::string& prefix, bool classes,
+                          bool metadata_node) {
   const graph::SlicedGraph g = io::read_graph_h5(graph_path);
   const io::ExperimentConfig c = load_config({}, &g, {}, {});
   const cost::CostModel cost(c.cluster);
   const emu::Costs costs = emu::costs_of(cost);
   io::ChakraWriteOptions wo;
   wo.classes = classes;
+  wo.metadata_node = metadata_node;
   wo.duration = costs.compute;
   const std::size_t files = io::write_chakra(g, prefix, wo);
-  std::cout << fmt::format("wrote {} Chakra ET file{} {}{} for {} ranks ({} templates)\n", files,
+  std::cout << fmt::format("wrote {} Chakra ET file{} {}{} for {} ranks ({} templates){}\n", files,
                            files == 1 ? "" : "s", prefix, classes ? ".class*.et" : ".*.et",
-                           g.world_size, g.templates.size());
+                           g.world_size, g.templates.size(),
+                           classes ? "" : fmt::format("; groups in {}.comm_groups.json", prefix));
   return 0;
 }
 
@@ -754,6 +758,14 @@ int run_command(const MpiSession& mpi, const std::string& config_path,
   }
   const auto t0 = std::chrono::steady_clock::now();
   if (!graph) graph = build(c);
+  // A captured model (once its graph is built): the plan its TP runs with, however it was
+  // found, and what else was assumed.
+  if (!quiet && mpi.rank() == 0 && c.model.capture) {
+    if (c.parallel.tp() > 1)
+      std::cout << fmt::format("tensor-parallel plan ({}):\n{}", c.model.capture_plan.source,
+                               workload::describe_tp_plan(c.model.capture_plan));
+    if (!c.model.capture_note.empty()) std::cout << "note: " << c.model.capture_note << "\n";
+  }
   if (graph->world_size != static_cast<std::uint32_t>(c.parallel.world()))
     throw_input("{}: graph has {} ranks but the configuration has {} GPUs", graph_path,
                 graph->world_size, c.parallel.world());
@@ -1270,18 +1282,31 @@ int main(int argc, char** argv) {
   std::string profile_config, profile_list, profile_import, profile_backend = "host", profile_out;
   std::vector<std::string> profile_overrides;
   double op_scale = 0.05;
-  std::string capture_model, capture_args, capture_out, capture_blocks = "layers",
-                                                        capture_dtype = "bf16";
-  std::int64_t capture_seq = 4096, capture_batch = 1;
+  std::string capture_model, capture_factory, capture_args, capture_out, capture_blocks,
+      capture_dtype = "bf16";
+  std::int64_t capture_seq = 4096, capture_batch = 1, capture_tp = 2;
+  bool capture_summary = false;
   auto* ccmd = app.add_subcommand(
       "capture", "Trace a PyTorch model's block and outer graph into capture.h5 (docs/flint.md)");
-  ccmd->add_option("model", capture_model, "path/to/file.py:ClassName")->required();
-  ccmd->add_option("--args", capture_args, "YAML mapping of constructor arguments");
+  auto* cmodel = ccmd->add_option("model", capture_model, "path/to/file.py:ClassName");
+  auto* cfactory = ccmd->add_option(
+      "--factory", capture_factory,
+      "path/to/file.py:FUNCTION: a function of no arguments returning the module (or the module "
+      "and example inputs)");
+  cmodel->excludes(cfactory);
+  ccmd->add_option("--args", capture_args, "YAML mapping of constructor arguments")
+      ->excludes(cfactory);
   ccmd->add_option("--seq", capture_seq, "Sequence length (default 4096)");
   ccmd->add_option("--batch", capture_batch, "Micro-batch size (default 1)");
   ccmd->add_option("--dtype", capture_dtype, "bf16 (default), fp16 or fp32");
-  ccmd->add_option("--blocks", capture_blocks, "The nn.ModuleList of repeated blocks");
+  ccmd->add_option("--blocks", capture_blocks,
+                   "Dotted path of the nn.ModuleList of repeated blocks (default: the largest "
+                   "one of modules of one class in the module tree)");
   ccmd->add_option("-o,--output", capture_out, "capture.h5 path")->required();
+  ccmd->add_flag("--summary", capture_summary,
+                 "Print per block the ops, GEMM FLOPs, the TP plan and its collectives, and the "
+                 "totals against 6·N·tokens");
+  ccmd->add_option("--tp", capture_tp, "TP degree the summary lowers the plan at (default 2)");
   auto* pcmd = app.add_subcommand(
       "profile", "Kernel signatures of a configuration: list them, measure them, import them");
   pcmd->add_option("config", profile_config, "Experiment YAML");
@@ -1296,7 +1321,7 @@ int main(int argc, char** argv) {
   pcmd->add_option("-o,--output", profile_out, "profile.h5 path");
 
   std::string export_graph, export_prefix;
-  bool export_classes = false;
+  bool export_classes = false, export_metadata_node = false;
   auto* ecmd = app.add_subcommand("export-chakra",
                                   "Write a graph.h5 as Chakra ET files (one per rank) for "
                                   "ASTRA-sim and Chakra's tools");
@@ -1304,6 +1329,9 @@ int main(int argc, char** argv) {
   ecmd->add_option("prefix", export_prefix, "Output PREFIX: PREFIX.<rank>.et")->required();
   ecmd->add_flag("--classes", export_classes,
                  "One file per rank class (PREFIX.class<k>.et) plus PREFIX.classes.json");
+  ecmd->add_flag("--metadata-node", export_metadata_node,
+                 "Also write the communicator groups as a METADATA node (Chakra's PyTorch "
+                 "converter's flavour; stock ASTRA-sim stops on it: docs/formats.md)");
 
   std::string bench_kind, bench_prefix;
   std::uint32_t bench_ranks = 8;
@@ -1345,7 +1373,9 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   try {
-    if (*ecmd) return export_chakra_command(export_graph, export_prefix, export_classes);
+    if (*ecmd)
+      return export_chakra_command(export_graph, export_prefix, export_classes,
+                                   export_metadata_node);
     if (*scmd)
       return sweep_command(mpi, sweep_config, sweep_overrides, megatron_args, sweep_vary,
                            sweep_search, sweep_out, sweep_replay_unfit, sweep_top, quiet);
@@ -1399,14 +1429,30 @@ int main(int argc, char** argv) {
       // run with Debian's /usr/bin/python3 (python3-torch).
       const fs::path script =
           fs::path(SCALESCOPE_SOURCE_DIR) / "scripts" / "capture" / "capture.py";
-      std::string cmd = fmt::format(
-          "/usr/bin/python3 '{}' '{}' --seq {} --batch {} --dtype '{}' "
-          "--blocks '{}' -o '{}'",
-          script.string(), capture_model, capture_seq, capture_batch, capture_dtype, capture_blocks,
-          capture_out);
+      if (capture_model.empty() == capture_factory.empty())
+        throw_input(
+            "scalescope capture: give path/to/file.py:ClassName or --factory FILE:FUNCTION");
+      std::string cmd =
+          fmt::format("/usr/bin/python3 '{}' {}'{}' --seq {} --batch {} --dtype '{}' -o '{}'",
+                      script.string(), capture_factory.empty() ? "" : "--factory ",
+                      capture_factory.empty() ? capture_model : capture_factory, capture_seq,
+                      capture_batch, capture_dtype, capture_out);
+      if (!capture_blocks.empty()) cmd += fmt::format(" --blocks '{}'", capture_blocks);
       if (!capture_args.empty()) cmd += fmt::format(" --args '{}'", capture_args);
       const int rc = std::system(cmd.c_str());
-      return WIFEXITED(rc) ? WEXITSTATUS(rc) : 1;
+      const int code = WIFEXITED(rc) ? WEXITSTATUS(rc) : 1;
+      if (code != 0 || !capture_summary) return code;
+      const workload::Capture captured = io::read_capture_h5(capture_out);
+      workload::TpPlan plan;
+      if (!captured.file_tp_plan.empty()) {
+        for (const auto& [pattern, given] : captured.file_tp_plan)
+          plan.rules.emplace_back(pattern, workload::tp_style(given));
+        plan.source = "the model file";
+      } else {
+        plan = workload::infer_tp_plan(captured);
+      }
+      std::cout << io::format_capture_summary(captured, plan, capture_tp);
+      return 0;
     }
     if (*pcmd)
       return profile_command(profile_config, profile_overrides, megatron_args, profile_list,

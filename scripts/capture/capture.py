@@ -4,7 +4,15 @@ own PyTorch model, traced with make_fx over fake tensors (no weights are ever al
 to capture.h5 for scalescope.
 
     capture.py path/to/model.py:ClassName [--args args.yaml] [--batch B] [--seq S]
-               [--dtype bf16|fp32] [--blocks layers] -o capture.h5
+               [--dtype bf16|fp32] [--blocks PATH] -o capture.h5
+    capture.py --factory path/to/file.py:FUNCTION [--batch B] [--seq S] ... -o capture.h5
+
+The model comes from its class (constructor keywords from --args) or from a factory function that
+takes no arguments and returns the module, or the module and example inputs (a tuple or a dict of
+the forward's arguments); without them the forward gets token ids [batch, seq] (and, where its
+signature names `targets` or `labels`, labels of the same shape). The repeated blocks are the
+largest nn.ModuleList of modules of one class found anywhere in the module tree
+(`transformer.h`, `model.layers`, `layers`), or the one --blocks names by its dotted path.
 
 Two graphs are captured:
   /block  one repeated transformer block (the first module of the ModuleList named by --blocks),
@@ -19,7 +27,9 @@ parameter they read through view-like ops. Works with PyTorch 1.13 (make_fx + Fa
 on 2.x the same calls exist.
 """
 import argparse
+import dataclasses
 import importlib.util
+import inspect
 import json
 import os
 import resource
@@ -56,16 +66,25 @@ class CaptureError(Exception):
 class BlocksMarker(nn.Module):
     """Stands where the repeated blocks run when /outer is traced: its one aten.alias node (module
     path "<blocks>.0") names the hidden states that enter the first block, the boundary between
-    what runs before the blocks (embedding) and after them (final norm, head, loss)."""
+    what runs before the blocks (embedding) and after them (final norm, head, loss). It returns
+    what a block returns: the hidden states, or a tuple with them first (Hugging Face's layers),
+    the rest as the real block gave them."""
+
+    def __init__(self, rest=None):
+        super().__init__()
+        self.rest = rest  # None: the block returns a tensor; else the tuple's other elements
 
     def forward(self, x, *args, **kwargs):
-        return torch.ops.aten.alias.default(x)
+        y = torch.ops.aten.alias.default(x)
+        return y if self.rest is None else (y,) + tuple(self.rest)
 
 
-def load_class(spec):
+def load_attr(spec, what, kind):
+    """The object NAME of file path/to/file.py (spec "path/to/file.py:NAME"); `what` names it
+    in the usage, `kind` in the error."""
     if ":" not in spec:
-        raise CaptureError(f"{spec}: expected path/to/file.py:ClassName")
-    path, cls = spec.rsplit(":", 1)
+        raise CaptureError(f"{spec}: expected path/to/file.py:{what}")
+    path, name = spec.rsplit(":", 1)
     if not os.path.isfile(path):
         raise CaptureError(f"{path}: model file not found")
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))  # its sibling modules import
@@ -74,10 +93,36 @@ def load_class(spec):
     try:
         module_spec.loader.exec_module(module)
     except Exception as e:  # the user's file: report its error in one line
-        raise CaptureError(f"{path}: cannot import: {type(e).__name__}: {e}")
-    if not hasattr(module, cls):
-        raise CaptureError(f"{path}: no class {cls}")
-    return getattr(module, cls)
+        raise CaptureError(f"{path}: cannot import: {type(e).__name__}: {one_line(e)}")
+    if not hasattr(module, name):
+        raise CaptureError(f"{path}: no {kind} {name}")
+    LOADED.append(module)
+    return getattr(module, name)
+
+
+LOADED = []  # the user's modules, for a tensor-parallel plan they declare
+PLAN_NAMES = ("tp_plan", "TP_PLAN", "tensor_parallel_plan", "parallelize_plan")
+
+
+def file_tp_plan():
+    """A plan the model file declares: a module-level dict (tp_plan, TP_PLAN, ...) of module
+    patterns to parallelize_module styles, as instances (ColwiseParallel()) or names."""
+    for module in LOADED:
+        for name in PLAN_NAMES:
+            plan = getattr(module, name, None)
+            if isinstance(plan, dict) and plan:
+                return {str(k): v if isinstance(v, str) else type(v).__name__
+                        for k, v in plan.items()}
+    return None
+
+
+def load_class(spec):
+    return load_attr(spec, "ClassName", "class")
+
+
+def one_line(e):
+    text = " ".join(str(e).split())
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def load_args(path):
@@ -159,9 +204,11 @@ def is_causal(n):
     return None
 
 
-def describe(graph, param_names, grad_offset):
+def describe(graph, param_names, grad_offset, buffer_names=(), buffer_at=None, buffer_masks=()):
     """The graph's nodes as plain dicts (inputs by index), module paths completed from the
-    parameters that backward ops read."""
+    parameters that backward ops read. The graph's first placeholders are `param_names`; the
+    `buffer_names` placeholders start at placeholder `buffer_at` (they are inputs, never
+    differentiated)."""
     nodes = list(graph.graph.nodes)
     index = {n: i for i, n in enumerate(nodes)}
     out = []
@@ -184,6 +231,12 @@ def describe(graph, param_names, grad_offset):
             d["causal"] = causal
         if n.op == "placeholder":
             d["param"] = param_names[placeholder] if placeholder < len(param_names) else ""
+            if buffer_at is not None and 0 <= placeholder - buffer_at < len(buffer_names):
+                d["buffer"] = buffer_names[placeholder - buffer_at]
+                d["module"] = d["buffer"].rpartition(".")[0]
+                if placeholder - buffer_at < len(buffer_masks) and \
+                        buffer_masks[placeholder - buffer_at]:
+                    d["mask"] = buffer_masks[placeholder - buffer_at]  # made by tril / triu
             placeholder += 1
             if d["param"]:
                 d["module"] = d["param"].rsplit(".", 1)[0]
@@ -234,78 +287,389 @@ def describe(graph, param_names, grad_offset):
     return out
 
 
-def capture(model_spec, args_path, batch, seq, dtype, blocks_attr):
-    cls = load_class(model_spec)
-    kwargs = load_args(args_path)
+GEMM_OPS = {"mm", "addmm", "bmm", "baddbmm"}
+
+
+def gemm_flops(op, a, b):
+    """FLOPs of a matrix-multiply op with operands of shapes a [..., m, k] and b [..., k, n]."""
+    if op not in GEMM_OPS or not a or not b:
+        return 0
+    numel = 1
+    for d in a:
+        numel *= d
+    return 2 * numel * b[-1]
+
+
+def node_gemm_flops(nodes):
+    """GEMM FLOPs of described nodes (what capture.h5 holds)."""
+    total = 0
+    for d in nodes:
+        op = d["op"].split(".")[0]
+        if d["kind"] != "call_function" or op not in GEMM_OPS or len(d["inputs"]) < 2:
+            continue
+        ia, ib = (d["inputs"][-2], d["inputs"][-1]) if op in ("addmm", "baddbmm") \
+            else (d["inputs"][0], d["inputs"][1])
+        sa, sb = nodes[ia]["shapes"], nodes[ib]["shapes"]
+        total += gemm_flops(op, sa[0] if sa else None, sb[0] if sb else None)
+    return total
+
+
+def eager_gemm_flops(fn, args, mode):
+    """GEMM FLOPs of fn(*args) run eagerly over fake tensors: what the traced graph must hold."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Counter(TorchDispatchMode):
+        flops = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            name = str(func)  # "aten.mm.default"
+            op = name.split(".")[1] if name.startswith("aten.") else name
+            if op in GEMM_OPS:
+                t = [x for x in args if isinstance(x, torch.Tensor)]
+                a, b = (t[-2], t[-1]) if op in ("addmm", "baddbmm") else (t[0], t[1])
+                Counter.flops += gemm_flops(op, list(a.shape), list(b.shape))
+            return out
+
+    with mode, Counter():
+        fn(*args)
+    return Counter.flops
+
+
+def find_blocks(model, path, where):
+    """(dotted path, the nn.ModuleList of the repeated blocks): the one `path` names, else the
+    largest (by parameters) nn.ModuleList of modules of one class anywhere in the module tree."""
+    if path:
+        try:
+            blocks = model.get_submodule(path)
+        except AttributeError:
+            raise CaptureError(f"{where}: no module '{path}' (--blocks names the nn.ModuleList "
+                               "of repeated blocks by its dotted path, e.g. transformer.h)")
+        if not isinstance(blocks, nn.ModuleList) or len(blocks) == 0:
+            raise CaptureError(f"{where}: '{path}' is not a non-empty nn.ModuleList")
+        return path, blocks
+    best = None
+    for name, m in model.named_modules():
+        if name and isinstance(m, nn.ModuleList) and len(m) > 0 and \
+                len({type(c) for c in m}) == 1:
+            key = (sum(p.numel() for p in m.parameters()), -name.count("."))
+            if best is None or key > best[0]:
+                best = (key, name, m)
+    if best is None:
+        raise CaptureError(f"{where}: no nn.ModuleList of repeated blocks found in the module "
+                           "tree (name it with --blocks PATH)")
+    return best[1], best[2]
+
+
+def set_submodule(model, path, module):
+    parent, _, leaf = path.rpartition(".")
+    setattr(model.get_submodule(parent) if parent else model, leaf, module)
+
+
+def named_tensors(module, kind):
+    """(unique tensors, {every name → index}) of a module's parameters or buffers, tied ones
+    under each of their names (functional_call must replace every alias)."""
+    tensors, names, index = [], {}, {}
+    for prefix, m in module.named_modules(remove_duplicate=False):
+        store = m._parameters if kind == "param" else m._buffers
+        for leaf, t in store.items():
+            if t is None:
+                continue
+            if id(t) not in index:
+                index[id(t)] = len(tensors)
+                tensors.append((f"{prefix}.{leaf}" if prefix else leaf, t))
+            names[f"{prefix}.{leaf}" if prefix else leaf] = index[id(t)]
+    return tensors, names
+
+
+def as_mapping(values, names):
+    return {name: values[i] for name, i in names.items()}
+
+
+def loss_and_logits(out, vocab):
+    """(loss, logits) of a forward's output: a tensor, a tuple / list, a dict (Hugging Face's
+    ModelOutput is one) or a dataclass; either may be None."""
+    if isinstance(out, torch.Tensor):
+        items = [("", out)]
+    elif isinstance(out, dict):
+        items = list(out.items())
+    elif dataclasses.is_dataclass(out):
+        items = [(f.name, getattr(out, f.name)) for f in dataclasses.fields(out)]
+    elif isinstance(out, (tuple, list)):
+        items = [(str(i), v) for i, v in enumerate(out)]
+    else:
+        items = []
+    tensors = [(k, v) for k, v in items if isinstance(v, torch.Tensor) and v.is_floating_point()]
+    named = dict(tensors)
+    loss = named.get("loss")
+    if loss is None:
+        loss = next((v for _, v in tensors if v.dim() == 0), None)
+    logits = named.get("logits")
+    if logits is None:
+        logits = next((v for _, v in tensors if v.dim() >= 2 and v.shape[-1] == vocab), None)
+    return loss, logits
+
+
+def first_tensor(out):
+    """A block's output hidden states: the tensor, or the first tensor of a tuple / list."""
+    if isinstance(out, torch.Tensor):
+        return out
+    if isinstance(out, (tuple, list)):
+        for v in out:
+            if isinstance(v, torch.Tensor):
+                return v
+    raise CaptureError(f"a block returned {type(out).__name__}, not a tensor")
+
+
+def traced(where, what, fn):
+    """Runs fn (a fake run or a trace), turning what the model cannot do into one line."""
+    try:
+        return fn()
+    except CaptureError:
+        raise
+    except Exception as e:
+        text = f"{type(e).__name__}: {one_line(e)}"
+        if "DataDependent" in type(e).__name__ or "_local_scalar_dense" in text or \
+                "data-dependent" in text.lower() or "data dependent" in text.lower():
+            raise CaptureError(f"{where}: {what}: data-dependent control flow (a Python branch "
+                               f"or value that reads a tensor's contents; {text})")
+        raise CaptureError(f"{where}: {what}: unsupported ({text})")
+
+
+def check_trace(where, part, nodes, names, expected_flops):
+    """A truncated trace is an error: every parameter must be read by the graph, and its GEMM
+    FLOPs must be those of the eager run."""
+    used = set()
+    for d in nodes:
+        used.update(d["inputs"])
+    missing = [d["param"] for i, d in enumerate(nodes)
+               if d["kind"] == "placeholder" and d.get("param") and i not in used]
+    present = {d["param"] for d in nodes if d["kind"] == "placeholder" and d.get("param")}
+    missing += [n for n in names if n not in present]
+    if missing:
+        raise CaptureError(f"{where}: the {part} trace is truncated: parameter {missing[0]} "
+                           f"is not in it ({len(missing)} missing)")
+    got = node_gemm_flops(nodes)
+    if got != expected_flops:
+        raise CaptureError(f"{where}: the {part} trace is truncated: its GEMMs do {got:.4g} "
+                           f"FLOPs, the model's run {expected_flops:.4g}")
+
+
+def test_truncation(nodes):
+    """Test hook (SCALESCOPE_CAPTURE_TEST_TRUNCATE=1): keep the first half of the nodes, as a
+    trace that stopped early would."""
+    if os.environ.get("SCALESCOPE_CAPTURE_TEST_TRUNCATE") == "1":
+        kept = nodes[:len(nodes) // 2]
+        return [dict(d, inputs=[i for i in d["inputs"] if i < len(kept)]) for d in kept]
+    return nodes
+
+
+class MaskProvenance:
+    """Tells which tensors were made by tril / triu (a causal mask registered as a buffer, as
+    nanoGPT and minGPT do) and what views or casts them: a fake tensor has no values to look at,
+    so the ops that made it are watched while the model is built."""
+    PASS = {"view", "_unsafe_view", "reshape", "_reshape_alias", "expand", "unsqueeze", "squeeze",
+            "slice", "alias", "t", "transpose", "permute", "detach", "_to_copy", "clone",
+            "contiguous", "lift_fresh", "lift_fresh_copy", "to"}
+
+    def __init__(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+        kinds, keep, passing = {}, [], self.PASS
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                name = str(func)
+                op = name.split(".")[1] if name.startswith("aten.") else ""
+                mark = None
+                if op.rstrip("_") in ("tril", "triu"):
+                    mark = op.rstrip("_")
+                elif op in passing:
+                    src = next((a for a in args if isinstance(a, torch.Tensor)), None)
+                    mark = kinds.get(id(src)) if src is not None else None
+                if mark and isinstance(out, torch.Tensor):
+                    kinds[id(out)] = mark
+                    keep.append(out)  # ids stay valid while the tensor lives
+                return out
+
+        self.mode, self.kinds = Mode(), kinds
+
+    def kind(self, tensor):
+        return self.kinds.get(id(tensor), "")
+
+
+def build_model(model_spec, factory, args_path, mode, torch_dtype, masks):
+    """(model, example inputs or None, where (for messages), class name, constructor kwargs)."""
+    if factory:
+        fn = load_attr(factory, "FUNCTION", "function")
+        with mode, masks.mode:
+            try:
+                made = fn()
+            except Exception as e:
+                raise CaptureError(f"{factory}: the factory failed: {type(e).__name__}: "
+                                   f"{one_line(e)}")
+        inputs = None
+        if isinstance(made, (tuple, list)) and len(made) == 2 and isinstance(made[0], nn.Module):
+            made, inputs = made
+        if not isinstance(made, nn.Module):
+            raise CaptureError(f"{factory}: returned {type(made).__name__}, not an nn.Module "
+                               "(or a module and its example inputs)")
+        kwargs = {}
+        model = made
+        where = f"{factory} ({type(model).__name__})"
+    else:
+        cls = load_class(model_spec)
+        kwargs = load_args(args_path)
+        inputs = None
+        with mode, masks.mode:
+            try:
+                model = cls(**kwargs)
+            except TypeError as e:
+                raise CaptureError(f"{model_spec}: constructor arguments: {one_line(e)}")
+            except Exception as e:
+                raise CaptureError(f"{model_spec}: the constructor failed: {type(e).__name__}: "
+                                   f"{one_line(e)}")
+        where = model_spec
+    with mode, masks.mode:
+        model = model.to(torch_dtype)
+    return model, inputs, where, type(model).__name__, kwargs
+
+
+def capture(model_spec, args_path, batch, seq, dtype, blocks_path, factory=None):
     torch_dtype = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}[dtype]
     mode = FakeTensorMode()
     t0 = time.time()
-    with mode:
-        try:
-            model = cls(**kwargs)
-        except TypeError as e:
-            raise CaptureError(f"{model_spec}: constructor arguments: {e}")
-        model = model.to(torch_dtype)
-    blocks = getattr(model, blocks_attr, None)
-    if not isinstance(blocks, nn.ModuleList) or len(blocks) == 0:
-        raise CaptureError(f"{model_spec}: no non-empty nn.ModuleList attribute '{blocks_attr}' "
-                           "(name the repeated blocks with --blocks)")
+    masks = MaskProvenance()
+    model, inputs, where, cls_name, kwargs = build_model(model_spec, factory, args_path, mode,
+                                                         torch_dtype, masks)
+    blocks_path, blocks = find_blocks(model, blocks_path, where)
     num_blocks = len(blocks)
     block = blocks[0]
-    setattr(model, blocks_attr, nn.ModuleList([block]))
+    set_submodule(model, blocks_path, nn.ModuleList([block]))
     vocab = None
     for m in model.modules():
         if isinstance(m, nn.Embedding):
             vocab = m.num_embeddings
             break
     if vocab is None:
-        raise CaptureError(f"{model_spec}: no nn.Embedding found (the model takes token ids)")
+        raise CaptureError(f"{where}: no nn.Embedding found (the model takes token ids)")
+    # The forward's arguments: the factory's example inputs, else token ids (and labels where
+    # the signature asks for them: nanoGPT computes full logits only when given targets).
     with mode:
         tokens = torch.zeros(batch, seq, dtype=torch.long)
         labels = torch.zeros(batch, seq, dtype=torch.long)
+    if inputs is not None:
+        call_args = tuple(inputs) if isinstance(inputs, (tuple, list)) else ()
+        call_kwargs = dict(inputs) if isinstance(inputs, dict) else {}
+        if not isinstance(inputs, (tuple, list, dict)):
+            call_args = (inputs,)
+        ids = next((t for t in list(call_args) + list(call_kwargs.values())
+                    if isinstance(t, torch.Tensor) and t.dim() == 2 and not t.is_floating_point()),
+                   None)
+        if ids is None:
+            raise CaptureError(f"{where}: the example inputs hold no [batch, seq] token ids")
+        batch, seq = int(ids.shape[0]), int(ids.shape[1])
+        with mode:
+            labels = torch.zeros(batch, seq, dtype=torch.long)
+    else:
+        params = inspect.signature(model.forward).parameters
+        label_kw = next((n for n in ("targets", "labels") if n in params), None)
+        call_args = (tokens,)
+        call_kwargs = {label_kw: labels} if label_kw else {}
     # The block's inputs inside the model: a fake forward with a pre-hook.
     seen = {}
-    def grab(mod, a, k=None):
+
+    def grab(mod, a):
         seen.setdefault("args", a)
-    handle = block.register_forward_pre_hook(grab)
+
+    def grab_out(mod, a, out):
+        seen.setdefault("out", out)
+    handles = [block.register_forward_pre_hook(grab), block.register_forward_hook(grab_out)]
     with mode:
-        model(tokens)
-    handle.remove()
+        out = traced(where, "forward", lambda: model(*call_args, **call_kwargs))
+    for h in handles:
+        h.remove()
+    block_out = seen.get("out")
+    if isinstance(block_out, (tuple, list)) and block_out and \
+            isinstance(block_out[0], torch.Tensor):
+        marker_rest = tuple(block_out[1:])
+    elif isinstance(block_out, torch.Tensor):
+        marker_rest = None
+    else:
+        raise CaptureError(f"{where}: a block of {blocks_path} returned "
+                           f"{type(block_out).__name__}, not the hidden states (a tensor, or a "
+                           "tuple with them first)")
+    loss, logits = loss_and_logits(out, vocab)
+    if loss is None and logits is None:
+        raise CaptureError(f"{where}: the forward returned {type(out).__name__} with no loss and "
+                           f"no logits over the {vocab}-token vocabulary")
+    loss_from = "model" if loss is not None else "cross_entropy(logits)"
+    if "args" not in seen or not seen["args"] or not isinstance(seen["args"][0], torch.Tensor):
+        raise CaptureError(f"{where}: the blocks in {blocks_path} did not run with hidden states "
+                           "as their first argument")
     block_args = seen["args"]
     tracker = ModuleTracker(model)
+    prefix = f"{blocks_path}.0."
 
-    # Block: forward and backward w.r.t. its input hidden states and its parameters.
-    block_params = dict(block.named_parameters())
-    block_names = list(block_params)
-    def block_fn(pvals, hidden, *rest):
-        out = functional_call(block, dict(zip(block_names, pvals)), (hidden,) + tuple(rest))
+    # Block: forward and backward w.r.t. its input hidden states and its parameters; its
+    # buffers (a causal mask) are inputs too, so that what reads them is traced.
+    block_params, block_pnames = named_tensors(block, "param")
+    block_buffers, block_bnames = named_tensors(block, "buffer")
+    pvals0 = [t for _, t in block_params]
+    bvals0 = [t for _, t in block_buffers]
+    rest = tuple(block_args[1:])
+
+    def block_fn(pvals, hidden, bvals, *rest):
+        state = as_mapping(pvals, block_pnames)
+        state.update(as_mapping(bvals, block_bnames))
+        out = first_tensor(functional_call(block, state, (hidden,) + tuple(rest)))
         grads = torch.autograd.grad(out, [hidden] + list(pvals), torch.ones_like(out))
         return out, grads
     with mode:
         hidden = block_args[0].detach().requires_grad_(True)
-    prefix = f"{blocks_attr}.0."
-    g_block = trace(block_fn, (list(block_params.values()), hidden) + tuple(block_args[1:]),
-                    tracker, mode)
-    block_nodes = describe(g_block, [prefix + n for n in block_names], 2)
+    args = (pvals0, hidden, bvals0) + rest
+    expected = traced(where, "block", lambda: eager_gemm_flops(block_fn, args, mode))
+    g_block = traced(where, "block", lambda: trace(block_fn, args, tracker, mode))
+    pnames = [prefix + n for n, _ in block_params]
+    block_nodes = describe(g_block, pnames, 2, [prefix + n for n, _ in block_buffers],
+                           len(pvals0) + 1, [masks.kind(t) for _, t in block_buffers])
+    block_nodes = test_truncation(block_nodes)
+    check_trace(where, "block", block_nodes, pnames, expected)
 
     # Outer: the model with a marker in place of its blocks, through the loss.
     tracker.remove()
-    setattr(model, blocks_attr, nn.ModuleList([BlocksMarker()]))
+    set_submodule(model, blocks_path, nn.ModuleList([BlocksMarker(marker_rest)]))
     tracker = ModuleTracker(model)
-    outer_params = dict(model.named_parameters())
-    outer_names = list(outer_params)
-    def outer_fn(pvals, tokens, labels):
-        logits = functional_call(model, dict(zip(outer_names, pvals)), (tokens,))
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1))
+    outer_params, outer_pnames = named_tensors(model, "param")
+    outer_buffers, outer_bnames = named_tensors(model, "buffer")
+    opvals = [t for _, t in outer_params]
+    obvals = [t for _, t in outer_buffers]
+
+    def outer_fn(pvals, bvals, call_args, call_kwargs, labels):
+        state = as_mapping(pvals, outer_pnames)
+        state.update(as_mapping(bvals, outer_bnames))
+        out = functional_call(model, state, tuple(call_args), dict(call_kwargs))
+        loss, logits = loss_and_logits(out, vocab)
+        if loss is None:
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(),
+                                   labels.reshape(-1))
         return loss, torch.autograd.grad(loss, list(pvals))
-    g_outer = trace(outer_fn, (list(outer_params.values()), tokens, labels), tracker, mode)
-    outer_nodes = describe(g_outer, outer_names, 1)
+    oargs = (opvals, obvals, list(call_args), call_kwargs, labels)
+    expected = traced(where, "outer graph", lambda: eager_gemm_flops(outer_fn, oargs, mode))
+    g_outer = traced(where, "outer graph", lambda: trace(outer_fn, oargs, tracker, mode))
+    onames = [n for n, _ in outer_params]
+    outer_nodes = describe(g_outer, onames, 1, [n for n, _ in outer_buffers], len(opvals),
+                           [masks.kind(t) for _, t in outer_buffers])
+    check_trace(where, "outer", outer_nodes, onames, expected)
     tracker.remove()
-    setattr(model, blocks_attr, nn.ModuleList([block] * num_blocks))
-    meta = {"format_version": FORMAT_VERSION, "model": model_spec, "class": cls.__name__,
+    set_submodule(model, blocks_path, nn.ModuleList([block] * num_blocks))
+    meta = {"format_version": FORMAT_VERSION, "model": factory or model_spec, "class": cls_name,
             "args": json.dumps(kwargs), "torch_version": torch.__version__, "batch": batch,
-            "seq": seq, "dtype": dtype, "blocks_attr": blocks_attr, "num_blocks": num_blocks,
-            "vocab_size": vocab, "capture_seconds": time.time() - t0}
+            "seq": seq, "dtype": dtype, "blocks_attr": blocks_path, "num_blocks": num_blocks,
+            "vocab_size": vocab, "loss": loss_from, "capture_seconds": time.time() - t0}
+    plan = file_tp_plan()
+    if plan:
+        meta["tp_plan"] = json.dumps(plan)
     return meta, block_nodes, outer_nodes
 
 
@@ -329,24 +693,35 @@ def write(path, meta, block_nodes, outer_nodes):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("model", help="path/to/file.py:ClassName")
+    p.add_argument("model", nargs="?", help="path/to/file.py:ClassName")
+    p.add_argument("--factory", help="path/to/file.py:FUNCTION returning the module (or the "
+                   "module and example inputs)")
     p.add_argument("--args", help="YAML mapping of constructor arguments")
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--seq", type=int, default=4096)
     p.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
-    p.add_argument("--blocks", default="layers", help="the nn.ModuleList of repeated blocks")
+    p.add_argument("--blocks", default="", help="dotted path of the nn.ModuleList of repeated "
+                   "blocks (default: found in the module tree)")
     p.add_argument("-o", "--output", required=True)
     a = p.parse_args()
+    if bool(a.model) == bool(a.factory):
+        p.error("give the model as path/to/file.py:ClassName or --factory FILE.py:FUNCTION")
+    if a.factory and a.args:
+        p.error("--args applies to a model class, not to --factory")
     try:
-        meta, block, outer = capture(a.model, a.args, a.batch, a.seq, a.dtype, a.blocks)
+        meta, block, outer = capture(a.model, a.args, a.batch, a.seq, a.dtype, a.blocks,
+                                     a.factory)
         write(a.output, meta, block, outer)
     except CaptureError as e:
         print(f"capture: error: {e}", file=sys.stderr)
         return 2
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"captured {meta['class']}: block {len(block)} nodes × {meta['num_blocks']}, outer "
-          f"{len(outer)} nodes in {meta['capture_seconds']:.2f} s, {rss:.0f} MiB max RSS → "
-          f"{a.output}")
+    print(f"captured {meta['class']}: block {len(block)} nodes × {meta['num_blocks']} "
+          f"({meta['blocks_attr']}), outer {len(outer)} nodes in {meta['capture_seconds']:.2f} s, "
+          f"{rss:.0f} MiB max RSS → {a.output}")
+    if meta["loss"] != "model":
+        print("note: the forward returns no loss; the backward differentiates a cross-entropy on "
+              "its logits")
     return 0
 
 

@@ -44,7 +44,22 @@ CASES = [
     ("GPT-3 175B", "gpt3.py:GPT",
      dict(vocab_size=50257, block_size=2048, n_layer=96, n_head=96, n_embd=12288),
      2048, "gpt", "gpt3-175b-1024"),
+    # Public code as published: nanoGPT's model.py (../shared/fixtures, through a factory), its
+    # plan inferred from the graph; the builder on the same shapes (GPT-3's architecture at GPT-2
+    # medium's sizes) on 64 H100, TP 2 · DP 32.
+    ("nanoGPT GPT-2 medium (factory, plan inferred)",
+     "factory:tests/capture/nanogpt_factory.py:gpt2_medium", None, 1024, None, "quickstart"),
 ]
+# Per case, the layout and shapes of both runs where the shipped experiment is not the model's.
+OVERRIDES = {
+    "nanoGPT GPT-2 medium (factory, plan inferred)": [
+        "model.preset=gpt3-175b", "model.num_layers=24", "model.hidden_size=1024",
+        "model.ffn_hidden_size=4096", "model.num_attention_heads=16", "model.kv_channels=64",
+        "model.seq_length=1024", "model.vocab_size=50257", "model.make_vocab_size_divisible_by=1",
+        "model.hidden_dropout=0", "model.attention_dropout=0", "parallel.tp=2", "parallel.pp=1",
+        "parallel.dp=32", "parallel.sequence_parallel=false", "cluster.num_gpus=64",
+        "training.global_batch_size=64", "run.trace_ranks=[0]"],
+}
 # What captures do not lower yet, switched off in both runs: TE's TP overlap; selective
 # recomputation for eager captures.
 COMMON = ["--set", "parallel.tp_comm_overlap=false"]
@@ -85,20 +100,26 @@ def layer_counts(graph):
 rows = []
 for idx, (name, module, args, seq, plan, experiment) in enumerate(CASES):
     cap = os.path.join(tmp, f"{idx}.capture.h5")
-    argfile = os.path.join(tmp, f"{idx}.args.yaml")
-    json.dump(args, open(argfile, "w"))
-    run("/usr/bin/python3", os.path.join(repo, "scripts/capture/capture.py"),
-        os.path.join(repo, "inputs/pytorch", module), "--args", argfile, "--seq", str(seq),
-        "--blocks", "h" if plan == "gpt" else "layers", "-o", cap)
+    script = os.path.join(repo, "scripts/capture/capture.py")
+    if module.startswith("factory:"):
+        run("/usr/bin/python3", script, "--factory",
+            os.path.join(repo, module[len("factory:"):]), "--seq", str(seq), "-o", cap)
+    else:
+        argfile = os.path.join(tmp, f"{idx}.args.yaml")
+        json.dump(args, open(argfile, "w"))
+        run("/usr/bin/python3", script, os.path.join(repo, "inputs/pytorch", module), "--args",
+            argfile, "--seq", str(seq), "-o", cap)
     exp = os.path.join(repo, "inputs/experiments", experiment + ".yaml")
     layout = ["--set", "parallel.cp=2", "--set", "parallel.dp=4"] if "CP 2" in name else []
+    for o in OVERRIDES.get(name, []):
+        layout += ["--set", o]
     for label_mode, mode, attention, both, captured_only in MODES:
         if layout and mode == "eager":
             continue  # CP needs the fused attention
         out = {}
         for label, extra in (("builder", COMMON + both + layout + attention), ("captured", COMMON + both + layout + [
-                "--set", f"model.source={cap}", "--set", f"model.tp_plan={plan}",
-                "--set", f"model.compile={mode}"] + captured_only)):
+                "--set", f"model.source={cap}", "--set", f"model.compile={mode}"] +
+                (["--set", f"model.tp_plan={plan}"] if plan else []) + captured_only)):
             g = os.path.join(tmp, f"{idx}-{len(captured_only)}-{mode}-{label}.h5")
             run(bin_, "graph", exp, "-o", g, *extra)
             d = os.path.join(tmp, f"{idx}-{len(captured_only)}-{mode}-{label}")

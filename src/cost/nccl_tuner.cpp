@@ -3,9 +3,9 @@
 #include "cost/nccl_tuner.hpp"
 
 #include <algorithm>
-#include <span>
 #include <array>
 #include <cmath>
+#include <span>
 
 #include "core/error.hpp"
 
@@ -183,9 +183,8 @@ constexpr double kSm90SpeedInter[] = {48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 
                                       15.0, 12.0, 6.0,  3.0,  2.4,  1.2,  0.24, 0.12};
 constexpr double kSm100SpeedIntra[] = {90.0, 80.0, 70.0, 60.0, 50.0, 45.0,
                                        40.0, 30.0, 24.0, 20.0, 19.0, 18.0};
-constexpr double kSm100SpeedInter[] = {96.0, 86.0, 80.0, 48.0, 45.1, 42.0, 40.0,
-                                       30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0,
-                                       6.0,  3.0,  2.4,  1.2,  0.24, 0.12};
+constexpr double kSm100SpeedInter[] = {96.0, 86.0, 80.0, 48.0, 45.1, 42.0, 40.0, 30.0, 24.0, 22.0,
+                                       20.0, 17.5, 15.0, 12.0, 6.0,  3.0,  2.4,  1.2,  0.24, 0.12};
 // NVLink bandwidth of one link in NCCL's topology (topo.h SM80/SM90/SM100_NVLINK_BW) against the
 // datasheet's per-direction figure for that link (25 GB/s up to Hopper, 50 on Blackwell).
 constexpr double kNcclNvlinkPerLink[] = {20.0, 20.0, 20.6, 40.1};
@@ -330,9 +329,9 @@ std::uint32_t nccl_ring_channels(const NcclTopoBudget& b) {
     speeds = inter ? std::span<const double>(kSpeedInter) : kSpeedIntra;
   // The GPU's bandwidth budget: NVLink to the NVSwitch inside a node; across nodes, each channel
   // leaves through one of the NICs, a NIC carrying floor(NIC / speed) channels.
-  const double nvlink = b.nvlink_GBps > 0 ? b.nvlink_GBps / kDatasheetNvlinkPerLink[gen] *
-                                                kNcclNvlinkPerLink[gen]
-                                          : kPciBw;
+  const double nvlink = b.nvlink_GBps > 0
+                            ? b.nvlink_GBps / kDatasheetNvlinkPerLink[gen] * kNcclNvlinkPerLink[gen]
+                            : kPciBw;
   const double max_bw = inter ? std::min(b.nic_GBps, nvlink) : nvlink;
   const std::uint32_t max_search = kMaxChannels / 2;
   auto channels_at = [&](double speed) {

@@ -171,10 +171,10 @@ ModelData::ModelData(const graph::SlicedGraph& g, const Costs& c, bool coalesce,
       const std::uint32_t k = g.rank_class[rank];
       if (!g.is_loaded(k)) continue;
       SCALESCOPE_EXPECTS(d.size() == g.templates[k].size());
-      rank_durations.emplace(rank, c.sm_factor && !comm_sms[k].empty()
-                                       ? with_comm_kernel_sms(g.templates[k], d, wire[k],
-                                                              comm_sms[k], c.sm_factor)
-                                       : d);
+      rank_durations.emplace(
+          rank, c.sm_factor && !comm_sms[k].empty()
+                    ? with_comm_kernel_sms(g.templates[k], d, wire[k], comm_sms[k], c.sm_factor)
+                    : d);
     }
   // After the map stops changing: the copies point at its vectors.
   for (const auto& [rank, d] : rank_durations) {

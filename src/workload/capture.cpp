@@ -1,12 +1,16 @@
 #include "workload/capture.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <map>
 #include <optional>
 #include <set>
 #include <sstream>
+
+#include <fmt/format.h>
 
 #include "core/error.hpp"
 #include "workload/ring_attention.hpp"
@@ -115,8 +119,304 @@ bool capture_has_fused_attention(const Capture& c) {
 
 std::string TpPlan::style_of(const std::string& module) const {
   for (const auto& [pattern, style] : rules)
-    if (matches(pattern, module)) return style;
+    if (matches(pattern, module))
+      return style == "colwise" || style == "rowwise" ? style : std::string();
   return {};
+}
+
+bool TpPlan::shards() const {
+  return std::any_of(rules.begin(), rules.end(),
+                     [](const auto& r) { return r.second == "colwise" || r.second == "rowwise"; });
+}
+
+std::string tp_style(const std::string& name) {
+  static const std::map<std::string, std::string> styles = {{"colwiseparallel", "colwise"},
+                                                            {"float8colwiseparallel", "colwise"},
+                                                            {"colwise", "colwise"},
+                                                            {"rowwiseparallel", "rowwise"},
+                                                            {"float8rowwiseparallel", "rowwise"},
+                                                            {"rowwise", "rowwise"},
+                                                            {"sequenceparallel", "sequence"},
+                                                            {"sequence", "sequence"},
+                                                            {"preparemoduleinput", "input"},
+                                                            {"preparemoduleoutput", "input"},
+                                                            {"preparefloat8moduleinput", "input"},
+                                                            {"input", "input"}};
+  std::string key = name.substr(0, name.find('('));  // "ColwiseParallel()" as written in Python
+  std::erase_if(key, [](unsigned char ch) { return std::isspace(ch) != 0; });
+  std::transform(key.begin(), key.end(), key.begin(),
+                 [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  const auto it = styles.find(key);
+  return it == styles.end() ? std::string() : it->second;
+}
+
+std::string describe_tp_plan(const TpPlan& plan) {
+  std::string out;
+  std::size_t width = 0;
+  for (const auto& r : plan.rules) width = std::max(width, r.first.size());
+  for (const auto& [pattern, style] : plan.rules)
+    out += fmt::format("  {:<{}}  {}\n", pattern, width, style);
+  return out;
+}
+
+namespace {
+
+bool is_view_node(const CapturedNode& d);
+std::uint32_t view_root(const std::vector<CapturedNode>& nodes, std::uint32_t j);
+
+/// The node of a graph's result (the output's first input): make_fx records the forward first,
+/// so the forward's ops are the nodes up to it.
+std::uint32_t result_of(const std::vector<CapturedNode>& nodes) {
+  std::uint32_t result = static_cast<std::uint32_t>(nodes.size());
+  for (const CapturedNode& d : nodes)
+    if (d.kind == "output" && !d.inputs.empty()) result = d.inputs.front();
+  return result;
+}
+
+/// Activations: where a column-parallel linear's output goes before the row-parallel one.
+bool is_activation(const std::string& base) {
+  static const std::set<std::string> act = {"gelu",       "silu",      "relu",          "sigmoid",
+                                            "tanh",       "softplus",  "mish",          "elu",
+                                            "leaky_relu", "hardswish", "hardsigmoid",   "glu",
+                                            "_softmax",   "softmax",   "_safe_softmax", "relu_"};
+  return act.count(base) > 0;
+}
+
+/// Reductions over the hidden dimension (norms): a tensor that reaches one is whole again.
+bool is_norm_boundary(const std::string& base) {
+  static const std::set<std::string> norm = {
+      "native_layer_norm", "layer_norm", "rms_norm",          "_fused_rms_norm",  "mean",
+      "var_mean",          "var",        "native_group_norm", "native_batch_norm"};
+  return norm.count(base) > 0;
+}
+
+/// A module path with its numeric components (block and expert indices) as '*', relative to
+/// the block list (`prefix`, e.g. "transformer.h.0."), so that one rule serves every block.
+std::string rule_pattern(const std::string& module, const std::string& prefix) {
+  std::string rel = module.rfind(prefix, 0) == 0 ? module.substr(prefix.size()) : module;
+  std::string out;
+  for (const std::string& part : split_path(rel)) {
+    if (!out.empty()) out += '.';
+    out += !part.empty() && part.find_first_not_of("0123456789") == std::string::npos ? "*" : part;
+  }
+  return out;
+}
+
+void add_rule(TpPlan& plan, const std::string& pattern, const std::string& style) {
+  for (const auto& r : plan.rules)
+    if (r.first == pattern) return;
+  plan.rules.emplace_back(pattern, style);
+}
+
+/// The linears of a graph's forward: module path → its forward GEMM (the first GEMM reading one
+/// of the module's 2-D parameters through views), in graph order.
+std::vector<std::pair<std::string, std::uint32_t>> forward_linears(
+    const std::vector<CapturedNode>& nodes) {
+  std::vector<std::pair<std::string, std::uint32_t>> out;
+  std::set<std::string> seen;
+  const std::uint32_t result = result_of(nodes);
+  for (std::uint32_t i = 0; i < nodes.size() && i <= result; ++i) {
+    const CapturedNode& d = nodes[i];
+    if (d.kind != "call_function" || aten_class(d.op) != AtenClass::Gemm) continue;
+    for (std::uint32_t j : d.inputs) {
+      const CapturedNode& w = nodes[view_root(nodes, j)];
+      if (w.kind == "placeholder" && !w.param.empty() && !w.shapes.empty() &&
+          w.shapes[0].size() == 2) {
+        // A tied weight is read by another module's GEMM: name the GEMM's own module.
+        const std::string module = d.module.empty() ? w.module : d.module;
+        if (seen.insert(module).second) out.emplace_back(module, i);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+CaptureShapes capture_shapes(const Capture& c) {
+  CaptureShapes out;
+  const std::vector<CapturedNode>& nodes = c.block;
+  for (const CapturedNode& n : nodes)
+    if (n.kind == "placeholder" && n.param.empty() && n.buffer.empty() && !n.shapes.empty() &&
+        n.shapes[0].size() == 3) {
+      out.hidden = n.shapes[0][2];
+      break;
+    }
+  const std::uint32_t result = result_of(nodes);
+  // Attention: the first forward score computation.
+  for (std::uint32_t i = 0; i < nodes.size() && i <= result && out.heads == 0; ++i) {
+    const CapturedNode& d = nodes[i];
+    if (d.kind != "call_function" || d.inputs.empty()) continue;
+    const std::string b = base_op(d.op);
+    if (aten_class(d.op) == AtenClass::Attention && !is_backward_op(d.op)) {
+      const auto& q = nodes[d.inputs[0]].shapes;
+      if (!q.empty() && q[0].size() == 4) {
+        out.heads = q[0][1];
+        out.head_dim = q[0][3];
+        if (d.inputs.size() > 1 && !nodes[d.inputs[1]].shapes.empty() &&
+            nodes[d.inputs[1]].shapes[0].size() == 4)
+          out.query_groups = nodes[d.inputs[1]].shapes[0][1];
+      }
+    } else if ((b == "bmm" || b == "baddbmm") && c.batch > 0 && d.inputs.size() >= 2) {
+      const auto& a = nodes[d.inputs[d.inputs.size() - 2]].shapes;
+      if (!a.empty() && a[0].size() == 3 && a[0][0] % c.batch == 0 && a[0][1] == c.seq) {
+        out.heads = a[0][0] / c.batch;
+        out.head_dim = a[0][2];
+      }
+    }
+  }
+  // The linears by the inferred plan: column-wise ones grouped by the row-wise one they feed.
+  const TpPlan plan = infer_tp_plan(c);
+  std::map<std::string, std::int64_t> out_dim, in_dim;
+  std::map<std::string, bool> biased;
+  const auto linears = forward_linears(nodes);
+  for (const auto& [module, i] : linears) {
+    for (std::uint32_t j : nodes[i].inputs) {
+      const CapturedNode& w = nodes[view_root(nodes, j)];
+      if (w.kind == "placeholder" && !w.param.empty() && w.shapes.size() == 1 &&
+          w.shapes[0].size() == 2) {
+        out_dim[module] = w.shapes[0][0];
+        in_dim[module] = w.shapes[0][1];
+      }
+    }
+    biased[module] = base_op(nodes[i].op) == "addmm" || base_op(nodes[i].op) == "baddbmm";
+  }
+  if (!linears.empty())
+    out.bias = std::any_of(biased.begin(), biased.end(), [](const auto& b) { return b.second; });
+  if (experts_in(nodes) == 0 && out.head_dim > 0) {
+    // Column-wise linears in graph order up to each row-wise one: the attention's projections
+    // before its output projection, the MLP's up projections before its down projection.
+    std::int64_t sum = 0;
+    int feeding = 0;
+    int pair = 0;
+    for (const auto& [module, i] : linears) {
+      const std::string style = plan.style_of(module);
+      if (style == "colwise") {
+        sum += out_dim[module];
+        ++feeding;
+      } else if (style == "rowwise") {
+        if (pair == 0 && out.query_groups == 0 && out.heads > 0 && sum > 0)
+          out.query_groups = (sum / out.head_dim - out.heads) / 2;
+        if (pair == 1) {
+          out.ffn = in_dim[module];
+          out.gated = feeding == 2;
+        }
+        ++pair;
+        sum = 0;
+        feeding = 0;
+      }
+    }
+  }
+  int lookups = 0;
+  const std::uint32_t outer_result = result_of(c.outer);
+  for (std::uint32_t i = 0; i < c.outer.size() && i <= outer_result; ++i)
+    lookups += c.outer[i].kind == "call_function" && base_op(c.outer[i].op) == "embedding";
+  if (!c.outer.empty()) out.learned_positions = lookups >= 2;
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> planned_linears(const Capture& c,
+                                                                 const TpPlan& plan) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [module, i] : forward_linears(c.block))
+    out.emplace_back(module, plan.style_of(module));
+  return out;
+}
+
+void check_tp_plan(const Capture& c, const TpPlan& plan, std::int64_t tp,
+                   const std::string& capture_path) {
+  if (tp <= 1) return;
+  const auto linears = planned_linears(c, plan);
+  if (std::any_of(linears.begin(), linears.end(), [](const auto& l) { return !l.second.empty(); }))
+    return;
+  std::string names;
+  for (std::size_t i = 0; i < linears.size() && i < 4; ++i)
+    names += (i > 0 ? ", " : "") + linears[i].first;
+  if (linears.size() > 4) names += ", ...";
+  throw_input(
+      "{}: tensor parallelism {} but the plan ({}) shards none of the block's {} linear layers "
+      "({}); give model.pytorch_tp_plan (docs/flint.md \"Tensor-parallel plans\")",
+      capture_path, tp, plan.source.empty() ? "given" : plan.source, linears.size(), names);
+}
+
+TpPlan infer_tp_plan(const Capture& c) {
+  TpPlan plan;
+  plan.source = "inferred from the capture";
+  const std::vector<CapturedNode>& nodes = c.block;
+  const std::string prefix = c.blocks_attr + ".0.";
+  const auto linears = forward_linears(nodes);
+  std::map<std::uint32_t, std::string> linear_at;  // forward GEMM node → module
+  for (const auto& [module, i] : linears) linear_at.emplace(i, module);
+  std::vector<std::vector<std::uint32_t>> consumers(nodes.size());
+  for (std::uint32_t i = 0; i < nodes.size(); ++i)
+    for (std::uint32_t j : nodes[i].inputs) consumers[j].push_back(i);
+  const std::uint32_t result = result_of(nodes);
+  std::map<std::string, std::string> style;
+  std::map<std::string, std::set<std::string>> next_of;
+  for (const auto& [module, g] : linears) {
+    // From the linear's output through non-linear ops (not through a norm, an integer tensor —
+    // routing indices — or the backward): the next linears, and whether an attention or an
+    // activation lies on the way.
+    bool nonlinear = false;
+    std::set<std::string> next;
+    std::vector<std::uint32_t> stack(consumers[g].begin(), consumers[g].end());
+    std::set<std::uint32_t> visited;
+    while (!stack.empty()) {
+      const std::uint32_t i = stack.back();
+      stack.pop_back();
+      if (i > result || !visited.insert(i).second) continue;
+      const CapturedNode& d = nodes[i];
+      if (d.kind != "call_function") continue;
+      if (const auto l = linear_at.find(i); l != linear_at.end()) {
+        next.insert(l->second);
+        continue;
+      }
+      const std::string b = base_op(d.op);
+      const std::string dt = dtype_of(d);
+      if (is_backward_op(d.op) || is_norm_boundary(b) ||
+          (!dt.empty() && dt.find("float") == std::string::npos && dt != "half"))
+        continue;
+      if (is_activation(b) || aten_class(d.op) == AtenClass::Attention ||
+          (aten_class(d.op) == AtenClass::Gemm && (b == "bmm" || b == "baddbmm")))
+        nonlinear = true;
+      for (std::uint32_t k : consumers[i]) stack.push_back(k);
+    }
+    next_of[module] = next;
+    if (nonlinear && !next.empty() && !style.count(module)) {
+      style[module] = "colwise";
+      for (const std::string& r : next)
+        if (!style.count(r)) style[r] = "rowwise";
+    }
+  }
+  // Siblings: a linear whose next linears are all row-wise (a SwiGLU's up projection beside its
+  // gate, k and v beside q) is column-wise too.
+  for (const auto& [module, g] : linears) {
+    const auto& next = next_of[module];
+    if (style.count(module) || next.empty()) continue;
+    if (std::all_of(next.begin(), next.end(), [&](const std::string& r) {
+          const auto it = style.find(r);
+          return it != style.end() && it->second == "rowwise";
+        }))
+      style[module] = "colwise";
+  }
+  for (const auto& [module, g] : linears)
+    if (const auto it = style.find(module); it != style.end())
+      add_rule(plan, rule_pattern(module, prefix), it->second);
+  // The outer graph: the embedding vocabulary-parallel, the linear producing the logits
+  // column-wise (loss parallelism), as torchtitan's plans do.
+  for (const CapturedNode& d : c.outer)
+    if (d.kind == "call_function" && base_op(d.op) == "embedding" && !d.inputs.empty()) {
+      const CapturedNode& w = c.outer[view_root(c.outer, d.inputs.front())];
+      if (w.kind == "placeholder" && !w.param.empty()) add_rule(plan, w.module, "rowwise");
+      break;
+    }
+  const auto outer_linears = forward_linears(c.outer);
+  if (!outer_linears.empty()) {
+    // The last forward linear before the loss: the head.
+    add_rule(plan, outer_linears.back().first, "colwise");
+  }
+  return plan;
 }
 
 TpPlan llama_tp_plan() {
@@ -133,6 +433,7 @@ TpPlan llama_tp_plan() {
              {"feed_forward.w2", "rowwise"}, {"experts.*.w1", "colwise"},
              {"experts.*.w3", "colwise"},    {"experts.*.w2", "rowwise"},
              {"tok_embeddings", "rowwise"},  {"output", "colwise"}};
+  p.source = "model.tp_plan: llama";
   return p;
 }
 
@@ -140,6 +441,7 @@ TpPlan gpt_tp_plan() {
   TpPlan p;
   p.rules = {{"attn.c_attn", "colwise"}, {"attn.c_proj", "rowwise"}, {"mlp.c_fc", "colwise"},
              {"mlp.c_proj", "rowwise"},  {"wte", "rowwise"},         {"lm_head", "colwise"}};
+  p.source = "model.tp_plan: gpt";
   return p;
 }
 
@@ -434,20 +736,22 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
   // partial sums are reduce-scattered back, as Megatron's SP does.
   std::uint32_t hidden_input = static_cast<std::uint32_t>(n);  // the first non-parameter input
   for (std::uint32_t x = 0; x < n && hidden_input == n; ++x)
-    if (nodes[x].kind == "placeholder" && nodes[x].param.empty()) hidden_input = x;
+    if (nodes[x].kind == "placeholder" && nodes[x].param.empty() && nodes[x].buffer.empty())
+      hidden_input = x;
   if (sp && tp > 1 && hidden_input < n) st[hidden_input].seq = true;  // the hidden states
   // Context parallelism splits the tokens (b·s, from the hidden states [b, s, h]): the block's
   // inputs but the parameters, and what is computed from them with at least b·s elements, but
   // weight gradients.
   double tokens = 0;
   for (std::size_t i = 0; i < n; ++i)
-    if (nodes[i].kind == "placeholder" && nodes[i].param.empty() && !nodes[i].shapes.empty() &&
-        nodes[i].shapes[0].size() == 3) {
+    if (nodes[i].kind == "placeholder" && nodes[i].param.empty() && nodes[i].buffer.empty() &&
+        !nodes[i].shapes.empty() && nodes[i].shapes[0].size() == 3) {
       tokens = static_cast<double>(nodes[i].shapes[0][0] * nodes[i].shapes[0][1]);
       break;
     }
   for (std::size_t i = 0; i < n; ++i)
-    if (nodes[i].kind == "placeholder") st[i].tokens = nodes[i].param.empty();
+    if (nodes[i].kind == "placeholder")  // inputs but parameters and buffers (a causal mask)
+      st[i].tokens = nodes[i].param.empty() && nodes[i].buffer.empty();
   std::set<std::pair<std::uint32_t, bool>> gathered;
   // The tensor behind size-preserving views (an expert's token slice behind its reshapes and
   // transposes).
@@ -781,11 +1085,15 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
                   static_cast<std::uint32_t>(std::max(1.0, nn)),
                   static_cast<std::uint32_t>(std::max(1.0, k))};
       op.flops = 2 * m * nn * k;
-      op.mem_bytes = 2 * (m * k + k * nn + m * nn);
+      // A weight gradient accumulated into the fp32 (or bf16) main-grad buffer the builder's DP
+      // machinery reduces: its read and write, as the builder charges its wgrad GEMMs
+      // (Megatron's gradient_accumulation_fusion).
+      const double main_grad = weight_gradient ? 2 * opt.main_grad_bytes * m * nn : 0.0;
+      op.mem_bytes = 2 * (m * k + k * nn + m * nn) + main_grad;
       if (opt.fp8 && !style.empty()) {
         // torchao's Float8Linear (roofline_utils.py): fp8 operands, a bf16 result.
         op.gemm_dtype = graph::GemmDtype::Fp8;
-        op.mem_bytes = m * k + k * nn + 2 * m * nn;
+        op.mem_bytes = m * k + k * nn + 2 * m * nn + main_grad;
         const auto cast = [&](double elements, double bytes_per_element) {
           graph::Op c;
           c.kind = graph::OpKind::Elementwise;
@@ -1222,10 +1530,16 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
       };
       for (std::uint32_t x : interior) seed_from(x);
       const std::vector<std::uint32_t> bg = gemms_in(br);
+      // Causal: the region makes a triangular mask, or reads a buffer made by tril / triu
+      // (nanoGPT's registered `bias`).
       bool causal = false;
       for (std::uint32_t x : fr) {
         const std::string b = base_op(nodes[x].op);
         causal = causal || b == "triu" || b == "tril";
+        for (std::uint32_t j : nodes[x].inputs) {
+          const CapturedNode& r = nodes[root(j)];
+          causal = causal || (r.kind == "placeholder" && !r.mask.empty());
+        }
       }
       // Shape from QKᵀ (the region's first GEMM): [b·h, s, sk] from q [b·h, s, dh].
       const std::uint32_t qk = *std::min_element(fg.begin(), fg.end());
@@ -1403,7 +1717,8 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
     for (std::uint32_t i = 0; i < n; ++i) {
       if (!forward[i] || is_view(i) || dropped[i] || st[i].remote || !read_by_backward(i, 0))
         continue;
-      if (nodes[i].kind == "placeholder" && !nodes[i].param.empty()) continue;
+      if (nodes[i].kind == "placeholder" && (!nodes[i].param.empty() || !nodes[i].buffer.empty()))
+        continue;  // the module's state, not an activation
       if (fusible[i] && backward_readers_fusible(i))
         candidates.push_back(i);
       else
@@ -1415,7 +1730,8 @@ LoweredBlock lower_nodes(const std::vector<CapturedNode>& nodes, const TpPlan& p
         for (std::uint32_t j : nodes[y].inputs) {
           const std::uint32_t r = root(j);
           if (nodes[r].kind == "get_attr" ||
-              (nodes[r].kind == "placeholder" && !nodes[r].param.empty()))
+              (nodes[r].kind == "placeholder" &&
+               (!nodes[r].param.empty() || !nodes[r].buffer.empty())))
             continue;
           if (fusible[r] && forward[r])
             up(r);

@@ -23,6 +23,8 @@ struct CapturedNode {
   std::string module;   ///< the nn.Module path it came from ("layers.0.attention.wq")
   std::string param;    ///< placeholders: the parameter's name, if it is one
   bool causal = false;  ///< fused SDPA ops: is_causal
+  std::string buffer;   ///< placeholders: the buffer's name (a causal mask), if it is one
+  std::string mask;     ///< buffers: "tril" / "triu" when made by that op (a causal mask)
 };
 
 struct Capture {
@@ -30,15 +32,59 @@ struct Capture {
   std::int64_t num_blocks = 0, batch = 0, seq = 0, vocab_size = 0;
   std::string dtype, torch_version, blocks_attr;
   std::vector<CapturedNode> block, outer;
+  /// The plan the model file declares (module pattern → parallelize_module style name, as
+  /// written); empty: none.
+  std::vector<std::pair<std::string, std::string>> file_tp_plan;
 };
 
-/// PyTorch's parallelize_module plan: module-path patterns ('*' matches one path component)
-/// → "colwise" | "rowwise" (ColwiseParallel / RowwiseParallel of nn.Linear).
+/// PyTorch's parallelize_module plan: module-path patterns ('*' matches one path component;
+/// a pattern matches the end of a path) → "colwise" | "rowwise" (ColwiseParallel /
+/// RowwiseParallel of nn.Linear and nn.Embedding) | "sequence" (SequenceParallel: a norm or
+/// dropout on sequence shards, what `parallel.sequence_parallel` models) | "input"
+/// (PrepareModuleInput / PrepareModuleOutput: layouts only).
 struct TpPlan {
   std::vector<std::pair<std::string, std::string>> rules;
+  /// Where the plan came from, for the output: "model.pytorch_tp_plan", "the model file",
+  /// "inferred from the capture", "model.tp_plan: llama", ...
+  std::string source;
   /// The style of `module` (a path in the capture, e.g. "layers.0.attention.wq"), or "".
   std::string style_of(const std::string& module) const;
+  /// Whether some rule shards a linear layer (colwise or rowwise).
+  bool shards() const;
 };
+/// A parallelize_module style name as a plan style: ColwiseParallel → colwise, RowwiseParallel
+/// → rowwise, SequenceParallel → sequence, PrepareModuleInput / PrepareModuleOutput → input
+/// (also the short names colwise, rowwise, sequence, and torchao's Float8ColwiseParallel /
+/// Float8RowwiseParallel); "" for anything else.
+std::string tp_style(const std::string& name);
+/// The plan a capture implies when none is given (docs/flint.md "Tensor-parallel plans"): a
+/// linear whose output reaches an attention or an activation before another linear is
+/// column-wise, and so is every linear feeding the same next linear without crossing a norm;
+/// that next linear is row-wise. The embedding is row-wise (vocabulary-parallel) and the
+/// linear producing the logits column-wise.
+TpPlan infer_tp_plan(const Capture& c);
+/// The model shapes a capture shows (docs/flint.md "Shapes from the capture"); 0 / nullopt
+/// where it cannot tell. Attention: heads and head size from the score GEMM (eager: its
+/// [b·heads, s, d_head] operand) or the fused kernel's query [b, heads, s, d_head]; query groups
+/// from what the column-wise projections into the attention output, (Σ out / d_head − heads) / 2.
+/// MLP (dense blocks): the width the row-wise linear after the activation reads, gated when two
+/// column-wise linears feed it. Biases: an addmm among the linears. Learned positions: a second
+/// embedding lookup in the outer graph.
+struct CaptureShapes {
+  std::int64_t hidden = 0, heads = 0, head_dim = 0, query_groups = 0, ffn = 0;
+  std::optional<bool> gated, bias, learned_positions;
+};
+CaptureShapes capture_shapes(const Capture& c);
+/// The plan as lines "pattern  style" for the output.
+std::string describe_tp_plan(const TpPlan& plan);
+/// The linear layers of the captured block's forward (module path, in graph order) with the
+/// style the plan gives each ("" when it leaves one replicated).
+std::vector<std::pair<std::string, std::string>> planned_linears(const Capture& c,
+                                                                 const TpPlan& plan);
+/// Throws InputError when TP > 1 and the plan shards none of the block's linear layers (a plan
+/// written for other module names would otherwise replicate everything without a word).
+void check_tp_plan(const Capture& c, const TpPlan& plan, std::int64_t tp,
+                   const std::string& capture_path);
 /// The number of experts of a captured block (modules experts.<i>), 0 for a dense one.
 std::int64_t capture_experts(const Capture& c);
 /// Whether the captured block's attention is a fused kernel (PyTorch 2.x's
@@ -135,6 +181,10 @@ struct LowerOptions {
   /// weights, not modelled).
   bool fp8_fsdp_gather = false;
   double fsdp_shard = 1;
+  /// Bytes per element of the main-grad buffer a weight gradient is accumulated into (Megatron's
+  /// DDP and distributed optimizer: 4 with grad_reduce_in_fp32, else 2); 0: autograd's own
+  /// gradient, nothing more (ZeRO-3 / FSDP).
+  double main_grad_bytes = 0;
 };
 /// With `cp` > 1 (compiled, or eager with a fused attention): every tensor with the token dimension
 /// is split over CP, the attention runs this rank's queries against the whole sequence, with the

@@ -80,7 +80,10 @@ struct ModelSpec {
   std::shared_ptr<const Capture> capture;
   TpPlan capture_plan;
   std::string capture_path;
-  std::string capture_plan_name;  ///< llama | gpt
+  /// What the output says about the capture's use (num_layers repeating the captured block
+  /// another number of times); empty: nothing.
+  std::string capture_note;
+  std::string capture_plan_name;  ///< llama | gpt (model.tp_plan); empty for any other plan
   /// model.compile: inductor (default; torch.compile's fused attention and point-wise kernels)
   /// or eager (one kernel per ATen op) for the blocks, and for the outer graph (embedding, head,
   /// loss) as well but with `blocks` (torchtitan's per-block compile), where it runs eager.

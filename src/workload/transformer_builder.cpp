@@ -119,6 +119,10 @@ class StageBuilder {
       lo.fp8_fsdp_gather = fp8_fsdp_gather_;
       lo.fsdp_shard = static_cast<double>(p.zero_shard());
       lo.experts_replicated = m.moe() && p.etp() == 1 && p.tp() > 1;
+      // Megatron's DDP / distributed optimizer accumulate weight gradients into main-grad buffers
+      // (the builder's wgrad GEMMs pay it too); under ZeRO-3 (FSDP) autograd's gradient is
+      // reduce-scattered as it is.
+      lo.main_grad_bytes = p.zero() >= 3 ? 0.0 : p.grad_bytes();
       if (m.moe()) {
         // This EP rank's experts' loads (skew, capacity), relative to balanced routing; without
         // a skew every EP rank is EP rank 0.
@@ -135,6 +139,7 @@ class StageBuilder {
         lo.all_to_all_scale =
             load_.max_exchanged / (local * static_cast<double>(m.moe_router_topk));
       }
+      check_tp_plan(*m.capture, m.capture_plan, p.tp(), m.capture_path);
       lowered_ = lower_block(*m.capture, m.capture_plan, p.tp(), p.sequence_parallel,
                              m.capture_compiled, lo);
       lo.ep = 1;  // the outer graph has no experts

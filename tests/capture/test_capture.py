@@ -108,6 +108,86 @@ r = subprocess.run([sys.executable, capture, os.path.join(repo, "inputs/pytorch/
                     "-o", bad], capture_output=True, text=True)
 check(r.returncode == 2 and r.stderr.count("\n") == 1 and "no class Nope" in r.stderr
       and not os.path.exists(bad), f"bad class: rc {r.returncode} {r.stderr!r}")
+
+# Public model code (issue 25): tests/capture/variants.py, written as Hugging Face and others
+# write models. HfStyle: blocks at model.layers (found without --blocks), decoder layers
+# returning tuples, a forward taking labels and returning {"logits", "loss"}. Per block, T = 32,
+# h = 64, fused qkv 3h, MLP gate / up 2h each, down 2h → h: linear FLOPs 2·T·(3h² + h² + 3·2h²)
+# forward, the scores and values 2·2·T²·h; the joint graph 3×.
+variants = os.path.join(repo, "tests/capture/variants.py")
+
+
+def capture_file(spec, out, *extra, env=None):
+    r = subprocess.run([sys.executable, capture, *spec, "-o", out, *extra], capture_output=True,
+                       text=True, env=env)
+    return r, (None if r.returncode != 0 else h5py.File(out))
+
+
+T, h = 32, 64
+per_block = 3 * (2 * T * (3 * h * h + h * h + 3 * 2 * h * h) + 2 * 2 * T * T * h)
+for cls, loss in (("HfStyle", "model"), ("DataclassOut", "cross_entropy(logits)"),
+                  ("LogitsOnly", "cross_entropy(logits)")):
+    out = os.path.join(tmp, cls + ".h5")
+    r, f = capture_file([f"{variants}:{cls}"], out, "--seq", str(T), "--dtype", "fp32")
+    if f is None:
+        check(False, f"{cls}: capture failed: {r.stderr.strip()[-300:]}")
+        continue
+    meta = dict(f["meta"].attrs)
+    nodes = json.loads(bytes(f["block/nodes_json"][()]).decode())
+    outer = json.loads(bytes(f["outer/nodes_json"][()]).decode())
+    check(meta["blocks_attr"] == "model.layers" and meta["num_blocks"] == 2,
+          f"{cls}: blocks {meta['blocks_attr']} × {meta['num_blocks']}")
+    check(gemm_flops(nodes) == per_block, f"{cls}: block GEMM FLOPs {gemm_flops(nodes)} != "
+          f"{per_block}")
+    check(meta["loss"] == loss, f"{cls}: loss from {meta['loss']}, expected {loss}")
+    # The outer graph's head runs on every token (1 × 32 rows of h): 2·T·h·V forward, 3× with
+    # its backward (the block marker kept the layers' tuple, so x[0] is not a row of the batch).
+    check(gemm_flops(outer) == 3 * 2 * T * h * 512, f"{cls}: outer GEMM FLOPs {gemm_flops(outer)}")
+    check(("cross-entropy" in r.stdout) == (loss != "model"), f"{cls}: stdout {r.stdout!r}")
+
+# A factory returning the module and example inputs (batch 2 from the inputs, not --batch).
+r, f = capture_file(["--factory", f"{variants}:hf_style_factory"], os.path.join(tmp, "fac.h5"),
+                    "--dtype", "fp32")
+check(f is not None and dict(f["meta"].attrs)["batch"] == 2 and
+      gemm_flops(json.loads(bytes(f["block/nodes_json"][()]).decode())) == 2 * per_block,
+      f"factory with inputs: {r.stderr.strip()[-300:]}")
+
+# nanoGPT's model.py unmodified (../shared/fixtures): its causal mask is a registered buffer
+# (PyTorch 1.13 has no scaled_dot_product_attention), which must enter the trace; the whole
+# block (159 nodes) is kept, the buffer is marked as made by tril.
+fixture = os.path.join(repo, "..", "shared", "fixtures", "pytorch-models", "nanogpt_model.py")
+if not os.path.isfile(fixture):
+    print(f"!!! SKIPPED nanoGPT: {fixture} not found (../shared is absent) !!!")
+else:
+    r, f = capture_file(["--factory", os.path.join(repo, "tests/capture/nanogpt_factory.py") +
+                         ":gpt2_tiny"], os.path.join(tmp, "nano.h5"), "--seq", "256",
+                        "--dtype", "fp32")
+    if f is None:
+        check(False, f"nanoGPT: {r.stderr.strip()[-300:]}")
+    else:
+        nodes = json.loads(bytes(f["block/nodes_json"][()]).decode())
+        T, h = 256, 128
+        expect = 3 * (2 * T * (3 * h * h + h * h + 2 * 4 * h * h) + 2 * 2 * T * T * h)
+        check(gemm_flops(nodes) == expect, f"nanoGPT block GEMM FLOPs {gemm_flops(nodes)} != "
+              f"{expect}")
+        masks = [n.get("mask") for n in nodes if n.get("buffer")]
+        check(masks == ["tril"], f"nanoGPT: buffers {masks}")
+    # A trace that stops early (the test hook keeps half the nodes) is an error, not a result.
+    env = dict(os.environ, SCALESCOPE_CAPTURE_TEST_TRUNCATE="1")
+    cut = os.path.join(tmp, "cut.h5")
+    r, f = capture_file(["--factory", os.path.join(repo, "tests/capture/nanogpt_factory.py") +
+                         ":gpt2_tiny"], cut, "--seq", "256", "--dtype", "fp32", env=env)
+    check(r.returncode == 2 and "truncated" in r.stderr and r.stderr.count("\n") == 1 and
+          not os.path.exists(cut), f"truncated trace: rc {r.returncode} {r.stderr!r}")
+
+# Data-dependent control flow: one line naming the file and class, exit 2, no output.
+bad = os.path.join(tmp, "branchy.h5")
+r, f = capture_file([f"{variants}:Branchy"], bad, "--seq", "32", "--dtype", "fp32")
+check(r.returncode == 2 and r.stderr.count("\n") == 1 and "variants.py:Branchy" in r.stderr and
+      "data-dependent control flow" in r.stderr and not os.path.exists(bad),
+      f"branchy: rc {r.returncode} {r.stderr!r}")
+
 if failures:
     sys.exit(1)
-print("ok: llama, gpt, mixtral captured; GEMM FLOPs match the hand counts")
+print("ok: llama, gpt, mixtral, public-style variants and nanoGPT captured; GEMM FLOPs match "
+      "the hand counts")

@@ -39,7 +39,8 @@ TEST(SmContention, AComputeOpSlowsOnlyWhileACommunicationKernelRuns) {
   const std::vector<SimTime> dur{100, 0, 100, 100}, wire{0, 150, 0, 0};
   const std::vector<std::uint32_t> sms{0, 24, 0, 0};
   auto half = [](const Op&, std::uint32_t taken) { return taken > 0 ? 2.0 : 1.0; };
-  EXPECT_EQ(with_comm_kernel_sms(p, dur, wire, sms, half), (std::vector<SimTime>{100, 0, 175, 100}));
+  EXPECT_EQ(with_comm_kernel_sms(p, dur, wire, sms, half),
+            (std::vector<SimTime>{100, 0, 175, 100}));
   // Kernels that hold no SMs (point-to-point, userbuffers): nothing changes.
   EXPECT_EQ(with_comm_kernel_sms(p, dur, wire, {0, 0, 0, 0}, half), dur);
 }

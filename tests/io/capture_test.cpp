@@ -227,18 +227,20 @@ workload::CapturedNode sdpa_node(const std::vector<std::int64_t>& q, bool causal
           {"bfloat16"},
           "attn",
           "",
-          causal};
+          causal,
+          "",
+          ""};
 }
 
 TEST(CaptureSdpa, FusedAttentionOpTakesItsFlopsFromItsShapes) {
   workload::Capture c;
   const std::vector<std::int64_t> q = {2, 8, 512, 64};
   for (const char* name : {"q", "k", "v"})
-    c.block.push_back({name, "placeholder", "", {}, {q}, {"bfloat16"}, "", "", false});
+    c.block.push_back({name, "placeholder", "", {}, {q}, {"bfloat16"}, "", "", false, "", ""});
   for (const bool causal : {false, true}) {
     c.block.resize(3);
     c.block.push_back(sdpa_node(q, causal));
-    c.block.push_back({"out", "output", "", {3}, {}, {}, "", "", false});
+    c.block.push_back({"out", "output", "", {3}, {}, {}, "", "", false, "", ""});
     const workload::LoweredBlock b = workload::lower_block(c, workload::llama_tp_plan(), 1);
     ASSERT_EQ(b.forward.size(), 1u);
     EXPECT_EQ(b.forward[0].kind, graph::OpKind::Attention);
@@ -255,9 +257,9 @@ TEST(CaptureSdpa, EagerContextParallelismSplitsAFusedAttention) {
   workload::Capture c;
   const std::vector<std::int64_t> q = {2, 8, 512, 64};
   for (const char* name : {"q", "k", "v"})
-    c.block.push_back({name, "placeholder", "", {}, {q}, {"bfloat16"}, "", "", false});
+    c.block.push_back({name, "placeholder", "", {}, {q}, {"bfloat16"}, "", "", false, "", ""});
   c.block.push_back(sdpa_node(q, true));
-  c.block.push_back({"out", "output", "", {3}, {}, {}, "", "", false});
+  c.block.push_back({"out", "output", "", {3}, {}, {}, "", "", false, "", ""});
   EXPECT_TRUE(workload::capture_has_fused_attention(c));
   workload::LowerOptions o;
   o.cp = 2;
@@ -286,9 +288,9 @@ TEST(CaptureSdpa, BackwardOpsReadQueryKeyValueAfterTheOutputGradient) {
   workload::Capture c;
   const std::vector<std::int64_t> q = {2, 8, 512, 64}, kv = {2, 8, 1024, 64};
   const std::vector<std::string> bf16 = {"bfloat16"};
-  c.block.push_back({"q", "placeholder", "", {}, {q}, bf16, "", "", false});
-  c.block.push_back({"k", "placeholder", "", {}, {kv}, bf16, "", "", false});
-  c.block.push_back({"v", "placeholder", "", {}, {kv}, bf16, "", "", false});
+  c.block.push_back({"q", "placeholder", "", {}, {q}, bf16, "", "", false, "", ""});
+  c.block.push_back({"k", "placeholder", "", {}, {kv}, bf16, "", "", false, "", ""});
+  c.block.push_back({"v", "placeholder", "", {}, {kv}, bf16, "", "", false, "", ""});
   c.block.push_back({"sdpa",
                      "call_function",
                      "_scaled_dot_product_flash_attention_for_cpu.default",
@@ -297,8 +299,10 @@ TEST(CaptureSdpa, BackwardOpsReadQueryKeyValueAfterTheOutputGradient) {
                      {"bfloat16", "float32"},
                      "attn",
                      "",
-                     false});
-  c.block.push_back({"dout", "placeholder", "", {}, {q}, bf16, "", "", false});
+                     false,
+                     "",
+                     ""});
+  c.block.push_back({"dout", "placeholder", "", {}, {q}, bf16, "", "", false, "", ""});
   c.block.push_back({"bwd",
                      "call_function",
                      "_scaled_dot_product_flash_attention_for_cpu_backward.default",
@@ -307,8 +311,10 @@ TEST(CaptureSdpa, BackwardOpsReadQueryKeyValueAfterTheOutputGradient) {
                      {"bfloat16", "bfloat16", "bfloat16"},
                      "attn",
                      "",
-                     false});
-  c.block.push_back({"out", "output", "", {3, 5}, {}, {}, "", "", false});
+                     false,
+                     "",
+                     ""});
+  c.block.push_back({"out", "output", "", {3, 5}, {}, {}, "", "", false, "", ""});
   const workload::LoweredBlock b = workload::lower_block(c, workload::llama_tp_plan(), 1);
   ASSERT_EQ(b.forward.size(), 1u);
   ASSERT_EQ(b.backward.size(), 1u);
@@ -330,7 +336,7 @@ workload::Capture linear_capture(std::int64_t m, std::int64_t k, std::int64_t n)
                   std::vector<std::uint32_t> in, std::vector<std::int64_t> shape,
                   const std::string& module = "", const std::string& param = "") {
     c.block.push_back(
-        {name, kind, op, std::move(in), {std::move(shape)}, bf16, module, param, false});
+        {name, kind, op, std::move(in), {std::move(shape)}, bf16, module, param, false, "", ""});
   };
   node("x", "placeholder", "", {}, {m, k});
   node("w", "placeholder", "", {}, {n, k}, "lin", "lin.weight");
@@ -340,7 +346,7 @@ workload::Capture linear_capture(std::int64_t m, std::int64_t k, std::int64_t n)
   node("dx", "call_function", "mm.default", {3, 1}, {m, k});
   node("dyt", "call_function", "t.default", {3}, {n, m});
   node("dw", "call_function", "mm.default", {6, 0}, {n, k});
-  c.block.push_back({"out", "output", "", {4, 5, 7}, {}, {}, "", "", false});
+  c.block.push_back({"out", "output", "", {4, 5, 7}, {}, {}, "", "", false, "", ""});
   return c;
 }
 
@@ -361,13 +367,18 @@ TEST(CaptureMemory, TemporariesLiveFromTheirWriterToTheirLastReader) {
   const std::int64_t m = 1024, k = 512, n = 256;
   workload::Capture c;
   const std::vector<std::string> bf16 = {"bfloat16"};
-  c.block.push_back({"x", "placeholder", "", {}, {{m, k}}, bf16, "", "", false});
-  c.block.push_back({"w", "placeholder", "", {}, {{n, k}}, bf16, "lin", "lin.weight", false});
-  c.block.push_back({"wt", "call_function", "t.default", {1}, {{k, n}}, bf16, "lin", "", false});
-  c.block.push_back({"s", "call_function", "add.Tensor", {0, 0}, {{m, k}}, bf16, "", "", false});
-  c.block.push_back({"u", "call_function", "neg.default", {3}, {{m, k}}, bf16, "", "", false});
-  c.block.push_back({"y", "call_function", "mm.default", {4, 2}, {{m, n}}, bf16, "lin", "", false});
-  c.block.push_back({"out", "output", "", {5}, {}, {}, "", "", false});
+  c.block.push_back({"x", "placeholder", "", {}, {{m, k}}, bf16, "", "", false, "", ""});
+  c.block.push_back(
+      {"w", "placeholder", "", {}, {{n, k}}, bf16, "lin", "lin.weight", false, "", ""});
+  c.block.push_back(
+      {"wt", "call_function", "t.default", {1}, {{k, n}}, bf16, "lin", "", false, "", ""});
+  c.block.push_back(
+      {"s", "call_function", "add.Tensor", {0, 0}, {{m, k}}, bf16, "", "", false, "", ""});
+  c.block.push_back(
+      {"u", "call_function", "neg.default", {3}, {{m, k}}, bf16, "", "", false, "", ""});
+  c.block.push_back(
+      {"y", "call_function", "mm.default", {4, 2}, {{m, n}}, bf16, "lin", "", false, "", ""});
+  c.block.push_back({"out", "output", "", {5}, {}, {}, "", "", false, "", ""});
   const double mk = 2.0 * m * k;  // bf16 bytes of [m, k]
   const workload::LoweredBlock eager = workload::lower_block(c, workload::llama_tp_plan(), 1);
   ASSERT_EQ(eager.forward.size(), 3u);
@@ -402,8 +413,8 @@ TEST(CaptureMemory, EagerLossParallelHoldsTheDecompositionsIntermediates) {
                         std::vector<std::uint32_t> in, std::vector<std::vector<std::int64_t>> sh,
                         std::vector<std::string> dt, const char* module = "",
                         const char* param = "") {
-    c.block.push_back(
-        {name, kind, op, std::move(in), std::move(sh), std::move(dt), module, param, false});
+    c.block.push_back({name, kind, op, std::move(in), std::move(sh), std::move(dt), module, param,
+                       false, "", ""});
   };
   node("h", "placeholder", "", {}, {{m, k}}, bf16);                             // 0
   node("w", "placeholder", "", {}, {{v, k}}, bf16, "output", "output.weight");  // 1
@@ -423,7 +434,7 @@ TEST(CaptureMemory, EagerLossParallelHoldsTheDecompositionsIntermediates) {
   node("gyt", "call_function", "t.default", {13}, {{v, m}}, bf16);               // 14
   node("dw", "call_function", "mm.default", {14, 0}, {{v, k}}, bf16, "output");  // 15
   node("dh", "call_function", "mm.default", {13, 1}, {{m, k}}, bf16, "output");  // 16
-  c.block.push_back({"out", "output", "", {8, 15, 16}, {}, {}, "", "", false});
+  c.block.push_back({"out", "output", "", {8, 15, 16}, {}, {}, "", "", false, "", ""});
   workload::TpPlan plan;
   plan.rules = {{"output", "colwise"}};
   const workload::LoweredBlock lp = workload::lower_block(c, plan, 2);

@@ -3,6 +3,8 @@
 // one-line errors of the reader.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -474,12 +476,23 @@ TEST_F(ChakraEt, RoundTripPerRankIsExact) {
   EXPECT_TRUE(imp.scalescope_schema);
   EXPECT_TRUE(imp.durations.empty());  // our own nodes restore the exact op instead
   expect_equivalent(g, imp.graph);
-  // The files are what ASTRA-sim reads: GlobalMetadata 0.0.4, a METADATA node first, typed attrs.
+  // The files are what stock ASTRA-sim reads: GlobalMetadata 0.0.4, no METADATA node (its
+  // feeder stops on one: "Invalid node_type, node.id=0, node.type=1"), the groups in
+  // GlobalMetadata and in PREFIX.comm_groups.json for --comm-group-configuration, typed attrs.
   const EtFile f = read_chakra_file(file("g.0.et"));
   EXPECT_EQ(f.version, "0.0.4");
   EXPECT_EQ(f.meta_attr("schema")->s, "scalescope-chakra-1");
   ASSERT_FALSE(f.nodes.empty());
-  EXPECT_EQ(f.nodes[0].type, static_cast<int>(EtNodeType::Metadata));
+  for (const EtNode& n : f.nodes) {
+    EXPECT_NE(n.type, static_cast<int>(EtNodeType::Metadata));
+    EXPECT_TRUE(n.ctrl_deps.empty());
+  }
+  ASSERT_NE(f.meta_attr("ss_comm_groups"), nullptr);
+  const nlohmann::json groups = nlohmann::json::parse(std::ifstream(file("g.comm_groups.json")));
+  EXPECT_EQ(groups.size(), g.comms.size());
+  for (std::uint32_t c = 0; c < g.comms.size(); ++c)
+    EXPECT_EQ(groups.at(std::to_string(c + 1)).get<std::vector<std::uint32_t>>(),
+              std::vector<std::uint32_t>(g.comms.members_begin(c), g.comms.members_end(c)));
   bool saw_coll = false, saw_send = false;
   for (const EtNode& n : f.nodes) {
     if (n.type == static_cast<int>(EtNodeType::CommColl)) {
@@ -501,6 +514,20 @@ TEST_F(ChakraEt, RoundTripPerRankIsExact) {
   }
   EXPECT_TRUE(saw_coll);
   EXPECT_TRUE(saw_send);
+}
+
+TEST_F(ChakraEt, TheMetadataNodeFlavourRoundTripsToo) {
+  // --metadata-node: the groups also as a METADATA node (id 0, the PyTorch converter's), every
+  // root depending on it; read back, the same graph.
+  const graph::SlicedGraph g = small_workload();
+  ChakraWriteOptions w;
+  w.metadata_node = true;
+  write_chakra(g, file("m"), w);
+  const EtFile f = read_chakra_file(file("m.0.et"));
+  ASSERT_FALSE(f.nodes.empty());
+  EXPECT_EQ(f.nodes[0].type, static_cast<int>(EtNodeType::Metadata));
+  EXPECT_EQ(f.nodes[0].id, 0u);
+  expect_equivalent(g, read_chakra(file("m")).graph);
 }
 
 TEST_F(ChakraEt, RoundTripPerClassIsExact) {
