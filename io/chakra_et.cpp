@@ -847,11 +847,13 @@ RawRank convert_file(Context& ctx, const EtFile& f, const std::string& file, std
   for (std::uint32_t i = 0; i < n; ++i)
     if (!index.emplace(f.nodes[i].id, i).second)
       node_error(file, f.nodes[i].id, rank, "duplicate node id");
-  std::vector<std::uint32_t> indegree(n, 0);
-  std::vector<std::vector<std::uint32_t>> children(n);
+  // Each node's distinct parents (CSR), then the children lists (CSR): no allocation per node,
+  // which a trace of 50,000 nodes per rank and a thousand ranks would pay for in malloc.
+  std::vector<std::uint32_t> parent_offsets(n + 1, 0), parents;
+  std::vector<std::uint32_t> indegree(n, 0), child_count(n, 0);
   for (std::uint32_t i = 0; i < n; ++i) {
     const EtNode& node = f.nodes[i];
-    std::set<std::uint32_t> parents;
+    const std::size_t first = parents.size();
     for (const auto* list : {&node.data_deps, &node.ctrl_deps})
       for (std::uint64_t d : *list) {
         const auto it = index.find(d);
@@ -859,10 +861,22 @@ RawRank convert_file(Context& ctx, const EtFile& f, const std::string& file, std
           node_error(file, node.id, rank,
                      fmt::format("depends on node {}, which is not in the file", d));
         if (it->second == i) node_error(file, node.id, rank, "depends on itself (cycle)");
-        parents.insert(it->second);
+        parents.push_back(it->second);
       }
-    indegree[i] = static_cast<std::uint32_t>(parents.size());
-    for (std::uint32_t p : parents) children[p].push_back(i);
+    const auto mine = parents.begin() + static_cast<std::ptrdiff_t>(first);
+    std::sort(mine, parents.end());
+    parents.erase(std::unique(mine, parents.end()), parents.end());
+    parent_offsets[i + 1] = static_cast<std::uint32_t>(parents.size());
+    indegree[i] = parent_offsets[i + 1] - parent_offsets[i];
+    for (std::size_t k = first; k < parents.size(); ++k) ++child_count[parents[k]];
+  }
+  std::vector<std::uint32_t> child_offsets(n + 1, 0), children(parents.size());
+  for (std::uint32_t i = 0; i < n; ++i) child_offsets[i + 1] = child_offsets[i] + child_count[i];
+  {
+    std::vector<std::uint32_t> fill(child_offsets.begin(), child_offsets.end() - 1);
+    for (std::uint32_t i = 0; i < n; ++i)
+      for (std::uint32_t k = parent_offsets[i]; k < parent_offsets[i + 1]; ++k)
+        children[fill[parents[k]]++] = i;
   }
   using Item = std::pair<std::uint64_t, std::uint32_t>;
   std::priority_queue<Item, std::vector<Item>, std::greater<>> ready;
@@ -874,8 +888,8 @@ RawRank convert_file(Context& ctx, const EtFile& f, const std::string& file, std
     const std::uint32_t i = ready.top().second;
     ready.pop();
     order.push_back(i);
-    for (std::uint32_t c : children[i])
-      if (--indegree[c] == 0) ready.emplace(f.nodes[c].id, c);
+    for (std::uint32_t k = child_offsets[i]; k < child_offsets[i + 1]; ++k)
+      if (--indegree[children[k]] == 0) ready.emplace(f.nodes[children[k]].id, children[k]);
   }
   if (order.size() != n) {
     std::uint64_t id = std::numeric_limits<std::uint64_t>::max();
@@ -886,15 +900,20 @@ RawRank convert_file(Context& ctx, const EtFile& f, const std::string& file, std
 
   // What each node stands for among the ops: itself, or (a node that is not an op: METADATA,
   // INVALID, a skipped kind) the ops its own dependencies stand for.
-  std::vector<std::vector<std::uint32_t>> rep(n);
-  std::vector<bool> done(n, false);
-  auto deps_of = [&](const EtNode& node) {
+  // An op node stands for one op (rep_op); the rare other nodes for a list (rep_many).
+  constexpr std::uint32_t kNoOp = 0xFFFFFFFFu;
+  std::vector<std::uint32_t> rep_op(n, kNoOp);
+  std::unordered_map<std::uint32_t, std::vector<std::uint32_t>> rep_many;
+  auto deps_of = [&](std::uint32_t i) {
     std::vector<std::uint32_t> d;
-    for (const auto* list : {&node.data_deps, &node.ctrl_deps})
-      for (std::uint64_t id : *list) {
-        const auto& r = rep[index.at(id)];
-        d.insert(d.end(), r.begin(), r.end());
+    for (std::uint32_t k = parent_offsets[i]; k < parent_offsets[i + 1]; ++k) {
+      const std::uint32_t p = parents[k];
+      if (rep_op[p] != kNoOp) {
+        d.push_back(rep_op[p]);
+      } else if (const auto it = rep_many.find(p); it != rep_many.end()) {
+        d.insert(d.end(), it->second.begin(), it->second.end());
       }
+    }
     std::sort(d.begin(), d.end());
     d.erase(std::unique(d.begin(), d.end()), d.end());
     return d;
@@ -906,21 +925,21 @@ RawRank convert_file(Context& ctx, const EtFile& f, const std::string& file, std
       node_error(file, node.id, rank, fmt::format("unknown node type {}", node.type));
     if (type == EtNodeType::Metadata) {
       read_metadata(ctx, node, file, rank);
-      rep[i] = deps_of(node);
+      rep_many[i] = deps_of(i);
       continue;
     }
     if (type == EtNodeType::Invalid) {
-      rep[i] = deps_of(node);
+      rep_many[i] = deps_of(i);
       continue;
     }
     if (ctx.schema) {
       if (const EtAttr* part = node.attr("ss_part_of")) {
         // The receive half of a batched send/recv: the op of its send half.
         const auto it = index.find(static_cast<std::uint64_t>(part->i));
-        if (it == index.end() || rep[it->second].size() != 1)
+        if (it == index.end() || rep_op[it->second] == kNoOp)
           node_error(file, node.id, rank, "ss_part_of names no send node");
-        rep[i] = rep[it->second];
-        RawOp& o = out.ops[rep[i][0]];
+        rep_op[i] = rep_op[it->second];
+        RawOp& o = out.ops[rep_op[i]];
         o.peer2 = int_attr(node, "comm_src", file, rank).value_or(-1);
         o.tag2 = int_attr(node, "comm_tag", file, rank).value_or(-1);
         continue;
@@ -928,7 +947,7 @@ RawRank convert_file(Context& ctx, const EtFile& f, const std::string& file, std
     }
     RawOp o;
     o.node = node.id;
-    o.deps = deps_of(node);
+    o.deps = deps_of(i);
     if (ctx.schema) {
       o.op = schema_op(node, file, rank);
       if (o.op.kind == OpKind::SendRecv) {
@@ -1039,7 +1058,7 @@ RawRank convert_file(Context& ctx, const EtFile& f, const std::string& file, std
           break;
       }
     }
-    rep[i] = {static_cast<std::uint32_t>(out.ops.size())};
+    rep_op[i] = static_cast<std::uint32_t>(out.ops.size());
     out.ops.push_back(std::move(o));
   }
   return out;
