@@ -149,6 +149,9 @@ struct ChakraImport {
   std::size_t files = 0;
   std::size_t nodes = 0;
   bool scalescope_schema = false;  ///< written by write_chakra: ops restored exactly
+  /// write_chakra's files: the resolved configuration of the graph they came from (GlobalMetadata
+  /// ss_config), whose cluster and network the replay of the trace keeps; else empty.
+  std::string source_config;
 };
 
 /// Reads `<prefix>.0.et`, `<prefix>.1.et`, … until the first missing one (or, when

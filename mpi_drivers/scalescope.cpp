@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include "core/sanitizer_defaults.hpp"
 
+#include <yaml-cpp/yaml.h>
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <charconv>
@@ -559,18 +560,39 @@ bool is_chakra_config(const std::string& config_text) {
 /// apply on top. The first line records where the graph came from. A trace written by another
 /// tool (`foreign`) replays its sends eagerly, as ASTRA-sim does (run.p2p: eager); one that
 /// write_chakra wrote keeps the rendezvous of the graph it came from, so the round trip is exact.
+/// `source`: the resolved configuration scalescope's own files carry (ss_config): its cluster
+/// and network sections replace the placeholder cluster, so that the round trip of a graph
+/// replays on the cluster it was built for.
 io::ExperimentConfig chakra_config(const std::string& prefix, std::uint32_t ranks, bool foreign,
-                                   const std::vector<std::string>& overrides) {
+                                   const std::vector<std::string>& overrides,
+                                   const std::string& source = {}) {
   const std::string origin = fmt::format("{} {} ({} rank files)", kChakraMarker, prefix, ranks);
+  std::string cluster = fmt::format("cluster: {{preset: dgx-h100, num_gpus: {}}}\n", ranks);
+  if (!source.empty()) {
+    YAML::Node src;
+    try {
+      src = YAML::Load(source);
+    } catch (const YAML::Exception& e) {
+      throw_input("{}: the configuration in its GlobalMetadata (ss_config) does not parse: {}",
+                  prefix, e.what());
+    }
+    if (src["cluster"]) src["cluster"]["num_gpus"] = ranks;  // --expand may have replicated it
+    YAML::Emitter out;
+    out << YAML::BeginMap;
+    for (const char* section : {"cluster", "network"})
+      if (src[section]) out << YAML::Key << section << YAML::Value << src[section];
+    out << YAML::EndMap;
+    if (src["cluster"]) cluster = std::string(out.c_str()) + "\n";
+  }
   graph::SlicedGraph meta;
   meta.config_text = fmt::format(
       "{}\n"
       "model: {{preset: llama3-8b, num_layers: 1}}\n"
       "parallel: {{tp: 1, pp: 1, dp: {}}}\n"
       "training: {{micro_batch_size: 1, global_batch_size: {}}}\n"
-      "cluster: {{preset: dgx-h100, num_gpus: {}}}\n"
+      "{}"
       "run: {{output: out/chakra, trace_ranks: [0], p2p: {}}}\n",
-      origin, ranks, ranks, ranks, foreign ? "eager" : "rendezvous");
+      origin, ranks, ranks, cluster, foreign ? "eager" : "rendezvous");
   io::ExperimentConfig c = load_config({}, &meta, overrides, {});
   c.path = prefix;
   c.resolved_yaml = origin +
@@ -686,8 +708,8 @@ int graph_chakra_command(const std::string& prefix, const std::string& out,
                          const std::string& comm_groups, const std::string& expand,
                          const std::vector<std::string>& overrides) {
   io::ChakraImport imp = import_chakra(prefix, comm_groups, expand, true);
-  const io::ExperimentConfig c =
-      chakra_config(prefix, imp.graph.world_size, !imp.scalescope_schema, overrides);
+  const io::ExperimentConfig c = chakra_config(prefix, imp.graph.world_size, !imp.scalescope_schema,
+                                               overrides, imp.source_config);
   imp.graph.config_text = c.resolved_yaml;
   io::write_imported_graph_h5(imp.graph, imp.durations, out);
   std::size_t ops = 0;
@@ -1394,8 +1416,8 @@ int main(int argc, char** argv) {
       if (!config.empty() || !graph_path.empty() || !megatron_args.empty())
         throw_input("scalescope run --chakra: give no CONFIG, --graph or --megatron-args");
       io::ChakraImport imp = import_chakra(chakra_prefix, comm_groups, expand, mpi.rank() == 0);
-      io::ExperimentConfig c =
-          chakra_config(chakra_prefix, imp.graph.world_size, !imp.scalescope_schema, overrides);
+      io::ExperimentConfig c = chakra_config(chakra_prefix, imp.graph.world_size,
+                                             !imp.scalescope_schema, overrides, imp.source_config);
       imp.graph.config_text = c.resolved_yaml;
       return run_chakra(mpi, imp.graph, imp.durations, c, out, quiet);
     }
