@@ -136,13 +136,7 @@ std::string format_capture_summary(const workload::Capture& c, const workload::T
                                    std::int64_t tp) {
   std::string out;
   const double tokens = static_cast<double>(c.batch * c.seq);
-  std::int64_t hidden = 0;
-  for (const workload::CapturedNode& n : c.block)
-    if (n.kind == "placeholder" && n.param.empty() && n.buffer.empty() && !n.shapes.empty() &&
-        n.shapes[0].size() == 3) {
-      hidden = n.shapes[0][2];
-      break;
-    }
+  const std::int64_t hidden = workload::capture_shapes(c).hidden;
   out += fmt::format(
       "capture of {}: {} blocks ({}), micro-batch {} × {} tokens, hidden {}, "
       "vocabulary {}, PyTorch {}\n",

@@ -776,15 +776,12 @@ void read_metadata(Context& ctx, const EtNode& n, const std::string& file, std::
 void read_group_list(Context& ctx, const std::string& text, const std::string& file,
                      std::int64_t rank, std::uint64_t node_id) {
   if (!ctx.metadata_seen.insert(text).second) return;
-  EtNode at;
-  at.id = node_id;
-  const EtNode& n = at;
   nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_array())
-    node_error(file, n.id, rank, "METADATA inputs.values is not a JSON list of groups");
+    node_error(file, node_id, rank, "METADATA inputs.values is not a JSON list of groups");
   for (const auto& e : j) {
     if (!e.is_object() || !e.contains("pg_name") || !e.contains("ranks") || !e["ranks"].is_array())
-      node_error(file, n.id, rank, "METADATA group without pg_name and ranks");
+      node_error(file, node_id, rank, "METADATA group without pg_name and ranks");
     const auto& pgj = e["pg_name"];
     std::string pg;
     if (pgj.is_string())
@@ -792,12 +789,12 @@ void read_group_list(Context& ctx, const std::string& text, const std::string& f
     else if (pgj.is_number_integer())
       pg = std::to_string(pgj.get<std::int64_t>());
     else
-      node_error(file, n.id, rank, "METADATA pg_name is neither a string nor an integer");
+      node_error(file, node_id, rank, "METADATA pg_name is neither a string nor an integer");
     std::vector<std::uint32_t> ranks;
     for (const auto& r : e["ranks"]) {
       if (!r.is_number_integer() || r.get<std::int64_t>() < 0 ||
           r.get<std::int64_t>() > std::numeric_limits<std::int32_t>::max())
-        node_error(file, n.id, rank, fmt::format("METADATA group '{}' has a bad rank", pg));
+        node_error(file, node_id, rank, fmt::format("METADATA group '{}' has a bad rank", pg));
       ranks.push_back(r.get<std::uint32_t>());
     }
     add_group(ctx, pg, std::move(ranks), file);

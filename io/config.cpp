@@ -663,13 +663,6 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
   }
   if (!capture_path.empty()) {
     capture = std::make_shared<const workload::Capture>(io::read_capture_h5(capture_path));
-    std::int64_t hidden = 0;
-    for (const workload::CapturedNode& n : capture->block)
-      if (n.kind == "placeholder" && n.param.empty() && n.buffer.empty() && !n.shapes.empty() &&
-          n.shapes[0].size() == 3) {
-        hidden = n.shapes[0][2];
-        break;
-      }
     const Origin from{capture_path, "", false};
     // The shapes the capture shows (docs/flint.md "Shapes from the capture") fill what the
     // experiment leaves open and must agree with what it gives; num_layers may differ (the
@@ -677,7 +670,7 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
     const workload::CaptureShapes shapes = workload::capture_shapes(*capture);
     std::vector<std::pair<const char*, std::int64_t>> ints = {
         {"num_layers", capture->num_blocks},       {"seq_length", capture->seq},
-        {"vocab_size", capture->vocab_size},       {"hidden_size", hidden},
+        {"vocab_size", capture->vocab_size},       {"hidden_size", shapes.hidden},
         {"num_attention_heads", shapes.heads},     {"kv_channels", shapes.head_dim},
         {"num_query_groups", shapes.query_groups}, {"ffn_hidden_size", shapes.ffn}};
     for (const auto& [key, value] : ints) {
@@ -865,19 +858,8 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
       m.capture_plan = name == "gpt" ? workload::gpt_tp_plan() : workload::llama_tp_plan();
       m.capture_plan.source = "model.tp_plan: " + name;
       m.capture_plan_name = name;
-    } else if (!capture->file_tp_plan.empty()) {
-      for (const auto& [pattern, given] : capture->file_tp_plan) {
-        const std::string style = workload::tp_style(given);
-        if (style.empty())
-          throw_input(
-              "{}: the model file's tensor-parallel plan maps '{}' to '{}', not a "
-              "parallelize_module style",
-              capture_path, pattern, given);
-        m.capture_plan.rules.emplace_back(pattern, style);
-      }
-      m.capture_plan.source = "the model file";
     } else {
-      m.capture_plan = workload::infer_tp_plan(*capture);
+      m.capture_plan = workload::capture_default_plan(*capture, capture_path);
     }
     if (const Value* mode = get(inline_keys, "compile")) {
       const std::string c =

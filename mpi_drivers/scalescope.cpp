@@ -1465,15 +1465,8 @@ int main(int argc, char** argv) {
       const int code = WIFEXITED(rc) ? WEXITSTATUS(rc) : 1;
       if (code != 0 || !capture_summary) return code;
       const workload::Capture captured = io::read_capture_h5(capture_out);
-      workload::TpPlan plan;
-      if (!captured.file_tp_plan.empty()) {
-        for (const auto& [pattern, given] : captured.file_tp_plan)
-          plan.rules.emplace_back(pattern, workload::tp_style(given));
-        plan.source = "the model file";
-      } else {
-        plan = workload::infer_tp_plan(captured);
-      }
-      std::cout << io::format_capture_summary(captured, plan, capture_tp);
+      std::cout << io::format_capture_summary(
+          captured, workload::capture_default_plan(captured, capture_out), capture_tp);
       return 0;
     }
     if (*pcmd)

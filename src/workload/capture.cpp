@@ -316,6 +316,22 @@ CaptureShapes capture_shapes(const Capture& c) {
   return out;
 }
 
+TpPlan capture_default_plan(const Capture& c, const std::string& path) {
+  if (c.file_tp_plan.empty()) return infer_tp_plan(c);
+  TpPlan plan;
+  for (const auto& [pattern, given] : c.file_tp_plan) {
+    const std::string style = tp_style(given);
+    if (style.empty())
+      throw_input(
+          "{}: the model file's tensor-parallel plan maps '{}' to '{}', not a "
+          "parallelize_module style",
+          path, pattern, given);
+    plan.rules.emplace_back(pattern, style);
+  }
+  plan.source = "the model file";
+  return plan;
+}
+
 std::vector<std::pair<std::string, std::string>> planned_linears(const Capture& c,
                                                                  const TpPlan& plan) {
   std::vector<std::pair<std::string, std::string>> out;

@@ -63,6 +63,10 @@ std::string tp_style(const std::string& name);
 /// that next linear is row-wise. The embedding is row-wise (vocabulary-parallel) and the
 /// linear producing the logits column-wise.
 TpPlan infer_tp_plan(const Capture& c);
+/// The plan a capture runs with when the experiment names none: the one its model file declares
+/// (Capture::file_tp_plan; a name that is not a style is an InputError naming `path`), else
+/// infer_tp_plan's.
+TpPlan capture_default_plan(const Capture& c, const std::string& path);
 /// The model shapes a capture shows (docs/flint.md "Shapes from the capture"); 0 / nullopt
 /// where it cannot tell. Attention: heads and head size from the score GEMM (eager: its
 /// [b·heads, s, d_head] operand) or the fused kernel's query [b, heads, s, d_head]; query groups
