@@ -30,6 +30,8 @@ using namespace scalescope::pdes;
 
 namespace {
 
+constexpr std::size_t kPerProcess = 8;  ///< figures per process in Report::per_process
+
 /// MPI lifetime for the process; every normal exit path finalizes.
 struct MpiSession {
   MpiSession(int* argc, char*** argv) { MPI_Init(argc, argv); }
@@ -63,6 +65,8 @@ struct Options {
   std::uint32_t gvt_interval = 4096;
   double window = -1;  ///< < 0: unlimited
   std::uint32_t batch = 256;
+  std::uint64_t max_uncommitted = OptimisticConfig{}.max_uncommitted;
+  bool declare_lookahead = true;
   bool rollback_check = false;
   std::string json;
 };
@@ -71,14 +75,15 @@ struct Options {
 struct Report {
   std::uint64_t committed = 0, processed = 0, rolled_back = 0, rollbacks = 0;
   std::uint64_t remote_messages = 0, anti_messages = 0, gvt_rounds = 0;
-  double wall_s = 0;
+  std::uint64_t committed_at_execution = 0;
+  double wall_s = 0, gvt_s = 0, idle_s = 0;  ///< gvt_s, idle_s: the largest over processes
   std::uint64_t checksum = 0;
   double peak_rss_mib = 0;      ///< largest over processes
   double peak_rss_mib_sum = 0;  ///< all processes together
   int processes = 1;
   std::string engine, partition;
   /// Optimistic engine, process 0 only: per process (processed, committed, rolled back, remote
-  /// messages, anti-messages, wall s), row-major.
+  /// messages, anti-messages, wall s, GVT s, idle s), row-major.
   std::vector<double> per_process;
 
   double efficiency() const {
@@ -147,6 +152,9 @@ Report run_optimistic(const Options& o) {
   config.gvt_interval = o.gvt_interval;
   config.batch_events = o.batch;
   if (o.window >= 0) config.optimism_window = phold_ticks(o.window, "--window");
+  config.max_uncommitted = o.max_uncommitted;
+  // Every PHOLD delay is at least max(1 tick, lookahead) (PholdLP::delay_ticks).
+  if (o.declare_lookahead) config.lookahead = std::max<SimTime>(1, params.lookahead);
 
   // PHOLD sends uniformly all-to-all, so no partition beats blocks; the graph states only that
   // each LP talks to itself (METIS then falls back to blocks), which keeps --partition metis
@@ -177,10 +185,14 @@ Report run_optimistic(const Options& o) {
       config);
   const OptimisticStats local = engine.run(end);
   const OptimisticStats total = engine.total(local);
-  const std::array<double, 6> mine{
-      static_cast<double>(local.events_processed),   static_cast<double>(local.events_committed),
-      static_cast<double>(local.events_rolled_back), static_cast<double>(local.remote_messages),
-      static_cast<double>(local.anti_messages),      local.wall_s};
+  const std::array<double, kPerProcess> mine{static_cast<double>(local.events_processed),
+                                             static_cast<double>(local.events_committed),
+                                             static_cast<double>(local.events_rolled_back),
+                                             static_cast<double>(local.remote_messages),
+                                             static_cast<double>(local.anti_messages),
+                                             local.wall_s,
+                                             local.gvt_s,
+                                             local.idle_s};
   std::vector<double> per_process(rank == 0 ? mine.size() * static_cast<std::size_t>(processes)
                                             : 0);
   MPI_Gather(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, per_process.data(),
@@ -194,7 +206,10 @@ Report run_optimistic(const Options& o) {
   r.remote_messages = total.remote_messages;
   r.anti_messages = total.anti_messages;
   r.gvt_rounds = total.gvt_rounds;
+  r.committed_at_execution = total.committed_at_execution;
   r.wall_s = total.wall_s;
+  r.gvt_s = total.gvt_s;
+  r.idle_s = total.idle_s;
   const std::uint64_t local_sum = phold_checksum(lps);
   // Unsigned addition wraps mod 2^64 in every process order: the sum is order-independent.
   MPI_Allreduce(&local_sum, &r.checksum, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
@@ -221,6 +236,12 @@ void print_report(const Report& r, const Options& o, std::uint32_t num_lps) {
   std::cout << fmt::format("  remote messages     {}\n", r.remote_messages);
   std::cout << fmt::format("  anti-messages       {}\n", r.anti_messages);
   std::cout << fmt::format("  GVT rounds          {}\n", r.gvt_rounds);
+  if (r.engine == "optimistic") {
+    std::cout << fmt::format("  committed at once   {} (below GVT + lookahead)\n",
+                             r.committed_at_execution);
+    std::cout << fmt::format("  GVT / idle wall     {:.3f} / {:.3f} s (largest process)\n", r.gvt_s,
+                             r.idle_s);
+  }
   std::cout << fmt::format("  committed events/s  {:.4g}\n", r.rate());
   std::cout << fmt::format("  wall                {:.3f} s\n", r.wall_s);
   std::cout << fmt::format("  peak RSS            {:.1f} MiB per process (max), {:.1f} MiB total\n",
@@ -228,12 +249,12 @@ void print_report(const Report& r, const Options& o, std::uint32_t num_lps) {
   std::cout << fmt::format("  checksum            {:016x}\n", r.checksum);
   if (r.per_process.empty()) return;
   std::cout << "  per process:   processed   committed  rolled back      remote        anti   "
-               "committed/s\n";
-  for (std::size_t p = 0; p * 6 < r.per_process.size(); ++p) {
-    const double* v = &r.per_process[p * 6];
+               "committed/s   GVT s  idle s\n";
+  for (std::size_t p = 0; p * kPerProcess < r.per_process.size(); ++p) {
+    const double* v = &r.per_process[p * kPerProcess];
     std::cout << fmt::format(
-        "  {:>11} {:>11.0f} {:>11.0f} {:>12.0f} {:>11.0f} {:>11.0f} {:>13.4g}\n", p, v[0], v[1],
-        v[2], v[3], v[4], v[5] > 0 ? v[1] / v[5] : 0.0);
+        "  {:>11} {:>11.0f} {:>11.0f} {:>12.0f} {:>11.0f} {:>11.0f} {:>13.4g} {:>7.3f} {:>7.3f}\n",
+        p, v[0], v[1], v[2], v[3], v[4], v[5] > 0 ? v[1] / v[5] : 0.0, v[6], v[7]);
   }
 }
 
@@ -255,16 +276,21 @@ void write_json(const Report& r, const std::string& path) {
   j["remote_messages"] = r.remote_messages;
   j["anti_messages"] = r.anti_messages;
   j["gvt_rounds"] = r.gvt_rounds;
+  j["committed_at_execution"] = r.committed_at_execution;
+  j["gvt_s"] = r.gvt_s;
+  j["idle_s"] = r.idle_s;
   if (!r.per_process.empty()) {
     auto& rows = j["per_process"] = nlohmann::ordered_json::array();
-    for (std::size_t p = 0; p * 6 < r.per_process.size(); ++p) {
-      const double* v = &r.per_process[p * 6];
+    for (std::size_t p = 0; p * kPerProcess < r.per_process.size(); ++p) {
+      const double* v = &r.per_process[p * kPerProcess];
       rows.push_back({{"processed_events", v[0]},
                       {"committed_events", v[1]},
                       {"rolled_back_events", v[2]},
                       {"remote_messages", v[3]},
                       {"anti_messages", v[4]},
-                      {"wall_s", v[5]}});
+                      {"wall_s", v[5]},
+                      {"gvt_s", v[6]},
+                      {"idle_s", v[7]}});
     }
   }
   std::ofstream f(path);
@@ -298,6 +324,12 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--batch", o.batch, "Remote events per MPI message (at most)")
       ->check(CLI::PositiveNumber);
+  app.add_option("--max-uncommitted", o.max_uncommitted,
+                 "Processed, uncommitted events a process may hold before it waits for GVT")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--declare-lookahead", o.declare_lookahead,
+                 "Tell the optimistic engine PHOLD's lookahead, so it commits events below GVT + "
+                 "lookahead at once (true/false)");
   app.add_flag("--rollback-check", o.rollback_check,
                "Execute every event forward, reverse, compare state (sequential engine)");
   app.add_option("--json", o.json, "Write the statistics as JSON to this file");

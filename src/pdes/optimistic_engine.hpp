@@ -24,6 +24,11 @@ struct OptimisticConfig {
   /// Test hook: hold back every n-th remote batch for one GVT-free poll cycle, so that events
   /// arrive late and rollbacks and anti-messages are exercised (0 = off).
   std::uint32_t delay_every = 0;
+  /// The model's lookahead: every event sent to an LP on another process is at least this much
+  /// later than the event that sends it (0: none declared). The engine checks it on every remote
+  /// send, and commits an event at once, as the sequential engine does, when it lies below the
+  /// bound on any future straggler (GVT of the round before + lookahead).
+  SimTime lookahead = 0;
   /// Called on process 0 after a GVT round, at most once per interval.
   ProgressReporter progress;
 };
@@ -37,8 +42,11 @@ struct OptimisticStats {
   std::uint64_t remote_messages = 0;  ///< remote events sent (not MPI messages)
   std::uint64_t anti_messages = 0;
   std::uint64_t gvt_rounds = 0;
+  std::uint64_t committed_at_execution = 0;  ///< below the lookahead bound: never kept
   SimTime end_time = 0;
   double wall_s = 0;
+  double gvt_s = 0;   ///< wall time in the GVT protocol and fossil collection
+  double idle_s = 0;  ///< wall time with no event allowed to run (waiting for messages or GVT)
   double efficiency() const {
     return events_processed
                ? static_cast<double>(events_committed) / static_cast<double>(events_processed)
@@ -58,9 +66,17 @@ class OptimisticEngine {
   OptimisticEngine& operator=(const OptimisticEngine&) = delete;
 
   /// Runs until GVT passes `end` or no event is left anywhere. Collective over `comm`.
+  ///
+  /// An error raised while an event executes (an exception from the model's forward, which must
+  /// then leave the LP's state unchanged, or a send that breaks the contract) may be an artefact
+  /// of speculation: the LP is held until a rollback undoes the event, and the error is thrown,
+  /// on every process with the same type and message, only once GVT passes the event (the
+  /// earliest such event in key order, the one the sequential engine would have stopped at).
   OptimisticStats run(SimTime end = kTimeInfinity);
   /// `local` summed (counts) / maxed (times) over all processes. Collective.
   OptimisticStats total(const OptimisticStats& local) const;
+  /// Every process's `local`, in process order, on every process. Collective.
+  std::vector<OptimisticStats> gather(const OptimisticStats& local) const;
 
  private:
   class Impl;

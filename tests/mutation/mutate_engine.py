@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""Mutation check of the optimistic engine: applies one defect at a time to
+src/pdes/optimistic_engine.cpp, rebuilds the MPI test binary, runs the Time Warp tests at 1 and
+2 processes, and reports whether a test caught the defect (failed, or hung past the timeout).
+The source is restored after every mutation, also on Ctrl-C.
+
+    tests/mutation/mutate_engine.py [BUILD_DIR] [--only NAME]
+
+Not a ctest test (each mutation rebuilds, ~1 min here); run it after changing the engine. It
+exits non-zero if a mutation survives. Needs mpirun; uses the build directory given (default
+build/), so do not run it while that directory is used by something else.
+"""
+import argparse
+import os
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SOURCE = ROOT / "src/pdes/optimistic_engine.cpp"
+FILTER = "TimeWarp*:Optimism*:Partitions/PholdParallel*:Partitions/OptimisticMatchesSequential*"
+
+# (name, exact text in the source, replacement). Each must occur exactly once.
+MUTATIONS = [
+    ("commit events at GVT's instant (time <= GVT)",
+     "while (!lp.empty() && lp.first->ev.key.time < gvt) {",
+     "while (!lp.empty() && lp.first->ev.key.time <= gvt) {"),
+    ("the memory throttle also holds back the event at GVT",
+     "if (uncommitted_ >= config_.max_uncommitted && next > gvt_) break;",
+     "if (uncommitted_ >= config_.max_uncommitted) break;"),
+    ("an error raised while speculating aborts the run",
+     "  } catch (const std::exception& e) {\n    n->fault = Fault::Threw;",
+     "  } catch (const std::exception& e) {\n    throw;\n    n->fault = Fault::Threw;"),
+    ("a held error is reported before GVT passes it",
+     "if (vote_in_.min_fault < vote_in_.min_time) report_fault();",
+     "if (vote_in_.min_fault < kTimeInfinity) report_fault();"),
+    ("a rollback reverses an event whose forward threw",
+     "if (n->fault != Fault::Threw) lp.lp->reverse(n->ev, *this);",
+     "lp.lp->reverse(n->ev, *this);"),
+    ("stragglers do not roll their LP back",
+     "if (!d.empty() && n->ev.key < d.last->ev.key) rollback_after(d, n->ev.key);",
+     "(void)d;"),
+    ("anti-messages are ignored",
+     "  n->from_remote = false;\n  cancel(n);",
+     "  remote_index_.insert(n);"),
+    ("GVT ignores events in transit",
+     "if (vote_in_.in_transit != 0) {",
+     "if (false) {"),
+    ("GVT ignores the red events sent during the cut",
+     "vote_out_.min_time = std::min(local_min(), red_min_);",
+     "vote_out_.min_time = local_min();"),
+    ("the lookahead bound ignores red senders",
+     "const SimTime bound = std::min(gvt_, vote_in_.min_red_sender);",
+     "const SimTime bound = gvt_ + config_.lookahead;"),
+    ("events are committed at execution without a lookahead bound",
+     "} else if (n->ev.key.time < safe_) {",
+     "} else if (n->ev.key.time < safe_ + 1000) {"),
+]
+
+
+def run(cmd, timeout=None, env=None):
+    return subprocess.run(cmd, cwd=ROOT, timeout=timeout, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+
+
+def tests_pass(build: pathlib.Path) -> str:
+    """'pass', 'fail' or 'hang' over np 1 and 2."""
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1", GTEST_COLOR="no")
+    for np in (1, 2):
+        try:
+            r = run(["timeout", "-s", "KILL", "120", "mpirun", "-np", str(np),
+                     str(build / "tests/test_mpi"), f"--gtest_filter={FILTER}"], env=env)
+        except subprocess.TimeoutExpired:
+            return "hang"
+        if r.returncode == 137:
+            return "hang"
+        if r.returncode != 0:
+            return "fail"
+    return "pass"
+
+
+def build_tests(build: pathlib.Path) -> bool:
+    r = run(["cmake", "--build", str(build), "--target", "test_mpi", "-j2"])
+    if r.returncode != 0:
+        print(r.stdout[-3000:])
+    return r.returncode == 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("build", nargs="?", default=str(ROOT / "build"))
+    ap.add_argument("--only", help="run the mutations whose name contains this")
+    args = ap.parse_args()
+    build = pathlib.Path(args.build).resolve()
+    original = SOURCE.read_text()
+    for _, old, _ in MUTATIONS:
+        if original.count(old) != 1:
+            print(f"mutate_engine.py: the source no longer holds exactly one {old!r}; update "
+                  "the mutation list", file=sys.stderr)
+            return 2
+    if not build_tests(build) or tests_pass(build) != "pass":
+        print("mutate_engine.py: the unmutated engine does not pass the tests", file=sys.stderr)
+        return 2
+    survived = []
+    try:
+        for name, old, new in MUTATIONS:
+            if args.only and args.only not in name:
+                continue
+            SOURCE.write_text(original.replace(old, new))
+            if not build_tests(build):
+                print(f"  {name}: does not compile (fix the mutation)")
+                survived.append(name)
+                continue
+            verdict = tests_pass(build)
+            caught = verdict != "pass"
+            print(f"  {'caught' if caught else 'SURVIVED'} ({verdict:4}) {name}", flush=True)
+            if not caught:
+                survived.append(name)
+    finally:
+        SOURCE.write_text(original)
+        build_tests(build)
+    if survived:
+        print(f"{len(survived)} mutation(s) survived: {', '.join(survived)}")
+        return 1
+    print("every mutation was caught")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
