@@ -1,27 +1,31 @@
 #!/usr/bin/env bash
-# Scaling benchmark: Llama 3 405B (inputs/experiments/llama3-405b-16k.yaml) at 1,024 … 16,384
+# Scaling benchmark: Llama 3 405B (inputs/experiments/llama3-405b-16k.yaml) at 1,024 … 131,072
 # GPUs — TP 8, PP 16 fixed, DP = N/128, global batch 16·DP so every pipeline runs the same 16
-# micro-batches — on the sequential engine and the optimistic engine at np 1 and 2. Records wall
+# micro-batches — on the sequential engine and the optimistic engine at np 1, 2 and 4. Records wall
 # time, peak RSS (largest process), committed events, committed events/s, efficiency, graph.h5
 # size and graph build time into bench/results/scaling.csv and draws bench/results/scaling.png.
 #
-# Each configuration runs REPEATS times (default 3) and the fastest run (smallest engine wall
-# time) is recorded: on a shared machine, interference only ever slows a run down.
+# Each configuration runs REPEATS times (default 3; sizes above 16,384 GPUs BIG_REPEATS, default
+# 1) and the fastest run (smallest engine wall time) is recorded: on a shared machine,
+# interference only ever slows a run down.
 #
-#   bench/scaling.sh [BUILD_DIR]      (env SIZES="1024 2048" to run fewer sizes, REPEATS=1)
+#   bench/scaling.sh [BUILD_DIR]      (env SIZES="1024 2048" to run fewer sizes, REPEATS=1,
+#                                      NPS="1 2" for fewer process counts)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${1:-$root/build}"
 exe="$build/scalescope"
-sizes="${SIZES:-1024 2048 4096 8192 16384}"
-repeats="${REPEATS:-3}"
+sizes="${SIZES:-1024 2048 4096 8192 16384 32768 65536 131072}"
+small_repeats="${REPEATS:-3}"
+big_repeats="${BIG_REPEATS:-1}"
+nps="${NPS:-1 2 4}"
 cfg="$root/inputs/experiments/llama3-405b-16k.yaml"
 results="$root/bench/results"
 mkdir -p "$results"
 csv="$results/scaling.csv"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 [ -x "$exe" ] || { echo "scaling.sh: build $exe first (scripts/build.sh)" >&2; exit 1; }
 
 echo "world_size,engine,processes,wall_s,engine_wall_s,peak_rss_mib,events_committed,events_per_rank,committed_events_per_s,efficiency,graph_h5_bytes,graph_build_s" >"$csv"
@@ -52,6 +56,7 @@ sys.exit(0 if w('$out.try') < w('$out') else 1)"; then
   rm -rf "$out.try" "$tf.try"
 }
 for n in $sizes; do
+  repeats=$small_repeats; [ "$n" -gt 16384 ] && repeats=$big_repeats
   dp=$((n / 128)); gbs=$((16 * dp))
   sets=(--set cluster.num_gpus=$n --set parallel.data_parallel_size=$dp
         --set training.global_batch_size=$gbs --set "run.trace_ranks=[0]")
@@ -59,7 +64,7 @@ for n in $sizes; do
   gbytes=$(stat -c %s "$tmp/g.h5"); gsec=$(cut -d' ' -f1 "$tmp/g.time")
   best "$tmp/seq" "$tmp/t" "$exe" run "$cfg" -q "${sets[@]}"
   row "$n" sequential 1 "$tmp/t" "$tmp/seq" "$gbytes" "$gsec"
-  for np in 1 2; do
+  for np in $nps; do
     best "$tmp/opt$np" "$tmp/t" mpirun -np $np "$exe" run "$cfg" -q "${sets[@]}" \
       --set run.engine=optimistic
     row "$n" optimistic "$np" "$tmp/t" "$tmp/opt$np" "$gbytes" "$gsec"
@@ -69,6 +74,6 @@ import json,sys
 a=json.load(open('$tmp/seq/summary.json')); b=json.load(open('$tmp/opt$np/summary.json'))
 a.pop('engine'); b.pop('engine'); sys.exit(0 if a==b else 'optimistic np $np differs at $n GPUs')"
   done
-  tail -3 "$csv"
+  tail -n $((1 + $(wc -w <<<"$nps"))) "$csv"
 done
 /usr/bin/python3 "$root/bench/plot_scaling.py" "$csv" "$results/scaling.png"

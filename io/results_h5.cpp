@@ -250,18 +250,47 @@ void write_critical_path(const h5::Group& root, const emu::CriticalPath& p, cons
       share.collective);
 }
 
-void write_engine(const h5::Group& root, const emu::EngineStats& e) {
+void write_engine(const h5::Group& root, const emu::EngineStats& e, const Share& share) {
   const h5::Group g = root.create_group("engine");
   g.set_attribute("kind", e.kind);
   g.set_attribute("processes", e.processes);
   g.set_attribute("events_processed", e.events_processed);
   g.set_attribute("events_committed", e.events_committed);
   g.set_attribute("events_rolled_back", e.events_rolled_back);
+  g.set_attribute("rollbacks", e.rollbacks);
+  g.set_attribute("anti_messages", e.anti_messages);
   g.set_attribute("remote_messages", e.remote_messages);
   g.set_attribute("gvt_rounds", e.gvt_rounds);
+  g.set_attribute("committed_at_execution", e.committed_at_execution);
   g.set_attribute("wall_s", e.wall_s);
+  g.set_attribute("gvt_s", e.gvt_s);
+  g.set_attribute("idle_s", e.idle_s);
   g.set_attribute("events_per_virtual_rank", e.events_per_rank);
   g.set_attribute("lp_state_bytes_per_virtual_rank", e.lp_bytes_per_rank);
+  if (e.per_process.empty()) return;
+  // One row per process (optimistic engine): what each did, and where its wall time went.
+  const std::vector<emu::ProcessEngineStats>& p = e.per_process;
+  const hsize_t n = p.size();
+  const auto rows = all_rows_if(share.first, n);
+  auto counts = [&](const std::string& name, std::uint64_t emu::ProcessEngineStats::*field) {
+    std::vector<std::uint64_t> v;
+    for (const auto& s : p) v.push_back(s.*field);
+    put(g, "process_" + name, v, n, rows, share.collective);
+  };
+  auto seconds = [&](const std::string& name, double emu::ProcessEngineStats::*field) {
+    std::vector<double> v;
+    for (const auto& s : p) v.push_back(s.*field);
+    put(g, "process_" + name, v, n, rows, share.collective);
+  };
+  counts("events_processed", &emu::ProcessEngineStats::events_processed);
+  counts("events_committed", &emu::ProcessEngineStats::events_committed);
+  counts("events_rolled_back", &emu::ProcessEngineStats::events_rolled_back);
+  counts("anti_messages", &emu::ProcessEngineStats::anti_messages);
+  counts("remote_messages", &emu::ProcessEngineStats::remote_messages);
+  counts("committed_at_execution", &emu::ProcessEngineStats::committed_at_execution);
+  seconds("wall_s", &emu::ProcessEngineStats::wall_s);
+  seconds("gvt_s", &emu::ProcessEngineStats::gvt_s);
+  seconds("idle_s", &emu::ProcessEngineStats::idle_s);
 }
 
 void write_file(h5::File& file, const emu::RunResults& r, const Share& share) {
@@ -276,7 +305,7 @@ void write_file(h5::File& file, const emu::RunResults& r, const Share& share) {
     write_timelines(root, share);
     write_memory(root, r, share);
     write_critical_path(root, r.critical_path, share);
-    write_engine(root, r.engine);
+    write_engine(root, r.engine, share);
   }
   file.close();
 }

@@ -128,12 +128,35 @@ void write_summary_json(const emu::RunResults& r, const std::string& path) {
                      {"events_committed", e.events_committed},
                      {"events_rolled_back", e.events_rolled_back},
                      {"efficiency", efficiency(e)},
+                     {"rollbacks", e.rollbacks},
+                     {"anti_messages", e.anti_messages},
                      {"remote_messages", e.remote_messages},
                      {"gvt_rounds", e.gvt_rounds},
+                     {"committed_at_execution", e.committed_at_execution},
                      {"committed_events_per_s", committed_per_s(e)},
                      {"events_per_virtual_rank", e.events_per_rank},
                      {"lp_state_bytes_per_virtual_rank", e.lp_bytes_per_rank},
-                     {"wall_s", e.wall_s}};
+                     {"wall_s", e.wall_s},
+                     {"gvt_s", e.gvt_s},
+                     {"idle_s", e.idle_s}};
+  if (!e.per_process.empty()) {
+    Json rows = Json::array();
+    for (const emu::ProcessEngineStats& p : e.per_process)
+      rows.push_back(
+          Json{{"events_processed", p.events_processed},
+               {"events_committed", p.events_committed},
+               {"events_rolled_back", p.events_rolled_back},
+               {"efficiency", p.events_processed ? static_cast<double>(p.events_committed) /
+                                                       static_cast<double>(p.events_processed)
+                                                 : 1.0},
+               {"anti_messages", p.anti_messages},
+               {"remote_messages", p.remote_messages},
+               {"committed_at_execution", p.committed_at_execution},
+               {"wall_s", p.wall_s},
+               {"gvt_s", p.gvt_s},
+               {"idle_s", p.idle_s}});
+    j["engine"]["per_process"] = std::move(rows);
+  }
   const std::string text = j.dump(2) + "\n";
   write_text_via_temporary(path, [&](std::ostream& out) { out << text; });
 }
@@ -171,6 +194,11 @@ std::string format_summary_table(const emu::RunResults& r) {
                             "{:.3f} s wall",
                             e.kind, e.processes, e.processes == 1 ? "" : "es", e.events_committed,
                             100 * efficiency(e), e.wall_s));
+  if (e.kind == "optimistic")
+    row("time warp",
+        fmt::format("{} rolled back, {} anti-messages, {} GVT rounds; the busiest "
+                    "process {:.3f} s in GVT, {:.3f} s idle",
+                    e.events_rolled_back, e.anti_messages, e.gvt_rounds, e.gvt_s, e.idle_s));
 
   if (!s.whatif.empty()) {
     fmt::format_to(std::back_inserter(out), "\nwhat-if (the same run without them: baseline)\n");

@@ -38,6 +38,13 @@ OPTIONAL_RANK_COLUMNS = ("host_wait_ns",)
 ENGINE_KEYS = ("kind", "processes", "events_processed", "events_committed", "events_rolled_back",
                "remote_messages", "gvt_rounds", "wall_s", "events_per_virtual_rank",
                "lp_state_bytes_per_virtual_rank")
+# Written since session 16 (files of earlier versions lack them).
+ENGINE_KEYS_NEWER = ("rollbacks", "anti_messages", "committed_at_execution", "gvt_s", "idle_s")
+# /engine/process_<field> datasets of an optimistic run, one row per process, in summary.json's
+# per_process order (efficiency is derived).
+ENGINE_PROCESS_FIELDS = ("events_processed", "events_committed", "events_rolled_back",
+                         "anti_messages", "remote_messages", "committed_at_execution", "wall_s",
+                         "gvt_s", "idle_s")
 TIMELINE_FIELDS = ("start_ns", "end_ns", "op", "stream", "kind", "phase", "name", "layer",
                    "microbatch")
 MEMORY_FIELDS = ("time_ns", "live_bytes")
@@ -225,9 +232,21 @@ class Results:
     def engine(self):
         """/engine attributes plus the derived efficiency and committed_events_per_s."""
         e = {k: self.attr("engine", k) for k in ENGINE_KEYS}
+        e.update({k: self.attr("engine", k) for k in ENGINE_KEYS_NEWER
+                  if self.has_attr("engine", k)})
         e["efficiency"] = (e["events_committed"] / e["events_processed"]
                            if e["events_processed"] else 1.0)
         e["committed_events_per_s"] = e["events_committed"] / e["wall_s"] if e["wall_s"] else 0.0
+        if self.has("engine/process_events_processed"):
+            cols = {f: [_plain(v) for v in self.dataset(f"engine/process_{f}")]
+                    for f in ENGINE_PROCESS_FIELDS}
+            rows = []
+            for i in range(len(cols["events_processed"])):
+                row = {f: cols[f][i] for f in ENGINE_PROCESS_FIELDS}
+                row["efficiency"] = (row["events_committed"] / row["events_processed"]
+                                     if row["events_processed"] else 1.0)
+                rows.append(row)
+            e["per_process"] = rows
         return e
 
     def config_text(self):

@@ -315,8 +315,17 @@ std::vector<std::uint32_t> partition_lps(const graph::SlicedGraph& g, std::uint3
       const auto blocks = partitioner->assign(world, processes, nullptr);
       std::copy(blocks.begin(), blocks.end(), owner.begin());
     }
-    for (std::uint32_t c = 0; c < g.comms.size(); ++c)
-      owner[world + c] = owner[*g.comms.members_begin(c)];
+    // A communicator goes with a member. Data-parallel groups, whose members span processes,
+    // take their members in turn (the k-th group its (k mod size)-th member), so their LPs
+    // spread over the processes instead of all landing on the first replica's.
+    std::uint32_t dp_groups = 0;
+    for (std::uint32_t c = 0; c < g.comms.size(); ++c) {
+      const std::uint32_t* members = g.comms.members_begin(c);
+      const auto size = static_cast<std::uint32_t>(g.comms.members_end(c) - members);
+      const std::uint32_t pick =
+          g.comms.kind[c] == graph::CommKind::DpGroup && size > 0 ? dp_groups++ % size : 0;
+      owner[world + c] = owner[members[pick]];
+    }
     return owner;
   }
   if (!g.fully_loaded())
@@ -423,7 +432,16 @@ DistributedResults emulate_distributed(const graph::SlicedGraph& g, const Costs&
   out.engine.events_rolled_back = total.events_rolled_back;
   out.engine.remote_messages = total.remote_messages;
   out.engine.gvt_rounds = total.gvt_rounds;
+  out.engine.rollbacks = total.rollbacks;
+  out.engine.anti_messages = total.anti_messages;
+  out.engine.committed_at_execution = total.committed_at_execution;
   out.engine.wall_s = total.wall_s;
+  out.engine.gvt_s = total.gvt_s;
+  out.engine.idle_s = total.idle_s;
+  for (const pdes::OptimisticStats& p : engine.gather(local))
+    out.engine.per_process.push_back(ProcessEngineStats{
+        p.events_processed, p.events_committed, p.events_rolled_back, p.anti_messages,
+        p.remote_messages, p.committed_at_execution, p.wall_s, p.gvt_s, p.idle_s});
   double bytes = 0;
   for (const RankLP& r : inst.ranks) bytes += static_cast<double>(r.state_bytes());
   MPI_Allreduce(MPI_IN_PLACE, &bytes, 1, MPI_DOUBLE, MPI_SUM, comm);

@@ -56,16 +56,35 @@ struct MemoryRecord {
   std::int64_t live = 0;
 };
 
+/// One process's share of an optimistic run (pdes::OptimisticStats, as written to the files).
+struct ProcessEngineStats {
+  std::uint64_t events_processed = 0;
+  std::uint64_t events_committed = 0;
+  std::uint64_t events_rolled_back = 0;
+  std::uint64_t anti_messages = 0;
+  std::uint64_t remote_messages = 0;
+  std::uint64_t committed_at_execution = 0;
+  double wall_s = 0;
+  double gvt_s = 0;   ///< in the GVT protocol and fossil collection
+  double idle_s = 0;  ///< with no event allowed to run
+};
+
 struct EngineStats {
   std::string kind = "sequential";
   std::uint32_t processes = 1;
   std::uint64_t events_processed = 0;
   std::uint64_t events_committed = 0;
   std::uint64_t events_rolled_back = 0;
+  std::uint64_t rollbacks = 0;
+  std::uint64_t anti_messages = 0;
   std::uint64_t remote_messages = 0;
   std::uint64_t gvt_rounds = 0;
+  std::uint64_t committed_at_execution = 0;  ///< below GVT + lookahead: never kept for rollback
   double wall_s = 0;
-  double events_per_rank = 0;    ///< committed events / world size
+  double gvt_s = 0;                             ///< largest over processes
+  double idle_s = 0;                            ///< largest over processes
+  std::vector<ProcessEngineStats> per_process;  ///< optimistic engine: one per process
+  double events_per_rank = 0;                   ///< committed events / world size
   double lp_bytes_per_rank = 0;  ///< RankLP state (object + per-op dynamic state) / world size
 };
 

@@ -25,16 +25,19 @@ TEST_P(OptimisticMatchesSequential, OnAMixedTpPpDpJob) {
   opt.optimistic.gvt_interval = 64;
   const RunResults par = emulate_parallel(g, test_costs(), opt, MPI_COMM_WORLD);
   if (world_rank() == 0) expect_identical(seq, par);
-  EXPECT_GE(par.engine.events_processed, par.engine.events_committed);
+  // Every processed event ended committed or rolled back.
+  EXPECT_EQ(par.engine.events_processed,
+            par.engine.events_committed + par.engine.events_rolled_back);
 }
 
 TEST_P(OptimisticMatchesSequential, WithForcedStragglers) {
   // Hold back every second partial batch and make batches tiny, so remote events arrive after
   // their receivers have run ahead, and the committed results must not change. METIS cuts
-  // pipelines, so rollbacks and anti-messages must happen there (with more than one process).
-  // The block partition gives each process whole model replicas that only meet in DP
-  // collectives, whose CommLPs cannot run ahead of their arrivals: no straggler is possible
-  // (the PHOLD MPI test forces rollbacks under block partitions).
+  // pipelines, so rollbacks must happen there with more than one process. The block partition
+  // gives each process whole model replicas that meet only in DP collectives: stragglers are
+  // possible there (a bucket's arrival late at a CommLP that took the next bucket's), but
+  // whether one happens depends on the processes' relative speed, so this test does not count
+  // them (time_warp_test forces them under block partitions on PHOLD).
   const graph::SlicedGraph g = mixed_graph(workload::Recompute::Full);
   EmulationOptions opt;
   opt.trace_ranks = {3};
