@@ -25,9 +25,10 @@ MUTATIONS = [
     ("commit events at GVT's instant (time <= GVT)",
      "while (!lp.empty() && lp.first->ev.key.time < gvt) {",
      "while (!lp.empty() && lp.first->ev.key.time <= gvt) {"),
-    ("the memory throttle also holds back the event at GVT",
-     "if (uncommitted_ >= config_.max_uncommitted && next > gvt_) break;",
-     "if (uncommitted_ >= config_.max_uncommitted) break;"),
+    ("the memory throttle also holds back the event at GVT (and re-execution below the high "
+     "water mark)",
+     "if (top.time > gvt_ && !(top < high_water_)) {",
+     "if (true) {"),
     ("an error raised while speculating aborts the run",
      "  } catch (const std::exception& e) {\n    n->fault = Fault::Threw;",
      "  } catch (const std::exception& e) {\n    throw;\n    n->fault = Fault::Threw;"),
