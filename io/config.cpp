@@ -162,7 +162,7 @@ const Keys kTopologyKeys = {"rail_optimized",         "nodes_per_leaf",
 const Keys kRunKeys = {
     "engine", "trace_ranks",   "output",          "coalesce_local_ops", "partition",
     "on_oom", "sandbox_ranks", "sandbox_backend", "sandbox_op_scale",   "calibrate_from_sandbox",
-    "p2p"};
+    "p2p",    "replicas"};
 
 /// Short names accepted in `parallel:` (Megatron's own --tp/--pp style abbreviations).
 const std::vector<std::pair<std::string_view, std::string_view>> kParallelAliases = {
@@ -1233,6 +1233,7 @@ RunSpec build_run(const Section& s) {
   run.partition = r.choice("partition", {"block", "metis"}, run.partition);
   run.on_oom = r.choice("on_oom", {"warn", "fail"}, run.on_oom);
   run.p2p = r.choice("p2p", {"rendezvous", "eager"}, run.p2p);
+  run.replicas = r.choice("replicas", {"all", "representative"}, run.replicas);
   if (const Value* v = r.find("sandbox_ranks")) {
     const auto rank = [&](const YAML::Node& n) {
       const auto x = detail::read_int(Value{n, v->origin}, r.key("sandbox_ranks"));
@@ -1923,6 +1924,7 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
   out << YAML::Key << "output" << YAML::Value << r.output;
   out << YAML::Key << "coalesce_local_ops" << YAML::Value << r.coalesce_local_ops;
   out << YAML::Key << "p2p" << YAML::Value << r.p2p;
+  if (r.replicas != "all") out << YAML::Key << "replicas" << YAML::Value << r.replicas;
   if (!r.sandbox_ranks.empty()) {
     out << YAML::Key << "sandbox_ranks" << YAML::Value << YAML::Flow << r.sandbox_ranks;
     out << YAML::Key << "sandbox_backend" << YAML::Value << r.sandbox_backend;
@@ -2034,6 +2036,16 @@ ExperimentConfig load_experiment(const std::string& path, const std::vector<std:
     throw_input(
         "{}: network.model: flow models rendezvous transfers only; set run.p2p: rendezvous "
         "(eager sends under the flow model are not modelled yet)",
+        name);
+  if (c.run.replicas == "representative" && c.network.flow)
+    throw_input(
+        "{}: run.replicas: representative needs the analytical network (the flow model shares "
+        "links between replicas, so they do not replay alike); use run.replicas: all",
+        name);
+  if (c.run.replicas == "representative" && !c.run.sandbox_ranks.empty())
+    throw_input(
+        "{}: run.replicas: representative replays one replica as modelled; sandbox ranks measure "
+        "their own durations (use run.replicas: all)",
         name);
   if (const Value* v = get(t.at("cost"), "profile")) {
     const std::string file = detail::read_string(*v, "cost.profile");

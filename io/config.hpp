@@ -24,6 +24,9 @@ struct RunSpec {
   /// Send/recv: rendezvous (NCCL's P2P: a transfer starts when both ends are posted) | eager
   /// (ASTRA-sim's: a send completes after its transfer; the default for foreign Chakra traces).
   std::string p2p = "rendezvous";
+  /// all (every rank replayed, the default) | representative (emu/replicas.hpp: where the
+  /// data-parallel replicas are provably identical, one is replayed and the others copy it).
+  std::string replicas = "all";
   /// Hybrid runs: ranks that execute their kernels for real (docs/kernels.md "Sandbox ranks").
   std::vector<std::uint32_t> sandbox_ranks;
   /// auto (cuda where scalescope-kernels is built and a GPU is visible, else host) | host

@@ -267,6 +267,9 @@ void write_engine(const h5::Group& root, const emu::EngineStats& e, const Share&
   g.set_attribute("idle_s", e.idle_s);
   g.set_attribute("events_per_virtual_rank", e.events_per_rank);
   g.set_attribute("lp_state_bytes_per_virtual_rank", e.lp_bytes_per_rank);
+  g.set_attribute("replicas", e.replicas);
+  g.set_attribute("replica_count", e.replica_count);
+  g.set_attribute("replayed_ranks", e.replayed_ranks);
   if (e.per_process.empty()) return;
   // One row per process (optimistic engine): what each did, and where its wall time went.
   const std::vector<emu::ProcessEngineStats>& p = e.per_process;

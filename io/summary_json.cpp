@@ -138,7 +138,10 @@ void write_summary_json(const emu::RunResults& r, const std::string& path) {
                      {"lp_state_bytes_per_virtual_rank", e.lp_bytes_per_rank},
                      {"wall_s", e.wall_s},
                      {"gvt_s", e.gvt_s},
-                     {"idle_s", e.idle_s}};
+                     {"idle_s", e.idle_s},
+                     {"replicas", e.replicas},
+                     {"replica_count", e.replica_count},
+                     {"replayed_ranks", e.replayed_ranks}};
   if (!e.per_process.empty()) {
     Json rows = Json::array();
     for (const emu::ProcessEngineStats& p : e.per_process)
@@ -194,6 +197,11 @@ std::string format_summary_table(const emu::RunResults& r) {
                             "{:.3f} s wall",
                             e.kind, e.processes, e.processes == 1 ? "" : "es", e.events_committed,
                             100 * efficiency(e), e.wall_s));
+  if (e.replicas == "representative")
+    row("replicas",
+        fmt::format("representative: {} of {} ranks replayed (one of {} identical replicas and the "
+                    "collectives across them); the others copy their counterparts",
+                    e.replayed_ranks, s.world_size, e.replica_count));
   if (e.kind == "optimistic")
     row("time warp",
         fmt::format("{} rolled back, {} anti-messages, {} GVT rounds; the busiest "

@@ -40,6 +40,7 @@
 #include "cost/cost_model.hpp"
 #include "cost/gpu.hpp"
 #include "emu/emulation.hpp"
+#include "emu/replicas.hpp"
 #include "explore/sweep.hpp"
 #include "graph/expand.hpp"
 #include "io/capture_h5.hpp"
@@ -212,6 +213,7 @@ struct ReplaySetup {
     options.coalesce_local_ops = c.run.coalesce_local_ops;
     options.partition = c.run.partition;
     options.eager_p2p = c.run.p2p == "eager";
+    options.representative_replicas = c.run.replicas == "representative";
   }
   ReplaySetup(const ReplaySetup&) = delete;
   ReplaySetup& operator=(const ReplaySetup&) = delete;
@@ -342,9 +344,10 @@ void write_outputs(emu::DistributedResults& d, const fs::path& dir, MPI_Comm com
 /// a lower bound under the flow model), event rate, ETA. `flow_gpus_per_node`: 0, or the
 /// cluster's GPUs per node under the flow model.
 pdes::ProgressReporter progress_reporter(const graph::SlicedGraph& g, bool coalesce,
-                                         std::int64_t flow_gpus_per_node) {
+                                         std::int64_t flow_gpus_per_node,
+                                         const std::vector<std::uint8_t>* active = nullptr) {
   const std::uint64_t total =
-      g.fully_loaded() ? emu::expected_events(g, coalesce, flow_gpus_per_node) : 0;
+      g.fully_loaded() ? emu::expected_events(g, coalesce, flow_gpus_per_node, active) : 0;
   pdes::ProgressReporter p;
   p.interval_s = 1.0;
   p.report = [total](const pdes::ProgressInfo& i) {
@@ -766,9 +769,11 @@ int run_command(const MpiSession& mpi, const std::string& config_path,
   std::optional<graph::SlicedGraph> graph;
   if (!graph_path.empty() && optimistic) {
     // Each process reads only the templates of its LPs under block partitioning (computed from
-    // the rank map and communicator table); METIS needs every template to weigh its edges.
+    // the rank map and communicator table); METIS needs every template to weigh its edges, and a
+    // representative replay places its LPs only once the cost model has proved the replicas
+    // alike, so both read them all.
     io::GraphPart part;
-    if (c.run.partition == "block")
+    if (c.run.partition == "block" && c.run.replicas == "all")
       part.needed = [&](const graph::SlicedGraph& skeleton) {
         const auto owner =
             emu::partition_lps(skeleton, static_cast<std::uint32_t>(mpi.size()), "block");
@@ -817,9 +822,16 @@ int run_command(const MpiSession& mpi, const std::string& config_path,
   emu::apply_whatifs_to_ranks(whatifs, *graph, costs, c.cluster.gpus_per_node, opt);
   opt.trace_ranks = c.run.trace_ranks;
   opt.rollback_check = rollback_check;
+  // A representative replay counts only the replayed ranks' events (and is refused here, before
+  // any work, where the replicas may differ).
+  std::optional<emu::ReplicaMap> reps;
+  if (opt.representative_replicas)
+    reps = emu::representative_replicas(
+        *graph, costs, !opt.rank_durations.empty() || !opt.dedicated_ranks.empty());
   if (!quiet && mpi.rank() == 0)
     opt.progress = progress_reporter(*graph, opt.coalesce_local_ops,
-                                     cost.fabric() != nullptr ? c.cluster.gpus_per_node : 0);
+                                     cost.fabric() != nullptr ? c.cluster.gpus_per_node : 0,
+                                     reps ? &reps->active : nullptr);
   if (rollback_check && optimistic)
     throw_input("--rollback-check runs on the sequential engine; drop run.engine=optimistic");
   if (optimistic) opt.engine = emu::EngineKind::Optimistic;

@@ -12,7 +12,19 @@ CommLP::CommLP(std::uint32_t comm, const ModelData& data)
       members_(data.graph->comms.members_begin(comm)),
       size_(data.graph->comms.num_members(comm)),
       kind_(data.graph->comms.kind[comm]),
-      shape_(data.cost->shape(members_, members_ + size_)) {
+      shape_(data.cost->shape(members_, members_ + size_)),
+      targets_(members_),
+      num_targets_(size_) {
+  if (data.active != nullptr) {
+    for (std::uint32_t i = 0; i < size_; ++i)
+      if ((*data.active)[members_[i]]) active_members_.push_back(members_[i]);
+    if (active_members_.size() < size_) {
+      SCALESCOPE_EXPECTS(kind_ != graph::CommKind::PpPair);  // a pair lies inside a replica
+      targets_ = active_members_.data();
+      num_targets_ = static_cast<std::uint32_t>(active_members_.size());
+    }
+  }
+  needed_ = kind_ == graph::CommKind::PpPair ? 2 : num_targets_;
   // The stream each member's op waits on: a pipeline pair is its upstream member's PpComm
   // (role PpNext) and its downstream member's PpPrevComm.
   const graph::CommRole role = graph::role_of(kind_);
@@ -124,9 +136,9 @@ void CommLP::forward(pdes::Event& e, pdes::Context& ctx) {
     // The fabric finished this communicator's transfer: it completes for every member now.
     EmuMsg done;
     done.kind = MsgKind::Complete;
-    for (std::uint32_t i = 0; i < size_; ++i) {
+    for (std::uint32_t i = 0; i < num_targets_; ++i) {
       done.stream = stream_[std::min<std::uint32_t>(i, 1)];
-      ctx.send(members_[i], ctx.now(), kPriorityComplete, done);
+      ctx.send(targets_[i], ctx.now(), kPriorityComplete, done);
     }
     return;
   }
@@ -150,8 +162,7 @@ void CommLP::forward(pdes::Event& e, pdes::Context& ctx) {
     return;
   }
   m.undo_completed = 0;
-  const std::uint32_t needed = kind_ == graph::CommKind::PpPair ? 2 : size_;
-  if (++arrived_[ch] < needed) return;
+  if (++arrived_[ch] < needed_) return;
   // Events arrive in timestamp order, so the last arrival is the latest: the instance starts now.
   const graph::Op* flow_op = flow_ ? &data_->graph->program_of(e.key.src).ops[m.op] : nullptr;
   if (flow_op != nullptr && flow_op->comm_bytes > 0) {
@@ -161,9 +172,9 @@ void CommLP::forward(pdes::Event& e, pdes::Context& ctx) {
     const SimTime end = ctx.now() + duration(e);
     EmuMsg done;
     done.kind = MsgKind::Complete;
-    for (std::uint32_t i = 0; i < size_; ++i) {
+    for (std::uint32_t i = 0; i < num_targets_; ++i) {
       done.stream = stream_[std::min<std::uint32_t>(i, 1)];
-      ctx.send(members_[i], end, kPriorityComplete, done);
+      ctx.send(targets_[i], end, kPriorityComplete, done);
     }
   }
   arrived_[ch] = 0;
@@ -182,7 +193,7 @@ void CommLP::reverse(pdes::Event& e, pdes::Context&) {
   }
   if (m.undo_completed) {
     --expected_[ch];
-    arrived_[ch] = (kind_ == graph::CommKind::PpPair ? 2 : size_) - 1;
+    arrived_[ch] = needed_ - 1;
   } else {
     --arrived_[ch];
   }

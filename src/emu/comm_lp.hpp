@@ -47,6 +47,13 @@ class CommLP final : public pdes::LogicalProcess {
   std::uint32_t size_;
   graph::CommKind kind_;
   cost::CommShape shape_;
+  /// The members a COMPLETE goes to and whose arrivals start an instance: all of them, or in a
+  /// representative replay (ModelData::active) those in the replayed replica; the network shape
+  /// stays the whole communicator's.
+  const std::uint32_t* targets_;
+  std::uint32_t num_targets_;
+  std::uint32_t needed_;  ///< arrivals that start an instance (2 for a pipeline pair)
+  std::vector<std::uint32_t> active_members_;
   /// Stream of the COMPLETE each member receives: members 0 and 1 of a pipeline pair differ; a
   /// collective's members all use stream_[0] (index min(i, 1) with equal entries).
   std::array<std::uint8_t, 2> stream_{};

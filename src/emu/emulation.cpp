@@ -5,18 +5,34 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <optional>
 
 #include "core/error.hpp"
 #include "emu/comm_lp.hpp"
 #include "emu/critical_path.hpp"
 #include "emu/fabric_lp.hpp"
 #include "emu/rank_lp.hpp"
+#include "emu/replicas.hpp"
 #include "pdes/partitioner.hpp"
 #include "pdes/sequential_engine.hpp"
 
 namespace scalescope::emu {
 
 namespace {
+
+/// Stands for every rank and communicator a representative replay does not run: nothing is
+/// ever sent to one (the replayed LPs address only replayed LPs), so an event is a defect.
+class DormantLP final : public pdes::LogicalProcess {
+ public:
+  void init(pdes::Context&) override {}
+  void forward(pdes::Event& e, pdes::Context&) override {
+    throw ContractError(fmt::format(
+        "representative replay: LP {} outside the replayed replica received an event", e.key.dst));
+  }
+  void reverse(pdes::Event&, pdes::Context&) override {}
+  void commit(const pdes::Event&) override {}
+  bool has_commit() const override { return false; }
+};
 
 /// The LPs of one process (all of them for the sequential engine) and where they record.
 struct Instance {
@@ -29,12 +45,19 @@ struct Instance {
   std::vector<CommLP> comms;
   std::unique_ptr<FabricLP> fabric;  ///< the flow model's LP, on the process that owns it
   std::vector<std::int32_t> index;   ///< LP id → position in ranks / comms, −1 if not here
+  const ReplicaMap* reps = nullptr;  ///< a representative replay's map, else null
+  DormantLP dormant;                 ///< every LP of mine that a representative replay skips
+  /// Ranks traced only because a traced rank outside the replayed replica copies them.
+  std::vector<std::uint32_t> traced_for_copy;
 
   Instance(const graph::SlicedGraph& g, const Costs& cost, const EmulationOptions& options,
-           const std::vector<std::uint32_t>* owner, std::uint32_t me)
+           const std::vector<std::uint32_t>* owner, std::uint32_t me,
+           const ReplicaMap* replicas = nullptr)
       : data(g, cost, options.coalesce_local_ops, &options.class_durations,
-             &options.rank_durations) {
+             &options.rank_durations),
+        reps(replicas) {
     data.eager_p2p = options.eager_p2p;
+    if (reps != nullptr) data.active = &reps->active;
     out.config_text = g.config_text;
     out.ranks.resize(g.world_size);
     for (std::uint32_t r : options.trace_ranks) {
@@ -43,7 +66,15 @@ struct Instance {
       out.timelines[r];
       out.memory[r];
     }
-    auto mine = [&](pdes::LpId id) { return owner == nullptr || (*owner)[id] == me; };
+    if (reps != nullptr)
+      for (std::uint32_t r : options.trace_ranks)
+        if (!reps->is_active(r) && out.timelines.emplace(reps->rep[r], 0).second) {
+          out.memory[reps->rep[r]];
+          traced_for_copy.push_back(reps->rep[r]);
+        }
+    auto mine = [&](pdes::LpId id) {
+      return (owner == nullptr || (*owner)[id] == me) && (reps == nullptr || reps->is_active(id));
+    };
     const bool flow = cost.fabric != nullptr;
     index.assign(g.world_size + g.comms.size() + (flow ? 1 : 0), -1);
     std::uint32_t n_ranks = 0, n_comms = 0;
@@ -89,6 +120,7 @@ struct Instance {
   }
 
   pdes::LogicalProcess* lp(pdes::LpId id) {
+    if (index[id] < 0) return &dormant;  // not replayed (representative)
     const auto i = static_cast<std::size_t>(index[id]);
     if (id < data.graph->world_size) return &ranks[i];
     if (id == data.fabric_lp()) return fabric.get();
@@ -97,8 +129,28 @@ struct Instance {
 
   /// What the critical path walk reads of a local rank.
   RankTimes rank_times(std::uint32_t r) const {
+    if (reps != nullptr) r = reps->rep[r];
     const RankLP& lp = ranks[static_cast<std::size_t>(index[r])];
     return {&lp.rank_class(), lp.finish_times()};
+  }
+
+  /// A representative replay: every rank of `owns` outside the replayed replica takes its
+  /// counterpart's row (and timeline and memory, if traced); the counterparts traced only for
+  /// that are dropped. The counterpart of a rank is owned by the same process.
+  template <class Owns>
+  void copy_counterparts(Owns owns) {
+    if (reps == nullptr) return;
+    for (std::uint32_t r = 0; r < out.ranks.size(); ++r)
+      if (!reps->is_active(r) && owns(r)) out.ranks[r] = out.ranks[reps->rep[r]];
+    for (auto& [r, tl] : out.timelines)
+      if (!reps->is_active(r) && owns(r)) {
+        tl = out.timelines.at(reps->rep[r]);
+        out.memory[r] = out.memory.at(reps->rep[r]);
+      }
+    for (std::uint32_t r : traced_for_copy) {
+      out.timelines.erase(r);
+      out.memory.erase(r);
+    }
   }
 
   /// Throws if a local rank or communicator did not finish (a deadlocked graph).
@@ -182,10 +234,53 @@ void gather_records(std::vector<T>& records, std::uint32_t owner, int me, MPI_Co
   }
 }
 
+/// The replica map a representative replay needs (InputError where replicas may differ).
+ReplicaMap replicas_of(const graph::SlicedGraph& g, const Costs& cost,
+                       const EmulationOptions& options) {
+  return representative_replicas(
+      g, cost, !options.rank_durations.empty() || !options.dedicated_ranks.empty());
+}
+
+void describe_replicas(EngineStats& e, const graph::SlicedGraph& g, const ReplicaMap* reps) {
+  e.replicas = reps != nullptr ? "representative" : "all";
+  e.replica_count = reps != nullptr ? reps->replicas : 1;
+  e.replayed_ranks = reps != nullptr ? reps->active_ranks : g.world_size;
+}
+
+/// Owners under a representative replay: contiguous blocks of the replayed ranks in rank order,
+/// every other rank with its counterpart; a communicator with one of its replayed members (the
+/// k-th data-parallel group with its (k mod n)-th, as partition_lps spreads them).
+std::vector<std::uint32_t> replica_owner(const graph::SlicedGraph& g, const ReplicaMap& reps,
+                                         std::uint32_t processes) {
+  const std::uint32_t world = g.world_size;
+  std::vector<std::uint32_t> owner(world + g.comms.size(), 0);
+  const auto blocks = pdes::BlockPartitioner{}.assign(reps.active_ranks, processes, nullptr);
+  std::uint32_t k = 0;
+  for (std::uint32_t r = 0; r < world; ++r)
+    if (reps.is_active(r)) owner[r] = blocks[k++];
+  for (std::uint32_t r = 0; r < world; ++r)
+    if (!reps.is_active(r)) owner[r] = owner[reps.rep[r]];
+  std::uint32_t dp_groups = 0;
+  std::vector<std::uint32_t> replayed;
+  for (std::uint32_t c = 0; c < g.comms.size(); ++c) {
+    replayed.clear();
+    for (const std::uint32_t* m = g.comms.members_begin(c); m != g.comms.members_end(c); ++m)
+      if (reps.is_active(*m)) replayed.push_back(*m);
+    if (replayed.empty()) {
+      owner[world + c] = owner[reps.rep[*g.comms.members_begin(c)]];
+      continue;
+    }
+    const auto n = static_cast<std::uint32_t>(replayed.size());
+    owner[world + c] =
+        owner[replayed[g.comms.kind[c] == graph::CommKind::DpGroup ? dp_groups++ % n : 0]];
+  }
+  return owner;
+}
+
 }  // namespace
 
 std::uint64_t expected_events(const graph::SlicedGraph& g, bool coalesce_local_ops,
-                              std::int64_t gpus_per_node) {
+                              std::int64_t gpus_per_node, const std::vector<std::uint8_t>* active) {
   std::vector<std::uint64_t> per_class(g.templates.size(), 0);
   // The flow model: a transfer's fabric events, shared among its members (a collective's
   // instance is counted once per member, a point-to-point transfer once per part), so per class
@@ -222,9 +317,10 @@ std::uint64_t expected_events(const graph::SlicedGraph& g, bool coalesce_local_o
   }
   std::uint64_t total = 0;
   double flow = 0;
-  for (std::uint32_t cls : g.rank_class) {
-    total += per_class[cls];
-    flow += flow_per_class[cls];
+  for (std::uint32_t r = 0; r < g.world_size; ++r) {
+    if (active != nullptr && !(*active)[r]) continue;
+    total += per_class[g.rank_class[r]];
+    flow += flow_per_class[g.rank_class[r]];
   }
   return total + static_cast<std::uint64_t>(std::llround(flow));
 }
@@ -238,7 +334,9 @@ RunResults emulate(const graph::SlicedGraph& g, const Costs& cost,
                    const EmulationOptions& options) {
   if (!g.fully_loaded())
     throw ContractError("emulate: the sequential engine needs every template of the graph");
-  Instance inst(g, cost, options, nullptr, 0);
+  std::optional<ReplicaMap> reps;
+  if (options.representative_replicas) reps = replicas_of(g, cost, options);
+  Instance inst(g, cost, options, nullptr, 0, reps ? &*reps : nullptr);
   std::vector<pdes::LogicalProcess*> lps;
   lps.reserve(inst.index.size());
   for (pdes::LpId id = 0; id < inst.index.size(); ++id) lps.push_back(inst.lp(id));
@@ -246,7 +344,9 @@ RunResults emulate(const graph::SlicedGraph& g, const Costs& cost,
   engine.set_progress(options.progress);
   const pdes::EngineStats stats = engine.run(kTimeInfinity, options.rollback_check);
   inst.check_complete();
+  inst.copy_counterparts([](std::uint32_t) { return true; });
   RunResults out = std::move(inst.out);
+  describe_replicas(out.engine, g, reps ? &*reps : nullptr);
   out.engine.kind = "sequential";
   out.engine.processes = 1;
   out.engine.events_processed = stats.events_processed;
@@ -254,8 +354,9 @@ RunResults emulate(const graph::SlicedGraph& g, const Costs& cost,
   out.engine.wall_s = stats.wall_s;
   double bytes = 0;
   for (const RankLP& r : inst.ranks) bytes += static_cast<double>(r.state_bytes());
-  out.engine.lp_bytes_per_rank = bytes / g.world_size;
-  out.engine.events_per_rank = static_cast<double>(stats.events_committed) / g.world_size;
+  out.engine.lp_bytes_per_rank = bytes / out.engine.replayed_ranks;
+  out.engine.events_per_rank =
+      static_cast<double>(stats.events_committed) / out.engine.replayed_ranks;
   finish_results(out, cost);
   // The lowest rank among those that finish last.
   std::uint32_t last = 0;
@@ -382,8 +483,12 @@ DistributedResults emulate_distributed(const graph::SlicedGraph& g, const Costs&
   int me = 0, size = 1;
   MPI_Comm_rank(comm, &me);
   MPI_Comm_size(comm, &size);
-  std::vector<std::uint32_t> owner = partition_lps(g, static_cast<std::uint32_t>(size),
-                                                   options.partition, options.dedicated_ranks);
+  std::optional<ReplicaMap> reps;
+  if (options.representative_replicas) reps = replicas_of(g, cost, options);
+  std::vector<std::uint32_t> owner =
+      reps ? replica_owner(g, *reps, static_cast<std::uint32_t>(size))
+           : partition_lps(g, static_cast<std::uint32_t>(size), options.partition,
+                           options.dedicated_ranks);
   // The flow model's fabric LP goes to the last process, whose block holds the last ranks.
   if (cost.fabric != nullptr) owner.push_back(static_cast<std::uint32_t>(size - 1));
   const std::vector<bool> needed = templates_needed(g, owner, static_cast<std::uint32_t>(me));
@@ -392,7 +497,7 @@ DistributedResults emulate_distributed(const graph::SlicedGraph& g, const Costs&
       throw ContractError(
           fmt::format("emulation: process {} needs template {} ('{}'), which was not loaded", me, k,
                       g.templates[k].name));
-  Instance inst(g, cost, options, &owner, static_cast<std::uint32_t>(me));
+  Instance inst(g, cost, options, &owner, static_cast<std::uint32_t>(me), reps ? &*reps : nullptr);
   pdes::OptimisticConfig config = options.optimistic;
   config.progress = options.progress;
   pdes::OptimisticEngine engine(
@@ -412,6 +517,8 @@ DistributedResults emulate_distributed(const graph::SlicedGraph& g, const Costs&
   MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm);
   if (!all_ok) throw ContractError(why.empty() ? "emulation deadlocked on another process" : why);
 
+  inst.copy_counterparts(
+      [&](std::uint32_t r) { return owner[r] == static_cast<std::uint32_t>(me); });
   DistributedResults d;
   d.process = static_cast<std::uint32_t>(me);
   d.processes = static_cast<std::uint32_t>(size);
@@ -425,6 +532,7 @@ DistributedResults emulate_distributed(const graph::SlicedGraph& g, const Costs&
       out.timelines.erase(r);
       out.memory.erase(r);
     }
+  describe_replicas(out.engine, g, reps ? &*reps : nullptr);
   out.engine.kind = "optimistic";
   out.engine.processes = static_cast<std::uint32_t>(size);
   out.engine.events_processed = total.events_processed;
@@ -445,8 +553,9 @@ DistributedResults emulate_distributed(const graph::SlicedGraph& g, const Costs&
   double bytes = 0;
   for (const RankLP& r : inst.ranks) bytes += static_cast<double>(r.state_bytes());
   MPI_Allreduce(MPI_IN_PLACE, &bytes, 1, MPI_DOUBLE, MPI_SUM, comm);
-  out.engine.lp_bytes_per_rank = bytes / g.world_size;
-  out.engine.events_per_rank = static_cast<double>(total.events_committed) / g.world_size;
+  out.engine.lp_bytes_per_rank = bytes / out.engine.replayed_ranks;
+  out.engine.events_per_rank =
+      static_cast<double>(total.events_committed) / out.engine.replayed_ranks;
   finish_results(out, cost);  // over the local rows; made global below
   Summary& s = out.summary;
   MPI_Allreduce(MPI_IN_PLACE, &s.iteration_time, 1, MPI_INT64_T, MPI_MAX, comm);

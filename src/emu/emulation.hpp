@@ -36,6 +36,10 @@ struct EmulationOptions {
   std::map<std::uint32_t, std::vector<SimTime>> rank_durations;
   /// The same per template (run.calibrate_from_sandbox: a class takes a sandbox rank's).
   std::map<std::uint32_t, std::vector<SimTime>> class_durations;
+  /// run.replicas: representative (emu/replicas.hpp): replay the replica holding rank 0 and the
+  /// collectives across replicas; every other rank takes its counterpart's results. InputError
+  /// where the replicas are not provably identical.
+  bool representative_replicas = false;
   /// Ranks that each get an MPI process of their own when there are enough processes (the
   /// last ones; the sandbox), whatever the partition.
   std::vector<std::uint32_t> dedicated_ranks;
@@ -47,8 +51,10 @@ struct EmulationOptions {
 /// With `gpus_per_node` > 0 (the flow model) it adds the fabric's events of each transfer between
 /// nodes: FLOW_START, FLOW_DONE and one FLOW_WAKE, a lower bound (a wake made stale by another
 /// start or end is not counted), so the total is an estimate there.
+/// With `active` (a representative replay's ReplicaMap::active), only the ranks it marks count.
 std::uint64_t expected_events(const graph::SlicedGraph& g, bool coalesce_local_ops,
-                              std::int64_t gpus_per_node = 0);
+                              std::int64_t gpus_per_node = 0,
+                              const std::vector<std::uint8_t>* active = nullptr);
 
 /// Replays the graph. Fills RunResults::ranks (finish, breakdown, memory), timelines and memory
 /// of the traced ranks, engine statistics and summary.iteration_time / peak memory; the caller

@@ -130,6 +130,8 @@ struct ModelData {
   bool coalesce_local_ops = true;
   /// Pipeline-pair transfers are eager sends (EmulationOptions::eager_p2p), not rendezvous.
   bool eager_p2p = false;
+  /// A representative replay (ReplicaMap::active): per LP whether it runs; null: every LP.
+  const std::vector<std::uint8_t>* active = nullptr;
 
   /// `class_durations` / `rank_durations` (optional): per template / per rank, the op durations
   /// that replace the cost model's (hybrid runs: measured on a sandbox rank).

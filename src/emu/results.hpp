@@ -84,8 +84,13 @@ struct EngineStats {
   double gvt_s = 0;                             ///< largest over processes
   double idle_s = 0;                            ///< largest over processes
   std::vector<ProcessEngineStats> per_process;  ///< optimistic engine: one per process
-  double events_per_rank = 0;                   ///< committed events / world size
-  double lp_bytes_per_rank = 0;  ///< RankLP state (object + per-op dynamic state) / world size
+  double events_per_rank = 0;                   ///< committed events / replayed ranks
+  double lp_bytes_per_rank = 0;  ///< RankLP state (object + per-op dynamic state) / replayed ranks
+  /// run.replicas: "all" (every rank replayed) or "representative" (one replica replayed, the
+  /// others given its results: emu/replicas.hpp); the replicas found and the ranks replayed.
+  std::string replicas = "all";
+  std::uint32_t replica_count = 1;
+  std::uint32_t replayed_ranks = 0;
 };
 
 struct Summary {

@@ -97,6 +97,10 @@ expect_error whatif_rank "rank 99 is outside" run "$qs" --whatif 'slow_gpu: {ran
 expect_error whatif_needs_flow "network.model: flow" run "$qs" --whatif 'degraded_nic: {nodes: [0], factor: 0.5}'
 expect_error whatif_leaf "leaf 999" run "$qs" --set network.model=flow --whatif 'failed_link: {leaf: 999, spine: 0}'
 expect_error whatif_yaml "--whatif" run "$qs" --whatif 'slow_gpu: {ranks: [1'
+# The symmetry fast path refuses what makes replicas differ.
+expect_error replicas_value "run.replicas" run "$qs" --set run.replicas=one
+expect_error replicas_flow "run.replicas: representative needs the analytical network" run "$qs" --set run.replicas=representative --set network.model=flow
+expect_error replicas_slow_gpu "run.replicas: representative: ranks with their own durations" run "$qs" --set run.replicas=representative --whatif 'slow_gpu: {ranks: [1], factor: 2}'
 
 # A truncated graph.h5 is refused with its name.
 "$bin" graph "$qs" -o "$tmp/graph.h5" >/dev/null || { echo "FAIL graph build"; fail=1; }
