@@ -38,8 +38,9 @@ OPTIONAL_RANK_COLUMNS = ("host_wait_ns",)
 ENGINE_KEYS = ("kind", "processes", "events_processed", "events_committed", "events_rolled_back",
                "remote_messages", "gvt_rounds", "wall_s", "events_per_virtual_rank",
                "lp_state_bytes_per_virtual_rank")
-# Written since session 16 (files of earlier versions lack them).
-ENGINE_KEYS_NEWER = ("rollbacks", "anti_messages", "committed_at_execution", "gvt_s", "idle_s")
+# Written since session 16 (files of earlier versions lack them; replicas since session 17).
+ENGINE_KEYS_NEWER = ("rollbacks", "anti_messages", "committed_at_execution", "gvt_s", "idle_s",
+                     "replicas", "replica_count", "replayed_ranks")
 # /engine/process_<field> datasets of an optimistic run, one row per process, in summary.json's
 # per_process order (efficiency is derived).
 ENGINE_PROCESS_FIELDS = ("events_processed", "events_committed", "events_rolled_back",
