@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Scaling benchmark: Llama 3 405B (inputs/experiments/llama3-405b-16k.yaml) at 1,024 … 131,072
 # GPUs — TP 8, PP 16 fixed, DP = N/128, global batch 16·DP so every pipeline runs the same 16
-# micro-batches — on the sequential engine and the optimistic engine at np 1, 2 and 4. Records wall
+# micro-batches — on the sequential engine (also with run.replicas: representative, which must
+# give the same summary) and the optimistic engine at np 1, 2 and 4. Records wall
 # time, peak RSS (largest process), committed events, committed events/s, efficiency, graph.h5
 # size and graph build time into bench/results/scaling.csv and draws bench/results/scaling.png.
 #
@@ -64,6 +65,13 @@ for n in $sizes; do
   gbytes=$(stat -c %s "$tmp/g.h5"); gsec=$(cut -d' ' -f1 "$tmp/g.time")
   best "$tmp/seq" "$tmp/t" "$exe" run "$cfg" -q "${sets[@]}"
   row "$n" sequential 1 "$tmp/t" "$tmp/seq" "$gbytes" "$gsec"
+  # The symmetry fast path (run.replicas: representative): one replica replayed; the same results.
+  best "$tmp/rep" "$tmp/t" "$exe" run "$cfg" -q "${sets[@]}" --set run.replicas=representative
+  row "$n" representative 1 "$tmp/t" "$tmp/rep" "$gbytes" "$gsec"
+  /usr/bin/python3 -c "
+import json,sys
+a=json.load(open('$tmp/seq/summary.json')); b=json.load(open('$tmp/rep/summary.json'))
+a.pop('engine'); b.pop('engine'); sys.exit(0 if a==b else 'representative differs at $n GPUs')"
   for np in $nps; do
     best "$tmp/opt$np" "$tmp/t" mpirun -np $np "$exe" run "$cfg" -q "${sets[@]}" \
       --set run.engine=optimistic
@@ -74,6 +82,6 @@ import json,sys
 a=json.load(open('$tmp/seq/summary.json')); b=json.load(open('$tmp/opt$np/summary.json'))
 a.pop('engine'); b.pop('engine'); sys.exit(0 if a==b else 'optimistic np $np differs at $n GPUs')"
   done
-  tail -n $((1 + $(wc -w <<<"$nps"))) "$csv"
+  tail -n $((2 + $(wc -w <<<"$nps"))) "$csv"
 done
 /usr/bin/python3 "$root/bench/plot_scaling.py" "$csv" "$results/scaling.png"
