@@ -775,7 +775,7 @@ bool OptimisticEngine::Impl::round_done(bool wait) {
   // processed (at or after GVT) or is a red one already sent, whose sender is at or after the
   // earliest red sender: every future arrival lies at or after that bound + lookahead, so an
   // event below it is final once executed (docs/engine.md derives this).
-  if (config_.lookahead > 0) {
+  if (config_.lookahead > 0 && size_ > 1) {
     const SimTime bound = std::min(gvt_, vote_in_.min_red_sender);
     safe_ = bound >= kTimeInfinity - config_.lookahead ? kTimeInfinity : bound + config_.lookahead;
   }
@@ -882,6 +882,11 @@ OptimisticStats OptimisticEngine::Impl::run(SimTime end) {
   start_ = t0;
   now_ = 0;
   current_ = nullptr;
+  // One process: events run in key order from one queue and nothing can arrive from elsewhere,
+  // so no straggler can ever come: every event is final once executed (the lookahead bound is
+  // infinite). Time Warp's bookkeeping (processed lists, fossil collection) is skipped, as the
+  // sequential engine skips it; a fault still blocks its LP and is reported at the next round.
+  safe_ = size_ == 1 ? kTimeInfinity : 0;
   for (LpId id = 0; id < owner_.size(); ++id) {
     if (!is_local(id)) continue;
     self_ = id;
