@@ -275,25 +275,20 @@ void write_engine(const h5::Group& root, const emu::EngineStats& e, const Share&
   const std::vector<emu::ProcessEngineStats>& p = e.per_process;
   const hsize_t n = p.size();
   const auto rows = all_rows_if(share.first, n);
-  auto counts = [&](const std::string& name, std::uint64_t emu::ProcessEngineStats::*field) {
-    std::vector<std::uint64_t> v;
+  auto column = [&]<class T>(const std::string& name, T emu::ProcessEngineStats::*field) {
+    std::vector<T> v;
     for (const auto& s : p) v.push_back(s.*field);
     put(g, "process_" + name, v, n, rows, share.collective);
   };
-  auto seconds = [&](const std::string& name, double emu::ProcessEngineStats::*field) {
-    std::vector<double> v;
-    for (const auto& s : p) v.push_back(s.*field);
-    put(g, "process_" + name, v, n, rows, share.collective);
-  };
-  counts("events_processed", &emu::ProcessEngineStats::events_processed);
-  counts("events_committed", &emu::ProcessEngineStats::events_committed);
-  counts("events_rolled_back", &emu::ProcessEngineStats::events_rolled_back);
-  counts("anti_messages", &emu::ProcessEngineStats::anti_messages);
-  counts("remote_messages", &emu::ProcessEngineStats::remote_messages);
-  counts("committed_at_execution", &emu::ProcessEngineStats::committed_at_execution);
-  seconds("wall_s", &emu::ProcessEngineStats::wall_s);
-  seconds("gvt_s", &emu::ProcessEngineStats::gvt_s);
-  seconds("idle_s", &emu::ProcessEngineStats::idle_s);
+  column("events_processed", &emu::ProcessEngineStats::events_processed);
+  column("events_committed", &emu::ProcessEngineStats::events_committed);
+  column("events_rolled_back", &emu::ProcessEngineStats::events_rolled_back);
+  column("anti_messages", &emu::ProcessEngineStats::anti_messages);
+  column("remote_messages", &emu::ProcessEngineStats::remote_messages);
+  column("committed_at_execution", &emu::ProcessEngineStats::committed_at_execution);
+  column("wall_s", &emu::ProcessEngineStats::wall_s);
+  column("gvt_s", &emu::ProcessEngineStats::gvt_s);
+  column("idle_s", &emu::ProcessEngineStats::idle_s);
 }
 
 void write_file(h5::File& file, const emu::RunResults& r, const Share& share) {

@@ -17,7 +17,8 @@ namespace {
 
 /// Share of the events processed that were committed (1 when nothing was processed: no work
 /// was wasted).
-double efficiency(const emu::EngineStats& e) {
+template <class Stats>  // emu::EngineStats, or one process's emu::ProcessEngineStats
+double efficiency(const Stats& e) {
   return e.events_processed == 0
              ? 1.0
              : static_cast<double>(e.events_committed) / static_cast<double>(e.events_processed);
@@ -145,19 +146,16 @@ void write_summary_json(const emu::RunResults& r, const std::string& path) {
   if (!e.per_process.empty()) {
     Json rows = Json::array();
     for (const emu::ProcessEngineStats& p : e.per_process)
-      rows.push_back(
-          Json{{"events_processed", p.events_processed},
-               {"events_committed", p.events_committed},
-               {"events_rolled_back", p.events_rolled_back},
-               {"efficiency", p.events_processed ? static_cast<double>(p.events_committed) /
-                                                       static_cast<double>(p.events_processed)
-                                                 : 1.0},
-               {"anti_messages", p.anti_messages},
-               {"remote_messages", p.remote_messages},
-               {"committed_at_execution", p.committed_at_execution},
-               {"wall_s", p.wall_s},
-               {"gvt_s", p.gvt_s},
-               {"idle_s", p.idle_s}});
+      rows.push_back(Json{{"events_processed", p.events_processed},
+                          {"events_committed", p.events_committed},
+                          {"events_rolled_back", p.events_rolled_back},
+                          {"efficiency", efficiency(p)},
+                          {"anti_messages", p.anti_messages},
+                          {"remote_messages", p.remote_messages},
+                          {"committed_at_execution", p.committed_at_execution},
+                          {"wall_s", p.wall_s},
+                          {"gvt_s", p.gvt_s},
+                          {"idle_s", p.idle_s}});
     j["engine"]["per_process"] = std::move(rows);
   }
   const std::string text = j.dump(2) + "\n";

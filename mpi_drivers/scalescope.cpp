@@ -825,9 +825,7 @@ int run_command(const MpiSession& mpi, const std::string& config_path,
   // A representative replay counts only the replayed ranks' events (and is refused here, before
   // any work, where the replicas may differ).
   std::optional<emu::ReplicaMap> reps;
-  if (opt.representative_replicas)
-    reps = emu::representative_replicas(
-        *graph, costs, !opt.rank_durations.empty() || !opt.dedicated_ranks.empty());
+  if (opt.representative_replicas) reps = emu::representative_replicas(*graph, costs, opt);
   if (!quiet && mpi.rank() == 0)
     opt.progress = progress_reporter(*graph, opt.coalesce_local_ops,
                                      cost.fabric() != nullptr ? c.cluster.gpus_per_node : 0,

@@ -234,13 +234,6 @@ void gather_records(std::vector<T>& records, std::uint32_t owner, int me, MPI_Co
   }
 }
 
-/// The replica map a representative replay needs (InputError where replicas may differ).
-ReplicaMap replicas_of(const graph::SlicedGraph& g, const Costs& cost,
-                       const EmulationOptions& options) {
-  return representative_replicas(
-      g, cost, !options.rank_durations.empty() || !options.dedicated_ranks.empty());
-}
-
 void describe_replicas(EngineStats& e, const graph::SlicedGraph& g, const ReplicaMap* reps) {
   e.replicas = reps != nullptr ? "representative" : "all";
   e.replica_count = reps != nullptr ? reps->replicas : 1;
@@ -335,7 +328,7 @@ RunResults emulate(const graph::SlicedGraph& g, const Costs& cost,
   if (!g.fully_loaded())
     throw ContractError("emulate: the sequential engine needs every template of the graph");
   std::optional<ReplicaMap> reps;
-  if (options.representative_replicas) reps = replicas_of(g, cost, options);
+  if (options.representative_replicas) reps = representative_replicas(g, cost, options);
   Instance inst(g, cost, options, nullptr, 0, reps ? &*reps : nullptr);
   std::vector<pdes::LogicalProcess*> lps;
   lps.reserve(inst.index.size());
@@ -388,26 +381,11 @@ std::vector<std::uint32_t> partition_lps(const graph::SlicedGraph& g, std::uint3
     // and tied-embedding groups form one replica (tp·pp ranks) whose ranks wait on each other
     // all the time; replicas only meet in DP collectives. Giving each process whole replicas
     // lets them run in parallel (blocks of rank numbers would cut every pipeline in two).
-    std::vector<std::uint32_t> parent(world);
-    for (std::uint32_t r = 0; r < world; ++r) parent[r] = r;
-    auto find = [&](std::uint32_t r) {
-      while (parent[r] != r) r = parent[r] = parent[parent[r]];
-      return r;
-    };
-    for (std::uint32_t c = 0; c < g.comms.size(); ++c) {
-      if (g.comms.kind[c] == graph::CommKind::DpGroup) continue;
-      const std::uint32_t first = find(*g.comms.members_begin(c));
-      for (const std::uint32_t* m = g.comms.members_begin(c); m != g.comms.members_end(c); ++m)
-        parent[find(*m)] = first;
-    }
     // Replicas in order of their lowest rank, then contiguous blocks of replicas.
-    std::vector<std::uint32_t> replica_of_root(world, UINT32_MAX), replica(world);
-    std::uint32_t replicas = 0;
-    for (std::uint32_t r = 0; r < world; ++r) {
-      const std::uint32_t root = find(r);
-      if (replica_of_root[root] == UINT32_MAX) replica_of_root[root] = replicas++;
-      replica[r] = replica_of_root[root];
-    }
+    const RankComponents components =
+        rank_components(g, [](graph::CommKind k) { return k != graph::CommKind::DpGroup; });
+    const std::uint32_t replicas = components.count;
+    const std::vector<std::uint32_t>& replica = components.of_rank;
     if (replicas >= processes) {
       const auto blocks = partitioner->assign(replicas, processes, nullptr);
       for (std::uint32_t r = 0; r < world; ++r) owner[r] = blocks[replica[r]];
@@ -484,7 +462,7 @@ DistributedResults emulate_distributed(const graph::SlicedGraph& g, const Costs&
   MPI_Comm_rank(comm, &me);
   MPI_Comm_size(comm, &size);
   std::optional<ReplicaMap> reps;
-  if (options.representative_replicas) reps = replicas_of(g, cost, options);
+  if (options.representative_replicas) reps = representative_replicas(g, cost, options);
   std::vector<std::uint32_t> owner =
       reps ? replica_owner(g, *reps, static_cast<std::uint32_t>(size))
            : partition_lps(g, static_cast<std::uint32_t>(size), options.partition,

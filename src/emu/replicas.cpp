@@ -13,12 +13,46 @@ bool crosses_replicas(graph::CommKind k) {
   return k == graph::CommKind::DpGroup || k == graph::CommKind::DpReplicateGroup ||
          k == graph::CommKind::EdpGroup;
 }
+bool inside_replica(graph::CommKind k) {
+  return !crosses_replicas(k);
+}
 
 bool same_shape(const cost::CommShape& a, const cost::CommShape& b) {
   return a.ranks == b.ranks && a.nodes == b.nodes && a.ranks_per_node == b.ranks_per_node;
 }
 
 }  // namespace
+
+RankComponents rank_components(const graph::SlicedGraph& g, bool (*joins)(graph::CommKind)) {
+  const std::uint32_t world = g.world_size;
+  std::vector<std::uint32_t> parent(world);
+  std::iota(parent.begin(), parent.end(), 0u);
+  auto find = [&](std::uint32_t r) {
+    while (parent[r] != r) r = parent[r] = parent[parent[r]];
+    return r;
+  };
+  for (std::uint32_t c = 0; c < g.comms.size(); ++c) {
+    if (!joins(g.comms.kind[c])) continue;
+    const std::uint32_t first = find(*g.comms.members_begin(c));
+    for (const std::uint32_t* m = g.comms.members_begin(c); m != g.comms.members_end(c); ++m)
+      parent[find(*m)] = first;
+  }
+  RankComponents out;
+  std::vector<std::uint32_t> of_root(world, UINT32_MAX);
+  out.of_rank.resize(world);
+  for (std::uint32_t r = 0; r < world; ++r) {
+    const std::uint32_t root = find(r);
+    if (of_root[root] == UINT32_MAX) of_root[root] = out.count++;
+    out.of_rank[r] = of_root[root];
+  }
+  return out;
+}
+
+ReplicaMap representative_replicas(const graph::SlicedGraph& g, const Costs& costs,
+                                   const EmulationOptions& options) {
+  return representative_replicas(
+      g, costs, !options.rank_durations.empty() || !options.dedicated_ranks.empty());
+}
 
 ReplicaMap representative_replicas(const graph::SlicedGraph& g, const Costs& costs,
                                    bool per_rank_durations) {
@@ -35,33 +69,14 @@ ReplicaMap representative_replicas(const graph::SlicedGraph& g, const Costs& cos
         kWhy);
   const std::uint32_t world = g.world_size;
   const std::uint32_t comms = g.comms.size();
-  // Components under every communicator that does not cross replicas.
-  std::vector<std::uint32_t> parent(world);
-  std::iota(parent.begin(), parent.end(), 0u);
-  auto find = [&](std::uint32_t r) {
-    while (parent[r] != r) r = parent[r] = parent[parent[r]];
-    return r;
-  };
-  for (std::uint32_t c = 0; c < comms; ++c) {
-    if (crosses_replicas(g.comms.kind[c])) continue;
-    const std::uint32_t first = find(*g.comms.members_begin(c));
-    for (const std::uint32_t* m = g.comms.members_begin(c); m != g.comms.members_end(c); ++m)
-      parent[find(*m)] = first;
-  }
-  // Replicas numbered by their lowest rank; each rank's position in its replica (ranks ascend).
-  std::vector<std::uint32_t> replica_of_root(world, UINT32_MAX), replica(world), position(world);
-  std::vector<std::uint32_t> sizes;
-  for (std::uint32_t r = 0; r < world; ++r) {
-    const std::uint32_t root = find(r);
-    if (replica_of_root[root] == UINT32_MAX) {
-      replica_of_root[root] = static_cast<std::uint32_t>(sizes.size());
-      sizes.push_back(0);
-    }
-    replica[r] = replica_of_root[root];
-    position[r] = sizes[replica[r]]++;
-  }
+  // Replicas (components under every communicator that does not cross replicas), numbered by
+  // their lowest rank; each rank's position in its replica (ranks ascend).
+  const RankComponents components = rank_components(g, inside_replica);
+  const std::vector<std::uint32_t>& replica = components.of_rank;
+  std::vector<std::uint32_t> sizes(components.count, 0), position(world);
+  for (std::uint32_t r = 0; r < world; ++r) position[r] = sizes[replica[r]]++;
   ReplicaMap map;
-  map.replicas = static_cast<std::uint32_t>(sizes.size());
+  map.replicas = components.count;
   for (std::uint32_t k = 1; k < map.replicas; ++k)
     if (sizes[k] != sizes[0])
       throw_input("{}: replica {} has {} ranks, replica 0 has {}", kWhy, k, sizes[k], sizes[0]);
@@ -73,11 +88,7 @@ ReplicaMap representative_replicas(const graph::SlicedGraph& g, const Costs& cos
   for (std::uint32_t r = 0; r < world; ++r) map.rep[r] = first_replica[position[r]];
 
   // Per communicator across replicas: the counterparts of its members, sorted, without repeats.
-  struct {
-    std::vector<std::uint32_t> offsets{0}, items;
-    const std::uint32_t* begin(std::uint32_t c) const { return items.data() + offsets[c]; }
-    const std::uint32_t* end(std::uint32_t c) const { return items.data() + offsets[c + 1]; }
-  } cross;
+  OpLists cross;  // CSR, as the op lists are
   for (std::uint32_t c = 0; c < comms; ++c) {
     const auto from = static_cast<std::ptrdiff_t>(cross.items.size());
     if (crosses_replicas(g.comms.kind[c]))

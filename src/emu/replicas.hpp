@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "emu/emulation.hpp"
 #include "emu/model_data.hpp"
 #include "graph/sliced_graph.hpp"
 
@@ -29,15 +30,27 @@ struct ReplicaMap {
   }
 };
 
+/// The connected components of the ranks under the communicators whose kind `joins` accepts,
+/// numbered in order of their lowest rank: `of_rank[r]` is rank r's component.
+struct RankComponents {
+  std::uint32_t count = 0;
+  std::vector<std::uint32_t> of_rank;
+};
+RankComponents rank_components(const graph::SlicedGraph& g, bool (*joins)(graph::CommKind));
+
 /// The replica map of `g` under `costs`, after proving that every replica replays identically to
 /// the one that holds rank 0: same size, same template rank for rank, communicators inside a
 /// replica that map member for member onto a communicator of the same kind and network shape,
 /// and communicators across replicas (DP, HSDP replicate, expert DP) that match their
 /// counterparts' in kind, network shape and the counterparts of their members, a replayed one
-/// holding in replica 0 exactly the counterparts of all its members. Per-rank durations (sandbox ranks, slow-GPU or data-loader
-/// what-ifs) and the flow network (which shares links between replicas) break the symmetry.
-/// Throws InputError ("run.replicas: representative: …") naming what is not symmetric.
+/// holding in replica 0 exactly the counterparts of all its members. Per-rank durations
+/// (sandbox ranks, slow-GPU or data-loader what-ifs) and the flow network (which shares links
+/// between replicas) break the symmetry. Throws InputError ("run.replicas: representative: …")
+/// naming what is not symmetric.
 ReplicaMap representative_replicas(const graph::SlicedGraph& g, const Costs& costs,
                                    bool per_rank_durations);
+/// The same for a replay with `options` (its per-rank durations and dedicated sandbox ranks).
+ReplicaMap representative_replicas(const graph::SlicedGraph& g, const Costs& costs,
+                                   const EmulationOptions& options);
 
 }  // namespace scalescope::emu
