@@ -229,5 +229,24 @@ expect_error "sweep.py missing file" "absent.json: cannot read" "$post/sweep.py"
 expect_error "sweep.py not a table" "row 0 lacks status" "$post/sweep.py" "$tmp/bad-sweep.json"
 expect_error "sweep.py not JSON" "not JSON" "$post/sweep.py" "$tmp/sweep/sweep.csv"
 
+# --- report.py: the HTML page of a run (with a what-if) and of a sweep; its error paths ----------
+# (tests/post/report_test.py opens them in Chromium.)
+if "$post/report.py" "$tmp/a100" -o "$tmp/a100.html" >"$tmp/report.txt" 2>&1 &&
+   grep -q "What-if" "$tmp/a100.html" && grep -q "slow_gpu" "$tmp/a100.html" &&
+   grep -q '<svg width="1100" height="[0-9]*" role="img" id="gantt">' "$tmp/a100.html"; then
+  ok "report.py run with a what-if"
+else
+  bad "report.py run: $(cat "$tmp/report.txt")"
+fi
+"$post/report.py" "$tmp/sweep" >"$tmp/report.txt" 2>&1 && grep -q 'id="sweep-table"' "$tmp/sweep/report.html" &&
+  ok "report.py sweep (default output DIR/report.html)" || bad "report.py sweep: $(cat "$tmp/report.txt")"
+mkdir -p "$tmp/broken-run" && echo '{"world_size": ' >"$tmp/broken-run/summary.json"
+expect_error "report.py missing directory" "absent-dir: not a directory" "$post/report.py" "$tmp/absent-dir"
+mkdir -p "$tmp/empty-dir"
+expect_error "report.py neither run nor sweep" "neither a run" "$post/report.py" "$tmp/empty-dir"
+expect_error "report.py corrupt summary.json" "summary.json: not JSON" "$post/report.py" "$tmp/broken-run"
+[ ! -e "$tmp/broken-run/report.html" ] && ok "report.py writes nothing on error" ||
+  bad "report.py left a report.html after an error"
+
 [ $fail -eq 0 ] && echo "all post-processing checks passed"
 exit $fail
