@@ -22,7 +22,6 @@ import html
 import json
 import math
 import os
-import tempfile
 
 import numpy as np
 
@@ -645,21 +644,6 @@ def page(title, body):
             f"<script>{SORT_JS}</script></body></html>\n")
 
 
-def write_atomic(path, text):
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise sr.ResultsError(f"{path}: directory {directory} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def main():
     p = argparse.ArgumentParser(
         description="Write one self-contained HTML report of a scalescope run or sweep.",
@@ -677,7 +661,8 @@ def main():
     else:
         raise sr.ResultsError(f"{args.dir}: neither a run (summary.json) nor a sweep (sweep.json)")
     output = args.output or os.path.join(args.dir, "report.html")
-    write_atomic(output, page(title, body))
+    text = page(title, body)
+    sr.write_via_temporary(output, lambda f: f.write(text), mode="w")
     print(f"wrote {output}")
     return 0
 

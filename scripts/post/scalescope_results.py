@@ -376,15 +376,16 @@ def import_pyplot():
     return plt
 
 
-def save_png(fig, path):
-    """Writes `fig` to a temporary PNG beside `path` and renames it, so `path` is never partial."""
+def write_via_temporary(path, writer, mode="wb"):
+    """Calls writer(file) on a temporary file beside `path`, then renames it to `path`, so `path`
+    is never partial; ResultsError (one line) when it cannot be written."""
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise ResultsError(f"{path}: directory {directory} does not exist")
     fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=directory)
     try:
-        with os.fdopen(fd, "wb") as out:
-            fig.savefig(out, format="png", dpi=fig.dpi)
+        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as out:
+            writer(out)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException as e:
@@ -395,6 +396,11 @@ def save_png(fig, path):
         if isinstance(e, OSError):
             raise ResultsError(f"{path}: cannot write ({_reason(e)})") from None
         raise
+
+
+def save_png(fig, path):
+    """Writes `fig` to a temporary PNG beside `path` and renames it, so `path` is never partial."""
+    write_via_temporary(path, lambda out: fig.savefig(out, format="png", dpi=fig.dpi))
 
 
 def run_main(main):
