@@ -351,11 +351,11 @@ def pareto_plot(rows, front, width=1100, height=460):
                  f'text-anchor="end" fill="#d62728">usable memory {capacity:.1f} GiB</text>')
     if front:
         lean = front[::-1]  # leanest first: a staircase rightwards
-        step = []
-        for k, r in enumerate(lean):
+        step, prev_y = [], None
+        for r in lean:
             x, y = xs(r["peak_memory_bytes"] / GIB), ys(r["iteration_time_s"])
-            if k:
-                step.append(f"{x:.1f},{prev_y:.1f}")  # noqa: F821 (set below)
+            if prev_y is not None:  # the level of the previous (leaner, slower) plan first
+                step.append(f"{x:.1f},{prev_y:.1f}")
             step.append(f"{x:.1f},{y:.1f}")
             prev_y = y
         step.append(f"{xs(x_hi):.1f},{prev_y:.1f}")
