@@ -1,0 +1,265 @@
+// StageBuilder: op construction (GEMMs, memory-bound ops, collectives), the main chain and the ops
+// beside it, TP / SP collectives with userbuffers overlap, fp8 casts, and the issue keys of
+// Megatron's EP overlap (combined 1F1B).
+#include "workload/stage_builder.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <utility>
+#include <vector>
+
+#include "core/error.hpp"
+
+namespace scalescope::workload::detail {
+
+Op StageBuilder::base(OpKind kind, OpName name, Phase phase) const {
+  Op op;
+  op.kind = kind;
+  op.name = name;
+  op.phase = phase;
+  op.layer = cur_layer_ < 0 ? graph::kNoIndex : static_cast<std::uint16_t>(cur_layer_);
+  op.microbatch = cur_mb_ < 0 ? graph::kNoIndex : static_cast<std::uint16_t>(cur_mb_);
+  return op;
+}
+
+/// GEMM [m,k]×[k,n]: 2·m·n·k FLOPs, bf16 operands and result through HBM. Under fp8 the
+/// transformer layers' linear GEMMs (QKV, out-proj, FC1, FC2, forward and backward) take fp8
+/// operands (1 byte) and write bf16, as Transformer Engine runs them; the logits GEMM stays
+/// bf16 (Megatron keeps the output layer out of fp8).
+Op StageBuilder::gemm(OpName name, Phase phase, double m, double n, double k) const {
+  Op op = base(OpKind::Gemm, name, phase);
+  op.shape = {static_cast<std::uint32_t>(m), static_cast<std::uint32_t>(n),
+              static_cast<std::uint32_t>(k)};
+  op.flops = 2 * m * n * k;
+  op.mem_bytes = 2 * (m * k + k * n + m * n);
+  if (fp8_ && name != OpName::LogitsGemm && name != OpName::Router) {
+    op.gemm_dtype = graph::GemmDtype::Fp8;
+    op.mem_bytes = m * k + k * n + 2 * m * n;
+  }
+  op.comm_sms = std::exchange(ub_sms_, std::uint8_t{0});
+  // EP overlap with DeepEP: a GEMM of a layer pair runs beside the other micro-batch's
+  // dispatch or combine, whose kernels take kDeepEpSms SMs (Megatron-Core's MoE report,
+  // arXiv 2603.07685: "DeepEP uses 20 SMs per GPU and introduces roughly 20% GEMM-efficiency
+  // overhead"); every GEMM of the pair is charged, overlapping or not.
+  if (ovl_ && ovl_slot_ >= 1 && ovl_slot_ <= ovl_pairs_ &&
+      p_.moe_token_dispatcher_type == MoeDispatcher::Flex)
+    op.comm_sms = std::max(op.comm_sms, kDeepEpSms);
+  return op;
+}
+
+/// A TP collective run by userbuffers rather than NCCL: its kernel's SMs are charged on the
+/// GEMM beside it (that GEMM's comm_sms), not as an NCCL kernel's (Op::comm_sms).
+Op StageBuilder::userbuffers(Op comm, std::uint8_t sms) {
+  comm.comm_sms = sms;
+  return comm;
+}
+
+/// The SP all-gather before a column-parallel GEMM: beside the GEMM under userbuffers (returns
+/// the gather, which the op after the GEMM waits for), else blocking (returns kNone).
+std::uint32_t StageBuilder::gather_beside_gemm(Phase phase, double bytes) {
+  if (!ub_) {
+    sp_gather(phase, bytes);
+    return kNone;
+  }
+  ub_sms_ = kRingExchangeSms;
+  return add_free(userbuffers(collective(OpKind::AllGather, CommRole::Tp, OpName::TpAllGather,
+                                         phase, bytes < 0 ? hidden_bytes_ : bytes),
+                              kRingExchangeSms),
+                  {chain_});
+}
+
+void StageBuilder::wait_for_overlapped(std::uint32_t comm) {
+  if (comm != kNone) wait_for(comm);
+}
+
+/// A row-parallel GEMM and its TP reduction: pipelined chunk by chunk under userbuffers (the
+/// reduction starts with the GEMM, the op after both waits for both), else one after the other.
+void StageBuilder::gemm_then_reduce(Op gemm_op, Phase phase) {
+  if (!ub_) {
+    chain(gemm_op);
+    if (tp_comm()) chain(tp_reduce(phase));
+    return;
+  }
+  std::vector<std::uint32_t> start = wait_next_;
+  start.push_back(chain_);
+  gemm_op.comm_sms = kPipelineSms;
+  chain(gemm_op);
+  wait_for(add_free(userbuffers(tp_reduce(phase), kPipelineSms), start));
+}
+
+/// Transformer Engine's cast of `elements` bf16 values to fp8 (read 2 B, write 1 B), under
+/// fp8 only: with delayed scaling the amax update fused in; tensorwise (current scaling) reads
+/// the tensor once more for its amax first; mxfp8 and blockwise write their scales too (one
+/// byte per 32 values, one fp32 per 128).
+void StageBuilder::fp8_cast(Phase phase, double elements) {
+  if (fp8_)
+    chain(memory_bound(OpKind::Elementwise, OpName::Fp8Cast, phase,
+                       (3 + fp8_recipe_bytes(false)) * elements));
+}
+
+/// A recipe's bytes per value beyond delayed scaling's: tensorwise reads the tensor (2 B) for
+/// its amax; mxfp8 writes a 1-byte scale per 32 values, blockwise an fp32 one per 128 (a
+/// weight's per 128 × 128 block), for each fp8 layout written (`weight`: both).
+double StageBuilder::fp8_recipe_bytes(bool weight) const {
+  switch (t_.fp8_recipe) {
+    case Fp8Recipe::Tensorwise:
+      return 2;
+    case Fp8Recipe::Mxfp8:
+      return (weight ? 2.0 : 1.0) / 32;
+    case Fp8Recipe::Blockwise:
+      return weight ? 2 * 4.0 / (128 * 128) : 4.0 / 128;
+    default:
+      return 0;
+  }
+}
+
+Op StageBuilder::shaped(Op op, double a, double b, double c) {
+  op.shape = {static_cast<std::uint32_t>(std::llround(a)),
+              static_cast<std::uint32_t>(std::llround(b)),
+              static_cast<std::uint32_t>(std::llround(c))};
+  return op;
+}
+
+Op StageBuilder::memory_bound(OpKind kind, OpName name, Phase phase, double bytes,
+                              double flops) const {
+  Op op = base(kind, name, phase);
+  op.mem_bytes = bytes;
+  op.flops = flops;
+  return op;
+}
+
+Op StageBuilder::collective(OpKind kind, CommRole role, OpName name, Phase phase,
+                            double bytes) const {
+  Op op = base(kind, name, phase);
+  op.role = role;
+  op.stream = graph::stream_of(role);
+  op.comm_bytes = bytes;
+  return op;
+}
+
+/// Adds an op on the main chain: it depends on the previous chain op, and becomes the chain.
+/// It also takes the pending allocation (ZeRO-3's unsharded gradients of a unit).
+std::uint32_t StageBuilder::chain(Op op, std::vector<std::uint32_t> extra) {
+  if (chain_ != kNone) extra.push_back(chain_);
+  extra.insert(extra.end(), wait_next_.begin(), wait_next_.end());
+  wait_next_.clear();
+  op.mem_alloc += std::exchange(pending_alloc_, 0);
+  chain_ = add_free(op, extra);
+  return chain_;
+}
+
+/// Frees `bytes` when the chain's last op is issued (host order).
+void StageBuilder::free_at_chain(double bytes) {
+  prog_.ops[chain_].mem_free += static_cast<std::int64_t>(std::ceil(bytes));
+}
+
+std::uint32_t StageBuilder::add_free(const Op& op, std::vector<std::uint32_t> deps) {
+  std::sort(deps.begin(), deps.end());
+  deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
+  if (p_.moe_a2a_overlap)
+    keys_.push_back((seg_ << 32) | (ovl_ ? static_cast<std::uint64_t>(ovl_slot_ * 16 + ovl_pos_)
+                                         : std::uint64_t{0}));
+  return prog_.add(op, deps);
+}
+
+// A combined step emits one micro-batch's forward and another's backward as two independent
+// chains (each from the chain before the step) and tags their ops with where Megatron's
+// TransformerLayerSchedulePlan.run issues them; after the schedule the program is put in that
+// issue order (issue_in_key_order). Per layer pair (forward layer i ascending, backward layer
+// popped from the top), positions: 0 the backward's combine (bias-dropout-add and unpermute
+// backward, the all-to-all), 1 the forward's attention node (attention, pre-MLP norm, router,
+// permute), 2 the backward's experts, 3 the forward's dispatch all-to-all, 4 the backward's
+// delayed expert wgrads and dispatch all-to-all, 5 the forward's experts and combine
+// all-to-all, 6 the backward's attention node, 7 the forward's unpermute and bias-dropout-add
+// (Megatron runs them in the combine node on the communication stream; here on the compute
+// stream after the backward's attention, so that it does not wait for the all-to-all).
+// Unpaired layers follow the pairs, the backward's first; the pre-process (embedding forward,
+// then output-layer backward) precedes them, the post-process follows.
+void StageBuilder::ovl_layer(std::int64_t index) {
+  if (!ovl_) return;
+  const std::int64_t pairs = ovl_pairs_;
+  if (index < pairs) {
+    ovl_slot_ = index + 1;
+    ovl_pos_ = ovl_fwd_ ? 1 : 0;
+  } else {
+    ovl_slot_ =
+        ovl_fwd_ ? pairs + 1 + (ovl_nb_ - pairs) + (index - pairs) : pairs + 1 + (index - pairs);
+    ovl_pos_ = 0;
+  }
+}
+
+/// The pre-process (pre = true) or post-process slot of the step.
+void StageBuilder::ovl_ends(bool pre) {
+  if (!ovl_) return;
+  ovl_slot_ = pre ? 0 : ovl_nb_ + ovl_nf_ - ovl_pairs_ + 1;
+  ovl_pos_ = ovl_fwd_ ? 0 : 1;
+}
+
+/// Moves the forward (f ≥ 0) or backward (b ≥ 0) context to a position of its layer pair.
+void StageBuilder::ovl_stage(int f, int b) {
+  if (!ovl_) return;
+  const int pos = ovl_fwd_ ? f : b;
+  if (pos >= 0) ovl_pos_ = pos;
+}
+
+/// A weight-gradient GEMM: on the chain, or under delay_wgrad_compute beside it (nothing on
+/// the chain waits for it) at the backward's position 4.
+std::uint32_t StageBuilder::wgrad(const Op& op) {
+  if (!p_.delay_wgrad_compute) return chain(op);
+  const int pos = ovl_pos_;
+  ovl_stage(-1, 4);
+  const std::uint32_t id = add_beside(op);
+  ovl_pos_ = pos;
+  return id;
+}
+
+/// Puts the program in the issue order the keys give (stable: ops of equal keys keep the
+/// order they were emitted in) and renumbers the dependencies.
+void StageBuilder::issue_in_key_order() {
+  if (keys_.empty()) return;
+  SCALESCOPE_EXPECTS(keys_.size() == prog_.ops.size());
+  std::vector<std::uint32_t> order(keys_.size());
+  std::iota(order.begin(), order.end(), 0u);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::uint32_t a, std::uint32_t b) { return keys_[a] < keys_[b]; });
+  std::vector<std::uint32_t> where(order.size());
+  for (std::uint32_t k = 0; k < order.size(); ++k) where[order[k]] = k;
+  graph::RankProgram out;
+  out.name = prog_.name;
+  out.static_memory = prog_.static_memory;
+  for (std::uint32_t k = 0; k < order.size(); ++k) {
+    std::vector<std::uint32_t> deps;
+    for (const std::uint32_t* d = prog_.deps_begin(order[k]); d != prog_.deps_end(order[k]); ++d)
+      deps.push_back(where[*d]);
+    std::sort(deps.begin(), deps.end());
+    out.add(prog_.ops[order[k]], deps);  // a dependency after its op would be a builder bug
+  }
+  prog_ = std::move(out);
+  keys_.clear();
+}
+
+/// Issues `op` beside the chain: it starts once the chain's last op and everything the next
+/// chained op waits for are done, and nothing on the chain waits for it unless told to.
+std::uint32_t StageBuilder::add_beside(const Op& op) {
+  std::vector<std::uint32_t> start = wait_next_;
+  start.push_back(chain_);
+  return add_free(op, start);
+}
+
+/// The sequence-parallel all-gather of [T, h] before a column-parallel GEMM (f operator).
+void StageBuilder::sp_gather(Phase phase, double bytes) {
+  if (tp_comm() && p_.sequence_parallel)
+    chain(collective(OpKind::AllGather, CommRole::Tp, OpName::TpAllGather, phase,
+                     bytes < 0 ? hidden_bytes_ : bytes));
+}
+
+/// The TP reduction of [T, h] after a row-parallel GEMM (g operator): reduce-scatter with
+/// sequence parallelism, all-reduce without.
+Op StageBuilder::tp_reduce(Phase phase, double bytes) const {
+  return collective(p_.sequence_parallel ? OpKind::ReduceScatter : OpKind::AllReduce, CommRole::Tp,
+                    p_.sequence_parallel ? OpName::TpReduceScatter : OpName::TpAllReduce, phase,
+                    bytes < 0 ? hidden_bytes_ : bytes);
+}
+
+}  // namespace scalescope::workload::detail

@@ -1,0 +1,349 @@
+// StageBuilder: pipeline communication, the forward / backward of one micro-batch through the
+// stage's layers, and the pipeline schedules (1F1B, GPipe, interleaved).
+#include "workload/stage_builder.hpp"
+
+#include <algorithm>
+#include <deque>
+#include <utility>
+#include <vector>
+
+#include "core/error.hpp"
+
+namespace scalescope::workload::detail {
+
+/// A batched send/recv (Megatron p2p_communication with batch_p2p_sync): blocking.
+void StageBuilder::p2p(bool send, CommRole send_to, bool recv, CommRole recv_from,
+                       std::int64_t mb) {
+  if (!send && !recv) return;
+  cur_layer_ = -1;
+  cur_mb_ = mb;
+  Op op = base(OpKind::SendRecv,
+               send && recv ? OpName::PpSendRecv : (send ? OpName::PpSend : OpName::PpRecv),
+               Phase::Other);
+  op.role = send ? send_to : CommRole::None;
+  op.role2 = recv ? recv_from : CommRole::None;
+  op.stream = graph::stream_of(send ? send_to : recv_from);
+  op.comm_bytes = p2p_bytes();
+  chain(op);
+}
+
+/// An asynchronous isend or irecv posted now (after the chain's last op) on its pair's
+/// stream; whoever waits for it depends on the returned op (Megatron p2p_communication with
+/// overlap_p2p_comm: torch.distributed.isend / irecv, waited on later).
+std::uint32_t StageBuilder::post(bool send, CommRole role, std::int64_t mb) {
+  cur_layer_ = -1;
+  cur_mb_ = mb;
+  Op op = base(OpKind::SendRecv, send ? OpName::PpSend : OpName::PpRecv, Phase::Other);
+  (send ? op.role : op.role2) = role;
+  op.stream = graph::stream_of(role);
+  op.comm_bytes = p2p_bytes();
+  std::vector<std::uint32_t> deps;
+  if (chain_ != kNone) deps.push_back(chain_);
+  return add_free(op, deps);
+}
+
+/// Forward of micro-batch mb through model chunk `chunk` (the embedding runs in the first
+/// virtual stage, the head and loss in the last).
+/// Under ZeRO-3 / FSDP (pipeline parallelism is rejected with it, so one chunk holding the
+/// embedding and the head) each unit's parameters are all-gathered before use, one layer
+/// ahead (FSDP's prefetch: the gather of layer l + 1 is issued before layer l computes and
+/// after layer l − 1 is freed, so two layer units are gathered at most, limit_all_gathers).
+void StageBuilder::forward(std::int64_t mb, std::int64_t chunk) {
+  cur_mb_ = mb;
+  const std::int64_t first = chunk_first_[chunk];
+  const std::int64_t end = first + chunk_layers_[chunk];
+  std::uint32_t next = kNone;
+  if (zero3_) {
+    wait_for(unit_gather(-1, Phase::Forward));
+    if (end > first) next = unit_gather(first, Phase::Forward);
+  }
+  ovl_ends(true);
+  if (first_ && chunk == 0) embedding_forward();
+  for (std::int64_t l = first; l < end; ++l) {
+    ovl_layer(l - first);
+    if (zero3_) {
+      const std::uint32_t gathered = next;
+      next = l + 1 < end ? unit_gather(l + 1, Phase::Forward) : kNone;
+      wait_for(gathered);
+    }
+    // MTP modules after the decoder (GPTModel._postprocess: MTP, their losses, the main
+    // logits and loss).
+    if (m_.is_mtp_layer(l)) mtp_input_forward(l);
+    layer_forward(l, Phase::Forward, mb == 0);
+    if (m_.is_mtp_layer(l)) head_forward(l);
+    if (zero3_ && p_.reshard_after_forward) free_at_chain(gathered_layer_bytes());
+  }
+  ovl_ends(false);
+  if (last_ && chunk == p_.vpp() - 1) head_forward();
+}
+
+/// Under full recomputation, the checkpoint holding layer l: [first, last] of the layers run
+/// again together before the backward of the last (parallel_plan.hpp RecomputeMethod, within
+/// l's model chunk); an empty span (first > last) when l keeps its activations.
+std::pair<std::int64_t, std::int64_t> StageBuilder::checkpoint_of(std::int64_t l) const {
+  if (p_.recompute != Recompute::Full) return {1, 0};
+  std::int64_t first = l, last = l;
+  for (std::size_t c = 0; c < chunk_first_.size(); ++c)
+    if (l >= chunk_first_[c] && l < chunk_first_[c] + chunk_layers_[c]) {
+      first = chunk_first_[c];
+      last = first + chunk_layers_[c] - 1;
+    }
+  const std::int64_t n = p_.recompute_num_layers;
+  constexpr std::pair<std::int64_t, std::int64_t> kKept{1, 0};  // not checkpointed
+  // An MTP module checkpoints its layer on its own under uniform (Megatron asserts
+  // recompute_num_layers == 1 there) and not under block ("not supported for MTP yet").
+  if (m_.is_mtp_layer(l))
+    return p_.recompute_method == RecomputeMethod::Uniform ? std::pair{l, l} : kKept;
+  if (p_.recompute_method == RecomputeMethod::Block) return l - first < n ? std::pair{l, l} : kKept;
+  if (p_.recompute_method == RecomputeMethod::Interval)
+    return (l - first + 1) % n == 0 ? std::pair{l, l} : kKept;
+  const std::int64_t g = first + (l - first) / n * n;
+  return {g, std::min(g + n - 1, last)};
+}
+
+bool StageBuilder::checkpointed(std::int64_t l) const {
+  const auto [first, last] = checkpoint_of(l);
+  return first <= last;
+}
+
+/// ZeRO-3 / FSDP: the backward gathers each layer again (with reshard_after_forward), the
+/// gather of layer l − 1 issued before layer l's backward (BACKWARD_PRE prefetch); after a
+/// unit's backward its parameters are freed and its gradients reduce-scattered (on the last
+/// micro-batch only, unless fsdp_reduce_every_microbatch); the root (FSDP2 does not reshard
+/// it after the forward) after the embedding's backward.
+void StageBuilder::backward(std::int64_t mb, std::int64_t chunk) {
+  cur_mb_ = mb;
+  const bool reduce = mb == num_mb_ - 1 || p_.fsdp_reduce_every_microbatch;
+  const bool alloc_grads = mb == 0 || p_.fsdp_reduce_every_microbatch;
+  const double gb = p_.grad_bytes();
+  const std::int64_t first = chunk_first_[chunk];
+  const std::int64_t last = first + chunk_layers_[chunk] - 1;
+  const bool regather = zero3_ && p_.reshard_after_forward;
+  std::uint32_t next = kNone;
+  if (regather && last >= first) next = unit_gather(last, Phase::Backward);
+  if (zero3_ && alloc_grads) pending_alloc_ += static_cast<std::int64_t>(gb * root_unit_);
+  ovl_ends(true);
+  if (last_ && chunk == p_.vpp() - 1) head_backward();
+  for (std::int64_t l = last; l >= first; --l) {
+    ovl_layer(last - l);
+    if (regather) {
+      const std::uint32_t gathered = next;
+      next = l > first ? unit_gather(l - 1, Phase::Backward) : kNone;
+      wait_for(gathered);
+    }
+    cur_layer_ = l;
+    if (zero3_ && alloc_grads) pending_alloc_ += static_cast<std::int64_t>(gb * layer_unit_);
+    // The main loss's backward runs first (its logits were made last), then each MTP
+    // module's, last to first.
+    if (m_.is_mtp_layer(l)) head_backward(l);
+    // Full recomputation: a checkpoint's layers run forward again before the backward of its
+    // last one.
+    if (const auto [g0, g1] = checkpoint_of(l); g0 <= g1 && l == g1)
+      for (std::int64_t k = g0; k <= g1; ++k) layer_forward(k, Phase::Recompute, false);
+    layer_backward(l, mb);
+    if (m_.is_mtp_layer(l)) mtp_input_backward(l);
+    if (zero3_) {
+      free_at_chain(gathered_layer_bytes());
+      if (reduce) unit_reduce(l, layer_unit_);
+    }
+  }
+  ovl_ends(false);
+  if (first_ && chunk == 0) embedding_backward();
+  if (zero3_) {
+    free_at_chain(2 * root_unit_);
+    if (reduce) unit_reduce(-1, root_unit_);
+  }
+  // ZeRO-2: the gradients are sharded, so each micro-batch's are reduce-scattered into the
+  // shard (DeepSpeed ZeRO-2); the last micro-batch's in finish_iteration.
+  if (p_.zero() == 2 && p_.dp_cp() > 1 && mb != num_mb_ - 1) reduce_buckets(chunk, chain_);
+}
+
+/// Non-interleaved 1F1B exactly as Megatron's forward_backward_pipelining_without_interleaving
+/// (MODELING §2.1): warm-up forwards, steady 1F1B, cool-down backwards.
+void StageBuilder::one_f_one_b() {
+  const std::int64_t p = p_.pp(), m = num_mb_, r = stage_;
+  if (p_.moe_a2a_overlap && p == 1) {
+    // combined_1f1b_schedule_for_no_pipelining: F0 alone, then F(i + 1) with B(i), then the
+    // last backward alone.
+    const std::int64_t n = chunk_layers_[0];
+    forward(0);
+    for (std::int64_t i = 0; i + 1 < m; ++i)
+      combined(
+          n, n, [&] { forward(i + 1); }, [&] { backward(i); });
+    backward(m - 1);
+    return;
+  }
+  const std::int64_t w = std::min(p - r - 1, m);
+  const bool prev = !first_, next = !last_;
+  for (std::int64_t i = 0; i < w; ++i) {
+    p2p(false, CommRole::None, prev, CommRole::PpPrev, i);
+    forward(i);
+    p2p(next, CommRole::PpNext, false, CommRole::None, i);
+  }
+  if (m > w) p2p(false, CommRole::None, prev, CommRole::PpPrev, w);
+  for (std::int64_t i = 0; i < m - w; ++i) {
+    const bool last_iteration = i == m - w - 1;
+    forward(w + i);
+    p2p(next, CommRole::PpNext, next, CommRole::PpNext, w + i);  // send_forward_recv_backward
+    backward(i);
+    if (last_iteration)
+      p2p(prev, CommRole::PpPrev, false, CommRole::None, i);  // send_backward
+    else
+      p2p(prev, CommRole::PpPrev, prev, CommRole::PpPrev, i);  // send_backward_recv_forward
+  }
+  for (std::int64_t i = 0; i < w; ++i) {
+    p2p(false, CommRole::None, next, CommRole::PpNext, m - w + i);
+    backward(m - w + i);
+    p2p(prev, CommRole::PpPrev, false, CommRole::None, m - w + i);
+  }
+}
+
+/// GPipe: all forwards, then all backwards, each with its own blocking transfers.
+void StageBuilder::gpipe() {
+  const std::int64_t m = num_mb_;
+  for (std::int64_t i = 0; i < m; ++i) {
+    p2p(false, CommRole::None, !first_, CommRole::PpPrev, i);
+    forward(i);
+    p2p(!last_, CommRole::PpNext, false, CommRole::None, i);
+  }
+  for (std::int64_t i = 0; i < m; ++i) {
+    p2p(false, CommRole::None, !last_, CommRole::PpNext, i);
+    backward(i);
+    p2p(!first_, CommRole::PpPrev, false, CommRole::None, i);
+  }
+}
+
+/// Interleaved 1F1B as Megatron-Core's forward_backward_pipelining_with_interleaving runs it
+/// (MODELING §2.2): v model chunks per rank, virtual micro-batches in the order of
+/// get_schedule_table (groups of G micro-batches run chunk 0, then chunk 1, …; the backward
+/// takes the chunks in reverse), warm-up w = min(2·(p − r − 1) + (v − 1)·G, m·v) forwards,
+/// steady 1F1B, cool-down backwards. Transfers wrap around from the last rank to the first
+/// between chunks. With overlap_p2p_comm (the default) the steady state's transfers are
+/// asynchronous: each forward send is waited for at once (pp_post_forward, to free the output
+/// under deallocate_pipeline_outputs), each backward send one step later (pp_post_backward
+/// waits the previous step's send_prev handle after posting this step's transfers; the last
+/// one after the cool-down loop), each receive just before the forward or backward that needs
+/// it; warm-up and cool-down transfers block. Without it, each step's four transfers are
+/// posted together and waited for at once.
+void StageBuilder::interleaved() {
+  const std::int64_t p = p_.pp(), v = p_.vpp(), m = num_mb_, r = stage_;
+  const std::int64_t G = p_.microbatch_group_size();
+  const std::int64_t total = m * v;
+  // get_schedule_table: (micro-batch, chunk) of each virtual micro-batch.
+  std::vector<std::pair<std::int64_t, std::int64_t>> table;
+  for (std::int64_t lo = 0; lo < m; lo += G) {
+    const std::int64_t hi = lo + G >= m ? m : lo + G;
+    for (std::int64_t c = 0; c < v; ++c)
+      for (std::int64_t mb = lo; mb < hi; ++mb) table.emplace_back(mb, c);
+  }
+  auto chunk_of = [&](std::int64_t k, bool fwd) {
+    const std::int64_t c = table[static_cast<std::size_t>(((k % total) + total) % total)].second;
+    return fwd ? c : v - 1 - c;
+  };
+  auto mb_of = [&](std::int64_t k) { return table[static_cast<std::size_t>(k)].first; };
+  // recv_tensor_from_previous_stage: whether the peer sends for virtual micro-batch k + 1.
+  auto expects = [&](std::int64_t k, bool fwd) {
+    const bool leading = fwd ? first_ : last_;
+    if (!leading) return true;
+    if (k < p - 1) return false;
+    return chunk_of(k - (p - 1), fwd) != (fwd ? v - 1 : 0);
+  };
+  auto sends_forward = [&](std::int64_t k) { return !(last_ && chunk_of(k, true) == v - 1); };
+  auto sends_backward = [&](std::int64_t k) { return !(first_ && chunk_of(k, false) == 0); };
+  std::int64_t w = 2 * (p - r - 1) + (v - 1) * G;
+  // EP overlap: one more warm-up forward, "to ensure the forward and backward computations
+  // are independent in all 1f1b steps" (Megatron get_pp_rank_microbatches).
+  if (p_.moe_a2a_overlap) ++w;
+  const bool all_warmup = w >= total;
+  if (all_warmup) w = total;
+  const std::int64_t remaining = total - w;
+  const bool overlap = p_.overlap_p2p_comm;
+  std::deque<std::uint32_t> recv_prev, recv_next;  // posted receives not yet waited for
+
+  // Blocking exchange: post every part, then wait for all (isend/irecv, then wait()).
+  auto exchange = [&](bool send_next, bool recv_from_prev, bool send_prev, bool recv_from_next,
+                      std::int64_t mb) {
+    std::vector<std::uint32_t> posted;
+    if (send_next) posted.push_back(post(true, CommRole::PpNext, mb));
+    if (recv_from_prev) posted.push_back(post(false, CommRole::PpPrev, mb));
+    if (send_prev) posted.push_back(post(true, CommRole::PpPrev, mb));
+    if (recv_from_next) posted.push_back(post(false, CommRole::PpNext, mb));
+    for (std::uint32_t op : posted) wait_for(op);
+  };
+  auto wait_front = [&](std::deque<std::uint32_t>& q) {
+    if (q.empty()) return;
+    wait_for(q.front());
+    q.pop_front();
+  };
+  // pp_post_backward (schedules.py, Megatron-Core d98e8a6): post this step's send_prev and
+  // recv_next, then wait the previous step's send_prev handle; this step's is waited one step
+  // later (or after the cool-down loop).
+  std::uint32_t send_prev_pending = kNone;
+  auto post_backward = [&](std::int64_t k, bool recv_b) {
+    const std::uint32_t send = sends_backward(k) ? post(true, CommRole::PpPrev, mb_of(k)) : kNone;
+    if (recv_b) recv_next.push_back(post(false, CommRole::PpNext, mb_of(k)));
+    wait_for_overlapped(std::exchange(send_prev_pending, send));
+  };
+
+  // recv_forward before the loop (nothing on the first virtual stage).
+  if (!first_) exchange(false, true, false, false, 0);
+  for (std::int64_t k = 0; k < w; ++k) {
+    forward(mb_of(k), chunk_of(k, true));
+    const bool recv = expects(k, true) && k != total - 1;
+    if (k == w - 1 && !all_warmup && !overlap) {
+      exchange(sends_forward(k), recv, false, !last_, mb_of(k));
+    } else {
+      exchange(sends_forward(k), recv, false, false, mb_of(k));
+      if (k == w - 1 && !all_warmup && !last_)  // recv_backward posted asynchronously
+        recv_next.push_back(post(false, CommRole::PpNext, mb_of(k)));
+    }
+  }
+  for (std::int64_t k = 0; k < remaining; ++k) {
+    const std::int64_t fk = w + k;
+    const bool recv_f = expects(fk, true) && k != remaining - 1;
+    const bool recv_b = expects(k, false);
+    if (overlap && p_.moe_a2a_overlap) {
+      // combined_1f1b_schedule_for_interleaved_pipelining: the step's forward and backward
+      // together (each with its own transfers), layer by layer.
+      combined(
+          chunk_layers_[static_cast<std::size_t>(chunk_of(fk, true))],
+          chunk_layers_[static_cast<std::size_t>(chunk_of(k, false))],
+          [&] {
+            if (!(first_ && chunk_of(fk, true) == 0)) wait_front(recv_prev);
+            forward(mb_of(fk), chunk_of(fk, true));
+            if (sends_forward(fk)) wait_for(post(true, CommRole::PpNext, mb_of(fk)));
+            if (recv_f) recv_prev.push_back(post(false, CommRole::PpPrev, mb_of(fk)));
+          },
+          [&] {
+            if (!(last_ && chunk_of(k, false) == v - 1)) wait_front(recv_next);
+            backward(mb_of(k), chunk_of(k, false));
+            post_backward(k, recv_b);
+          });
+    } else if (overlap) {
+      if (!(first_ && chunk_of(fk, true) == 0)) wait_front(recv_prev);
+      forward(mb_of(fk), chunk_of(fk, true));
+      if (sends_forward(fk)) wait_for(post(true, CommRole::PpNext, mb_of(fk)));
+      if (recv_f) recv_prev.push_back(post(false, CommRole::PpPrev, mb_of(fk)));
+      if (!(last_ && chunk_of(k, false) == v - 1)) wait_front(recv_next);
+      backward(mb_of(k), chunk_of(k, false));
+      post_backward(k, recv_b);
+    } else {
+      forward(mb_of(fk), chunk_of(fk, true));
+      backward(mb_of(k), chunk_of(k, false));
+      exchange(sends_forward(fk), recv_f, sends_backward(k), recv_b, mb_of(k));
+    }
+  }
+  // Cool-down: blocking exchanges; a receive still posted is waited for before the first
+  // backward that needs an input gradient.
+  if (all_warmup && !last_) exchange(false, false, false, true, 0);
+  for (std::int64_t k = remaining; k < total; ++k) {
+    if (!(last_ && chunk_of(k, false) == v - 1) && k != 0) wait_front(recv_next);
+    backward(mb_of(k), chunk_of(k, false));
+    const bool recv = expects(k, false) && k != total - 1;
+    exchange(false, false, sends_backward(k), recv, mb_of(k));
+  }
+  wait_for_overlapped(send_prev_pending);  // after the cool-down loop (schedules.py)
+  SCALESCOPE_EXPECTS(recv_prev.empty() && recv_next.empty());
+}
+
+}  // namespace scalescope::workload::detail
