@@ -1,0 +1,83 @@
+#pragma once
+/// Internal pieces of the Chakra ET reader and writer shared by their source files
+/// (io/chakra_et*.cpp): the file names of a trace, the ss_op attribute list, and the reader's
+/// per-rank ops and communicator groups. Not part of the public interface (io/chakra_et.hpp).
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "graph/sliced_graph.hpp"
+#include "io/chakra_et.hpp"
+
+namespace scalescope::io::detail {
+
+using graph::Op;
+
+inline constexpr const char* kSchema = "scalescope-chakra-1";
+
+// chakra_et_writer.cpp
+std::string rank_file(const std::string& prefix, std::uint32_t r);
+std::string class_file(const std::string& prefix, std::uint32_t k);
+std::string classes_json(const std::string& prefix);
+std::vector<std::int64_t> op_ints(const Op& op);
+
+/// Attributes in ss_op: 19 since host_sync was added (files of 18 have no host synchronization).
+inline constexpr std::size_t kOpInts = 19;
+
+// chakra_et_convert.cpp
+/// One op of a rank as read, before communicators are assigned.
+struct RawOp {
+  Op op;
+  std::vector<std::uint32_t> deps;
+  std::int64_t duration_ns = -1;
+  std::uint64_t node = 0;              ///< node id (for errors)
+  std::string group;                   ///< collectives (foreign traces): pg_name
+  std::int64_t peer = -1;              ///< send/recv: the other rank
+  std::int64_t tag = -1;               ///< send/recv
+  std::int64_t peer2 = -1, tag2 = -1;  ///< the receive half of a batched send/recv (schema)
+};
+
+struct RawRank {
+  std::string file;
+  std::vector<RawOp> ops;
+  std::array<std::int64_t, graph::kNumRoles> roles{};  ///< schema: pg id per role, -1 none
+  std::string template_name;
+  std::int64_t static_memory = 0;
+  /// scalescope's files: the earlier rank whose program this one's equals (its compute ops are
+  /// then dropped as soon as it is read, so that an import holds each distinct program once),
+  /// or -1.
+  std::int64_t same_as = -1;
+};
+
+/// Groups by pg_name; an empty list means all ranks.
+using Groups = std::map<std::string, std::vector<std::uint32_t>>;
+
+struct Context {
+  const ChakraReadOptions* opt = nullptr;
+  Groups groups;
+  std::map<std::string, std::string> group_origin;  ///< pg_name → file that defined it
+  /// METADATA texts already read: every file of a trace repeats the groups its rank is in, so a
+  /// world-sized group would otherwise be parsed once per rank (quadratic in the world size).
+  std::unordered_set<std::string> metadata_seen;
+  bool schema = false;
+};
+
+[[noreturn]] void node_error(const std::string& file, std::uint64_t id, std::int64_t rank,
+                             const std::string& what);
+void add_group(Context& ctx, const std::string& pg, std::vector<std::uint32_t> ranks,
+               const std::string& origin);
+/// A JSON list of {"pg_name": "<id>", "ranks": [...]} (a METADATA node's, or the GlobalMetadata
+/// attribute ss_comm_groups scalescope writes); errors name `node_id`.
+void read_group_list(Context& ctx, const std::string& text, const std::string& file,
+                     std::int64_t rank, std::uint64_t node_id);
+/// One file → the rank's ops in a topological order (ties: ascending node id, as ASTRA-sim
+/// issues ready nodes), with dependencies as op indices.
+RawRank convert_file(Context& ctx, const EtFile& f, const std::string& file, std::int64_t rank);
+/// Bytes that identify a program (ops, dependencies, fixed durations) for template sharing.
+std::string program_key(const RawRank& r);
+
+}  // namespace scalescope::io::detail
