@@ -115,6 +115,11 @@ void write_summary(const h5::Group& root, const emu::Summary& s, const Share& sh
   g.set_attribute("tokens_per_iteration", s.tokens_per_iteration);
   g.set_attribute("model_flops_per_iteration", s.model_flops_per_iteration);
   g.set_attribute("peak_flops_per_gpu", s.peak_flops_per_gpu);
+  if (!s.sandbox_ranks.empty()) {
+    g.set_attribute("sandbox_functional_check",
+                    static_cast<std::uint8_t>(s.sandbox_functional_check));
+    g.set_attribute("sandbox_pure_replay_iteration_time_ns", s.sandbox_pure_replay_time);
+  }
   if (!s.whatif.empty()) {
     g.set_attribute("whatif", s.whatif);
     g.set_attribute("whatif_baseline_iteration_time_s", ns_to_seconds(s.whatif_baseline_time));

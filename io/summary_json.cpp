@@ -38,6 +38,15 @@ std::string figure(double value, int decimals, std::string_view unit) {
   return fmt::format("{:.{}f}{}", value, decimals, unit);
 }
 
+/// What a host sandbox's iteration time is (summary.json, the table, the report).
+std::string functional_check_note(const emu::Summary& s) {
+  return fmt::format(
+      "functional check, not a prediction: the {} sandbox ran kernels shrunk to op_scale {} on {}; "
+      "the pure replay of this job predicts {:.6f} s",
+      s.sandbox_backend, s.sandbox_op_scale, s.sandbox_device,
+      ns_to_seconds(s.sandbox_pure_replay_time));
+}
+
 }  // namespace
 
 std::uint32_t last_finishing_rank(const emu::RunResults& r) {
@@ -86,7 +95,11 @@ void write_summary_json(const emu::RunResults& r, const std::string& path) {
                         {"measured_fraction_of_compute_time", s.sandbox_measured_fraction},
                         {"peak_allocated_bytes", s.sandbox_peak_allocated_bytes},
                         {"peak_reserved_bytes", s.sandbox_peak_reserved_bytes},
-                        {"replayed_measurements", s.sandbox_replayed}};
+                        {"replayed_measurements", s.sandbox_replayed},
+                        {"functional_check", s.sandbox_functional_check},
+                        {"pure_replay_iteration_time_s", ns_to_seconds(s.sandbox_pure_replay_time)},
+                        {"pure_replay_iteration_time_ns", s.sandbox_pure_replay_time}};
+  if (s.sandbox_functional_check) j["iteration_time_note"] = functional_check_note(s);
   if (!s.profile_path.empty())
     j["profile"] = Json{{"path", s.profile_path},
                         {"device", s.profile_device},
@@ -174,6 +187,7 @@ std::string format_summary_table(const emu::RunResults& r) {
   row("GPU", s.gpu);
   row("world size", fmt::format("{}", s.world_size));
   row("iteration time", figure(s.iteration_time_s(), 6, " s"));
+  if (s.sandbox_functional_check) row("", functional_check_note(s));
   row("throughput", figure(s.tokens_per_s(), 1, " tokens/s"));
   row("model TFLOP/s per GPU", figure(s.model_tflops_per_gpu(), 2, ""));
   row("MFU", figure(100 * s.mfu(), 2, " %"));

@@ -451,6 +451,14 @@ Sandbox prepare_sandbox(const io::ExperimentConfig& c, const graph::SlicedGraph&
   Sandbox sb;
   const auto& ranks = c.run.sandbox_ranks;
   const std::string backend = sandbox_backend_of(c);
+  // Shrunk kernels on a CPU say nothing of a GPU's durations: never spread them over classes.
+  const std::string measured_on = replayed ? replayed->backend : backend;
+  if (c.run.calibrate_from_sandbox && measured_on == "host")
+    throw_input(
+        "{}: run.calibrate_from_sandbox gives whole classes of ranks the sandbox's durations, but "
+        "the host backend measures kernels shrunk to op_scale {} on a CPU, which predict no "
+        "GPU's; calibrate from a cuda sandbox, or use cost.profile with GPU measurements",
+        c.path, replayed ? replayed->op_scale : c.run.sandbox_op_scale);
   for (std::uint32_t r : ranks)
     if (r >= g.world_size)
       throw_input("{}: run.sandbox_ranks has rank {} but the graph has {} ranks", c.path, r,
@@ -547,6 +555,8 @@ Sandbox prepare_sandbox(const io::ExperimentConfig& c, const graph::SlicedGraph&
   summary.sandbox_peak_allocated_bytes = peaks[0];
   summary.sandbox_peak_reserved_bytes = peaks[1];
   summary.sandbox_replayed = sb.replayed;
+  summary.sandbox_functional_check =
+      summary.sandbox_backend == "host" && summary.sandbox_op_scale < 1;
   return sb;
 }
 
@@ -833,12 +843,23 @@ int run_command(const MpiSession& mpi, const std::string& config_path,
   if (rollback_check && optimistic)
     throw_input("--rollback-check runs on the sequential engine; drop run.engine=optimistic");
   if (optimistic) opt.engine = emu::EngineKind::Optimistic;
-  // Hybrid run: the sandbox ranks' kernels are measured (or replayed) before the replay.
+  // Hybrid run: the sandbox ranks' kernels are measured (or replayed) before the replay, and the
+  // job is also replayed without them, whose iteration time the outputs give beside the hybrid
+  // one (a host sandbox's is only a functional check).
   emu::Summary sandbox_summary;
   std::optional<Sandbox> sandbox_run;
-  if (!c.run.sandbox_ranks.empty())
+  if (!c.run.sandbox_ranks.empty()) {
     sandbox_run = prepare_sandbox(c, *graph, cost, costs, opt, replayed, mpi.rank(), mpi.size(),
                                   sandbox_summary);
+    emu::EmulationOptions po = setup.options;
+    po.trace_ranks.clear();
+    po.engine = opt.engine;
+    emu::apply_whatifs_to_ranks(whatifs, *graph, costs, c.cluster.gpus_per_node, po);
+    sandbox_summary.sandbox_pure_replay_time =
+        optimistic ? emu::emulate_distributed(*graph, costs, po, MPI_COMM_WORLD)
+                         .local.summary.iteration_time
+                   : emu::emulate(*graph, costs, po).summary.iteration_time;
+  }
   // What the summary reports besides the replay itself: the what-ifs and the sandbox.
   const auto copy_run_extras = [&](emu::Summary& s) {
     for (const emu::WhatIf& w : whatifs) s.whatif.push_back(w.text);
@@ -852,6 +873,8 @@ int run_command(const MpiSession& mpi, const std::string& config_path,
     s.sandbox_peak_allocated_bytes = sandbox_summary.sandbox_peak_allocated_bytes;
     s.sandbox_peak_reserved_bytes = sandbox_summary.sandbox_peak_reserved_bytes;
     s.sandbox_replayed = sandbox_summary.sandbox_replayed;
+    s.sandbox_functional_check = sandbox_summary.sandbox_functional_check;
+    s.sandbox_pure_replay_time = sandbox_summary.sandbox_pure_replay_time;
   };
   ResultsExtra extra;
   if (sandbox_run)

@@ -470,8 +470,10 @@ def run_page(path):
            f"<code>{esc(os.path.abspath(path))}</code></p>", hybrid_note(s)]
     # Headline
     fits = mem["fits"] if mem else None
-    cards = [card("iteration time", seconds(s["iteration_time_s"]), "iteration_time_s",
-                  s["iteration_time_s"]),
+    check = bool(s.get("sandbox", {}).get("functional_check"))
+    cards = [card("iteration time" + (": a functional check, not a prediction" if check else ""),
+                  seconds(s["iteration_time_s"]), "iteration_time_s", s["iteration_time_s"],
+                  "bad" if check else ""),
              card("tokens / s", f"{s['tokens_per_s']:,.0f}", "tokens_per_s", s["tokens_per_s"]),
              card("model TFLOP/s per GPU", f"{s['model_tflops_per_gpu']:.1f}",
                   "model_tflops_per_gpu", s["model_tflops_per_gpu"]),

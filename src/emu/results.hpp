@@ -129,6 +129,10 @@ struct Summary {
   std::int64_t sandbox_peak_allocated_bytes = 0;
   std::int64_t sandbox_peak_reserved_bytes = 0;
   bool sandbox_replayed = false;  ///< the measurements came from --replay-measurements
+  /// The host backend at op_scale < 1 ran shrunk kernels on a CPU: the iteration time checks
+  /// that real kernels run inside the replay, it predicts nothing.
+  bool sandbox_functional_check = false;
+  SimTime sandbox_pure_replay_time = 0;  ///< the same job replayed without the sandbox
   std::string model_name;
   std::string gpu;
   /// What-ifs (docs/config.md "What-if"): their texts, and the iteration time of the same run

@@ -3,6 +3,8 @@
 # own) completes, summary.json carries the sandbox figures, results.h5 /sandbox the
 # measurements, and --replay-measurements reproduces the run bit for bit without measuring —
 # sequentially and at np 2; calibrate_from_sandbox gives the sandbox's class its durations.
+# A host sandbox (op_scale < 1) says its iteration time is a functional check, with the pure
+# replay's beside it (summary.json, stdout), and calibrating from host measurements is refused.
 set -euo pipefail
 bin=$1; repo=$2
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -11,11 +13,27 @@ qs=$repo/inputs/experiments/quickstart.yaml
 small=(--set model.num_layers=4 --set training.global_batch_size=32)
 
 mpirun -np 3 "$bin" run "$qs" "${small[@]}" --sandbox 0 --set run.sandbox_op_scale=0.02 \
-  --set run.engine=optimistic -o "$tmp/hybrid" --quiet
+  --set run.engine=optimistic -o "$tmp/hybrid" >"$tmp/hybrid.txt"
+grep -q "functional check, not a prediction: the host sandbox ran kernels shrunk to op_scale 0.02" \
+  "$tmp/hybrid.txt" || { echo "FAIL: stdout does not mark the functional check:"; cat "$tmp/hybrid.txt"; exit 1; }
+echo "ok: stdout: $(grep "functional check" "$tmp/hybrid.txt" | sed 's/^ *//')"
+# Calibrating whole classes from shrunk CPU kernels is refused, measured or replayed.
+for how in "--sandbox 0" "--replay-measurements $tmp/hybrid/results.h5"; do
+  if "$bin" run "$qs" "${small[@]}" $how --set run.calibrate_from_sandbox=true -o "$tmp/refused" 2>"$tmp/err"; then
+    echo "FAIL: calibrate_from_sandbox with host measurements accepted ($how)"; exit 1; fi
+  [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q "calibrate_from_sandbox.*host backend.*op_scale 0.0" "$tmp/err" &&
+    [ ! -e "$tmp/refused" ] || { echo "FAIL: $(cat "$tmp/err")"; exit 1; }
+  echo "ok: refused: $(cat "$tmp/err")"
+done
+# The same measurements labelled as taken on a GPU (backend cuda, full shapes) may calibrate.
+cp "$tmp/hybrid/results.h5" "$tmp/gpu-measured.h5"
+/usr/bin/python3 -c 'import h5py, sys
+with h5py.File(sys.argv[1], "a") as f:
+    f["sandbox"].attrs["backend"] = "cuda"; f["sandbox"].attrs["op_scale"] = 1.0' "$tmp/gpu-measured.h5"
 "$bin" run "$qs" "${small[@]}" --replay-measurements "$tmp/hybrid/results.h5" -o "$tmp/replay" --quiet
 mpirun -np 2 "$bin" run "$qs" "${small[@]}" --replay-measurements "$tmp/hybrid/results.h5" \
   --set run.engine=optimistic -o "$tmp/replay2" --quiet
-"$bin" run "$qs" "${small[@]}" --replay-measurements "$tmp/hybrid/results.h5" \
+"$bin" run "$qs" "${small[@]}" --replay-measurements "$tmp/gpu-measured.h5" \
   --set run.calibrate_from_sandbox=true -o "$tmp/calibrated" --quiet
 "$bin" run "$qs" "${small[@]}" -o "$tmp/pure" --quiet
 
@@ -39,6 +57,15 @@ for key in ("ranks", "backend", "device", "measured_ops", "measured_fraction_of_
 assert sb["ranks"] == [0] and sb["backend"] == "host" and sb["measured_ops"] > 0, sb
 assert sb["measured_fraction_of_compute_time"] > 0.5, sb
 assert sb["peak_reserved_bytes"] >= sb["peak_allocated_bytes"] > 0, sb
+# A host sandbox at op_scale 0.02: a functional check, with the pure replay's figure beside it —
+# exactly the iteration time of the run without a sandbox (both engines are deterministic).
+pure_s = summary("pure")
+assert sb["functional_check"] is True and "not a prediction" in h["iteration_time_note"], sb
+assert sb["pure_replay_iteration_time_s"] == pure_s["iteration_time_s"], (sb, pure_s["iteration_time_s"])
+assert sb["pure_replay_iteration_time_s"] != h["iteration_time_s"]
+assert "sandbox" not in pure_s and "iteration_time_note" not in pure_s
+cal_s = summary("calibrated")
+assert cal_s["sandbox"]["functional_check"] is False and "iteration_time_note" not in cal_s, cal_s["sandbox"]
 hd = datasets("hybrid")
 assert len(hd["sandbox/median_s"]) == sb["measured_ops"]
 for run in ("replay", "replay2"):

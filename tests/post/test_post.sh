@@ -240,6 +240,14 @@ else
 fi
 "$post/report.py" "$tmp/sweep" >"$tmp/report.txt" 2>&1 && grep -q 'id="sweep-table"' "$tmp/sweep/report.html" &&
   ok "report.py sweep (default output DIR/report.html)" || bad "report.py sweep: $(cat "$tmp/report.txt")"
+# A hybrid run with a host sandbox: the page says the iteration time is a functional check and
+# gives the pure replay's figure (summary.json's, formatted as the page formats seconds).
+"$bin" run "$qs" --set model.num_layers=2 --sandbox 0 -o "$tmp/hybrid" --quiet &&
+  "$post/report.py" "$tmp/hybrid" >"$tmp/report.txt" 2>&1 &&
+  pure=$($py -c 'import json, sys; s = json.load(open(sys.argv[1]))["sandbox"]["pure_replay_iteration_time_s"]; print(f"{s * 1e3:.2f} ms")' "$tmp/hybrid/summary.json") &&
+  grep -q "Functional check, not a prediction" "$tmp/hybrid/report.html" &&
+  grep -q "predicts <b>$pure</b>" "$tmp/hybrid/report.html" &&
+  ok "report.py hybrid run: functional check, pure replay $pure" || bad "report.py hybrid run: $(cat "$tmp/report.txt")"
 mkdir -p "$tmp/broken-run" && echo '{"world_size": ' >"$tmp/broken-run/summary.json"
 expect_error "report.py missing directory" "absent-dir: not a directory" "$post/report.py" "$tmp/absent-dir"
 mkdir -p "$tmp/empty-dir"
