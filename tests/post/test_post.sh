@@ -248,6 +248,11 @@ fi
   grep -q "Functional check, not a prediction" "$tmp/hybrid/report.html" &&
   grep -q "predicts <b>$pure</b>" "$tmp/hybrid/report.html" &&
   ok "report.py hybrid run: functional check, pure replay $pure" || bad "report.py hybrid run: $(cat "$tmp/report.txt")"
+# `scalescope report` runs the same script.
+"$bin" report "$tmp/h100" -o "$tmp/h100-cli.html" >"$tmp/report.txt" 2>&1 && "$post/report.py" "$tmp/h100" -o "$tmp/h100-py.html" >/dev/null &&
+  cmp -s <(sed 's|/tmp[^<"]*||g' "$tmp/h100-cli.html") <(sed 's|/tmp[^<"]*||g' "$tmp/h100-py.html") &&
+  ok "scalescope report = report.py" || bad "scalescope report: $(cat "$tmp/report.txt")"
+expect_error "scalescope report missing directory" "absent-dir: not a directory" "$bin" report "$tmp/absent-dir"
 mkdir -p "$tmp/broken-run" && echo '{"world_size": ' >"$tmp/broken-run/summary.json"
 expect_error "report.py missing directory" "absent-dir: not a directory" "$post/report.py" "$tmp/absent-dir"
 mkdir -p "$tmp/empty-dir"

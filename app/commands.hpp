@@ -1,0 +1,83 @@
+// The commands of `scalescope` (mpi_drivers/scalescope.cpp parses the arguments and calls one).
+// Each returns the process's exit status and throws InputError / IoError with a one-line
+// message for bad input; every process of the run calls the same command.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "app/session.hpp"
+
+namespace scalescope::app {
+
+/// `scalescope run` (app/run_command.cpp): CONFIG (or --megatron-args, or the configuration a
+/// --graph graph.h5 carries), replayed once; with `sandbox` ranks a hybrid run, with
+/// `replay_path` its stored measurements, with `whatif_texts` against a baseline.
+int run_command(const MpiWorld& mpi, const std::string& config_path, const std::string& graph_path,
+                const std::string& out_override, const std::vector<std::string>& overrides,
+                const std::string& megatron_args, bool quiet, bool rollback_check,
+                const std::vector<std::uint32_t>& sandbox, const std::string& replay_path,
+                const std::vector<std::string>& whatif_texts);
+
+/// `scalescope run --chakra PREFIX` (app/chakra_commands.cpp).
+int run_chakra_command(const MpiWorld& mpi, const std::string& prefix,
+                       const std::string& comm_groups, const std::string& expand,
+                       const std::vector<std::string>& overrides, const std::string& out,
+                       bool quiet);
+
+/// `scalescope graph CONFIG -o graph.h5` (app/graph_memory.cpp).
+int graph_command(const std::string& config_path, const std::string& out,
+                  const std::vector<std::string>& overrides, const std::string& megatron_args);
+
+/// `scalescope graph --chakra PREFIX -o graph.h5` (app/chakra_commands.cpp).
+int graph_chakra_command(const std::string& prefix, const std::string& out,
+                         const std::string& comm_groups, const std::string& expand,
+                         const std::vector<std::string>& overrides);
+
+/// `scalescope memory CONFIG` (app/graph_memory.cpp).
+int memory_command(const std::string& config_path, const std::vector<std::string>& overrides,
+                   const std::string& megatron_args);
+
+/// `scalescope profile` (app/profile_command.cpp).
+int profile_command(const std::string& config_path, const std::vector<std::string>& overrides,
+                    const std::string& megatron_args, const std::string& list_path,
+                    const std::string& import_path, const std::string& backend, double op_scale,
+                    const std::string& out);
+
+/// `scalescope sweep` (app/sweep_command.cpp).
+int sweep_command(const MpiWorld& mpi, const std::string& config_path,
+                  const std::vector<std::string>& base, const std::string& megatron_args,
+                  const std::vector<std::string>& vary, const std::string& search,
+                  const std::string& out, bool replay_unfit, std::size_t top, bool quiet);
+
+/// `scalescope export-chakra graph.h5 PREFIX` (app/chakra_commands.cpp).
+int export_chakra_command(const std::string& graph_path, const std::string& prefix, bool classes,
+                          bool metadata_node);
+
+/// `scalescope chakra-microbench KIND PREFIX` (app/chakra_commands.cpp): ASTRA-sim's collective
+/// microbenchmark as Chakra ET files.
+int chakra_microbench_command(const std::string& kind, const std::string& prefix,
+                              std::uint32_t ranks, double bytes);
+
+/// `scalescope capture` (app/script_commands.cpp): the PyTorch front end.
+struct CaptureOptions {
+  std::string model;    ///< path/to/file.py:ClassName
+  std::string factory;  ///< path/to/file.py:FUNCTION (instead of `model`)
+  std::string args;     ///< YAML constructor arguments
+  std::string out;
+  std::string blocks;
+  std::string dtype = "bf16";
+  std::int64_t seq = 4096;
+  std::int64_t batch = 1;
+  std::int64_t tp = 2;  ///< the TP degree the summary lowers the plan at
+  bool summary = false;
+};
+int capture_command(const CaptureOptions& o);
+
+/// `scalescope report DIR [-o FILE]` (app/script_commands.cpp): the HTML report of a run or a
+/// sweep, written by scripts/post/report.py.
+int report_command(const std::string& dir, const std::string& out);
+
+}  // namespace scalescope::app

@@ -1,0 +1,211 @@
+// `scalescope run`: one training iteration replayed (sequential or optimistic engine), with
+// what-ifs, a hybrid sandbox, a stored graph or a Chakra import, and its result files.
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "app/chakra.hpp"
+#include "app/commands.hpp"
+#include "app/pipeline.hpp"
+#include "app/sandbox.hpp"
+#include "core/error.hpp"
+#include "emu/replicas.hpp"
+#include "io/graph_h5.hpp"
+#include "io/profile_io.hpp"
+#include "io/summary_json.hpp"
+#include "workload/transformer_builder.hpp"
+
+namespace scalescope::app {
+
+int run_command(const MpiWorld& mpi, const std::string& config_path, const std::string& graph_path,
+                const std::string& out_override, const std::vector<std::string>& overrides,
+                const std::string& megatron_args, bool quiet, bool rollback_check,
+                const std::vector<std::uint32_t>& sandbox, const std::string& replay_path,
+                const std::vector<std::string>& whatif_texts) {
+  // The configuration first (from CONFIG, or the one graph.h5 carries): the engine decides how
+  // the graph is read.
+  std::optional<io::ExperimentConfig> loaded;
+  if (config_path.empty() && !graph_path.empty() && megatron_args.empty()) {
+    // A graph imported from Chakra traces replays with its trace durations.
+    graph::SlicedGraph meta;
+    meta.config_text = io::read_graph_config_text(graph_path);
+    if (is_chakra_config(meta.config_text)) {
+      io::ExperimentConfig c = load_config({}, &meta, overrides, {});
+      c.path = graph_path;
+      const graph::SlicedGraph g = io::read_graph_h5(graph_path);
+      return run_chakra(mpi, g, io::read_graph_durations_h5(graph_path), c, out_override, quiet);
+    }
+  }
+  if (!config_path.empty() || graph_path.empty()) {
+    loaded = load_config(config_path, nullptr, overrides, megatron_args);
+  } else {
+    graph::SlicedGraph meta;
+    meta.config_text = io::read_graph_config_text(graph_path);
+    loaded = load_config(config_path, &meta, overrides, megatron_args);
+  }
+  io::ExperimentConfig& c = *loaded;
+  if (!out_override.empty()) c.run.output = out_override;
+  if (!sandbox.empty()) c.run.sandbox_ranks = sandbox;
+  // --replay-measurements: the stored measurements (and, unless named, their sandbox ranks).
+  std::optional<cost::Profile> replayed;
+  if (!replay_path.empty()) {
+    std::vector<std::uint32_t> stored_ranks;
+    replayed = io::read_sandbox_group(replay_path, &stored_ranks);
+    if (c.run.sandbox_ranks.empty()) c.run.sandbox_ranks = stored_ranks;
+  }
+  const bool optimistic = c.run.engine == "optimistic";
+  if (!optimistic && mpi.size() > 1)
+    throw_input(
+        "{}: run.engine=sequential runs on one process, but {} were started; use "
+        "--set run.engine=optimistic under mpirun",
+        c.path, mpi.size());
+  std::optional<graph::SlicedGraph> graph;
+  if (!graph_path.empty() && optimistic) {
+    // Each process reads only the templates of its LPs under block partitioning (computed from
+    // the rank map and communicator table); METIS needs every template to weigh its edges, and a
+    // representative replay places its LPs only once the cost model has proved the replicas
+    // alike, so both read them all.
+    io::GraphPart part;
+    if (c.run.partition == "block" && c.run.replicas == "all")
+      part.needed = [&](const graph::SlicedGraph& skeleton) {
+        const auto owner =
+            emu::partition_lps(skeleton, static_cast<std::uint32_t>(mpi.size()), "block");
+        return emu::templates_needed(skeleton, owner, static_cast<std::uint32_t>(mpi.rank()));
+      };
+    graph = io::read_graph_h5(graph_path, MPI_COMM_WORLD, part);
+  } else if (!graph_path.empty()) {
+    graph = io::read_graph_h5(graph_path);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!graph) graph = build(c);
+  // A captured model (once its graph is built): the plan its TP runs with, however it was
+  // found, and what else was assumed.
+  if (!quiet && mpi.rank() == 0 && c.model.capture) {
+    if (c.parallel.tp() > 1)
+      std::cout << fmt::format("tensor-parallel plan ({}):\n{}", c.model.capture_plan.source,
+                               workload::describe_tp_plan(c.model.capture_plan));
+    if (!c.model.capture_note.empty()) std::cout << "note: " << c.model.capture_note << "\n";
+  }
+  if (graph->world_size != static_cast<std::uint32_t>(c.parallel.world()))
+    throw_input("{}: graph has {} ranks but the configuration has {} GPUs", graph_path,
+                graph->world_size, c.parallel.world());
+  const double build_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // What-ifs: the run is replayed without them first (the baseline), then with them on a cost
+  // model of the changed cluster, whose outputs are written.
+  const std::vector<emu::WhatIf> whatifs = io::read_whatifs(config_path, whatif_texts);
+  SimTime baseline_time = 0;
+  if (!whatifs.empty()) {
+    const ReplaySetup base(c);
+    emu::EmulationOptions bo = base.options;
+    bo.trace_ranks.clear();
+    bo.engine = optimistic ? emu::EngineKind::Optimistic : emu::EngineKind::Sequential;
+    baseline_time = optimistic ? emu::emulate_distributed(*graph, base.costs, bo, MPI_COMM_WORLD)
+                                     .local.summary.iteration_time
+                               : emu::emulate(*graph, base.costs, bo).summary.iteration_time;
+  }
+  io::ExperimentConfig changed = c;
+  emu::apply_whatifs_to_cluster(whatifs, changed.cluster);
+  ReplaySetup setup(changed);
+  emu::apply_whatifs_to_fabric(whatifs, setup.model);
+  const cost::CostModel& cost = setup.model;
+  const std::optional<cost::Profile>& profile = setup.profile;
+  const emu::Costs& costs = setup.costs;
+  emu::EmulationOptions opt = setup.options;
+  emu::apply_whatifs_to_ranks(whatifs, *graph, costs, c.cluster.gpus_per_node, opt);
+  opt.trace_ranks = c.run.trace_ranks;
+  opt.rollback_check = rollback_check;
+  // A representative replay counts only the replayed ranks' events (and is refused here, before
+  // any work, where the replicas may differ).
+  std::optional<emu::ReplicaMap> reps;
+  if (opt.representative_replicas) reps = emu::representative_replicas(*graph, costs, opt);
+  if (!quiet && mpi.rank() == 0)
+    opt.progress = progress_reporter(*graph, opt.coalesce_local_ops,
+                                     cost.fabric() != nullptr ? c.cluster.gpus_per_node : 0,
+                                     reps ? &reps->active : nullptr);
+  if (rollback_check && optimistic)
+    throw_input("--rollback-check runs on the sequential engine; drop run.engine=optimistic");
+  if (optimistic) opt.engine = emu::EngineKind::Optimistic;
+  // Hybrid run: the sandbox ranks' kernels are measured (or replayed) before the replay, and the
+  // job is also replayed without them, whose iteration time the outputs give beside the hybrid
+  // one (a host sandbox's is only a functional check).
+  emu::Summary sandbox_summary;
+  std::optional<Sandbox> sandbox_run;
+  if (!c.run.sandbox_ranks.empty()) {
+    sandbox_run = prepare_sandbox(c, *graph, cost, costs, opt, replayed, mpi.rank(), mpi.size(),
+                                  sandbox_summary);
+    emu::EmulationOptions po = setup.options;
+    po.trace_ranks.clear();
+    po.engine = opt.engine;
+    emu::apply_whatifs_to_ranks(whatifs, *graph, costs, c.cluster.gpus_per_node, po);
+    sandbox_summary.sandbox_pure_replay_time =
+        optimistic ? emu::emulate_distributed(*graph, costs, po, MPI_COMM_WORLD)
+                         .local.summary.iteration_time
+                   : emu::emulate(*graph, costs, po).summary.iteration_time;
+  }
+  // What the summary reports besides the replay itself: the what-ifs and the sandbox.
+  const auto copy_run_extras = [&](emu::Summary& s) {
+    for (const emu::WhatIf& w : whatifs) s.whatif.push_back(w.text);
+    s.whatif_baseline_time = baseline_time;
+    s.sandbox_ranks = sandbox_summary.sandbox_ranks;
+    s.sandbox_backend = sandbox_summary.sandbox_backend;
+    s.sandbox_device = sandbox_summary.sandbox_device;
+    s.sandbox_op_scale = sandbox_summary.sandbox_op_scale;
+    s.sandbox_measured_ops = sandbox_summary.sandbox_measured_ops;
+    s.sandbox_measured_fraction = sandbox_summary.sandbox_measured_fraction;
+    s.sandbox_peak_allocated_bytes = sandbox_summary.sandbox_peak_allocated_bytes;
+    s.sandbox_peak_reserved_bytes = sandbox_summary.sandbox_peak_reserved_bytes;
+    s.sandbox_replayed = sandbox_summary.sandbox_replayed;
+    s.sandbox_functional_check = sandbox_summary.sandbox_functional_check;
+    s.sandbox_pure_replay_time = sandbox_summary.sandbox_pure_replay_time;
+  };
+  ResultsExtra extra;
+  if (sandbox_run)
+    extra = [&](const std::string& results_h5) {
+      io::write_sandbox_group(results_h5, sandbox_run->measured, c.run.sandbox_ranks);
+    };
+  emu::RunResults r;
+  if (optimistic) {
+    // Results stay distributed: results.h5 is written collectively, summary.json and
+    // trace.json by process 0 (which receives only the traced ranks and the summary figures).
+    emu::DistributedResults d = emu::emulate_distributed(*graph, costs, opt, MPI_COMM_WORLD);
+    complete_summary(d, c, MPI_COMM_WORLD);
+    copy_run_extras(d.local.summary);
+    if (profile)
+      summarize_profile(d.local.summary, c, *profile, *graph, costs, &d.rank_owner, d.process,
+                        MPI_COMM_WORLD);
+    check_memory(d.local.summary, c);
+    act_on_memory(d.local.summary, c, mpi.rank() == 0);
+    write_outputs(d, c.run.output, MPI_COMM_WORLD, extra);
+    if (mpi.rank() != 0) return 0;
+    r = std::move(d.local);
+  } else {
+    r = emu::emulate(*graph, costs, opt);
+    complete_summary(r, c);
+    copy_run_extras(r.summary);
+    if (profile)
+      summarize_profile(r.summary, c, *profile, *graph, costs, nullptr, 0, MPI_COMM_NULL);
+    check_memory(r.summary, c);
+    act_on_memory(r.summary, c, true);
+    write_outputs(r, c.run.output, extra);
+  }
+  if (!quiet) {
+    std::cout << io::format_summary_table(r);
+    std::cout << "graph build " << build_s << " s; results in " << c.run.output << "/\n";
+  }
+  return 0;
+}
+
+}  // namespace scalescope::app

@@ -1,0 +1,67 @@
+// The commands whose front end is a Python script of this checkout, run with Debian's
+// /usr/bin/python3: `capture` (PyTorch's tracer, scripts/capture/capture.py) and `report`
+// (scripts/post/report.py).
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <string>
+
+#include "app/commands.hpp"
+#include "core/error.hpp"
+#include "io/capture_h5.hpp"
+#include "workload/capture.hpp"
+
+namespace scalescope::app {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+/// Runs a command line through the shell; its exit status (1 when it did not exit).
+int shell(const std::string& cmd) {
+  const int rc = std::system(cmd.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : 1;
+}
+
+/// A script of this checkout (SCALESCOPE_SOURCE_DIR), or a one-line error when it is missing.
+fs::path checkout_script(const std::string& command, const fs::path& relative) {
+  const fs::path script = fs::path(SCALESCOPE_SOURCE_DIR) / relative;
+  if (!fs::exists(script))
+    throw_input(
+        "scalescope {}: {} is missing (this binary runs the scripts of the checkout it "
+        "was built from)",
+        command, script.string());
+  return script;
+}
+
+}  // namespace
+
+int capture_command(const CaptureOptions& o) {
+  const fs::path script =
+      checkout_script("capture", fs::path("scripts") / "capture" / "capture.py");
+  if (o.model.empty() == o.factory.empty())
+    throw_input("scalescope capture: give path/to/file.py:ClassName or --factory FILE:FUNCTION");
+  std::string cmd =
+      fmt::format("/usr/bin/python3 '{}' {}'{}' --seq {} --batch {} --dtype '{}' -o '{}'",
+                  script.string(), o.factory.empty() ? "" : "--factory ",
+                  o.factory.empty() ? o.model : o.factory, o.seq, o.batch, o.dtype, o.out);
+  if (!o.blocks.empty()) cmd += fmt::format(" --blocks '{}'", o.blocks);
+  if (!o.args.empty()) cmd += fmt::format(" --args '{}'", o.args);
+  const int code = shell(cmd);
+  if (code != 0 || !o.summary) return code;
+  const workload::Capture captured = io::read_capture_h5(o.out);
+  std::cout << io::format_capture_summary(captured, workload::capture_default_plan(captured, o.out),
+                                          o.tp);
+  return 0;
+}
+
+int report_command(const std::string& dir, const std::string& out) {
+  const fs::path script = checkout_script("report", fs::path("scripts") / "post" / "report.py");
+  std::string cmd = fmt::format("/usr/bin/python3 '{}' '{}'", script.string(), dir);
+  if (!out.empty()) cmd += fmt::format(" -o '{}'", out);
+  return shell(cmd);
+}
+
+}  // namespace scalescope::app

@@ -1,0 +1,247 @@
+// `scalescope sweep`: every configuration of a sweep run as `scalescope run` would, dealt over
+// the MPI processes, ranked into sweep.csv and sweep.json.
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "app/commands.hpp"
+#include "app/pipeline.hpp"
+#include "app/session.hpp"
+#include "core/error.hpp"
+#include "explore/sweep.hpp"
+#include "io/config.hpp"
+#include "io/summary_json.hpp"
+#include "io/sweep_table.hpp"
+
+namespace scalescope::app {
+
+namespace {
+
+/// One configuration of a sweep through `scalescope run`'s pipeline: load (a refused plan is a
+/// row that says why), build, the memory check from the templates, and unless it does not fit
+/// (or `replay_unfit`), the replay: on the sequential engine, or with `group` on the optimistic
+/// engine over that communicator's processes (the same result bit for bit). Nothing is written.
+explore::Row sweep_point(const std::string& config_path, const std::vector<std::string>& base,
+                         const std::string& megatron_args, const std::vector<std::string>& point,
+                         std::size_t index, bool replay_unfit, MPI_Comm group) {
+  explore::Row r;
+  r.index = index;
+  r.overrides = point;
+  std::vector<std::string> overrides = base;
+  overrides.insert(overrides.end(), point.begin(), point.end());
+  std::optional<io::ExperimentConfig> loaded;
+  std::optional<graph::SlicedGraph> g;
+  try {
+    loaded = io::load_experiment(config_path, overrides, megatron_args);
+    g = build(*loaded);
+  } catch (const InputError& e) {
+    r.status = explore::Status::Invalid;
+    r.message = e.what();
+    return r;
+  }
+  const io::ExperimentConfig& c = *loaded;
+  r.num_gpus = c.parallel.world();
+  r.tp = c.parallel.tp();
+  r.pp = c.parallel.pp();
+  r.dp = c.parallel.dp();
+  r.cp = c.parallel.cp();
+  r.ep = c.parallel.ep();
+  r.vpp = c.parallel.vpp();
+  r.micro_batch = c.training.micro_batch_size;
+  const auto fill_memory = [&](const emu::Summary& s) {
+    r.peak_memory_bytes = s.memory_total_bytes_by_pp_stage[s.memory_tightest_stage];
+    r.memory_capacity_bytes = s.memory_capacity_bytes;
+    r.status = s.memory_fits ? explore::Status::Ok : explore::Status::DoesNotFit;
+    r.message = s.memory_fits ? std::string() : memory_verdict(s);
+  };
+  fill_memory(template_memory(c, *g));
+  if (r.status == explore::Status::DoesNotFit && !replay_unfit) return r;
+
+  const ReplaySetup setup(c);
+  const emu::Costs& costs = setup.costs;
+  emu::EmulationOptions opt = setup.options;  // no traced ranks: no timelines needed
+  emu::Summary s;
+  emu::RankResult last;
+  if (group != MPI_COMM_NULL) {
+    // The processes of `group` replay this one configuration together (optimistic engine).
+    opt.engine = emu::EngineKind::Optimistic;
+    emu::DistributedResults d = emu::emulate_distributed(*g, costs, opt, group);
+    complete_summary(d, c, group);
+    s = d.local.summary;
+    last = d.local.ranks[d.last_finishing_rank];
+  } else {
+    emu::RunResults res = emu::emulate(*g, costs, opt);
+    complete_summary(res, c);
+    s = res.summary;
+    last = res.ranks[io::last_finishing_rank(res)];
+  }
+  check_memory(s, c);
+  fill_memory(s);
+  r.replayed = true;
+  r.iteration_time_s = s.iteration_time_s();
+  r.tokens_per_s = s.tokens_per_s();
+  r.model_tflops_per_gpu = s.model_tflops_per_gpu();
+  r.mfu = s.mfu();
+  r.compute_s = ns_to_seconds(last.compute);
+  r.exposed_comm_s = ns_to_seconds(last.exposed_tp + last.exposed_pp + last.exposed_dp +
+                                   last.exposed_embedding + last.exposed_cp + last.exposed_ep);
+  r.bubble_s = ns_to_seconds(last.bubble);
+  r.host_wait_s = ns_to_seconds(last.host_wait);
+  return r;
+}
+
+}  // namespace
+
+/// `scalescope sweep`: every configuration of the axes' product (or of the parallel-layout
+/// search) run as `scalescope run` would, ranked into DIR/sweep.csv and sweep.json. Under
+/// mpirun the configurations are dealt to the processes (round-robin, each on the sequential
+/// engine; or, with more processes than configurations, a group of processes per configuration
+/// on the optimistic engine), so the table is the same at any process count.
+int sweep_command(const MpiWorld& mpi, const std::string& config_path,
+                  const std::vector<std::string>& base, const std::string& megatron_args,
+                  const std::vector<std::string>& vary, const std::string& search,
+                  const std::string& out, bool replay_unfit, std::size_t top, bool quiet) {
+  if (config_path.empty() && megatron_args.empty())
+    throw_input("scalescope sweep: give an experiment CONFIG or --megatron-args \"…\"");
+  // The base experiment must load on its own: its errors are the user's, not a row's.
+  const io::ExperimentConfig c0 = io::load_experiment(config_path, base, megatron_args);
+  // Axes: the layout search, the file's `sweep:` axes, then --vary's.
+  const io::SweepSpec spec =
+      config_path.empty() ? io::SweepSpec{} : io::read_sweep_spec(config_path);
+  const std::string& kind = search.empty() ? spec.search : search;
+  std::vector<explore::Axis> axes;
+  if (!kind.empty()) {
+    if (kind != "parallel")
+      throw_input("{}: sweep search '{}': expected 'parallel'",
+                  search.empty() ? config_path : std::string("--search"), kind);
+    // The units the pipeline split counts: the layers, and the embedding and the loss where the
+    // experiment accounts for them.
+    const std::int64_t units = c0.model.num_layers +
+                               (c0.parallel.account_for_embedding_in_pipeline_split ? 1 : 0) +
+                               (c0.parallel.account_for_loss_in_pipeline_split ? 1 : 0);
+    axes.push_back(explore::parallel_search(c0.cluster.num_gpus, c0.cluster.gpus_per_node, units));
+  }
+  axes.insert(axes.end(), spec.axes.begin(), spec.axes.end());
+  for (const std::string& v : vary) {
+    explore::Axis a = explore::parse_vary(v);
+    for (const auto& value : a.values)
+      for (const std::string& o : value) io::check_override(o, c0.path);
+    axes.push_back(std::move(a));
+  }
+  if (axes.empty())
+    throw_input(
+        "scalescope sweep: give --vary key=v1,v2,…, --search parallel or a sweep: section in "
+        "the experiment file");
+  const std::vector<std::vector<std::string>> points = explore::expand(axes);
+
+  // This process's share: with fewer processes than configurations, every procs-th one on the
+  // sequential engine; with more, one configuration per group of processes (process p in group
+  // p mod N), replayed by the group on the optimistic engine. Then every share to process 0 as
+  // one JSON text each (a group's rows from its first process).
+  const auto me = static_cast<std::size_t>(mpi.rank());
+  const auto procs = static_cast<std::size_t>(mpi.size());
+  const std::size_t n = points.size();
+  std::vector<std::size_t> share;
+  MPI_Comm group = MPI_COMM_NULL;
+  bool reports = true;
+  if (procs > n) {
+    MPI_Comm_split(MPI_COMM_WORLD, static_cast<int>(me % n), static_cast<int>(me), &group);
+    int size = 1;
+    MPI_Comm_size(group, &size);
+    if (size == 1) MPI_Comm_free(&group);  // a group of one: the sequential engine
+    share.push_back(me % n);
+    reports = me < n;
+  } else {
+    for (std::size_t i = me; i < n; i += procs) share.push_back(i);
+  }
+  // An unreadable file (cost.profile, a capture) stops this process's share; the error travels
+  // with the rows, so no process is left waiting in the gather, and process 0 reports it.
+  nlohmann::ordered_json mine = nlohmann::ordered_json::array();
+  std::string error;
+  for (const std::size_t i : share) {
+    const auto t0 = std::chrono::steady_clock::now();
+    explore::Row r;
+    try {
+      r = sweep_point(config_path, base, megatron_args, points[i], i, replay_unfit, group);
+    } catch (const IoError& e) {
+      error = e.what();
+      break;
+    } catch (const InputError& e) {
+      error = e.what();
+      break;
+    }
+    if (!reports) continue;
+    if (!quiet && me == 0)
+      std::cerr << fmt::format(
+          "[{}/{}] {} → {} ({:.1f} s)\n", i + 1, points.size(), fmt::join(points[i], " "),
+          r.replayed ? fmt::format("{:.4f} s", r.iteration_time_s) : explore::status_name(r.status),
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    mine.push_back(io::sweep_row_json(r));
+  }
+  if (group != MPI_COMM_NULL) MPI_Comm_free(&group);
+  const std::string text = nlohmann::ordered_json{{"rows", mine}, {"error", error}}.dump();
+  int len = static_cast<int>(text.size());
+  std::vector<int> lens(procs), displs(procs);
+  MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+  std::string all;
+  if (me == 0) {
+    for (std::size_t p = 0, at = 0; p < procs; at += static_cast<std::size_t>(lens[p]), ++p)
+      displs[p] = static_cast<int>(at);
+    all.resize(static_cast<std::size_t>(displs[procs - 1] + lens[procs - 1]));
+  }
+  MPI_Gatherv(text.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, 0,
+              MPI_COMM_WORLD);
+  if (me != 0) return 0;
+  std::vector<explore::Row> rows(points.size());
+  for (std::size_t p = 0; p < procs; ++p) {
+    const auto payload = nlohmann::ordered_json::parse(
+        all.substr(static_cast<std::size_t>(displs[p]), static_cast<std::size_t>(lens[p])));
+    if (const std::string e = payload.at("error").get<std::string>(); !e.empty()) throw_io("{}", e);
+    for (const auto& j : payload.at("rows")) {
+      explore::Row r = io::sweep_row_from_json(j);
+      rows[r.index] = std::move(r);
+    }
+  }
+  const std::vector<std::size_t> order = explore::rank_rows(rows);
+  io::write_sweep(out, c0.path, axes, rows, order);
+  if (!quiet) {
+    std::cout << io::format_sweep_table(rows, order, top);
+    const explore::Row& best = rows[order.front()];
+    if (best.status == explore::Status::Ok)
+      std::cout << fmt::format("best: {:.4f} s per iteration with --set {}\n",
+                               best.iteration_time_s, fmt::join(best.overrides, " --set "));
+    else if (best.status == explore::Status::DoesNotFit) {
+      const explore::Row* lean = &best;
+      for (const explore::Row& r : rows)
+        if (r.status == explore::Status::DoesNotFit &&
+            r.peak_memory_bytes < lean->peak_memory_bytes)
+          lean = &r;
+      std::cout << fmt::format(
+          "no configuration fits in memory; the leanest needs {:.2f} GiB of {:.2f} GiB with "
+          "--set {}\n",
+          static_cast<double>(lean->peak_memory_bytes) / (1 << 30),
+          static_cast<double>(lean->memory_capacity_bytes) / (1 << 30),
+          fmt::join(lean->overrides, " --set "));
+    } else
+      std::cout << "every configuration was refused by the plan rules (see the messages)\n";
+    std::cout << fmt::format("{} configurations; table in {}/sweep.csv and sweep.json\n",
+                             rows.size(), out);
+  }
+  return 0;
+}
+
+}  // namespace scalescope::app
