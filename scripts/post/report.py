@@ -39,6 +39,7 @@ TERM_LABELS = {"compute": "compute", "exposed_tp": "exposed TP comm.",
                "exposed_ep": "exposed EP comm.", "bubble": "pipeline bubble",
                "host_wait": "waiting for the host", "other_wait": "other waits"}
 MAX_TIMELINE_RECTS = 20000  # per page; finer detail is in trace.json
+CHAKRA_MARKER = "# chakra-import:"  # first line of a Chakra import's configuration
 
 CSS = """
 body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;margin:0;color:#222;
@@ -399,6 +400,17 @@ def experiment_facts(config_text):
     source = first.split(" of ", 1)[1] if " of " in first else ""
     m, p, t = c.get("model", {}), c.get("parallel", {}), c.get("training", {})
     cl, run, net = c.get("cluster", {}), c.get("run", {}), c.get("network", {})
+    cluster = (f"{cl.get('num_gpus')} × {cl.get('gpu')}, {cl.get('gpus_per_node')} per node, "
+               f"NVLink {cl.get('nvlink_bandwidth_GBps')} GB/s, {cl.get('nics_per_node')} NICs × "
+               f"{cl.get('nic_bandwidth_Gbps')} Gb/s")
+    engine = f"{run.get('engine')} ({run.get('partition')} partition)"
+    if first.startswith(CHAKRA_MARKER):
+        # A Chakra import: the trace holds the programs; model, parallel and training are the
+        # placeholders that make it an experiment (app/chakra_commands.cpp), so not shown.
+        trace = first[len(CHAKRA_MARKER):].strip()
+        return None, trace, [("workload", f"Chakra execution traces {trace}"),
+                             ("cluster", cluster), ("network model", net.get("model")),
+                             ("send/recv", run.get("p2p")), ("engine", engine)]
     layout = " · ".join(f"{k} {p[v]}" for k, v in (
         ("TP", "tensor_model_parallel_size"), ("PP", "pipeline_model_parallel_size"),
         ("VPP", "virtual_pipeline_model_parallel_size"), ("CP", "context_parallel_size"),
@@ -418,11 +430,9 @@ def experiment_facts(config_text):
         ("batch", f"micro-batch {t.get('micro_batch_size')}, global batch "
                   f"{t.get('global_batch_size')}"),
         ("precision", t.get("precision")),
-        ("cluster", f"{cl.get('num_gpus')} × {cl.get('gpu')}, {cl.get('gpus_per_node')} per "
-                    f"node, NVLink {cl.get('nvlink_bandwidth_GBps')} GB/s, "
-                    f"{cl.get('nics_per_node')} NICs × {cl.get('nic_bandwidth_Gbps')} Gb/s"),
+        ("cluster", cluster),
         ("network model", net.get("model")),
-        ("engine", f"{run.get('engine')} ({run.get('partition')} partition)"),
+        ("engine", engine),
     ]
     return model, source, facts
 
@@ -464,7 +474,7 @@ def run_page(path):
         curve = res.memory(curve_rank) if curve_rank is not None else None
         timeline, rects = gantt(res, traced) if traced else ("", 0)
     e = s["engine"]
-    title = f"{model} on {s['world_size']:,} GPUs"
+    title = f"{model or s['model']} on {s['world_size']:,} GPUs"
     out = [f"<h1>{esc(title)}</h1>",
            f'<p class="sub">{esc(source)} · {esc(s["gpu"])} · scalescope report of '
            f"<code>{esc(os.path.abspath(path))}</code></p>", hybrid_note(s)]

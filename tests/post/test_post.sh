@@ -248,6 +248,10 @@ fi
   grep -q "Functional check, not a prediction" "$tmp/hybrid/report.html" &&
   grep -q "predicts <b>$pure</b>" "$tmp/hybrid/report.html" &&
   ok "report.py hybrid run: functional check, pure replay $pure" || bad "report.py hybrid run: $(cat "$tmp/report.txt")"
+# A replayed Chakra trace: the page names the trace, not the placeholder model of its configuration.
+"$bin" chakra-microbench all_reduce "$tmp/mb/ar" --ranks 8 >/dev/null && "$bin" run --chakra "$tmp/mb/ar" -o "$tmp/chakra" --quiet &&
+  "$post/report.py" "$tmp/chakra" >"$tmp/report.txt" 2>&1 && grep -q "Chakra execution traces $tmp/mb/ar (8 rank files)" "$tmp/chakra/report.html" &&
+  ! grep -q "llama3-8b" "$tmp/chakra/report.html" && ok "report.py Chakra run" || bad "report.py Chakra run: $(cat "$tmp/report.txt")"
 # `scalescope report` runs the same script.
 "$bin" report "$tmp/h100" -o "$tmp/h100-cli.html" >"$tmp/report.txt" 2>&1 && "$post/report.py" "$tmp/h100" -o "$tmp/h100-py.html" >/dev/null &&
   cmp -s <(sed 's|/tmp[^<"]*||g' "$tmp/h100-cli.html") <(sed 's|/tmp[^<"]*||g' "$tmp/h100-py.html") &&
