@@ -576,8 +576,11 @@ def run_page(path):
                    ("GVT rounds", count(e["gvt_rounds"])),
                    ("wall time", seconds(e["wall_s"])),
                    ("committed events / s", f"{e['committed_events_per_s']:,.0f}"),
-                   ("replicas", f"{e.get('replicas', 'all')}: {e.get('replayed_ranks', '?')} "
-                                f"ranks replayed")]))
+                   ("replicas", f"{e.get('replicas', 'all')}: {e.get('replayed_ranks', '?')} of "
+                                f"{s['world_size']:,} ranks replayed"
+                                + (f" (one of {e['replica_count']:,} identical replicas, the "
+                                   f"others copied)" if e.get("replicas") == "representative"
+                                   else ""))]))
     if e.get("per_process"):
         out.append("<p>Per process:</p>" + table(
             ["process", "processed", "committed", "rolled back", "remote", "wall", "GVT", "idle"],
