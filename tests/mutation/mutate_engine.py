@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Mutation check of the optimistic engine: applies one defect at a time to
-src/pdes/optimistic_engine.cpp, rebuilds the MPI test binary, runs the Time Warp tests at 1 and
-2 processes, and reports whether a test caught the defect (failed, or hung past the timeout).
-The source is restored after every mutation, also on Ctrl-C.
+"""Mutation check of the optimistic engine: applies one defect at a time to its source
+(src/pdes/optimistic_engine.cpp, optimistic_engine_gvt.cpp or optimistic_engine_impl.hpp, the
+one file that holds the mutation's text), rebuilds the MPI test binary, runs the Time Warp tests
+at 1 and 2 processes, and reports whether a test caught the defect (failed, or hung past the
+timeout). The source is restored after every mutation, also on Ctrl-C.
 
     tests/mutation/mutate_engine.py [BUILD_DIR] [--only NAME]
 
@@ -17,10 +18,12 @@ import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-SOURCE = ROOT / "src/pdes/optimistic_engine.cpp"
+SOURCES = [ROOT / "src/pdes" / name for name in
+           ("optimistic_engine.cpp", "optimistic_engine_gvt.cpp", "optimistic_engine_impl.hpp")]
 FILTER = "TimeWarp*:Optimism*:Partitions/PholdParallel*:Partitions/OptimisticMatchesSequential*"
 
-# (name, exact text in the source, replacement). Each must occur exactly once.
+# (name, exact text in the source, replacement). Each must occur exactly once in SOURCES, all
+# files together.
 MUTATIONS = [
     ("commit events at GVT's instant (time <= GVT)",
      "while (!lp.empty() && lp.first->ev.key.time < gvt) {",
@@ -94,9 +97,20 @@ def main() -> int:
     ap.add_argument("--only", help="run the mutations whose name contains this")
     args = ap.parse_args()
     build = pathlib.Path(args.build).resolve()
-    original = SOURCE.read_text()
+    original = {path: path.read_text() for path in SOURCES}
+
+    def holder(old: str) -> "pathlib.Path | None":
+        """The file holding `old` if exactly one occurrence is found across SOURCES, else None."""
+        found = [path for path, text in original.items() for _ in range(text.count(old))]
+        return found[0] if len(found) == 1 else None
+
+    def restore():
+        for path, text in original.items():
+            if path.read_text() != text:
+                path.write_text(text)
+
     for _, old, _ in MUTATIONS:
-        if original.count(old) != 1:
+        if holder(old) is None:
             print(f"mutate_engine.py: the source no longer holds exactly one {old!r}; update "
                   "the mutation list", file=sys.stderr)
             return 2
@@ -108,7 +122,9 @@ def main() -> int:
         for name, old, new in MUTATIONS:
             if args.only and args.only not in name:
                 continue
-            SOURCE.write_text(original.replace(old, new))
+            restore()
+            path = holder(old)
+            path.write_text(original[path].replace(old, new))
             if not build_tests(build):
                 print(f"  {name}: does not compile (fix the mutation)")
                 survived.append(name)
@@ -119,7 +135,7 @@ def main() -> int:
             if not caught:
                 survived.append(name)
     finally:
-        SOURCE.write_text(original)
+        restore()
         build_tests(build)
     if survived:
         print(f"{len(survived)} mutation(s) survived: {', '.join(survived)}")
