@@ -6,7 +6,7 @@ pkgs=(build-essential cmake pkg-config
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev
   libgtest-dev libbenchmark-dev libmetis-dev libtrilinos-kokkos-dev libprotobuf-dev protobuf-compiler
   python3-h5py python3-numpy python3-matplotlib python3-yaml python3-torch
-  chromium chromium-driver python3-selenium
+  chromium chromium-driver python3-selenium fonts-liberation
   slurmctld slurmd slurm-client munge libpmix2)
 missing=()
 for p in "${pkgs[@]}"; do
