@@ -36,7 +36,7 @@ using namespace scalescope;
 
 int main(int argc, char** argv) {
   app::MpiSession mpi(&argc, &argv);
-  CLI::App app{"scalescope: emulate LLM training at 1,024-16,384 GPUs"};
+  CLI::App app{"scalescope: emulate LLM training at 1,024-131,072 GPUs"};
   app.name("scalescope");
   app.require_subcommand(1);
   app.set_version_flag("--version", "scalescope 0.1.0");
