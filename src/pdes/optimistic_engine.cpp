@@ -79,6 +79,14 @@ Node* OptimisticEngine::Impl::alloc() {
   }
   Node* n = free_.back();
   free_.pop_back();
+  // Freed nodes are cold (fossil collection released them a GVT round ago): fetch the next one's
+  // two lines for writing now, so the next send does not stall on them (insert_pending's first
+  // load of a reused node was a fifth of np 2's time on the 16k replay).
+  if (!free_.empty()) {
+    const auto* next = reinterpret_cast<const char*>(free_.back());
+    __builtin_prefetch(next, 1);
+    __builtin_prefetch(next + 64, 1);
+  }
   n->caused_local = n->caused_remote = n->next_caused = nullptr;
   n->from_remote = false;
   n->fault = Fault::None;

@@ -256,10 +256,10 @@ void OptimisticEngine::Impl::fossil_collect(SimTime gvt) {
   const std::size_t count = dirty_.size();
   for (std::size_t i = 0; i < count; ++i) {
     // The LPs' lines are cold by now: a pipeline of prefetches, as in execution (the engine
-    // entry 8 ahead, its newest event and the LP object 4 ahead).
-    if (i + 8 < count) __builtin_prefetch(&lps_[dirty_[i + 8]]);
-    if (i + 4 < count) {
-      const LocalLp& ahead = lps_[dirty_[i + 4]];
+    // entry 16 ahead, its newest event and the LP object 8 ahead).
+    if (i + 16 < count) __builtin_prefetch(&lps_[dirty_[i + 16]]);
+    if (i + 8 < count) {
+      const LocalLp& ahead = lps_[dirty_[i + 8]];
       __builtin_prefetch(ahead.first);
       if (ahead.commits) __builtin_prefetch(ahead.lp);
     }
