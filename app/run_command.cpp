@@ -106,15 +106,19 @@ int run_command(const MpiWorld& mpi, const std::string& config_path, const std::
   // What-ifs: the run is replayed without them first (the baseline), then with them on a cost
   // model of the changed cluster, whose outputs are written.
   const std::vector<emu::WhatIf> whatifs = io::read_whatifs(config_path, whatif_texts);
+  // The iteration time of a replay that writes nothing: the what-ifs' baseline, a hybrid run's
+  // pure replay. Same engine as the run, no traced ranks.
+  const auto iteration_time_of = [&](const emu::Costs& k, emu::EmulationOptions o) {
+    o.trace_ranks.clear();
+    o.engine = optimistic ? emu::EngineKind::Optimistic : emu::EngineKind::Sequential;
+    return optimistic
+               ? emu::emulate_distributed(*graph, k, o, MPI_COMM_WORLD).local.summary.iteration_time
+               : emu::emulate(*graph, k, o).summary.iteration_time;
+  };
   SimTime baseline_time = 0;
   if (!whatifs.empty()) {
     const ReplaySetup base(c);
-    emu::EmulationOptions bo = base.options;
-    bo.trace_ranks.clear();
-    bo.engine = optimistic ? emu::EngineKind::Optimistic : emu::EngineKind::Sequential;
-    baseline_time = optimistic ? emu::emulate_distributed(*graph, base.costs, bo, MPI_COMM_WORLD)
-                                     .local.summary.iteration_time
-                               : emu::emulate(*graph, base.costs, bo).summary.iteration_time;
+    baseline_time = iteration_time_of(base.costs, base.options);
   }
   io::ExperimentConfig changed = c;
   emu::apply_whatifs_to_cluster(whatifs, changed.cluster);
@@ -146,14 +150,9 @@ int run_command(const MpiWorld& mpi, const std::string& config_path, const std::
   if (!c.run.sandbox_ranks.empty()) {
     sandbox_run = prepare_sandbox(c, *graph, cost, costs, opt, replayed, mpi.rank(), mpi.size(),
                                   sandbox_summary);
-    emu::EmulationOptions po = setup.options;
-    po.trace_ranks.clear();
-    po.engine = opt.engine;
-    emu::apply_whatifs_to_ranks(whatifs, *graph, costs, c.cluster.gpus_per_node, po);
-    sandbox_summary.sandbox_pure_replay_time =
-        optimistic ? emu::emulate_distributed(*graph, costs, po, MPI_COMM_WORLD)
-                         .local.summary.iteration_time
-                   : emu::emulate(*graph, costs, po).summary.iteration_time;
+    emu::EmulationOptions pure = setup.options;  // no sandbox durations
+    emu::apply_whatifs_to_ranks(whatifs, *graph, costs, c.cluster.gpus_per_node, pure);
+    sandbox_summary.sandbox_pure_replay_time = iteration_time_of(costs, pure);
   }
   // What the summary reports besides the replay itself: the what-ifs and the sandbox.
   const auto copy_run_extras = [&](emu::Summary& s) {
