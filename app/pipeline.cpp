@@ -66,6 +66,7 @@ void complete_summary(emu::RunResults& r, const io::ExperimentConfig& c) {
   const workload::RankLayout lay = workload::layout_of(c.parallel);
   emu::Summary& s = r.summary;
   s.model_name = c.model.name;
+  s.software_stack = c.training.stack;
   s.tokens_per_iteration = static_cast<double>(c.training.global_batch_size * c.model.seq_length);
   s.model_flops_per_iteration =
       workload::model_flops_per_iteration(c.model, c.training, c.parallel.tp());

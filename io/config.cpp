@@ -191,6 +191,8 @@ ExperimentConfig load_experiment(const std::string& path, const std::vector<std:
   // Overrides go into the tree before presets are resolved, so `cluster.preset=…` picks
   // another preset file while the experiment's own inline keys still win over it.
   for (const std::string& o : overrides) apply_override(t, o, name);
+  // The software stack's defaults go in last: every key given above wins over them.
+  const std::string stack = detail::apply_stack(t);
   if (const Value* v = get(t.at("parallel"), "virtual_pipeline_model_parallel_size");
       v != nullptr && !v->origin.override_text.empty())
     layers_per_vstage.reset();  // --set wins over the launch line
@@ -224,6 +226,7 @@ ExperimentConfig load_experiment(const std::string& path, const std::vector<std:
         layers_per_vstage->second);
   }
   c.training = build_training(t.at("training"));
+  c.training.stack = stack;
   if (!lines.empty() && get(t.at("training"), "precision") == nullptr)
     throw_input(
         "{}: training.precision: a Megatron-LM launch line without --bf16 or --fp16 trains in "

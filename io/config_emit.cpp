@@ -179,6 +179,7 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
 
   const auto& t = c.training;
   out << YAML::Key << "training" << YAML::Value << YAML::BeginMap;
+  if (!t.stack.empty()) out << YAML::Key << "stack" << YAML::Value << t.stack;
   out << YAML::Key << "micro_batch_size" << YAML::Value << t.micro_batch_size;
   out << YAML::Key << "global_batch_size" << YAML::Value << t.global_batch_size;
   out << YAML::Key << "precision" << YAML::Value

@@ -72,6 +72,13 @@ const Value* get(const Section& s, std::string_view key);
 /// Applies one "section.key=value" override; the value is parsed as YAML, empty means unset.
 void apply_override(Tree& t, const std::string& text, const std::string& experiment);
 
+// config_stack.cpp
+/// Names (and aliases) of the known software stacks (training.stack).
+std::vector<std::string> stack_names();
+/// Inserts the defaults of the tree's training.stack, if any, where the tree has no value of its
+/// own; returns the stack's canonical name ("" without one). Unknown names are input errors.
+std::string apply_stack(Tree& t);
+
 // config_presets.cpp
 /// Directory against which a path written in `v` is resolved: the file's own directory, or the
 /// current directory for a command-line override.

@@ -223,8 +223,13 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
   if (cl.num_gpus % cl.gpus_per_node != 0 && cl.num_gpus > cl.gpus_per_node)
     throw_input(
         "{}: cluster.num_gpus={} is not a multiple of cluster.gpus_per_node={} (only a "
-        "single partial node is allowed)",
-        f, cl.num_gpus, cl.gpus_per_node);
+        "single partial node is allowed){}",
+        f, cl.num_gpus, cl.gpus_per_node,
+        cl.gpus_per_node > 8
+            ? "; a job on part of each NVLink domain sets cluster.gpus_per_scaleup_domain to the "
+              "GPUs it uses per domain (Megatron-Bridge's launcher asks Slurm for segments of "
+              "the largest tray count <= 18 that divides the job's: 256 GPUs = 4 x 64)"
+            : "");
 
   // Mixture of experts (Megatron arguments.py and parallel_state.py rules).
   const Tree::mapped_type& par = t.at("parallel");

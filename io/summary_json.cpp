@@ -86,6 +86,7 @@ void write_summary_json(const emu::RunResults& r, const std::string& path) {
   }
   j["model"] = s.model_name;
   j["gpu"] = s.gpu;
+  if (!s.software_stack.empty()) j["software_stack"] = s.software_stack;
   if (!s.sandbox_ranks.empty())
     j["sandbox"] = Json{{"ranks", s.sandbox_ranks},
                         {"backend", s.sandbox_backend},
@@ -185,6 +186,7 @@ std::string format_summary_table(const emu::RunResults& r) {
   fmt::format_to(std::back_inserter(out), "scalescope summary\n");
   row("model", s.model_name);
   row("GPU", s.gpu);
+  if (!s.software_stack.empty()) row("software stack", s.software_stack);
   row("world size", fmt::format("{}", s.world_size));
   row("iteration time", figure(s.iteration_time_s(), 6, " s"));
   if (s.sandbox_functional_check) row("", functional_check_note(s));

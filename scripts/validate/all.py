@@ -10,7 +10,10 @@ Sets (docs/validation.md "All sets"):
               size; the in-sample fit (the dgx-a100 preset) as an additional line
   memory      9 Megatron-LM functional tests' peak allocated memory, last stage (inputs/validation)
   h100        40 H100 iteration times: Megatron functional tests, NeMo, Megatron-Bridge, the
-              MoE Model Zoo (inputs/validation); subsets dense / MoE / long-sequence
+              MoE Model Zoo (inputs/validation); subsets dense / MoE / long-sequence and by
+              software vintage
+  blackwell   24 Megatron-Bridge 26.04.01 iteration times on DGX B200 / B300 and GB200 / GB300
+              NVL72 (inputs/validation/blackwell_megatron_bridge.csv); subsets by system
   nccl        39 NCCL all-reduce times on Azure ND A100 v4 through the emulation
   torchtitan  9 ratios (what fp8 and async TP buy) of torchtitan's H100 jobs, captured model
   recipe      13 NVIDIA-tuned dense H100 recipes: the predicted gain of the best layout a sweep
@@ -67,6 +70,9 @@ DEVELOPED = {
     # docs/validation.md: nothing was fitted to torchtitan's numbers; the fp8 and async-TP
     # models were written from their sources and compared afterwards.
     "torchtitan": set(),
+    # issue 36: the Blackwell rows were first run after every constant they use was chosen from
+    # its source; nothing was fitted to them (docs/validation.md "Blackwell").
+    "blackwell": set(),
     # validation-public §7: reported only (the deep-interleaving finding led to issue 23's
     # schedule fix, which comes from Megatron's source, not from these rows).
     "recipe": set(),
@@ -145,6 +151,11 @@ def set_memory(args):
             "rows": out, "skipped": skipped, "subsets": [], "extra": {}}
 
 
+# The H100 rows by software vintage (the `vintage` column of inputs/validation/h100_*.csv): the
+# sets differ in what they measure (docs/validation.md "H100 by vintage").
+H100_VINTAGES = ["NeMo 2024", "Megatron-Bridge 2025-26", "Model Zoo", "functional tests"]
+
+
 def set_h100(args):
     rows = []
     for path in h100.DEFAULT_CSVS:
@@ -161,13 +172,39 @@ def set_h100(args):
     out = []
     for d in results:
         tags = ["MoE" if d["moe"] else ("long-sequence" if d["long_sequence"] else "dense")]
+        if d["vintage"]:
+            tags.append(d["vintage"])
         f = files[d["model"] + "|" + str(d["gpus"])]
         out.append({"id": f"{d['model']} ({d['gpus']} GPUs)", "measured": d["measured_s"],
                     "predicted": d["predicted_s"], "error": d["error"],
                     "developed": developed("h100", d["model"], f), "tags": tags,
                     "fits": d["fits"]})
     return {"metric": "iteration time, predicted / measured - 1 (s)", "rows": out,
-            "skipped": skipped, "subsets": ["dense", "MoE", "long-sequence"], "extra": {}}
+            "skipped": skipped, "subsets": ["dense", "MoE", "long-sequence"] + H100_VINTAGES,
+            "summary_subsets": H100_VINTAGES, "extra": {}}
+
+
+BLACKWELL_CSV = os.path.join(ROOT, "inputs", "validation", "blackwell_megatron_bridge.csv")
+BLACKWELL_SYSTEMS = ["DGX-B200", "DGX-B300", "GB200-NVL72", "GB300-NVL72"]
+
+
+def set_blackwell(args):
+    """Megatron-Bridge 26.04.01's published Blackwell rows (docs/validation.md "Blackwell")."""
+    rows = list(csv.DictReader(open(BLACKWELL_CSV)))
+    tmp = tempfile.mkdtemp(prefix="all_blackwell_")
+    results, skipped = h100.evaluate(args.scalescope, rows, tmp, timeout=300,
+                                     sets=[f"{k}={v}" for k, v in args.sets.items()],
+                                     jobs=args.jobs)
+    out = []
+    for d in results:
+        system = d["vintage"].split()[-1]
+        out.append({"id": f"{d['model']} ({d['gpus']} GPUs)", "measured": d["measured_s"],
+                    "predicted": d["predicted_s"], "error": d["error"],
+                    "developed": developed("blackwell", d["model"]),
+                    "tags": [system, "MoE" if d["moe"] else "dense"], "fits": d["fits"]})
+    return {"metric": "iteration time, predicted / measured - 1 (s)", "rows": out,
+            "skipped": skipped, "subsets": BLACKWELL_SYSTEMS + ["dense", "MoE"],
+            "summary_subsets": BLACKWELL_SYSTEMS, "extra": {}}
 
 
 def set_nccl(args):
@@ -221,7 +258,8 @@ def set_recipe(args):
             "rows": out, "subsets": [], "extra": {}}
 
 
-SETS = [("vtrain", set_vtrain), ("memory", set_memory), ("h100", set_h100), ("nccl", set_nccl),
+SETS = [("vtrain", set_vtrain), ("memory", set_memory), ("h100", set_h100),
+        ("blackwell", set_blackwell), ("nccl", set_nccl),
         ("torchtitan", set_torchtitan), ("recipe", set_recipe)]
 QUICK_SETS = {"vtrain", "memory", "h100", "nccl"}
 
@@ -323,6 +361,11 @@ def main():
         print(f"{name:<11} {mode:<5} rows {a['rows']:>3}  median {100 * a['median_signed']:+6.1f} %"
               f"  median |err| {100 * a['median_abs']:5.1f} %  (developed {res['developed_stats']['rows']},"
               f" never used {res['never_used_stats']['rows']}; {res['seconds']:.0f} s)")
+        for t in res.get("summary_subsets", []):
+            v = res["subset_stats"][t]
+            if v["rows"]:
+                print(f"{'':<11} {'':<5} {t:<24} rows {v['rows']:>3}  median "
+                      f"{100 * v['median_signed']:+6.1f} %  median |err| {100 * v['median_abs']:5.1f} %")
     for name, why in failed.items():
         print(f"{name:<11} {mode:<5} FAILED: {why}")
     tmp = args.json + ".tmp"

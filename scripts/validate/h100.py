@@ -65,9 +65,15 @@ def experiment_yaml(r):
     if r.get("ep"):
         parallel["expert_model_parallel_size"] = r["ep"]
     training = {"micro_batch_size": r["mbs"], "global_batch_size": r["gbs"],
-                "precision": r["precision"],
-                "attention": r.get("attention") or "flash"}
-    return ey.experiment_yaml(model, parallel, training, tp * int(r["cp"]) * pp * dp)
+                "precision": r["precision"]}
+    # The software stack the row ran (`stack` column, docs/config.md "Software stacks") decides
+    # the attention kernel unless the row names one (a run that set it itself).
+    if r.get("stack"):
+        training["stack"] = r["stack"]
+    if r.get("attention"):
+        training["attention"] = r["attention"]
+    return ey.experiment_yaml(model, parallel, training, tp * int(r["cp"]) * pp * dp,
+                              preset=r.get("cluster_preset") or "dgx-h100")
 
 
 def extra_sets(r):
@@ -80,7 +86,7 @@ def extra_sets(r):
 
 def why_skip(r):
     if r["precision"] not in ("bf16", "fp8"):
-        return f"precision {r['precision']}"
+        return f"precision {r['precision'] or '(not published)'} not modelled"
     if int(r["gpus"]) > 16384:
         return f"{r['gpus']} GPUs > 16k"
     if r["recompute"] not in ("none", "selective", "full", "unknown"):
@@ -141,7 +147,8 @@ def run_row(scalescope, i, r, tmp, timeout, sets):
             "measured_tflops": mtf, "predicted_tflops": ptf, "error": pt / mt - 1,
             "fits": s.get("memory", {}).get("fits", ""),
             "peak_memory_gib": s.get("peak_memory_bytes", 0) / 2**30,
-            "moe": bool(r.get("ep")), "long_sequence": r["model"].startswith("LLAMA2-7B-")}, None
+            "moe": bool(r.get("ep")), "long_sequence": r["model"].startswith("LLAMA2-7B-"),
+            "vintage": r.get("vintage", "")}, None
 
 
 def evaluate(scalescope, rows, tmp, timeout=60.0, sets=(), jobs=1):

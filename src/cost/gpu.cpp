@@ -39,15 +39,46 @@ const std::vector<double> kCudnnBwdHopper{214.5, 321.1, 419.7, 492.6, 515.8, 541
 // 0.80 … 0.96 of the FA2 paper's H100 figure.
 const std::vector<double> kFlashHopper{130.0, 186.1, 234.8, 267.2, 292.4, 314.7};
 
-// No FA2 measurement on B200 was found: B200's row is H100's scaled by the ratio of their measured
-// GEMM ceilings (MAMF, MODELING §6.2), 1745 / 794.5 = 2.196. An estimate, to be replaced by a
-// measurement.
+// No FA2 measurement on B200 was found: B200's FA2 row is H100's scaled by the ratio of their
+// measured GEMM ceilings (MAMF, MODELING §6.2), 1745 / 794.5 = 2.196. An estimate, used only where
+// training.attention is flash2 on Blackwell.
 std::vector<double> scaled(const std::vector<double>& v, double factor) {
   std::vector<double> out;
   out.reserve(v.size());
   for (double x : v) out.push_back(x * factor);
   return out;
 }
+
+// Blackwell's fused attention per pass, hd128, causal, bf16, at the FA benchmark points
+// (s = 512 … 16k, batch·s = 16k, 16 heads; FLOPs 4·b·h·s²·d/2 forward, 2.5× that backward).
+// FlashAttention-4 forward measured on B200 at exactly those shapes (Dao-AILab/flash-attention
+// commit cbbab839, PR #2642, 2026-06-16, median of 300 iterations); its backward is not
+// published at those shapes, so it is the forward × 0.852, FA4's measured causal bwd/fwd at
+// s = 8k (1208.6 / 1418.1, 2-CTA backward, PR #2280). Transformer Engine runs cuDNN's SDPA, not
+// FA4, on Blackwell; FA4 gives the shape of the short-sequence points below and a cross-check
+// (the FA4 paper, arXiv 2603.05451: "up to 1.3× over cuDNN 9.13 … on B200").
+const std::vector<double> kFa4FwdB200{500.6, 796.5, 1124.6, 1407.9, 1604.1, 1683.7};
+const std::vector<double> kFa4BwdB200 = scaled(kFa4FwdB200, 1208.6 / 1418.1);
+// GB200 / GB300: cuDNN's SDPA training benchmark (NVIDIA/cudnn-frontend@3929da2
+// benchmark/sdpa_benchmark_training/results/llama3.1/{gb200,gb300}/*.csv, cuDNN backend 92200,
+// bf16, causal top_left, b = 2, 64 query heads, hd128: b·h = 128, the FA grid's at s = 2k) at
+// s = 2k, 4k, 8k, 16k; s = 512 and 1k are not measured there and are FA4's B200 points scaled
+// by the GPU's 2k ratio to them (GB200 fwd 1097 / 1124.6, bwd 885 / (1124.6 · 0.852); GB300
+// likewise): the short-sequence fall-off of one Blackwell kernel applied to the other.
+std::vector<double> with_short_points(std::vector<double> measured_2k_to_16k,
+                                      const std::vector<double>& b200, double b200_2k) {
+  const double r = measured_2k_to_16k.front() / b200_2k;
+  measured_2k_to_16k.insert(measured_2k_to_16k.begin(), {b200[0] * r, b200[1] * r});
+  return measured_2k_to_16k;
+}
+const std::vector<double> kCudnnFwdGb200 =
+    with_short_points({1097, 1408, 1574, 1708}, kFa4FwdB200, kFa4FwdB200[2]);
+const std::vector<double> kCudnnBwdGb200 =
+    with_short_points({885, 1148, 1332, 1328}, kFa4BwdB200, kFa4BwdB200[2]);
+const std::vector<double> kCudnnFwdGb300 =
+    with_short_points({1373, 1703, 1856, 1915}, kFa4FwdB200, kFa4FwdB200[2]);
+const std::vector<double> kCudnnBwdGb300 =
+    with_short_points({967, 1248, 1435, 1507}, kFa4BwdB200, kFa4BwdB200[2]);
 
 const std::vector<Row>& table() {
   static const std::vector<Row> rows = [] {
@@ -109,22 +140,93 @@ const std::vector<Row>& table() {
     {
       GpuSpec g;
       g.name = "B200";
-      g.peak_tflops_bf16 = 2250;      // glennklockwood.com B200 HGX table, 1000 W, dense (§6.1)
-      g.hbm_bytes = 180e9;            // 192 GB HBM3e, ~180 GB usable on HGX/DGX; vultr: 179 GB
-      g.hbm_usable_bytes = 179e9;     // vultr HGX B200 page: 179 GB visible (§6.1)
-                                      // visible (§6.1). The usable figure, since it bounds memory.
+      g.peak_tflops_bf16 = 2250;  // glennklockwood.com B200 HGX table, 1000 W, dense (§6.1)
+      g.hbm_bytes = 192e9;        // 192 GB HBM3e in 8 stacks (glennklockwood.com B200 page)
+      // CUDA-visible total 182,642 MiB (a B200 device dump beside nvidia-smi's 183,359 MiB;
+      // pytorch/ao PR #4002's device query: 178.35 GiB). NVIDIA's "180 GB" label is GiB.
+      g.hbm_usable_bytes = 182642.0 * (1 << 20);
       g.hbm_bandwidth_TBps = 8.0;     // glennklockwood.com B200 HGX table (§6.1)
       g.nvlink_bandwidth_GBps = 900;  // 1.8 TB/s bidirectional NVLink5 / 2 (§6.1)
       // Chips and Cheese, "Nvidia's B200: Keeping the CUDA Juggernaut Rolling" (2025): 74 SMs
-      // enabled on each of the 2 dies. §6.1 marks the SM reports as conflicting.
+      // on each of the 2 dies; pytorch/ao PR #4002's device query: 148 SMs.
       g.sms = 148;
       g.gemm_ceiling_tflops = 1745;        // ml-engineering MAMF table, 77.6 % of peak (§6.2)
       g.peak_tflops_fp8 = 4500;            // HGX B200 dense FP8 (MODELING §6.1)
       g.gemm_ceiling_fp8_tflops = 3432.5;  // ml-engineering MAMF table, B200 FP8 (MODELING §6.2)
-      g.attention_tflops = scaled(kFlashHopper, 1745.0 / 794.5);  // estimate, see scaled()
+      g.attention_tflops = scaled(kFlashHopper, 1745.0 / 794.5);  // FA2 estimate, see scaled()
+      // No cuDNN measurement on HGX B200: GB200's (the same die) × the ratio of dense peaks,
+      // 2250 / 2500 (1000 W against 1200 W). An estimate; FA4 measured on B200 is 1.14× it at 2k.
+      g.attention_fwd_tflops = scaled(kCudnnFwdGb200, 2250.0 / 2500.0);
+      g.attention_bwd_tflops = scaled(kCudnnBwdGb200, 2250.0 / 2500.0);
       r.push_back({g,
                    {1792, 16128, 3072},  // MAMF best shape (§6.2)
-                   {"B200", "B200-SXM", "HGX-B200", "DGX-B200"}});
+                   {"B200", "B200-SXM", "HGX-B200", "DGX-B200", "B200-SXM-180GB"}});
+    }
+    {
+      // Blackwell Ultra in an 8-GPU HGX/DGX B300 board.
+      GpuSpec g;
+      g.name = "B300";
+      g.peak_tflops_bf16 = 2250;  // glennklockwood.com B300 HGX table; ml-engineering (§6.1)
+      g.peak_tflops_fp8 = 4500;   // the same tables
+      g.hbm_bytes = 288e9;        // NVIDIA "Inside Blackwell Ultra": eight 12-Hi HBM3e stacks
+      // nvidia-smi memory.total 275,040 MiB ("NVIDIA B300 SXM6 AC"); no CUDA-visible figure was
+      // found, which on B200 / H200 is 0.4 % below nvidia-smi's.
+      g.hbm_usable_bytes = 275040.0 * (1 << 20);
+      g.hbm_bandwidth_TBps = 8.0;     // "Inside Blackwell Ultra": 8 TB/s
+      g.nvlink_bandwidth_GBps = 900;  // NVLink 5, 18 links × 100 GB/s bidirectional / 2
+      g.sms = 148;  // B300 SXM6 AC microbenchmark reports (third party; the full die has 160)
+      g.gemm_ceiling_tflops = 1769;        // ml-engineering MAMF table, B300 (78.6 %)
+      g.gemm_ceiling_fp8_tflops = 3353.3;  // ml-engineering MAMF table, B300 FP8
+      g.attention_tflops = scaled(kFlashHopper, 1769.0 / 794.5);  // FA2 estimate, as B200's
+      // No B300 attention measurement: GB300's cuDNN rates (the same Blackwell Ultra SM) × the
+      // ratio of dense peaks, 2250 / 2500 (B300 runs at 1000 W, GB300 at 1400 W). An estimate.
+      g.attention_fwd_tflops = scaled(kCudnnFwdGb300, 2250.0 / 2500.0);
+      g.attention_bwd_tflops = scaled(kCudnnBwdGb300, 2250.0 / 2500.0);
+      r.push_back({g,
+                   {12288, 18432, 1024},  // MAMF best shape
+                   {"B300", "B300-SXM", "B300-SXM6", "HGX-B300", "DGX-B300", "B300-SXM-270GB"}});
+    }
+    {
+      // The Blackwell GPU of a GB200 superchip (NVL72), 1200 W: a faster clock than HGX B200.
+      GpuSpec g;
+      g.name = "GB200";
+      g.peak_tflops_bf16 = 2500;  // glennklockwood.com B200 page, "GB200 variant … 1,200 W"
+      g.peak_tflops_fp8 = 5000;   // the same
+      g.hbm_bytes = 192e9;        // the B200 die's 8 HBM3e stacks; NVIDIA's label 186 GB (GiB)
+      // nvidia-smi memory.total 189,471 MiB (TACC Vista's GB200 nodes, and device fixtures).
+      g.hbm_usable_bytes = 189471.0 * (1 << 20);
+      g.hbm_bandwidth_TBps = 8.0;     // ml-engineering memory table (GB200 186 GB, 8 TB/s)
+      g.nvlink_bandwidth_GBps = 900;  // NVLink 5 (§6.1)
+      g.sms = 148;  // not published: 148 × 8192 FLOP/clk × 2.062 GHz = the 2.5 PF datasheet
+      g.gemm_ceiling_tflops = 1822;        // ml-engineering MAMF table, GB200 (72.9 %)
+      g.gemm_ceiling_fp8_tflops = 3615.6;  // ml-engineering MAMF table, GB200 FP8
+      g.attention_tflops = scaled(kFlashHopper, 1822.0 / 794.5);  // FA2 estimate, as B200's
+      g.attention_fwd_tflops = kCudnnFwdGb200;  // cuDNN measured, see kCudnnFwdGb200
+      g.attention_bwd_tflops = kCudnnBwdGb200;
+      r.push_back({g,
+                   {4096, 9728, 2048},  // MAMF best shape
+                   {"GB200", "GB200-NVL72", "GB200-186GB"}});
+    }
+    {
+      // Blackwell Ultra in a GB300 superchip (NVL72), 1400 W.
+      GpuSpec g;
+      g.name = "GB300";
+      g.peak_tflops_bf16 = 2500;  // ml-engineering dense table; verda.com GB300 table
+      g.peak_tflops_fp8 = 5000;   // the same; glennklockwood GB300 NVL72: 360 PF FP8 / 72
+      g.hbm_bytes = 288e9;        // "Inside Blackwell Ultra": 288 GB HBM3e
+      g.hbm_usable_bytes = 284208.0 * (1 << 20);  // nvidia-smi memory.total 284,208 MiB
+      g.hbm_bandwidth_TBps = 8.0;                 // "Inside Blackwell Ultra": 8 TB/s
+      g.nvlink_bandwidth_GBps = 900;              // NVLink 5
+      g.sms = 148;  // kernel-tuning comments "GB300 (148 SMs)" (third party, weak)
+      // No MAMF entry for GB300: GB200's measured ceilings (the same dense peaks). An estimate.
+      g.gemm_ceiling_tflops = 1822;
+      g.gemm_ceiling_fp8_tflops = 3615.6;
+      g.attention_tflops = scaled(kFlashHopper, 1822.0 / 794.5);  // FA2 estimate
+      g.attention_fwd_tflops = kCudnnFwdGb300;  // cuDNN measured, see kCudnnFwdGb200
+      g.attention_bwd_tflops = kCudnnBwdGb300;
+      r.push_back({g,
+                   {4096, 9728, 2048},  // GB200's MAMF best shape (the ceiling's)
+                   {"GB300", "GB300-NVL72", "GB300-279GB"}});
     }
     return r;
   }();

@@ -134,6 +134,7 @@ struct Summary {
   bool sandbox_functional_check = false;
   SimTime sandbox_pure_replay_time = 0;  ///< the same job replayed without the sandbox
   std::string model_name;
+  std::string software_stack;  ///< training.stack, "" when none was given
   std::string gpu;
   /// What-ifs (docs/config.md "What-if"): their texts, and the iteration time of the same run
   /// without them (0: none).

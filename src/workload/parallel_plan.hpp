@@ -239,6 +239,8 @@ struct TrainingSpec {
   Precision precision = Precision::Bf16;
   Fp8Recipe fp8_recipe = Fp8Recipe::Delayed;  ///< precision fp8 only
   AttentionBackend attention = AttentionBackend::Flash;
+  /// The software stack whose defaults the configuration used (training.stack; "" = none).
+  std::string stack;
   /// MoE router load imbalance: expert popularity drawn as exp(σ·z), z standard normal from a
   /// seeded generator (σ = moe_expert_load_skew, 0 = every expert gets T·k/E tokens), so the
   /// busiest expert's rank shows in the timeline. Same draw for every layer and micro-batch.

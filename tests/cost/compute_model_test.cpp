@@ -126,6 +126,26 @@ TEST(ComputeSeconds, Fp8GemmRunsAtTheFp8MamfCeiling) {
   EXPECT_NEAR(compute_seconds(h100, op), op.flops / 794.5e12 + 2e-6, 1e-12);
 }
 
+TEST(ComputeSeconds, BlackwellGemmsRunAtTheirMamfCeilings) {
+  // Issue 36 item 3: a Blackwell GEMM rate from its cited table. ml-engineering's MAMF table
+  // (compute/accelerator/README.md, stas00/ml-engineering@744d01e): B300 bf16 1769 TFLOP/s at
+  // 12288×18432×1024, GB200 bf16 1822 at 4096×9728×2048 and fp8 3615.6. At those shapes the
+  // model reproduces them: B300 2·12288·18432·1024 = 4.638e11 FLOP / 1769e12 = 262.2 µs; memory
+  // 2·(mk + kn + mn) = 515.9 MB / (0.8 · 8 TB/s) = 80.6 µs, smaller. GB200 bf16:
+  // 1.632e11 FLOP / 1822e12 = 89.6 µs (memory 2·(mk + kn + mn) = 136.3 MB → 21.3 µs); fp8 at
+  // the same shape with the fp8 ceiling: 45.1 µs. Plus the 2 µs kernel overhead each.
+  const GpuSpec& b300 = find_gpu("B300");
+  const graph::Op big = gemm(12288, 18432, 1024);
+  EXPECT_NEAR(compute_seconds(b300, big), 2.0 * 12288 * 18432 * 1024 / 1769e12 + 2e-6, 1e-12);
+  EXPECT_NEAR(compute_seconds(b300, big), 264.2e-6, 0.1e-6);
+  const GpuSpec& gb200 = find_gpu("GB200");
+  graph::Op op = gemm(4096, 9728, 2048);
+  EXPECT_NEAR(compute_seconds(gb200, op), 2.0 * 4096 * 9728 * 2048 / 1822e12 + 2e-6, 1e-12);
+  op.gemm_dtype = graph::GemmDtype::Fp8;
+  EXPECT_NEAR(compute_seconds(gb200, op), 2.0 * 4096 * 9728 * 2048 / 3615.6e12 + 2e-6, 1e-12);
+  EXPECT_NEAR(compute_seconds(gb200, op), 47.1e-6, 0.1e-6);
+}
+
 TEST(ComputeSeconds, OverlappedCommunicationTakesSmsFromTheGemm) {
   // TE userbuffers' pipelined reduce-scatter takes 16 of the H100's 132 SMs (TE module/base.py
   // default num_sm, set_sm_margin): the GEMM runs at 116/132 of its rate. MAMF shape: 1.1166e11

@@ -79,5 +79,32 @@ TEST(GpuTable, B200AttentionIsH100ScaledByTheMamfRatio) {
   EXPECT_NEAR(b200.attention_tflops.back(), 691.2, 0.1);
 }
 
+TEST(GpuTable, BlackwellRowsCarryTheirCitedMeasurements) {
+  // cuDNN's SDPA training benchmark on GB200 / GB300 (NVIDIA/cudnn-frontend@3929da2, bf16,
+  // causal, hd128) at s = 2k, 4k, 8k, 16k, table points 2…5.
+  const GpuSpec& gb200 = find_gpu("GB200");
+  const GpuSpec& gb300 = find_gpu("GB300");
+  const std::vector<double> gb200_fwd{1097, 1408, 1574, 1708}, gb200_bwd{885, 1148, 1332, 1328};
+  const std::vector<double> gb300_fwd{1373, 1703, 1856, 1915}, gb300_bwd{967, 1248, 1435, 1507};
+  for (std::size_t i = 0; i < 4; ++i) {
+    EXPECT_DOUBLE_EQ(gb200.attention_fwd_tflops[i + 2], gb200_fwd[i]);
+    EXPECT_DOUBLE_EQ(gb200.attention_bwd_tflops[i + 2], gb200_bwd[i]);
+    EXPECT_DOUBLE_EQ(gb300.attention_fwd_tflops[i + 2], gb300_fwd[i]);
+    EXPECT_DOUBLE_EQ(gb300.attention_bwd_tflops[i + 2], gb300_bwd[i]);
+  }
+  // s = 512 and 1k: FA4's B200 forward (500.6, 796.5 at 2k 1124.6) scaled by the 2k ratio:
+  // GB200 forward 500.6 · 1097 / 1124.6 = 488.3.
+  EXPECT_NEAR(gb200.attention_fwd_tflops[0], 488.3, 0.05);
+  // B200: GB200's cuDNN × 2250 / 2500, e.g. 4k forward 1408 · 0.9 = 1267.2.
+  EXPECT_DOUBLE_EQ(find_gpu("B200").attention_fwd_tflops[3], 1408 * 0.9);
+  // Datasheet peaks and what the driver reports (nvidia-smi / CUDA-visible totals in MiB).
+  EXPECT_DOUBLE_EQ(gb200.peak_tflops_bf16, 2500);
+  EXPECT_DOUBLE_EQ(find_gpu("GB300").peak_tflops_fp8, 5000);
+  EXPECT_DOUBLE_EQ(find_gpu("B300").gemm_ceiling_fp8_tflops, 3353.3);
+  EXPECT_DOUBLE_EQ(find_gpu("B200").hbm_usable_bytes, 182642.0 * 1048576);
+  EXPECT_DOUBLE_EQ(find_gpu("dgx-b300").hbm_usable_bytes, 275040.0 * 1048576);
+  EXPECT_DOUBLE_EQ(gb300.hbm_usable_bytes, 284208.0 * 1048576);
+}
+
 }  // namespace
 }  // namespace scalescope::cost

@@ -132,6 +132,50 @@ INSTANTIATE_TEST_SUITE_P(
                       std::make_tuple(4, 4, 8, true), std::make_tuple(2, 3, 6, true),
                       std::make_tuple(4, 2, 8, false), std::make_tuple(4, 2, 12, true)));
 
+TEST(InterleavedBubble, FourStagesTwoChunksEightMicrobatchesByHand) {
+  // Issue 36 item 5: the bubble of Megatron-Core's interleaved 1F1B at p = 4, v = 2, m = 8 with
+  // zero-cost communication, derived by hand. 16 layers: each rank holds 4, 2 per chunk. Every
+  // transformer-layer op costs 1 µs forward and 2 µs backward (uniform_layer_costs), so a
+  // rank's forward of one micro-batch (both chunks) is t_f = 4·n_f µs and its backward
+  // t_b = 8·n_b µs, n_f / n_b being a layer's forward / backward op counts; t = t_f + t_b.
+  // Fill: rank k's first forward starts after ranks 0 … k − 1 ran their chunk-0 forwards of
+  // micro-batch 0, k·t_f/v. Drain: rank k's last backward (chunk 0 of micro-batch 7) ends
+  // (p − 1 − k)·t_b/v after rank p − 1's, and rank 0's ends the iteration. In between every
+  // rank is busy, so the iteration takes m·t + (p − 1)·t/v (Narayanan et al. SC'21 §2.2.2)
+  // and rank 0 idles (p − 1)·t/v = 3·t/2, the fraction (p − 1)/(v·m) = 3/16 of its compute
+  // m·t. Rank k < p − 1 finishes k·t_b/v before rank 0 and so idles 3·t/2 − k·t_b/2; the last
+  // rank waits at the end for the tied-embedding gradient all-reduce with rank 0 and idles
+  // 3·t/2 too. Transfers take the 1 ns quantum (messages.hpp), fewer than 4·(m·v + p) = 80 of
+  // them on any path, so the replay's figures equal the hand values once rounded down to µs.
+  constexpr int p = 4, v = 2, m = 8;
+  Job j = pipeline_job(p, m, workload::Schedule::OneFOneB);
+  j.m.num_layers = 2 * p * v;
+  j.p.virtual_pipeline_model_parallel_size = v;
+  j.p.overlap_p2p_comm = true;
+  graph::SlicedGraph g = workload::build_graph(j.m, j.p, j.t);
+  Costs c = uniform_layer_costs();
+  SimTime n_f = 0, n_b = 0;  // one layer's forward / backward op counts, from rank 0's program
+  for (const graph::Op& op : g.templates[0].ops)
+    if (op.microbatch == 0 && op.layer == 0 && !graph::is_communication(op.kind))
+      ++(op.phase == graph::Phase::Forward ? n_f : n_b);
+  ASSERT_GT(n_f, 0);
+  ASSERT_GT(n_b, 0);
+  const SimTime tf = 4 * 1000 * n_f, tb = 4 * 2000 * n_b, t = tf + tb;  // ns
+  ASSERT_EQ(stage_times(g.templates[0], c), std::make_pair(tf, tb));
+  const RunResults r = emulate(g, c, EmulationOptions{});
+  const auto us = [](SimTime ns) { return ns / 1000; };
+  const SimTime idle0 = (p - 1) * t / v;
+  EXPECT_EQ(idle0 * v * m, (p - 1) * (m * t));  // the fraction (p − 1)/(v·m) = 3/16
+  EXPECT_EQ(us(r.summary.iteration_time), us(m * t + idle0));
+  ASSERT_EQ(r.ranks.size(), static_cast<std::size_t>(p));
+  for (int k = 0; k < p; ++k) {
+    EXPECT_EQ(r.ranks[k].compute, m * t) << "rank " << k;
+    // The pipeline idle (bubble + exposed PP, each transfer's 1 ns) by hand, as above.
+    const SimTime idle = k == p - 1 ? idle0 : idle0 - k * tb / v;
+    EXPECT_EQ(us(r.ranks[k].bubble + r.ranks[k].exposed_pp), us(idle)) << "rank " << k;
+  }
+}
+
 TEST(CriticalPath, TwoStagePipelineByHand) {
   // 1F1B on 2 stages, 4 micro-batches, every transformer op 1 µs forward / 2 µs backward and
   // free communication (1 ns a transfer). Stage 1 (the last) is busy from the moment the first

@@ -133,8 +133,12 @@ TEST(Config, ShippedSweepsLoad) {
 TEST(Config, LoadsEveryShippedPreset) {
   // Each preset in a minimal experiment that names it by its path.
   const fs::path dir = scratch();
+  std::vector<std::string> clusters;  // every shipped cluster preset
+  for (const auto& e : fs::directory_iterator(repo("inputs/clusters")))
+    if (e.path().extension() == ".yaml") clusters.push_back(e.path().stem().string());
+  EXPECT_GE(clusters.size(), 9u);
   for (const char* m : {"gpt3-175b", "llama3-8b", "llama3-70b", "llama3-405b"})
-    for (const char* c : {"dgx-a100", "dgx-h100", "dgx-h200"}) {
+    for (const std::string& c : clusters) {
       SCOPED_TRACE(std::string(m) + " on " + c);
       write(dir / "x.yaml",
             fmt::format("model: {{preset: {}}}\ncluster: {{preset: {}, num_gpus: 8}}\n"
@@ -143,6 +147,69 @@ TEST(Config, LoadsEveryShippedPreset) {
                         repo(std::string("inputs/clusters/") + c + ".yaml")));
       EXPECT_NO_THROW(load_experiment((dir / "x.yaml").string()));
     }
+}
+
+TEST(SoftwareStack, SuppliesTheReleasesDefaultsAndTheExperimentsKeysWin) {
+  // nemo-24.07: the launcher's NVTE_FUSED_ATTN: 0 → FlashAttention-2; distributed_fused_adam's
+  // overlapped gradient reduce and parameter gather; delayed fp8 scaling (io/config_stack.cpp).
+  const fs::path dir = scratch();
+  Yaml y;
+  y.set("training", "stack", "nemo-24.07").set("training", "precision", "fp8");
+  y.set("cluster", "preset", "dgx-h100");
+  auto c = load_experiment(put(dir / "a.yaml", y.text()));
+  EXPECT_EQ(c.training.stack, "nemo-24.07");
+  EXPECT_EQ(c.training.attention, workload::AttentionBackend::Flash2);
+  EXPECT_TRUE(c.parallel.overlap_grad_reduce);
+  EXPECT_TRUE(c.parallel.use_distributed_optimizer);  // distributed_fused_adam
+  EXPECT_TRUE(c.parallel.overlap_param_gather);
+  EXPECT_EQ(c.training.fp8_recipe, workload::Fp8Recipe::Delayed);
+  EXPECT_NE(c.resolved_yaml.find("stack: nemo-24.07"), std::string::npos) << c.resolved_yaml;
+  // A key of the experiment's own (a run that set NVTE_FUSED_ATTN=1) wins over the stack.
+  y.set("training", "attention", "flash").set("parallel", "overlap_grad_reduce", "false");
+  c = load_experiment(put(dir / "b.yaml", y.text()));
+  EXPECT_EQ(c.training.attention, workload::AttentionBackend::Flash);
+  EXPECT_FALSE(c.parallel.overlap_grad_reduce);
+  // --set wins too, and a later stack of the same launcher picks cuDNN.
+  c = load_experiment(put(dir / "c.yaml", Yaml().text()), {"training.stack=nemo-24.12"});
+  EXPECT_EQ(c.training.attention, workload::AttentionBackend::Flash);
+  // Megatron-Bridge's perf recipes: bf16 gradient reduction, fp8 current scaling.
+  y = Yaml();
+  y.set("training", "stack", "megatron-bridge-26.04").set("training", "precision", "fp8");
+  y.set("cluster", "preset", "dgx-h100");
+  c = load_experiment(put(dir / "d.yaml", y.text()));
+  EXPECT_FALSE(c.parallel.grad_reduce_in_fp32);
+  EXPECT_EQ(c.training.fp8_recipe, workload::Fp8Recipe::Tensorwise);
+}
+
+TEST(SoftwareStack, SetsNothingAKeyWouldSilentlyNotApplyTo) {
+  const fs::path dir = scratch();
+  // bf16: the stack's fp8 recipe is not applied (training.fp8_recipe under bf16 is an error);
+  // no distributed optimizer: nor is its overlapped parameter gather (refused without it).
+  Yaml y;
+  y.set("training", "stack", "megatron-bridge-26.04");
+  EXPECT_FALSE(load_experiment(put(dir / "a.yaml", y.text())).parallel.overlap_param_gather);
+  y.set("parallel", "use_distributed_optimizer", "true");
+  EXPECT_TRUE(load_experiment(put(dir / "a2.yaml", y.text())).parallel.overlap_param_gather);
+  y.drop("parallel", "use_distributed_optimizer");
+  // FSDP: no distributed-optimizer parameter gather (refused with fsdp).
+  y.set("parallel", "fsdp", "true")
+      .set("parallel", "tp", "1")
+      .set("parallel", "pp", "1")
+      .set("parallel", "dp", "8")
+      .set("training", "global_batch_size", "8");
+  const auto c = load_experiment(put(dir / "b.yaml", y.text()));
+  EXPECT_FALSE(c.parallel.overlap_param_gather);
+  EXPECT_TRUE(c.parallel.overlap_grad_reduce);
+}
+
+TEST(SoftwareStack, AnUnknownStackNamesTheKeyAndTheKnownOnes) {
+  const fs::path dir = scratch();
+  Yaml y;
+  y.set("training", "stack", "nemo-23.01");
+  const std::string m = error_of(dir, y.text());
+  expect_names(m, "case.yaml", "training.stack");
+  EXPECT_NE(m.find("unknown software stack 'nemo-23.01'"), std::string::npos) << m;
+  EXPECT_NE(m.find("megatron-bridge-26.04"), std::string::npos) << m;
 }
 
 TEST(Config, QuickstartMergesPresetsAndInlineKeysWin) {
