@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "app/commands.hpp"
+#include "app/memory_fixes.hpp"
 #include "app/pipeline.hpp"
 #include "io/graph_h5.hpp"
 
@@ -55,10 +56,14 @@ int memory_command(const std::string& config_path, const std::vector<std::string
   for (std::size_t k = 0; k < s.memory_class_names.size(); ++k)
     row(s.memory_class_names[k],
         [&](std::size_t st) { return s.memory_breakdown_by_pp_stage[st][k]; });
-  row("total", [&](std::size_t st) { return s.memory_total_bytes_by_pp_stage[st]; });
+  row("allocated", [&](std::size_t st) { return s.memory_allocated_bytes_by_pp_stage[st]; });
+  row("reserved", [&](std::size_t st) { return s.memory_reserved_bytes_by_pp_stage[st]; });
+  row("total (device)", [&](std::size_t st) { return s.memory_total_bytes_by_pp_stage[st]; });
   std::cout << fmt::format("fits: {} (tightest: rank {}, stage {}, largest class {})\n",
                            s.memory_fits ? "yes" : "NO", s.memory_tightest_rank,
                            s.memory_tightest_stage, s.memory_dominant_class);
+  if (!s.memory_fits)
+    std::cout << format_memory_fixes(s, memory_fixes(config_path, overrides, megatron_args, c));
   return 0;
 }
 

@@ -67,6 +67,8 @@ void complete_summary(emu::RunResults& r, const io::ExperimentConfig& c) {
   emu::Summary& s = r.summary;
   s.model_name = c.model.name;
   s.software_stack = c.training.stack;
+  if (c.training.precision == workload::Precision::Fp8)
+    s.peak_fp8_flops_per_gpu = cost::find_gpu(c.cluster.gpu).peak_tflops_fp8 * 1e12;
   s.tokens_per_iteration = static_cast<double>(c.training.global_batch_size * c.model.seq_length);
   s.model_flops_per_iteration =
       workload::model_flops_per_iteration(c.model, c.training, c.parallel.tp());
@@ -92,6 +94,8 @@ void check_memory(emu::Summary& s, const io::ExperimentConfig& c) {
     s.memory_class_names.emplace_back(workload::mem_class_name(static_cast<workload::MemClass>(k)));
   s.memory_breakdown_by_pp_stage.clear();
   s.memory_total_bytes_by_pp_stage.clear();
+  s.memory_allocated_bytes_by_pp_stage.clear();
+  s.memory_reserved_bytes_by_pp_stage.clear();
   s.memory_capacity_bytes =
       static_cast<std::int64_t>(cost::find_gpu(c.cluster.gpu).hbm_usable_bytes);
   std::int64_t worst = -1;
@@ -103,6 +107,8 @@ void check_memory(emu::Summary& s, const io::ExperimentConfig& c) {
         s.peak_transient_bytes_by_pp_stage[i]);
     s.memory_breakdown_by_pp_stage.emplace_back(b.bytes.begin(), b.bytes.end());
     s.memory_total_bytes_by_pp_stage.push_back(b.total());
+    s.memory_allocated_bytes_by_pp_stage.push_back(b.allocated());
+    s.memory_reserved_bytes_by_pp_stage.push_back(b.reserved());
     if (b.total() > worst) {
       worst = b.total();
       at_worst = b;

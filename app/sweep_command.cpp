@@ -64,6 +64,8 @@ explore::Row sweep_point(const std::string& config_path, const std::vector<std::
   r.micro_batch = c.training.micro_batch_size;
   const auto fill_memory = [&](const emu::Summary& s) {
     r.peak_memory_bytes = s.memory_total_bytes_by_pp_stage[s.memory_tightest_stage];
+    r.peak_allocated_bytes = s.peak_allocated_bytes();
+    r.peak_reserved_bytes = s.peak_reserved_bytes();
     r.memory_capacity_bytes = s.memory_capacity_bytes;
     r.status = s.memory_fits ? explore::Status::Ok : explore::Status::DoesNotFit;
     r.message = s.memory_fits ? std::string() : memory_verdict(s);

@@ -79,9 +79,9 @@ const Keys kParallelKeys = {"tensor_model_parallel_size",
                             "moe_shared_expert_overlap",
                             "moe_a2a_overlap",
                             "delay_wgrad_compute"};
-const Keys kTrainingKeys = {"micro_batch_size",    "global_batch_size", "precision",
-                            "fp8_recipe",          "attention",         "moe_expert_load_skew",
-                            "moe_expert_load_seed", "stack"};
+const Keys kTrainingKeys = {
+    "micro_batch_size",     "global_batch_size",    "precision", "fp8_recipe", "attention",
+    "moe_expert_load_skew", "moe_expert_load_seed", "stack"};
 const Keys kClusterNetworkKeys = {"gpu",
                                   "gpus_per_node",
                                   "num_gpus",

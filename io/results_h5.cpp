@@ -116,6 +116,8 @@ void write_summary(const h5::Group& root, const emu::Summary& s, const Share& sh
   g.set_attribute("tokens_per_iteration", s.tokens_per_iteration);
   g.set_attribute("model_flops_per_iteration", s.model_flops_per_iteration);
   g.set_attribute("peak_flops_per_gpu", s.peak_flops_per_gpu);
+  if (s.peak_fp8_flops_per_gpu > 0)
+    g.set_attribute("peak_fp8_flops_per_gpu", s.peak_fp8_flops_per_gpu);
   if (!s.sandbox_ranks.empty()) {
     g.set_attribute("sandbox_functional_check",
                     static_cast<std::uint8_t>(s.sandbox_functional_check));
@@ -150,6 +152,10 @@ void write_memory_check(const h5::Group& root, const emu::Summary& s, const Shar
         all_rows_if(share.first, stages), share.collective);
   }
   put(g, "total_bytes_by_pp_stage", s.memory_total_bytes_by_pp_stage, stages,
+      all_rows_if(share.first, stages), share.collective);
+  put(g, "allocated_bytes_by_pp_stage", s.memory_allocated_bytes_by_pp_stage, stages,
+      all_rows_if(share.first, stages), share.collective);
+  put(g, "reserved_bytes_by_pp_stage", s.memory_reserved_bytes_by_pp_stage, stages,
       all_rows_if(share.first, stages), share.collective);
 }
 

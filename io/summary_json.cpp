@@ -67,6 +67,13 @@ void write_summary_json(const emu::RunResults& r, const std::string& path) {
   j["tokens_per_s"] = s.tokens_per_s();
   j["model_tflops_per_gpu"] = s.model_tflops_per_gpu();
   j["mfu"] = s.mfu();
+  // MFU is model FLOPs over the datasheet's dense bf16 peak (Megatron's convention); an fp8 job
+  // also gets the figure against the dense fp8 peak, so neither is read against the wrong peak.
+  j["mfu_peak_tflops"] = s.peak_flops_per_gpu / 1e12;
+  if (s.peak_fp8_flops_per_gpu > 0) {
+    j["mfu_fp8"] = s.mfu_fp8();
+    j["mfu_fp8_peak_tflops"] = s.peak_fp8_flops_per_gpu / 1e12;
+  }
   j["peak_memory_bytes"] = s.peak_memory_bytes;
   j["peak_memory_bytes_by_pp_stage"] = s.peak_memory_bytes_by_pp_stage;
   if (!s.memory_breakdown_by_pp_stage.empty()) {
@@ -79,10 +86,21 @@ void write_summary_json(const emu::RunResults& r, const std::string& path) {
              {"capacity_bytes", s.memory_capacity_bytes},
              {"tightest_rank", s.memory_tightest_rank},
              {"tightest_pp_stage", s.memory_tightest_stage},
+             {"peak_allocated_bytes", s.peak_allocated_bytes()},
+             {"peak_reserved_bytes", s.peak_reserved_bytes()},
              {"peak_total_bytes", s.memory_total_bytes_by_pp_stage[s.memory_tightest_stage]},
              {"dominant_class", s.memory_dominant_class},
              {"breakdown_bytes", by_class},
-             {"total_bytes_by_pp_stage", s.memory_total_bytes_by_pp_stage}};
+             {"total_bytes_by_pp_stage", s.memory_total_bytes_by_pp_stage},
+             {"allocated_bytes_by_pp_stage", s.memory_allocated_bytes_by_pp_stage},
+             {"reserved_bytes_by_pp_stage", s.memory_reserved_bytes_by_pp_stage}};
+    if (!s.memory_fits) {
+      Json fixes = Json::array();
+      for (std::size_t i = 0; i < s.memory_fix_sets.size(); ++i)
+        fixes.push_back(
+            Json{{"set", s.memory_fix_sets[i]}, {"total_bytes", s.memory_fix_total_bytes[i]}});
+      j["memory"]["fixes"] = fixes;
+    }
   }
   j["model"] = s.model_name;
   j["gpu"] = s.gpu;
@@ -191,9 +209,24 @@ std::string format_summary_table(const emu::RunResults& r) {
   row("iteration time", figure(s.iteration_time_s(), 6, " s"));
   if (s.sandbox_functional_check) row("", functional_check_note(s));
   row("throughput", figure(s.tokens_per_s(), 1, " tokens/s"));
-  row("model TFLOP/s per GPU", figure(s.model_tflops_per_gpu(), 2, ""));
-  row("MFU", figure(100 * s.mfu(), 2, " %"));
-  row("peak memory", fmt::format("{:.2f} GiB", gib(s.peak_memory_bytes)));
+  // As Megatron-LM logs it: "throughput per GPU (TFLOP/s/GPU)", its model-FLOPs count
+  // (training.py num_floating_point_operations) over the iteration time and the GPUs.
+  row("model TFLOP/s per GPU",
+      figure(s.model_tflops_per_gpu(), 2, " (Megatron's throughput per GPU)"));
+  row("MFU", fmt::format("{} of the dense bf16 peak ({:.1f} TFLOP/s)",
+                         figure(100 * s.mfu(), 2, " %"), s.peak_flops_per_gpu / 1e12));
+  if (s.peak_fp8_flops_per_gpu > 0)
+    row("MFU (fp8)",
+        fmt::format("{} of the dense fp8 peak ({:.1f} TFLOP/s)", figure(100 * s.mfu_fp8(), 2, " %"),
+                    s.peak_fp8_flops_per_gpu / 1e12));
+  if (!s.memory_total_bytes_by_pp_stage.empty())
+    row("peak memory",
+        fmt::format("{:.2f} GiB allocated, {:.2f} GiB reserved, {:.2f} GiB on the device "
+                    "(of {:.2f})",
+                    gib(s.peak_allocated_bytes()), gib(s.peak_reserved_bytes()),
+                    gib(s.peak_total_bytes()), gib(s.memory_capacity_bytes)));
+  else
+    row("peak memory", fmt::format("{:.2f} GiB allocated", gib(s.peak_memory_bytes)));
   if (!s.sandbox_ranks.empty())
     row("sandbox",
         fmt::format("{} rank{} on {} ({}): {} kernels, {:.1f} % of their compute "
@@ -285,8 +318,13 @@ std::string format_summary_table(const emu::RunResults& r) {
     for (std::size_t k = 0; k < s.memory_class_names.size(); ++k)
       fmt::format_to(std::back_inserter(out), "  {:<24}{:>12.2f}\n", s.memory_class_names[k],
                      gib(b[k]));
-    fmt::format_to(std::back_inserter(out), "  {:<24}{:>12.2f}\n", "total",
-                   gib(s.memory_total_bytes_by_pp_stage[s.memory_tightest_stage]));
+    const std::size_t st = s.memory_tightest_stage;
+    fmt::format_to(std::back_inserter(out), "  {:<24}{:>12.2f}\n", "allocated",
+                   gib(s.memory_allocated_bytes_by_pp_stage[st]));
+    fmt::format_to(std::back_inserter(out), "  {:<24}{:>12.2f}\n", "reserved",
+                   gib(s.memory_reserved_bytes_by_pp_stage[st]));
+    fmt::format_to(std::back_inserter(out), "  {:<24}{:>12.2f}\n", "total (device)",
+                   gib(s.memory_total_bytes_by_pp_stage[st]));
     fmt::format_to(std::back_inserter(out), "  {:<24}{:>12.2f}\n", "usable on the GPU",
                    gib(s.memory_capacity_bytes));
     fmt::format_to(

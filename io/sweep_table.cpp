@@ -64,6 +64,8 @@ Json sweep_row_json(const explore::Row& r) {
   j["bubble_s"] = r.bubble_s;
   j["host_wait_s"] = r.host_wait_s;
   j["peak_memory_bytes"] = r.peak_memory_bytes;
+  j["peak_allocated_bytes"] = r.peak_allocated_bytes;
+  j["peak_reserved_bytes"] = r.peak_reserved_bytes;
   j["memory_capacity_bytes"] = r.memory_capacity_bytes;
   return j;
 }
@@ -93,6 +95,8 @@ explore::Row sweep_row_from_json(const Json& j) {
     r.bubble_s = j.at("bubble_s").get<double>();
     r.host_wait_s = j.at("host_wait_s").get<double>();
     r.peak_memory_bytes = j.at("peak_memory_bytes").get<std::int64_t>();
+    r.peak_allocated_bytes = j.value("peak_allocated_bytes", std::int64_t{0});
+    r.peak_reserved_bytes = j.value("peak_reserved_bytes", std::int64_t{0});
     r.memory_capacity_bytes = j.at("memory_capacity_bytes").get<std::int64_t>();
     return r;
   } catch (const nlohmann::json::exception& e) {
@@ -105,16 +109,18 @@ std::string sweep_csv(const std::vector<explore::Row>& rows,
   std::string out =
       "rank,index,status,iteration_time_s,tokens_per_s,model_tflops_per_gpu,mfu,"
       "peak_memory_gib,memory_capacity_gib,num_gpus,tp,pp,dp,cp,ep,vpp,micro_batch_size,"
-      "compute_s,exposed_comm_s,bubble_s,host_wait_s,replayed,overrides,message\n";
+      "compute_s,exposed_comm_s,bubble_s,host_wait_s,replayed,peak_allocated_gib,"
+      "peak_reserved_gib,overrides,message\n";
   std::size_t rank = 0;
   for (const std::size_t i : order) {
     const explore::Row& r = rows[i];
     out += fmt::format(
-        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", ++rank,
+        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", ++rank,
         r.index, explore::status_name(r.status), r.iteration_time_s, r.tokens_per_s,
         r.model_tflops_per_gpu, r.mfu, gib(r.peak_memory_bytes), gib(r.memory_capacity_bytes),
         r.num_gpus, r.tp, r.pp, r.dp, r.cp, r.ep, r.vpp, r.micro_batch, r.compute_s,
         r.exposed_comm_s, r.bubble_s, r.host_wait_s, r.replayed ? "true" : "false",
+        gib(r.peak_allocated_bytes), gib(r.peak_reserved_bytes),
         csv_field(fmt::format("{}", fmt::join(r.overrides, " "))), csv_field(r.message));
   }
   return out;
@@ -147,9 +153,9 @@ std::string format_sweep_table(const std::vector<explore::Row>& rows,
                                const std::vector<std::size_t>& order, std::size_t top) {
   std::string out = fmt::format(
       "{:>4} {:>3} {:>3} {:>5} {:>3} {:>3} {:>3} {:>3}  {:>10} {:>8} {:>6} "
-      "{:>9}  {:<12} {}\n",
-      "rank", "TP", "PP", "DP", "CP", "EP", "VPP", "MBS", "iter (s)", "TFLOP/s", "MFU", "mem GiB",
-      "status", "overrides");
+      "{:>9} {:>9}  {:<12} {}\n",
+      "rank", "TP", "PP", "DP", "CP", "EP", "VPP", "MBS", "iter (s)", "TFLOP/s", "MFU", "alloc GiB",
+      "total GiB", "status", "overrides");
   std::size_t shown = 0, left_ok = 0, left_unfit = 0, left_invalid = 0;
   for (const std::size_t i : order) {
     const explore::Row& r = rows[i];
@@ -162,7 +168,7 @@ std::string format_sweep_table(const std::vector<explore::Row>& rows,
     ++shown;
     const std::string overrides = fmt::format("{}", fmt::join(r.overrides, " "));
     if (r.status == explore::Status::Invalid) {
-      out += fmt::format("{:>4} {:>70}  {:<12} {}\n     refused: {}\n", shown, "", "invalid",
+      out += fmt::format("{:>4} {:>80}  {:<12} {}\n     refused: {}\n", shown, "", "invalid",
                          overrides, r.message);
       continue;
     }
@@ -170,9 +176,10 @@ std::string format_sweep_table(const std::vector<explore::Row>& rows,
                                  ? fmt::format("{:10.4f} {:8.1f} {:5.1f}%", r.iteration_time_s,
                                                r.model_tflops_per_gpu, 100 * r.mfu)
                                  : fmt::format("{:>10} {:>8} {:>6}", "-", "-", "-");
-    out += fmt::format("{:>4} {:>3} {:>3} {:>5} {:>3} {:>3} {:>3} {:>3}  {} {:9.2f}  {:<12} {}\n",
-                       shown, r.tp, r.pp, r.dp, r.cp, r.ep, r.vpp, r.micro_batch, time,
-                       gib(r.peak_memory_bytes), explore::status_name(r.status), overrides);
+    out += fmt::format(
+        "{:>4} {:>3} {:>3} {:>5} {:>3} {:>3} {:>3} {:>3}  {} {:9.2f} {:9.2f}  {:<12} {}\n", shown,
+        r.tp, r.pp, r.dp, r.cp, r.ep, r.vpp, r.micro_batch, time, gib(r.peak_allocated_bytes),
+        gib(r.peak_memory_bytes), explore::status_name(r.status), overrides);
   }
   if (left_ok + left_unfit + left_invalid > 0)
     out += fmt::format("… {} more: {} ok, {} do not fit, {} refused (all in sweep.csv)\n",

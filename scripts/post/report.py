@@ -487,9 +487,22 @@ def run_page(path):
              card("tokens / s", f"{s['tokens_per_s']:,.0f}", "tokens_per_s", s["tokens_per_s"]),
              card("model TFLOP/s per GPU", f"{s['model_tflops_per_gpu']:.1f}",
                   "model_tflops_per_gpu", s["model_tflops_per_gpu"]),
-             card("MFU", f"{100 * s['mfu']:.1f} %", "mfu", s["mfu"]),
-             card("peak allocated memory (max over ranks)", gib(s["peak_memory_bytes"]),
-                  "peak_memory_bytes", s["peak_memory_bytes"])]
+             card(f"MFU (of the dense bf16 peak, {s.get('mfu_peak_tflops', 0):.1f} TFLOP/s)",
+                  f"{100 * s['mfu']:.1f} %", "mfu", s["mfu"])]
+    if "mfu_fp8" in s:
+        cards.append(card(f"MFU (of the dense fp8 peak, {s['mfu_fp8_peak_tflops']:.1f} TFLOP/s)",
+                          f"{100 * s['mfu_fp8']:.1f} %", "mfu_fp8", s["mfu_fp8"]))
+    if mem and "peak_allocated_bytes" in mem:
+        # The names run, memory and sweep use (docs/model.md "Memory capacity").
+        cards.append(card("peak allocated memory (torch max_memory_allocated)",
+                          gib(mem["peak_allocated_bytes"]), "memory.peak_allocated_bytes",
+                          mem["peak_allocated_bytes"]))
+        cards.append(card("peak reserved memory (torch max_memory_reserved)",
+                          gib(mem["peak_reserved_bytes"]), "memory.peak_reserved_bytes",
+                          mem["peak_reserved_bytes"]))
+    else:
+        cards.append(card("peak allocated memory (max over ranks)", gib(s["peak_memory_bytes"]),
+                          "peak_memory_bytes", s["peak_memory_bytes"]))
     if mem:
         cards.append(card(f"memory check: rank {mem['tightest_rank']} needs, of "
                           f"{gib(mem['capacity_bytes'])} usable",

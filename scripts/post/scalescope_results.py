@@ -181,6 +181,14 @@ class Results:
             int(v) for v in self.dataset("summary/peak_memory_bytes_by_pp_stage")]
         return s
 
+    def summary_attr_or(self, key, default):
+        """A /summary attribute written only by some runs (software_stack, the fp8 peak)."""
+        a = self._f["summary"].attrs
+        if key not in a:
+            return default
+        v = a[key]
+        return v.decode() if isinstance(v, bytes) else (str(v) if isinstance(default, str) else float(v))
+
     def memory_check(self):
         """/memory_check as summary.json's "memory" object (None in files without it)."""
         if "memory_check" not in self._f:
@@ -191,10 +199,20 @@ class Results:
         names = sorted(self._f["memory_check/breakdown"].keys())
         breakdown = {n[:-len("_bytes_by_pp_stage")]:
                      int(self.dataset(f"memory_check/breakdown/{n}")[stage]) for n in names}
-        return {"fits": bool(a["fits"]), "capacity_bytes": int(a["capacity_bytes"]),
-                "tightest_rank": int(a["tightest_rank"]), "tightest_pp_stage": stage,
-                "peak_total_bytes": totals[stage], "dominant_class": str(a["dominant_class"]),
-                "breakdown_bytes": breakdown, "total_bytes_by_pp_stage": totals}
+        out = {"fits": bool(a["fits"]), "capacity_bytes": int(a["capacity_bytes"]),
+               "tightest_rank": int(a["tightest_rank"]), "tightest_pp_stage": stage}
+        # allocated / reserved (docs/model.md "Memory capacity"), in files written since issue 36
+        extra = {}
+        for name in ("allocated", "reserved"):
+            path = f"memory_check/{name}_bytes_by_pp_stage"
+            if path in self._f:
+                v = [int(x) for x in self.dataset(path)]
+                out[f"peak_{name}_bytes"] = max(v)
+                extra[f"{name}_bytes_by_pp_stage"] = v
+        out.update({"peak_total_bytes": totals[stage], "dominant_class": str(a["dominant_class"]),
+                    "breakdown_bytes": breakdown, "total_bytes_by_pp_stage": totals})
+        out.update(extra)
+        return out
 
     def critical_path(self):
         """/critical_path as summary.json's "critical_path" object (None in files without it)."""

@@ -28,6 +28,14 @@ def build(res):
     out["tokens_per_iteration"] = s["tokens_per_iteration"]
     out["model_flops_per_iteration"] = s["model_flops_per_iteration"]
     out["peak_flops_per_gpu"] = s["peak_flops_per_gpu"]
+    out["mfu_peak_tflops"] = s["peak_flops_per_gpu"] / 1e12
+    fp8 = res.summary_attr_or("peak_fp8_flops_per_gpu", 0.0)
+    if fp8 > 0:  # an fp8 job's MFU against the fp8 peak too (docs/model.md "Model FLOPs, MFU")
+        out["mfu_fp8"] = s["mfu"] * s["peak_flops_per_gpu"] / fp8
+        out["mfu_fp8_peak_tflops"] = fp8 / 1e12
+    stack = res.summary_attr_or("software_stack", "")
+    if stack:
+        out["software_stack"] = stack
     out["traced_ranks"] = res.traced_ranks()
     out["stages"] = sr.stage_table(ranks)
     memory = res.memory_check()

@@ -99,7 +99,9 @@ struct Summary {
   double tokens_per_iteration = 0;
   double model_flops_per_iteration = 0;  ///< Megatron's num_floating_point_operations
   double peak_flops_per_gpu = 0;         ///< datasheet dense bf16/fp16
-  std::int64_t peak_memory_bytes = 0;    ///< max over ranks
+  /// Datasheet dense fp8 peak when the job trains in fp8 (0 otherwise): the second MFU.
+  double peak_fp8_flops_per_gpu = 0;
+  std::int64_t peak_memory_bytes = 0;  ///< max over ranks
   std::vector<std::int64_t> peak_memory_bytes_by_pp_stage;
   std::vector<std::int64_t> peak_transient_bytes_by_pp_stage;  ///< workspace at each stage's peak
   /// Capacity check (filled by the caller that knows the workload; docs/model.md): per stage and
@@ -107,11 +109,28 @@ struct Summary {
   std::vector<std::string> memory_class_names;
   std::vector<std::vector<std::int64_t>> memory_breakdown_by_pp_stage;
   std::vector<std::int64_t> memory_total_bytes_by_pp_stage;  ///< reserved + context + NCCL + …
-  std::int64_t memory_capacity_bytes = 0;                    ///< usable HBM of the GPU
+  /// torch.cuda.max_memory_allocated / max_memory_reserved of each stage at its peak (cuBLAS
+  /// workspaces included): the names `run`, `memory`, `sweep` and the report all use.
+  std::vector<std::int64_t> memory_allocated_bytes_by_pp_stage;
+  std::vector<std::int64_t> memory_reserved_bytes_by_pp_stage;
+  /// The largest of each over the stages.
+  std::int64_t peak_allocated_bytes() const { return max_of(memory_allocated_bytes_by_pp_stage); }
+  std::int64_t peak_reserved_bytes() const { return max_of(memory_reserved_bytes_by_pp_stage); }
+  std::int64_t peak_total_bytes() const { return max_of(memory_total_bytes_by_pp_stage); }
+  static std::int64_t max_of(const std::vector<std::int64_t>& v) {
+    std::int64_t m = 0;
+    for (std::int64_t x : v) m = x > m ? x : m;
+    return m;
+  }
+  std::int64_t memory_capacity_bytes = 0;  ///< usable HBM of the GPU
   bool memory_fits = true;
   std::uint32_t memory_tightest_rank = 0;
   std::uint32_t memory_tightest_stage = 0;
   std::string memory_dominant_class;
+  /// When it does not fit: changes that make it fit (--set overrides each), cheapest first, and
+  /// the device total each gives at its tightest stage (app/memory_fixes.cpp).
+  std::vector<std::vector<std::string>> memory_fix_sets;
+  std::vector<std::int64_t> memory_fix_total_bytes;
   /// cost.profile: where compute durations were measured rather than modelled (empty path: no
   /// profile). The fraction weighs every rank's compute time.
   std::string profile_path;
@@ -145,6 +164,10 @@ struct Summary {
   double tokens_per_s() const { return tokens_per_iteration / iteration_time_s(); }
   double model_tflops_per_gpu() const {
     return model_flops_per_iteration / iteration_time_s() / world_size / 1e12;
+  }
+  /// MFU against the fp8 peak (0 when the job is not fp8).
+  double mfu_fp8() const {
+    return peak_fp8_flops_per_gpu > 0 ? mfu() * peak_flops_per_gpu / peak_fp8_flops_per_gpu : 0;
   }
   double mfu() const {
     return model_flops_per_iteration / iteration_time_s() / world_size / peak_flops_per_gpu;

@@ -63,8 +63,11 @@ struct Row {
   /// The last rank to finish: its compute, its exposed communication (TP, PP, DP, embedding,
   /// CP, EP together), its pipeline bubble and its host wait.
   double compute_s = 0, exposed_comm_s = 0, bubble_s = 0, host_wait_s = 0;
-  // Memory: the tightest stage's total against the usable HBM.
+  // Memory: the tightest stage's total on the device against the usable HBM
+  // (peak_memory_bytes, the device total: summary.json's memory.peak_total_bytes), and the
+  // largest allocated / reserved peaks over the stages (memory.peak_allocated_bytes, …).
   std::int64_t peak_memory_bytes = 0;
+  std::int64_t peak_allocated_bytes = 0, peak_reserved_bytes = 0;
   std::int64_t memory_capacity_bytes = 0;
 };
 

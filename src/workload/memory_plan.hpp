@@ -32,6 +32,8 @@ struct MemoryBreakdown {
   std::int64_t operator[](MemClass c) const { return bytes[static_cast<int>(c)]; }
   /// What torch.cuda.max_memory_allocated would report (the cuBLAS workspaces included).
   std::int64_t allocated() const;
+  /// What torch.cuda.max_memory_reserved would report: allocated + the allocator's slack.
+  std::int64_t reserved() const { return allocated() + (*this)[MemClass::Fragmentation]; }
   /// What the process holds on the device (PyTorch reserved + context, cuBLAS, NCCL): the
   /// number that must fit.
   std::int64_t total() const;

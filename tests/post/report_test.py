@@ -106,7 +106,9 @@ def check_run(driver, run_dir, report, shots):
     for key, path in (("iteration_time_s", ("iteration_time_s",)),
                       ("tokens_per_s", ("tokens_per_s",)),
                       ("model_tflops_per_gpu", ("model_tflops_per_gpu",)),
-                      ("mfu", ("mfu",)), ("peak_memory_bytes", ("peak_memory_bytes",)),
+                      ("mfu", ("mfu",)),
+                      ("memory.peak_allocated_bytes", ("memory", "peak_allocated_bytes")),
+                      ("memory.peak_reserved_bytes", ("memory", "peak_reserved_bytes")),
                       ("memory.peak_total_bytes", ("memory", "peak_total_bytes"))):
         want = s
         for p in path:
