@@ -61,8 +61,32 @@ graph::SlicedGraph build(const io::ExperimentConfig& c) {
   return workload::build_graph(c.model, c.parallel, c.training, c.resolved_yaml);
 }
 
-/// Adds the workload's figures (tokens, model FLOPs, pipeline stages) to the engine's results.
-void complete_summary(emu::RunResults& r, const io::ExperimentConfig& c) {
+namespace {
+
+/// training.host_iteration_ms: the training loop's host work between iterations, with every GPU
+/// idle (docs/cost-model.md §1.6 "Per-iteration host work"): each rank's finish and host wait grow
+/// by it, and so does the iteration; the critical path ends with it as host time.
+void add_host_iteration(std::vector<emu::RankResult>& ranks, emu::Summary& s,
+                        emu::CriticalPath& path, const io::ExperimentConfig& c,
+                        const std::function<bool(std::uint32_t)>& holds) {
+  const auto h = static_cast<SimTime>(std::llround(c.training.host_iteration_ms * 1e6));
+  if (h <= 0) return;
+  for (std::uint32_t k = 0; k < ranks.size(); ++k)
+    if (holds(k)) {
+      ranks[k].finish += h;
+      ranks[k].host_wait += h;
+    }
+  if (!path.segments.empty()) {
+    const emu::PathSegment& last = path.segments.back();
+    path.segments.push_back(
+        {s.iteration_time, s.iteration_time + h, last.rank, last.op, emu::PathKind::Host});
+    path.totals[static_cast<std::size_t>(emu::PathKind::Host)] += h;
+  }
+  s.iteration_time += h;
+}
+
+/// The workload's figures alone (complete_summary without the host-iteration pass).
+void fill_summary(emu::RunResults& r, const io::ExperimentConfig& c) {
   const workload::RankLayout lay = workload::layout_of(c.parallel);
   emu::Summary& s = r.summary;
   s.model_name = c.model.name;
@@ -83,6 +107,14 @@ void complete_summary(emu::RunResults& r, const io::ExperimentConfig& c) {
       s.peak_transient_bytes_by_pp_stage[stage] = r.ranks[rank].peak_transient;
     }
   }
+}
+
+}  // namespace
+
+/// Adds the workload's figures (tokens, model FLOPs, pipeline stages) to the engine's results.
+void complete_summary(emu::RunResults& r, const io::ExperimentConfig& c) {
+  add_host_iteration(r.ranks, r.summary, r.critical_path, c, [](std::uint32_t) { return true; });
+  fill_summary(r, c);
 }
 
 /// The capacity check (docs/model.md "Memory capacity"): each stage's breakdown at its peak,
@@ -141,7 +173,11 @@ void act_on_memory(const emu::Summary& s, const io::ExperimentConfig& c, bool re
 /// The same for a distributed run: per-rank rows are set everywhere (pp_stage is a layout
 /// property), the per-stage peaks are reduced over the processes of `comm`.
 void complete_summary(emu::DistributedResults& d, const io::ExperimentConfig& c, MPI_Comm comm) {
-  complete_summary(d.local, c);  // the rows this process does not hold are zero: max unaffected
+  // The rows this process holds (its own and the last to finish) get the per-iteration host
+  // work; the others stay zero, so the reductions below are unaffected.
+  add_host_iteration(d.local.ranks, d.local.summary, d.local.critical_path, c,
+                     [&](std::uint32_t k) { return d.owns(k) || k == d.last_finishing_rank; });
+  fill_summary(d.local, c);
   auto& peaks = d.local.summary.peak_memory_bytes_by_pp_stage;
   MPI_Allreduce(MPI_IN_PLACE, peaks.data(), static_cast<int>(peaks.size()), MPI_INT64_T, MPI_MAX,
                 comm);

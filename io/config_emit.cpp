@@ -196,6 +196,8 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
       << (t.attention == workload::AttentionBackend::Unfused  ? "unfused"
           : t.attention == workload::AttentionBackend::Flash2 ? "flash2"
                                                               : "flash");
+  if (t.host_iteration_ms > 0)
+    out << YAML::Key << "host_iteration_ms" << YAML::Value << num(t.host_iteration_ms);
   if (c.model.moe()) {
     out << YAML::Key << "moe_expert_load_skew" << YAML::Value << num(t.moe_expert_load_skew);
     out << YAML::Key << "moe_expert_load_seed" << YAML::Value << t.moe_expert_load_seed;

@@ -81,7 +81,7 @@ const Keys kParallelKeys = {"tensor_model_parallel_size",
                             "delay_wgrad_compute"};
 const Keys kTrainingKeys = {
     "micro_batch_size",     "global_batch_size",    "precision", "fp8_recipe", "attention",
-    "moe_expert_load_skew", "moe_expert_load_seed", "stack"};
+    "moe_expert_load_skew", "moe_expert_load_seed", "stack", "host_iteration_ms"};
 const Keys kClusterNetworkKeys = {"gpu",
                                   "gpus_per_node",
                                   "num_gpus",

@@ -32,6 +32,9 @@ double gib(std::int64_t bytes) {
   return static_cast<double>(bytes) / units::kGiB;
 }
 
+/// From this share of the iteration spent waiting for the host, a run is called host-bound.
+constexpr double kHostBoundShare = 0.10;
+
 /// A figure for the table, "n/a" when undefined (e.g. MFU without a peak FLOP/s).
 std::string figure(double value, int decimals, std::string_view unit) {
   if (!std::isfinite(value)) return "n/a";
@@ -70,6 +73,13 @@ void write_summary_json(const emu::RunResults& r, const std::string& path) {
   // MFU is model FLOPs over the datasheet's dense bf16 peak (Megatron's convention); an fp8 job
   // also gets the figure against the dense fp8 peak, so neither is read against the wrong peak.
   j["mfu_peak_tflops"] = s.peak_flops_per_gpu / 1e12;
+  // Host-bound: the share of the last rank's iteration its GPU waited for the host (the issue of
+  // kernels and training.host_iteration_ms); "host_bound" from 10 % (docs/cost-model.md §1.6).
+  const double host_share =
+      last.finish > 0 ? static_cast<double>(last.host_wait) / static_cast<double>(last.finish)
+                      : 0.0;
+  j["host_wait_fraction"] = host_share;
+  j["host_bound"] = host_share >= kHostBoundShare;
   if (s.peak_fp8_flops_per_gpu > 0) {
     j["mfu_fp8"] = s.mfu_fp8();
     j["mfu_fp8_peak_tflops"] = s.peak_fp8_flops_per_gpu / 1e12;
@@ -207,6 +217,15 @@ std::string format_summary_table(const emu::RunResults& r) {
   if (!s.software_stack.empty()) row("software stack", s.software_stack);
   row("world size", fmt::format("{}", s.world_size));
   row("iteration time", figure(s.iteration_time_s(), 6, " s"));
+  if (!r.ranks.empty()) {
+    const emu::RankResult& last = r.ranks[last_finishing_rank(r)];
+    const double share =
+        last.finish > 0 ? static_cast<double>(last.host_wait) / static_cast<double>(last.finish)
+                        : 0.0;
+    if (share >= kHostBoundShare)
+      row("", fmt::format("host-bound: the GPUs wait {:.1f} % of the iteration for the host",
+                          100 * share));
+  }
   if (s.sandbox_functional_check) row("", functional_check_note(s));
   row("throughput", figure(s.tokens_per_s(), 1, " tokens/s"));
   // As Megatron-LM logs it: "throughput per GPU (TFLOP/s/GPU)", its model-FLOPs count

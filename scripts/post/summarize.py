@@ -29,6 +29,11 @@ def build(res):
     out["model_flops_per_iteration"] = s["model_flops_per_iteration"]
     out["peak_flops_per_gpu"] = s["peak_flops_per_gpu"]
     out["mfu_peak_tflops"] = s["peak_flops_per_gpu"] / 1e12
+    # The share of the last rank's iteration its GPU waited for the host; host-bound from 10 %
+    # (io/summary_json.cpp kHostBoundShare).
+    finish = float(ranks["finish_ns"][rank])
+    out["host_wait_fraction"] = float(ranks["host_wait_ns"][rank]) / finish if finish > 0 else 0.0
+    out["host_bound"] = out["host_wait_fraction"] >= 0.10
     fp8 = res.summary_attr_or("peak_fp8_flops_per_gpu", 0.0)
     if fp8 > 0:  # an fp8 job's MFU against the fp8 peak too (docs/model.md "Model FLOPs, MFU")
         out["mfu_fp8"] = s["mfu"] * s["peak_flops_per_gpu"] / fp8

@@ -241,6 +241,9 @@ struct TrainingSpec {
   AttentionBackend attention = AttentionBackend::Flash;
   /// The software stack whose defaults the configuration used (training.stack; "" = none).
   std::string stack;
+  /// Host work per iteration outside the kernels' issue (the training loop's logging, norms,
+  /// synchronizing .item() calls): the GPUs idle this long at the iteration boundary.
+  double host_iteration_ms = 0;
   /// MoE router load imbalance: expert popularity drawn as exp(σ·z), z standard normal from a
   /// seeded generator (σ = moe_expert_load_skew, 0 = every expert gets T·k/E tokens), so the
   /// busiest expert's rank shows in the timeline. Same draw for every layer and micro-batch.

@@ -51,6 +51,39 @@ TEST(AppPipeline, TemplateMemoryIsTheReplaysMemoryCheck) {
   EXPECT_GT(r.summary.peak_memory_bytes_by_pp_stage[0], 0);
 }
 
+// Issue 36 item 4: training.host_iteration_ms is host work between iterations with every GPU
+// idle: it adds exactly itself to the iteration, to each rank's finish and host wait (so each
+// rank's parts still add up to its finish), and ends the critical path as host time.
+TEST(AppPipeline, HostIterationWorkAddsItselfToEveryRankAndThePath) {
+  const auto replay = [](const std::vector<std::string>& sets) {
+    const io::ExperimentConfig c =
+        load_config(repo("inputs/experiments/quickstart.yaml"), nullptr, sets, {});
+    const ReplaySetup setup(c);
+    emu::RunResults r = emu::emulate(build(c), setup.costs, setup.options);
+    complete_summary(r, c);
+    return r;
+  };
+  const emu::RunResults a = replay({"model.num_layers=2"});
+  const emu::RunResults b = replay({"model.num_layers=2", "training.host_iteration_ms=5"});
+  constexpr SimTime h = 5'000'000;  // 5 ms in ns
+  EXPECT_EQ(b.summary.iteration_time, a.summary.iteration_time + h);
+  ASSERT_EQ(a.ranks.size(), b.ranks.size());
+  for (std::size_t k = 0; k < a.ranks.size(); ++k) {
+    const emu::RankResult &x = a.ranks[k], &y = b.ranks[k];
+    EXPECT_EQ(y.finish, x.finish + h) << "rank " << k;
+    EXPECT_EQ(y.host_wait, x.host_wait + h) << "rank " << k;
+    EXPECT_EQ(y.compute + y.exposed_tp + y.exposed_pp + y.exposed_dp + y.exposed_embedding +
+                  y.exposed_cp + y.exposed_ep + y.bubble + y.host_wait + y.other_wait,
+              y.finish)
+        << "rank " << k;
+  }
+  ASSERT_FALSE(b.critical_path.segments.empty());
+  EXPECT_EQ(b.critical_path.segments.back().end, b.summary.iteration_time);
+  EXPECT_EQ(b.critical_path.segments.back().kind, emu::PathKind::Host);
+  const auto host = static_cast<std::size_t>(emu::PathKind::Host);
+  EXPECT_EQ(b.critical_path.totals[host], a.critical_path.totals[host] + h);
+}
+
 // Issue 36 item 6: a job that does not fit gets the cheapest changes that make it fit, each
 // checked by re-running the memory model. Llama 3 8B's layer (32 layers, s = 4096) at TP 2, DP 32,
 // micro-batch 2, no distributed optimizer, no sequence parallelism: the 18 B per parameter of

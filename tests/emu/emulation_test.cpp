@@ -100,6 +100,15 @@ INSTANTIATE_TEST_SUITE_P(Schedules, PipelineClosedForm,
                                            std::make_tuple(4, 8, workload::Schedule::GPipe),
                                            std::make_tuple(3, 5, workload::Schedule::GPipe)));
 
+/// p stages of v model chunks, two layers per chunk, m micro-batches (interleaved 1F1B).
+Job interleaved_job(int p, int v, int m, bool overlap_p2p) {
+  Job j = pipeline_job(p, m, workload::Schedule::OneFOneB);
+  j.m.num_layers = 2 * p * v;
+  j.p.virtual_pipeline_model_parallel_size = v;
+  j.p.overlap_p2p_comm = overlap_p2p;
+  return j;
+}
+
 class InterleavedClosedForm : public ::testing::TestWithParam<std::tuple<int, int, int, bool>> {};
 
 TEST_P(InterleavedClosedForm, BubbleIsPMinusOneOverVOfTheStageTime) {
@@ -108,10 +117,7 @@ TEST_P(InterleavedClosedForm, BubbleIsPMinusOneOverVOfTheStageTime) {
   // (p − 1)/(v·m) of the ideal m·(t_f + t_b) — and the iteration takes
   // (m + (p − 1)/v)·(t_f + t_b), t_f and t_b being a whole stage's (all its chunks') times.
   auto [p, v, m, overlap] = GetParam();
-  Job j = pipeline_job(p, m, workload::Schedule::OneFOneB);
-  j.m.num_layers = 2 * p * v;
-  j.p.virtual_pipeline_model_parallel_size = v;
-  j.p.overlap_p2p_comm = overlap;
+  const Job j = interleaved_job(p, v, m, overlap);
   graph::SlicedGraph g = workload::build_graph(j.m, j.p, j.t);
   Costs c = uniform_layer_costs();
   auto [tf, tb] = stage_times(g.templates[0], c);
@@ -148,10 +154,7 @@ TEST(InterleavedBubble, FourStagesTwoChunksEightMicrobatchesByHand) {
   // 3·t/2 too. Transfers take the 1 ns quantum (messages.hpp), fewer than 4·(m·v + p) = 80 of
   // them on any path, so the replay's figures equal the hand values once rounded down to µs.
   constexpr int p = 4, v = 2, m = 8;
-  Job j = pipeline_job(p, m, workload::Schedule::OneFOneB);
-  j.m.num_layers = 2 * p * v;
-  j.p.virtual_pipeline_model_parallel_size = v;
-  j.p.overlap_p2p_comm = true;
+  const Job j = interleaved_job(p, v, m, true);
   graph::SlicedGraph g = workload::build_graph(j.m, j.p, j.t);
   Costs c = uniform_layer_costs();
   SimTime n_f = 0, n_b = 0;  // one layer's forward / backward op counts, from rank 0's program

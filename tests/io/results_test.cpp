@@ -308,7 +308,8 @@ TEST_F(Summary, JsonHasTheKeysInOrder) {
   std::vector<std::string> keys;
   for (const auto& item : j.items()) keys.push_back(item.key());
   EXPECT_EQ(keys, (std::vector<std::string>{"world_size", "iteration_time_s", "tokens_per_s",
-                                            "model_tflops_per_gpu", "mfu", "peak_memory_bytes",
+                                            "model_tflops_per_gpu", "mfu", "mfu_peak_tflops",
+                                            "host_wait_fraction", "host_bound", "peak_memory_bytes",
                                             "peak_memory_bytes_by_pp_stage", "model", "gpu",
                                             "time_breakdown_rank", "time_breakdown_s", "engine"}));
   EXPECT_EQ(j["world_size"], 4);
