@@ -61,7 +61,7 @@ KernelSig kernel_signature(const graph::Op& op) {
       if (op.shape[0] == 0 || op.shape[1] == 0 || op.shape[2] == 0) return s;
       s.kernel = KernelClass::Gemm;
       s.backward = false;
-      s.fp8 = op.gemm_dtype == graph::GemmDtype::Fp8;
+      s.fp8 = graph::is_fp8(op.gemm_dtype);
       s.dims = {op.shape[0], op.shape[1], op.shape[2], 0, 0};
       const double one = 2.0 * op.shape[0] * op.shape[1] * op.shape[2];
       s.repeat = op.flops > 0 ? op.flops / one : 1.0;

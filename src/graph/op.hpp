@@ -165,10 +165,14 @@ std::string_view op_kind_name(OpKind k);
 std::string_view stream_name(Stream s);
 std::string_view phase_name(Phase p);
 
-/// Operand precision of a GEMM: bf16/fp16 tensor cores, or fp8 (Transformer Engine's E4M3/E5M2
-/// GEMMs at the GPU's fp8 rate).
-enum class GemmDtype : std::uint8_t { Bf16 = 0, Fp8 = 1 };
-inline constexpr int kNumGemmDtypes = 2;
+/// Operand precision of a GEMM: bf16/fp16 tensor cores, fp8 (Transformer Engine's E4M3/E5M2
+/// GEMMs at the GPU's fp8 rate), or MXFP8 (fp8 operands with a scale per 32 values, Blackwell's
+/// block-scaled GEMMs: the fp8 rate × their measured ratio to per-tensor fp8, cost/compute_model).
+enum class GemmDtype : std::uint8_t { Bf16 = 0, Fp8 = 1, Mxfp8 = 2 };
+inline constexpr int kNumGemmDtypes = 3;
+inline bool is_fp8(GemmDtype d) {
+  return d != GemmDtype::Bf16;
+}
 
 /// An op as stored in a template. Plain data, 88 bytes; the cost model turns it into a duration.
 struct Op {

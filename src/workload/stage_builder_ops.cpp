@@ -34,7 +34,8 @@ Op StageBuilder::gemm(OpName name, Phase phase, double m, double n, double k) co
   op.flops = 2 * m * n * k;
   op.mem_bytes = 2 * (m * k + k * n + m * n);
   if (fp8_ && name != OpName::LogitsGemm && name != OpName::Router) {
-    op.gemm_dtype = graph::GemmDtype::Fp8;
+    op.gemm_dtype =
+        t_.fp8_recipe == Fp8Recipe::Mxfp8 ? graph::GemmDtype::Mxfp8 : graph::GemmDtype::Fp8;
     op.mem_bytes = m * k + k * n + 2 * m * n;
   }
   op.comm_sms = std::exchange(ub_sms_, std::uint8_t{0});
