@@ -351,8 +351,20 @@ std::string format_summary_table(const emu::RunResults& r) {
         s.memory_fits ? "yes" : fmt::format("NO (largest class: {})", s.memory_dominant_class));
   }
 
-  if (!s.peak_memory_bytes_by_pp_stage.empty()) {
-    fmt::format_to(std::back_inserter(out), "\npeak memory by pipeline stage\n");
+  if (s.memory_allocated_bytes_by_pp_stage.size() == s.memory_reserved_bytes_by_pp_stage.size() &&
+      s.memory_allocated_bytes_by_pp_stage.size() == s.memory_total_bytes_by_pp_stage.size() &&
+      !s.memory_allocated_bytes_by_pp_stage.empty()) {
+    // The three named figures of docs/model.md "Memory capacity", per stage.
+    fmt::format_to(std::back_inserter(out), "\npeak memory by pipeline stage (GiB)\n");
+    fmt::format_to(std::back_inserter(out), "  {:<12}{:>12}{:>12}{:>16}\n", "", "allocated",
+                   "reserved", "total (device)");
+    for (std::size_t i = 0; i < s.memory_total_bytes_by_pp_stage.size(); ++i)
+      fmt::format_to(std::back_inserter(out), "  {:<12}{:>12.2f}{:>12.2f}{:>16.2f}\n",
+                     fmt::format("stage {}", i), gib(s.memory_allocated_bytes_by_pp_stage[i]),
+                     gib(s.memory_reserved_bytes_by_pp_stage[i]),
+                     gib(s.memory_total_bytes_by_pp_stage[i]));
+  } else if (!s.peak_memory_bytes_by_pp_stage.empty()) {
+    fmt::format_to(std::back_inserter(out), "\npeak allocated memory by pipeline stage\n");
     fmt::format_to(std::back_inserter(out), "  {:<24}{:>12}\n", "", "GiB");
     for (std::size_t i = 0; i < s.peak_memory_bytes_by_pp_stage.size(); ++i)
       fmt::format_to(std::back_inserter(out), "  {:<24}{:>12.2f}\n", fmt::format("stage {}", i),
