@@ -52,10 +52,11 @@ std::vector<Candidate> candidates(const io::ExperimentConfig& c) {
                     fmt::format("parallel.data_parallel_size={}", dp / 2)},
                    "halves weights and most activations per GPU; more TP communication and "
                    "smaller GEMMs"});
-  // Megatron's partial recomputation (--recompute-method block --recompute-num-layers N: the
-  // first N layers of each model chunk), fewest layers first, before recomputing them all.
-  const std::int64_t chunk_layers = c.model.num_layers / (pp * std::max<std::int64_t>(1, p.vpp()));
-  if (p.recompute != workload::Recompute::Full)
+  if (p.recompute != workload::Recompute::Full) {
+    // Megatron's partial recomputation (--recompute-method block --recompute-num-layers N: the
+    // first N layers of each model chunk), fewest layers first, before recomputing them all.
+    const std::int64_t chunk_layers =
+        c.model.num_layers / (pp * std::max<std::int64_t>(1, p.vpp()));
     for (std::int64_t n = 1; n < std::min<std::int64_t>(chunk_layers, 9); ++n)
       out.push_back({{"parallel.recompute=full", "parallel.recompute_method=block",
                       fmt::format("parallel.recompute_num_layers={}", n)},
@@ -63,10 +64,10 @@ std::vector<Candidate> candidates(const io::ExperimentConfig& c) {
                                  "chunk in the backward",
                                  n, n == 1 ? "" : "s"),
                      true});
-  if (p.recompute != workload::Recompute::Full)
     out.push_back({{"parallel.recompute=full"},
                    "keeps only each layer's input and recomputes its forward in the backward "
                    "(about a third more compute)"});
+  }
   return out;
 }
 
@@ -101,6 +102,8 @@ std::vector<MemoryFix> memory_fixes(const std::string& config_path,
 void add_memory_fixes(emu::Summary& s, const std::string& config_path,
                       const std::vector<std::string>& overrides, const std::string& megatron_args,
                       const io::ExperimentConfig& c, bool quiet) {
+  // A run from graph.h5 alone has no configuration to change and reload.
+  if (s.memory_fits || (config_path.empty() && megatron_args.empty())) return;
   const std::vector<MemoryFix> fixes = memory_fixes(config_path, overrides, megatron_args, c);
   for (const MemoryFix& f : fixes) {
     s.memory_fix_sets.push_back(f.sets);

@@ -24,7 +24,8 @@ std::vector<MemoryFix> memory_fixes(const std::string& config_path,
                                     const std::string& megatron_args, const io::ExperimentConfig& c,
                                     std::size_t max_fixes = 3);
 
-/// Puts memory_fixes() into `s` (summary.json's memory.fixes) and, unless `quiet`, prints them to
+/// When `s` does not fit and the run has a configuration to reload (a file or a launch line),
+/// puts memory_fixes() into `s` (summary.json's memory.fixes) and, unless `quiet`, prints them to
 /// standard error under the run's "does not fit" warning.
 void add_memory_fixes(emu::Summary& s, const std::string& config_path,
                       const std::vector<std::string>& overrides, const std::string& megatron_args,

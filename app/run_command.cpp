@@ -188,8 +188,7 @@ int run_command(const MpiWorld& mpi, const std::string& config_path, const std::
                         MPI_COMM_WORLD);
     check_memory(d.local.summary, c);
     act_on_memory(d.local.summary, c, mpi.rank() == 0);
-    if (!d.local.summary.memory_fits && mpi.rank() == 0 &&
-        (!config_path.empty() || !megatron_args.empty()))
+    if (mpi.rank() == 0)
       add_memory_fixes(d.local.summary, config_path, overrides, megatron_args, c, quiet);
     write_outputs(d, c.run.output, MPI_COMM_WORLD, extra);
     if (mpi.rank() != 0) return 0;
@@ -202,8 +201,7 @@ int run_command(const MpiWorld& mpi, const std::string& config_path, const std::
       summarize_profile(r.summary, c, *profile, *graph, costs, nullptr, 0, MPI_COMM_NULL);
     check_memory(r.summary, c);
     act_on_memory(r.summary, c, true);
-    if (!r.summary.memory_fits && (!config_path.empty() || !megatron_args.empty()))
-      add_memory_fixes(r.summary, config_path, overrides, megatron_args, c, quiet);
+    add_memory_fixes(r.summary, config_path, overrides, megatron_args, c, quiet);
     write_outputs(r, c.run.output, extra);
   }
   if (!quiet) {

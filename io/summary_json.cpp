@@ -35,6 +35,12 @@ double gib(std::int64_t bytes) {
 /// From this share of the iteration spent waiting for the host, a run is called host-bound.
 constexpr double kHostBoundShare = 0.10;
 
+/// The share of a rank's iteration its GPU waited for the host (kernel issue and
+/// training.host_iteration_ms; docs/cost-model.md §1.6).
+double host_wait_share(const emu::RankResult& r) {
+  return r.finish > 0 ? static_cast<double>(r.host_wait) / static_cast<double>(r.finish) : 0.0;
+}
+
 /// A figure for the table, "n/a" when undefined (e.g. MFU without a peak FLOP/s).
 std::string figure(double value, int decimals, std::string_view unit) {
   if (!std::isfinite(value)) return "n/a";
@@ -73,11 +79,8 @@ void write_summary_json(const emu::RunResults& r, const std::string& path) {
   // MFU is model FLOPs over the datasheet's dense bf16 peak (Megatron's convention); an fp8 job
   // also gets the figure against the dense fp8 peak, so neither is read against the wrong peak.
   j["mfu_peak_tflops"] = s.peak_flops_per_gpu / 1e12;
-  // Host-bound: the share of the last rank's iteration its GPU waited for the host (the issue of
-  // kernels and training.host_iteration_ms); "host_bound" from 10 % (docs/cost-model.md §1.6).
-  const double host_share =
-      last.finish > 0 ? static_cast<double>(last.host_wait) / static_cast<double>(last.finish)
-                      : 0.0;
+  // Host-bound: the last rank's share of waiting for the host; "host_bound" from 10 %.
+  const double host_share = host_wait_share(last);
   j["host_wait_fraction"] = host_share;
   j["host_bound"] = host_share >= kHostBoundShare;
   if (s.peak_fp8_flops_per_gpu > 0) {
@@ -218,10 +221,7 @@ std::string format_summary_table(const emu::RunResults& r) {
   row("world size", fmt::format("{}", s.world_size));
   row("iteration time", figure(s.iteration_time_s(), 6, " s"));
   if (!r.ranks.empty()) {
-    const emu::RankResult& last = r.ranks[last_finishing_rank(r)];
-    const double share =
-        last.finish > 0 ? static_cast<double>(last.host_wait) / static_cast<double>(last.finish)
-                        : 0.0;
+    const double share = host_wait_share(r.ranks[last_finishing_rank(r)]);
     if (share >= kHostBoundShare)
       row("", fmt::format("host-bound: the GPUs wait {:.1f} % of the iteration for the host",
                           100 * share));
@@ -351,10 +351,9 @@ std::string format_summary_table(const emu::RunResults& r) {
         s.memory_fits ? "yes" : fmt::format("NO (largest class: {})", s.memory_dominant_class));
   }
 
-  if (s.memory_allocated_bytes_by_pp_stage.size() == s.memory_reserved_bytes_by_pp_stage.size() &&
-      s.memory_allocated_bytes_by_pp_stage.size() == s.memory_total_bytes_by_pp_stage.size() &&
-      !s.memory_allocated_bytes_by_pp_stage.empty()) {
-    // The three named figures of docs/model.md "Memory capacity", per stage.
+  if (!s.memory_total_bytes_by_pp_stage.empty()) {
+    // check_memory fills the three per-stage figures together. The three named figures of
+    // docs/model.md "Memory capacity", per stage.
     fmt::format_to(std::back_inserter(out), "\npeak memory by pipeline stage (GiB)\n");
     fmt::format_to(std::back_inserter(out), "  {:<12}{:>12}{:>12}{:>16}\n", "", "allocated",
                    "reserved", "total (device)");
