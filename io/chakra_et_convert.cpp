@@ -109,7 +109,9 @@ Op schema_op(const EtNode& n, const std::string& file, std::int64_t rank) {
   const EtAttr* ints = n.attr("ss_op");
   const EtAttr* fp = n.attr("ss_fp");
   if (ints == nullptr || fp == nullptr ||
-      (ints->ints.size() != kOpInts && ints->ints.size() != kOpInts - 1) || fp->reals.size() != 3)
+      (ints->ints.size() != kOpInts && ints->ints.size() != kOpInts - 2 &&
+       ints->ints.size() != kOpInts - 3) ||
+      fp->reals.size() != 3)
     node_error(file, n.id, rank, "scalescope node without valid ss_op / ss_fp attributes");
   const auto& v = ints->ints;
   auto in = [&](std::size_t i, std::int64_t hi) {
@@ -136,6 +138,8 @@ Op schema_op(const EtNode& n, const std::string& file, std::int64_t rank) {
   op.comm_sms = static_cast<std::uint8_t>(in(16, 0xFF));
   op.value_dim = static_cast<std::uint16_t>(in(17, 0xFFFF));
   op.host_sync = v.size() > 18 ? static_cast<std::uint8_t>(in(18, 1)) : 0;
+  op.kernels = v.size() > 19 ? static_cast<std::uint16_t>(in(19, 0xFFFF)) : 0;
+  op.cuda_graph = v.size() > 20 ? static_cast<std::uint8_t>(in(20, 2)) : 0;
   op.flops = fp->reals[0];
   op.mem_bytes = fp->reals[1];
   op.comm_bytes = fp->reals[2];

@@ -25,8 +25,9 @@ std::string class_file(const std::string& prefix, std::uint32_t k);
 std::string classes_json(const std::string& prefix);
 std::vector<std::int64_t> op_ints(const Op& op);
 
-/// Attributes in ss_op: 19 since host_sync was added (files of 18 have no host synchronization).
-inline constexpr std::size_t kOpInts = 19;
+/// Attributes in ss_op: 21 since kernels and cuda_graph were added (files of 19 launch one kernel
+/// per op, eagerly; files of 18 also have no host synchronization).
+inline constexpr std::size_t kOpInts = 21;
 
 // chakra_et_convert.cpp
 /// One op of a rank as read, before communicators are assigned.

@@ -55,7 +55,9 @@ std::vector<std::int64_t> op_ints(const Op& op) {
           op.mem_transient,
           op.comm_sms,
           op.value_dim,
-          op.host_sync};
+          op.host_sync,
+          op.kernels,
+          op.cuda_graph};
 }
 
 }  // namespace detail

@@ -87,6 +87,7 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
     out << YAML::Key << "moe_layer_freq" << YAML::Value << YAML::Flow << pattern;
     out << YAML::Key << "moe_expert_capacity_factor" << YAML::Value
         << num(m.moe_expert_capacity_factor);
+    out << YAML::Key << "moe_aux_loss_coeff" << YAML::Value << num(m.moe_aux_loss_coeff);
   }
   if (m.multi_latent_attention) {
     out << YAML::Key << "multi_latent_attention" << YAML::Value << true;
@@ -174,6 +175,14 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
     out << YAML::Key << "moe_shared_expert_overlap" << YAML::Value << p.moe_shared_expert_overlap;
     out << YAML::Key << "moe_a2a_overlap" << YAML::Value << p.moe_a2a_overlap;
     out << YAML::Key << "delay_wgrad_compute" << YAML::Value << p.delay_wgrad_compute;
+    out << YAML::Key << "moe_router_fusion" << YAML::Value << p.moe_router_fusion;
+    out << YAML::Key << "moe_permute_fusion" << YAML::Value << p.moe_permute_fusion;
+  }
+  if (p.cuda_graph_scope != 0) {
+    out << YAML::Key << "cuda_graph_scope" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+    for (const auto& [bit, name] : kCudaGraphScopes)
+      if ((p.cuda_graph_scope & bit) != 0) out << std::string(name);
+    out << YAML::EndSeq;
   }
   out << YAML::EndMap;
 
@@ -183,9 +192,10 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
   out << YAML::Key << "micro_batch_size" << YAML::Value << t.micro_batch_size;
   out << YAML::Key << "global_batch_size" << YAML::Value << t.global_batch_size;
   out << YAML::Key << "precision" << YAML::Value
-      << (t.precision == workload::Precision::Fp16  ? "fp16"
-          : t.precision == workload::Precision::Fp8 ? "fp8"
-                                                    : "bf16");
+      << (t.precision == workload::Precision::Fp16    ? "fp16"
+          : t.precision == workload::Precision::Fp8   ? "fp8"
+          : t.precision == workload::Precision::Nvfp4 ? "nvfp4"
+                                                      : "bf16");
   if (t.precision == workload::Precision::Fp8)
     out << YAML::Key << "fp8_recipe" << YAML::Value
         << (t.fp8_recipe == workload::Fp8Recipe::Tensorwise  ? "tensorwise"

@@ -36,6 +36,11 @@ inline constexpr std::pair<std::uint8_t, std::string_view> kRecomputeModules[] =
     {workload::kRecomputeMlp, "mlp"},
     {workload::kRecomputeMoe, "moe"},
     {workload::kRecomputeSharedExperts, "shared_experts"}};
+/// parallel.cuda_graph_scope: Megatron's --cuda-graph-scope names that the model tells apart.
+inline constexpr std::pair<std::uint8_t, std::string_view> kCudaGraphScopes[] = {
+    {workload::kCudaGraphAttn, "attn"},
+    {workload::kCudaGraphMoeRouter, "moe_router"},
+    {workload::kCudaGraphMoePreprocess, "moe_preprocess"}};
 /// The top-level key of an experiment file that holds a Megatron-LM launch line.
 inline constexpr std::string_view kLaunchLineKey = "megatron_args";
 /// The top-level `sweep:` section: read by `scalescope sweep` (read_sweep_spec), ignored by a run.

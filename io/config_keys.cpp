@@ -36,6 +36,7 @@ const Keys kModelShapeKeys = {"name",
                               "moe_expert_capacity_factor",
                               "moe_router_num_groups",
                               "moe_router_group_topk",
+                              "moe_aux_loss_coeff",
                               "multi_latent_attention",
                               "q_lora_rank",
                               "kv_lora_rank",
@@ -78,10 +79,13 @@ const Keys kParallelKeys = {"tensor_model_parallel_size",
                             "moe_token_dispatcher_type",
                             "moe_shared_expert_overlap",
                             "moe_a2a_overlap",
+                            "moe_router_fusion",
+                            "moe_permute_fusion",
+                            "cuda_graph_scope",
                             "delay_wgrad_compute"};
 const Keys kTrainingKeys = {
-    "micro_batch_size",     "global_batch_size",    "precision", "fp8_recipe", "attention",
-    "moe_expert_load_skew", "moe_expert_load_seed", "stack", "host_iteration_ms"};
+    "micro_batch_size",     "global_batch_size",    "precision", "fp8_recipe",       "attention",
+    "moe_expert_load_skew", "moe_expert_load_seed", "stack",     "host_iteration_ms"};
 const Keys kClusterNetworkKeys = {"gpu",
                                   "gpus_per_node",
                                   "num_gpus",

@@ -315,6 +315,7 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
   r.number("moe_expert_capacity_factor", m.moe_expert_capacity_factor, 0.0, false);
   r.positive("moe_router_num_groups", m.moe_router_num_groups);
   r.positive("moe_router_group_topk", m.moe_router_group_topk);
+  r.number("moe_aux_loss_coeff", m.moe_aux_loss_coeff, 0.0, false, 1e6);
   r.flag("multi_latent_attention", m.multi_latent_attention);
   if (const Value* v = r.find("q_lora_rank"))
     m.q_lora_rank = detail::read_int(*v, r.key("q_lora_rank"));  // 0 = no query compression
@@ -325,7 +326,7 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
   for (const char* k :
        {"moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size",
         "moe_layer_freq", "moe_expert_capacity_factor", "moe_router_num_groups",
-        "moe_router_group_topk"})
+        "moe_router_group_topk", "moe_aux_loss_coeff"})
     if (const Value* v = r.find(k); v && m.num_experts == 0)
       fail(*v, r.key(k), "applies to MoE models only (set model.num_experts)");
   for (const char* k :

@@ -292,6 +292,26 @@ workload::ParallelPlan build_parallel(const Section& s) {
   r.flag("moe_shared_expert_overlap", p.moe_shared_expert_overlap);
   r.flag("moe_a2a_overlap", p.moe_a2a_overlap);
   r.flag("delay_wgrad_compute", p.delay_wgrad_compute);
+  r.flag("moe_router_fusion", p.moe_router_fusion);
+  r.flag("moe_permute_fusion", p.moe_permute_fusion);
+  if (const Value* v = r.find("cuda_graph_scope")) {
+    // Megatron's --cuda-graph-scope with --cuda-graph-impl transformer_engine (per-layer graphs).
+    const std::string key = r.key("cuda_graph_scope");
+    if (!v->node.IsSequence())
+      fail(*v, key, "expected a list of scopes, e.g. [attn, moe_router, moe_preprocess]");
+    for (const YAML::Node& e : v->node) {
+      const std::string name = e.IsScalar() ? e.Scalar() : std::string();
+      std::uint8_t bit = 0;
+      for (const auto& [b, n] : kCudaGraphScopes)
+        if (name == n) bit = b;
+      if (bit == 0)
+        fail(*v, key,
+             fmt::format("'{}' is not modelled (attn, moe_router, moe_preprocess are; "
+                         "full_iteration, mlp, moe and mamba graphs are not)",
+                         name));
+      p.cuda_graph_scope |= bit;
+    }
+  }
   const std::string dispatcher =
       r.choice("moe_token_dispatcher_type", {"alltoall", "allgather", "flex"}, "alltoall");
   p.moe_token_dispatcher_type = dispatcher == "allgather" ? workload::MoeDispatcher::AllGather
@@ -305,10 +325,11 @@ workload::TrainingSpec build_training(const Section& s) {
   const Reader r(s, "training");
   r.positive("micro_batch_size", t.micro_batch_size);
   r.positive("global_batch_size", t.global_batch_size);
-  const std::string precision = r.choice("precision", {"bf16", "fp16", "fp8"}, "bf16");
-  t.precision = precision == "fp16"  ? workload::Precision::Fp16
-                : precision == "fp8" ? workload::Precision::Fp8
-                                     : workload::Precision::Bf16;
+  const std::string precision = r.choice("precision", {"bf16", "fp16", "fp8", "nvfp4"}, "bf16");
+  t.precision = precision == "fp16"    ? workload::Precision::Fp16
+                : precision == "fp8"   ? workload::Precision::Fp8
+                : precision == "nvfp4" ? workload::Precision::Nvfp4
+                                       : workload::Precision::Bf16;
   if (const Value* v = r.find("fp8_recipe")) {
     if (t.precision != workload::Precision::Fp8)
       fail(*v, r.key("fp8_recipe"), "applies to training.precision: fp8 only");

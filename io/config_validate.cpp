@@ -83,12 +83,17 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
         f);
   if (p.overlap_param_gather && !p.use_distributed_optimizer)
     throw_input("{}: parallel.overlap_param_gather requires parallel.use_distributed_optimizer", f);
-  if (p.fp8_param_gather && (c.training.precision != workload::Precision::Fp8 ||
-                             (m.capture ? p.zero() < 3 : (p.zero() < 1 || p.zero() > 2))))
+  if (p.fp8_param_gather &&
+      (!c.training.quantized() || (m.capture ? p.zero() < 3 : (p.zero() < 1 || p.zero() > 2))))
     throw_input(
-        "{}: parallel.fp8_param_gather needs training.precision: fp8, and the distributed "
-        "optimizer on a built-in model (Megatron's --fp8-param-gather) or FSDP on a captured "
-        "one (torchao's enable_fsdp_float8_all_gather)",
+        "{}: parallel.fp8_param_gather needs training.precision: fp8 or nvfp4 (Megatron's "
+        "--fp8-param-gather / --fp4-param-gather), and the distributed optimizer on a built-in "
+        "model or FSDP on a captured one (torchao's enable_fsdp_float8_all_gather)",
+        f);
+  if (m.capture && c.training.precision == workload::Precision::Nvfp4)
+    throw_input(
+        "{}: training.precision: nvfp4 with a captured model (model.source) is not modelled "
+        "(torchao's low-precision training of a capture is fp8)",
         f);
   if (p.zero() >= 3 && pp > 1)
     throw_input(
@@ -237,7 +242,8 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
     // Any of them on a dense model names itself, except an expert size of 1.
     for (const char* k :
          {"expert_model_parallel_size", "expert_tensor_parallel_size", "moe_token_dispatcher_type",
-          "moe_shared_expert_overlap", "moe_a2a_overlap", "delay_wgrad_compute"}) {
+          "moe_shared_expert_overlap", "moe_a2a_overlap", "delay_wgrad_compute",
+          "moe_router_fusion", "moe_permute_fusion"}) {
       const bool size = std::string_view(k) == "expert_model_parallel_size" ||
                         std::string_view(k) == "expert_tensor_parallel_size";
       if (const Value* v = get(par, k); v && !(size && v->node.Scalar() == "1"))
@@ -307,6 +313,15 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
         v && p.delay_wgrad_compute && !p.moe_a2a_overlap)
       fail(*v, "parallel.delay_wgrad_compute",
            "needs parallel.moe_a2a_overlap (Megatron asserts overlap_moe_expert_parallel_comm)");
+  }
+  if (const Value* v = get(par, "cuda_graph_scope"); v && p.cuda_graph_scope != 0) {
+    // Megatron's per-layer graphs of its own modules: a captured model's ops are not those.
+    if (m.capture)
+      fail(*v, "parallel.cuda_graph_scope",
+           "applies to Megatron's modules, not to a captured model (model.source)");
+    if (!m.moe() && (p.cuda_graph_scope & ~workload::kCudaGraphAttn) != 0)
+      fail(*v, "parallel.cuda_graph_scope",
+           "moe_router and moe_preprocess apply to MoE models only (set model.num_experts)");
   }
   if (m.capture) {
     // What the lowering of a captured block covers (docs/flint.md "Not yet").
@@ -389,6 +404,12 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
     throw_input(
         "{}: training.fp8_recipe: mxfp8 needs a Blackwell GPU (Transformer Engine's MXFP8 "
         "recipe), not cluster.gpu={}",
+        f, cl.gpu);
+  if (tr.precision == workload::Precision::Nvfp4 && cl.gpu.rfind("B", 0) != 0 &&
+      cl.gpu.rfind("GB", 0) != 0)
+    throw_input(
+        "{}: training.precision: nvfp4 needs a Blackwell GPU (Transformer Engine's "
+        "NVFP4BlockScaling), not cluster.gpu={}",
         f, cl.gpu);
   if (tr.precision == workload::Precision::Fp8 && cost::find_gpu(cl.gpu).peak_tflops_fp8 <= 0)
     throw_input("{}: training.precision=fp8 needs fp8 tensor cores, which cluster.gpu={} lacks", f,

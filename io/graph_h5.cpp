@@ -49,6 +49,8 @@ void write_template(const h5::Group& templates, std::size_t k, const RankProgram
   t.write("comm_sms", column<std::uint8_t>(p, [](const Op& o) { return o.comm_sms; }));
   t.write("value_dim", column<std::uint16_t>(p, [](const Op& o) { return o.value_dim; }));
   t.write("host_sync", column<std::uint8_t>(p, [](const Op& o) { return o.host_sync; }));
+  t.write("kernels", column<std::uint16_t>(p, [](const Op& o) { return o.kernels; }));
+  t.write("cuda_graph", column<std::uint8_t>(p, [](const Op& o) { return o.cuda_graph; }));
   std::vector<std::uint32_t> shape;
   shape.reserve(p.ops.size() * 3);
   for (const Op& op : p.ops) shape.insert(shape.end(), op.shape.begin(), op.shape.end());
@@ -158,6 +160,11 @@ void read_template_ops(const h5::Group& t, RankProgram& p) {
   // Graphs written before host_sync existed have no host synchronization.
   const auto host_sync = t.exists("host_sync") ? read_1d<std::uint8_t>(t, "host_sync", n, 2)
                                                : std::vector<std::uint8_t>(n, 0);
+  // Graphs written before kernels / cuda_graph existed launch one kernel per op, eagerly.
+  const auto kernels = t.exists("kernels") ? read_1d<std::uint16_t>(t, "kernels", n)
+                                           : std::vector<std::uint16_t>(n, 0);
+  const auto cuda_graph = t.exists("cuda_graph") ? read_1d<std::uint8_t>(t, "cuda_graph", n, 3)
+                                                 : std::vector<std::uint8_t>(n, 0);
   // Graphs written before value_dim existed hold no attention with a distinct value width.
   const auto value_dim = t.exists("value_dim") ? read_1d<std::uint16_t>(t, "value_dim", n)
                                                : std::vector<std::uint16_t>(n, 0);
@@ -188,6 +195,8 @@ void read_template_ops(const h5::Group& t, RankProgram& p) {
     op.comm_sms = comm_sms[i];
     op.value_dim = value_dim[i];
     op.host_sync = host_sync[i];
+    op.kernels = kernels[i];
+    op.cuda_graph = cuda_graph[i];
     op.shape = {shape[3 * i], shape[3 * i + 1], shape[3 * i + 2]};
     op.flops = flops[i];
     op.mem_bytes = mem_bytes[i];

@@ -133,6 +133,9 @@ YAML::Node hf_model_keys(const std::string& path) {
     }
     if (auto shared = get_int(j, path, "shared_expert_intermediate_size"))
       m["moe_shared_expert_intermediate_size"] = *shared;
+    // The router's load-balancing loss (Mixtral, Qwen-MoE: router_aux_loss_coef), which sets
+    // whether the aux-loss kernels run (workload::moe_kernels).
+    if (auto aux = get_double(j, path, "router_aux_loss_coef")) m["moe_aux_loss_coeff"] = *aux;
     // DeepSeek-V3's group-limited routing: n_group groups, the top topk_group of them.
     const auto groups = get_int(j, path, "n_group");
     const auto group_topk = get_int(j, path, "topk_group");

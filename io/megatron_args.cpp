@@ -83,6 +83,11 @@ constexpr Option kOptions[] = {
      "account_for_loss_in_pipeline_split", "true"},
     {"--sequence-parallel", Kind::SpecialFlag},
     {"--fp8-param-gather", Kind::Flag, "parallel", "fp8_param_gather", "true"},
+    // NVFP4 (Megatron's --fp4-format e2m1 --fp4-recipe nvfp4; its parameters gathered in NVFP4
+    // with --fp4-param-gather, the same key as fp8's).
+    {"--fp4-param-gather", Kind::Flag, "parallel", "fp8_param_gather", "true"},
+    {"--fp4-format", Kind::Special},
+    {"--fp4-recipe", Kind::Special},
     {"--fp8-recipe", Kind::Value, "training", "fp8_recipe"},
     {"--use-distributed-optimizer", Kind::Flag, "parallel", "use_distributed_optimizer", "true"},
     {"--overlap-grad-reduce", Kind::Flag, "parallel", "overlap_grad_reduce", "true"},
@@ -104,6 +109,8 @@ constexpr Option kOptions[] = {
     {"--moe-shared-expert-overlap", Kind::Flag, "parallel", "moe_shared_expert_overlap", "true"},
     {"--overlap-moe-expert-parallel-comm", Kind::Flag, "parallel", "moe_a2a_overlap", "true"},
     {"--delay-wgrad-compute", Kind::Flag, "parallel", "delay_wgrad_compute", "true"},
+    {"--moe-permute-fusion", Kind::Flag, "parallel", "moe_permute_fusion", "true"},
+    {"--moe-router-fusion", Kind::Flag, "parallel", "moe_router_fusion", "true"},
     // The older switch for the flex dispatcher with DeepEP; the backend (deepep, hybridep) is
     // not told apart (both send a token once per node).
     {"--moe-enable-deepep", Kind::Flag, "parallel", "moe_token_dispatcher_type", "flex"},
@@ -251,10 +258,8 @@ constexpr Option kOptions[] = {
     {"--no-persist-layer-norm", Kind::IgnoredFlag},
     {"--cross-entropy-loss-fusion", Kind::IgnoredFlag},
     {"--moe-grouped-gemm", Kind::IgnoredFlag},
-    {"--moe-permute-fusion", Kind::IgnoredFlag},
     {"--moe-router-enable-expert-bias", Kind::IgnoredFlag},
     {"--moe-router-load-balancing-type", Kind::Ignored},
-    {"--moe-aux-loss-coeff", Kind::Ignored},
     {"--moe-z-loss-coeff", Kind::Ignored},
     {"--moe-router-dtype", Kind::Ignored},
     {"--moe-router-score-function", Kind::Ignored},
@@ -262,6 +267,7 @@ constexpr Option kOptions[] = {
     {"--moe-router-bias-update-rate", Kind::Ignored},
     {"--moe-router-num-groups", Kind::Value, "model", "moe_router_num_groups"},
     {"--moe-router-group-topk", Kind::Value, "model", "moe_router_group_topk"},
+    {"--moe-aux-loss-coeff", Kind::Value, "model", "moe_aux_loss_coeff"},
     // ---- refused: they change the iteration in ways scalescope does not model
     {"--qk-layernorm", Kind::Flag, "model", "qk_layernorm", "true"},
     {"--add-qkv-bias", Kind::Flag, "model", "add_qkv_bias", "true"},
@@ -526,6 +532,15 @@ LaunchLine parse_megatron_args(std::string_view text, std::string_view label) {
   if (has("--bf16")) set("training", "precision", "bf16", at("--bf16"));
   if (has("--fp16")) set("training", "precision", "fp16", at("--fp16"));
   if (has("--fp8-format")) set("training", "precision", "fp8", at("--fp8-format"));
+  both("--fp8-format", "--fp4-format", "Megatron-LM: fp8 and fp4 are mutually exclusive");
+  if (has("--fp4-recipe") && at("--fp4-recipe").value != "nvfp4")
+    throw_input("{}: --fp4-recipe {}: only nvfp4 is modelled", label, at("--fp4-recipe").value);
+  if (has("--fp4-format")) {
+    if (at("--fp4-format").value != "e2m1")
+      throw_input("{}: --fp4-format {}: only e2m1 (NVFP4) is modelled", label,
+                  at("--fp4-format").value);
+    set("training", "precision", "nvfp4", at("--fp4-format"));
+  }
 
   // Attention: Megatron-Core's backends flash and fused (cuDNN) are fused-attention kernels,
   // auto picks one of them on Ampere and Hopper; unfused and local (Megatron's own

@@ -85,7 +85,7 @@ def extra_sets(r):
 
 
 def why_skip(r):
-    if r["precision"] not in ("bf16", "fp8"):
+    if r["precision"] not in ("bf16", "fp8", "nvfp4"):
         return f"precision {r['precision'] or '(not published)'} not modelled"
     if int(r["gpus"]) > 16384:
         return f"{r['gpus']} GPUs > 16k"

@@ -85,7 +85,8 @@ double sm_contention_factor(const GpuSpec& gpu, const graph::Op& op, std::uint32
 
 /// Kernels the host launches for op `op` (docs/cost-model.md §1.6): one per op, a grouped expert
 /// GEMM one per expert (Transformer Engine's multi-stream cuBLAS grouped GEMM), unfused attention
-/// one per pass.
+/// one per pass, an op with `kernels` set that many; inside a CUDA graph one for the graph (at its
+/// first op) and none for the rest.
 double host_launches(const graph::Op& op);
 /// Host time to issue op `op`: host_launches · cal.host_launch_us.
 double host_seconds(const KernelCalibration& cal, const graph::Op& op);

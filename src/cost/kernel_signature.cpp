@@ -59,9 +59,14 @@ KernelSig kernel_signature(const graph::Op& op) {
   switch (op.kind) {
     case graph::OpKind::Gemm: {
       if (op.shape[0] == 0 || op.shape[1] == 0 || op.shape[2] == 0) return s;
+      // Block-scaled GEMMs (MXFP8, NVFP4) are not measured (the kernel runner times bf16 and
+      // per-tensor fp8): a per-tensor fp8 measurement of the same shape would stand in for them
+      // without a word, so they keep the analytical rate.
+      if (op.gemm_dtype == graph::GemmDtype::Mxfp8 || op.gemm_dtype == graph::GemmDtype::Nvfp4)
+        return s;
       s.kernel = KernelClass::Gemm;
       s.backward = false;
-      s.fp8 = graph::is_fp8(op.gemm_dtype);
+      s.fp8 = op.gemm_dtype == graph::GemmDtype::Fp8;
       s.dims = {op.shape[0], op.shape[1], op.shape[2], 0, 0};
       const double one = 2.0 * op.shape[0] * op.shape[1] * op.shape[2];
       s.repeat = op.flops > 0 ? op.flops / one : 1.0;

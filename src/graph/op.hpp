@@ -166,10 +166,11 @@ std::string_view stream_name(Stream s);
 std::string_view phase_name(Phase p);
 
 /// Operand precision of a GEMM: bf16/fp16 tensor cores, fp8 (Transformer Engine's E4M3/E5M2
-/// GEMMs at the GPU's fp8 rate), or MXFP8 (fp8 operands with a scale per 32 values, Blackwell's
-/// block-scaled GEMMs: the fp8 rate × their measured ratio to per-tensor fp8, cost/compute_model).
-enum class GemmDtype : std::uint8_t { Bf16 = 0, Fp8 = 1, Mxfp8 = 2 };
-inline constexpr int kNumGemmDtypes = 3;
+/// GEMMs at the GPU's fp8 rate), MXFP8 (fp8 operands with a scale per 32 values, Blackwell's
+/// block-scaled GEMMs: the fp8 rate × their measured ratio to per-tensor fp8, cost/compute_model)
+/// or NVFP4 (E2M1 operands with an E4M3 scale per 16 values: likewise, its measured ratio).
+enum class GemmDtype : std::uint8_t { Bf16 = 0, Fp8 = 1, Mxfp8 = 2, Nvfp4 = 3 };
+inline constexpr int kNumGemmDtypes = 4;
 inline bool is_fp8(GemmDtype d) {
   return d != GemmDtype::Bf16;
 }
@@ -209,6 +210,15 @@ struct Op {
   /// Attention ops only: the value head dimension when it differs from the query/key one
   /// (MLA's d_v); 0 = the same as shape[2].
   std::uint16_t value_dim = 0;
+  /// Kernels the op launches where the framework's code runs more than the one the op stands
+  /// for (a Megatron MoE router's top-k, aux-loss and bookkeeping kernels; docs/cost-model.md
+  /// §1.6): each costs the host one launch and the GPU one kernel overhead. 0: the derived count
+  /// (one; a grouped GEMM one per expert; unfused attention one per pass).
+  std::uint16_t kernels = 0;
+  /// CUDA graphs (Megatron's --cuda-graph-scope): 0 launched eagerly; 1 replayed inside a graph
+  /// whose launch an earlier op paid (the host launches nothing for it); 2 the first op of a
+  /// graph replay (the host launches the graph: one launch for all its kernels).
+  std::uint8_t cuda_graph = 0;
 };
 static_assert(sizeof(Op) == 88, "Op layout: plain data, 88 bytes");
 

@@ -278,13 +278,14 @@ std::int64_t fp8_weight_copy_bytes(const ModelSpec& m, const ParallelPlan& p, co
   // A captured model's fp8 is torchao's: no cached copy, the fp8 weight is cast each forward and
   // kept for the backward like an activation (workload::lower_block).
   // With fp8 primary weights the fp8 data and its transpose take the place of the bf16 weight.
-  if (t.precision != Precision::Fp8 || m.capture || p.fp8_param_gather) return 0;
+  if (!t.quantized() || m.capture || p.fp8_param_gather) return 0;
   // Under ZeRO-3 / FSDP the quantized weights are sharded like the weights they copy and
   // gathered per unit (Megatron-FSDP "shards and all-gathers TransformerEngine-quantized
   // parameters", docs/user-guide/features/megatron_fsdp.md; TE's Float8Tensor.fsdp_pre_all_gather
   // hands FSDP2 its local shard), so a rank keeps 1/shard of the copy.
   const double shard = p.zero() >= 3 ? static_cast<double>(p.zero_shard()) : 1.0;
-  return static_cast<std::int64_t>(std::ceil(2 * linear_parameters_on_rank(m, p, stage) / shard));
+  return static_cast<std::int64_t>(
+      std::ceil(2 * t.gemm_operand_bytes() * linear_parameters_on_rank(m, p, stage) / shard));
 }
 
 std::int64_t activation_bytes_per_layer(const ModelSpec& m, const ParallelPlan& p,

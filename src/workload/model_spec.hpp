@@ -65,6 +65,10 @@ struct ModelSpec {
   /// no limit. Only the flex dispatcher's cost reads it (the nodes a token reaches).
   std::int64_t moe_router_num_groups = 0;
   std::int64_t moe_router_group_topk = 0;
+  /// The router's load-balancing loss coefficient (Megatron's --moe-aux-loss-coeff; 0, its
+  /// default, runs no aux-loss kernels). Only the router's kernel count reads it
+  /// (workload/moe_kernels.hpp); the loss itself does not change the work.
+  double moe_aux_loss_coeff = 0;
 
   // ---- multi-latent attention (DeepSeek-V2/V3; Megatron's MLATransformerConfig names) ----
   bool multi_latent_attention = false;

@@ -39,3 +39,33 @@ MoeLoad moe_load(const ModelSpec& m, const ParallelPlan& p, const TrainingSpec& 
                  std::int64_t ep_rank, double local_tokens);
 
 }  // namespace scalescope::workload
+
+namespace scalescope::workload {
+
+/// Kernels one MoE layer launches for one micro-batch beyond the ops' own (Op::kernels), counted
+/// from Megatron-Core's code at NVIDIA/Megatron-LM@d98e8a6 and Transformer Engine's at
+/// NVIDIA/TransformerEngine@d0067d0 (docs/cost-model.md §1.6 "MoE kernel counts"; the reading is
+/// docs/research/2026-12-04-moe_host.md §B). Collective launches (NCCL) count as kernels: the host
+/// launches them alike. 0 = the op's derived count (one).
+struct MoeKernels {
+  std::uint16_t router_topk_fwd = 0;  ///< RouterTopk: score function, top-k, aux loss
+  std::uint16_t permute_fwd = 0;      ///< MoePermute: counts, their D2H copies, permutation
+  std::uint16_t dispatch_fwd = 0;     ///< EpDispatch: the token (and probability) exchange
+  std::uint16_t tp_gather = 0;        ///< EtpAllGather forward / EtpReduceScatter backward
+  std::uint16_t sort_dispatch = 0;    ///< MoeSortChunks after the dispatch (and its backward)
+  std::uint16_t sort_combine = 0;     ///< MoeSortChunks before the combine (and its backward)
+  std::uint16_t combine_fwd = 0;      ///< EpCombine forward
+  std::uint16_t unpermute_fwd = 0;    ///< MoeUnpermute forward (with the shared experts' add)
+  std::uint16_t unpermute_bwd = 0;
+  std::uint16_t combine_bwd = 0;
+  std::uint16_t dispatch_bwd = 0;
+  std::uint16_t permute_bwd = 0;
+  std::uint16_t router_topk_bwd = 0;
+};
+
+/// The counts for this model and plan: all-to-all or flex (DeepEP) dispatcher, with or without
+/// --moe-router-fusion / --moe-permute-fusion, aux loss on when model.moe_aux_loss_coeff > 0.
+/// The all-gather dispatcher keeps the derived counts.
+MoeKernels moe_kernels(const ModelSpec& m, const ParallelPlan& p);
+
+}  // namespace scalescope::workload

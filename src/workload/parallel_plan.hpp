@@ -24,6 +24,15 @@ enum RecomputeModule : std::uint8_t {
   kRecomputeMoe = 32,            ///< a whole MoE block (router, dispatch, experts, shared experts)
   kRecomputeSharedExperts = 64,  ///< an MoE block's shared experts
 };
+/// The modules Megatron's --cuda-graph-scope captures in CUDA graphs that the model tells apart
+/// (transformer_config.py CudaGraphScope at d98e8a6): a layer's self-attention block (its input
+/// norm through the output projection), an MoE layer's router, and its dispatch preprocessing
+/// (token counts, their gather and the first permutation). A bit set.
+enum CudaGraphScope : std::uint8_t {
+  kCudaGraphAttn = 1,
+  kCudaGraphMoeRouter = 2,
+  kCudaGraphMoePreprocess = 4,
+};
 /// How context-parallel attention exchanges keys and values (Megatron's --cp-comm-type): a ring
 /// of point-to-point transfers overlapped with the attention blocks, one all-gather first, or
 /// all-to-alls that trade the sequence split for a head split around the attention (Ulysses).
@@ -36,7 +45,10 @@ enum class CpCommType : std::uint8_t { P2p, AllGather, A2a };
 /// layer-wise selective checkpointing, `selective_ac_option: N`).
 enum class RecomputeMethod : std::uint8_t { Uniform, Block, Interval };
 enum class Schedule : std::uint8_t { OneFOneB, GPipe };
-enum class Precision : std::uint8_t { Bf16, Fp16, Fp8 };
+/// GEMM precision of the linear layers: bf16 / fp16, Transformer Engine's fp8 (a recipe below),
+/// or NVFP4 (TE's NVFP4BlockScaling on Blackwell: E2M1 values with an E4M3 scale per 16 and a
+/// per-tensor fp32 scale; Megatron's --fp4-format e2m1 --fp4-recipe nvfp4).
+enum class Precision : std::uint8_t { Bf16, Fp16, Fp8, Nvfp4 };
 /// Transformer Engine's fp8 scaling (Megatron's --fp8-recipe): delayed (amax history, one pass
 /// per cast), tensorwise (current scaling: the amax of the tensor first, then the cast),
 /// mxfp8 (Blackwell: one E8M0 scale per 32 values, computed in the cast) and blockwise
@@ -143,6 +155,15 @@ struct ParallelPlan {
   std::int64_t expert_model_parallel_size = 1;
   std::int64_t expert_tensor_parallel_size = 0;
   MoeDispatcher moe_token_dispatcher_type = MoeDispatcher::AllToAll;
+  /// Megatron's --moe-router-fusion (Transformer Engine's fused top-k, aux-loss score and aux-loss
+  /// kernels) and --moe-permute-fusion (TE's Triton permute / unpermute / chunk sort); both off
+  /// by default, as in Megatron-Core's TransformerConfig. They set the MoE layer's kernel counts
+  /// (workload/moe_kernels.hpp).
+  bool moe_router_fusion = false;
+  bool moe_permute_fusion = false;
+  /// Megatron's --cuda-graph-scope (with --cuda-graph-impl transformer_engine): the modules
+  /// captured in CUDA graphs, whose kernels the host launches as one graph (kCudaGraph* bits).
+  std::uint8_t cuda_graph_scope = 0;
   std::int64_t ep() const { return expert_model_parallel_size; }
   std::int64_t etp() const {
     return expert_tensor_parallel_size > 0 ? expert_tensor_parallel_size : tp();
@@ -238,6 +259,14 @@ struct TrainingSpec {
   std::int64_t global_batch_size = 1;
   Precision precision = Precision::Bf16;
   Fp8Recipe fp8_recipe = Fp8Recipe::Delayed;  ///< precision fp8 only
+  /// The linear layers' GEMMs run quantized (fp8 or NVFP4), with TE's casts before them.
+  bool quantized() const { return precision == Precision::Fp8 || precision == Precision::Nvfp4; }
+  /// Bytes per value of a quantized GEMM operand: fp8 1; NVFP4 half a byte plus an E4M3 scale
+  /// per 16 values (TE docs/features/low_precision_training/nvfp4: "1 scaling factor per 16
+  /// elements"), 0.5625. bf16 / fp16 2.
+  double gemm_operand_bytes() const {
+    return precision == Precision::Fp8 ? 1.0 : precision == Precision::Nvfp4 ? 0.5625 : 2.0;
+  }
   AttentionBackend attention = AttentionBackend::Flash;
   /// The software stack whose defaults the configuration used (training.stack; "" = none).
   std::string stack;

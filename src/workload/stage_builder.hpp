@@ -137,6 +137,7 @@ class StageBuilder {
   }
   std::uint32_t wgrad(const Op& op);
   void issue_in_key_order();
+  void mark_cuda_graphs();
   std::uint32_t add_beside(const Op& op);
   bool tp_comm() const { return p_.tp() > 1; }
   void sp_gather(Phase phase, double bytes = -1);
@@ -211,7 +212,7 @@ class StageBuilder {
   void moe_backward(std::int64_t l);
   /// Bytes per element of a linear layer's input as a norm or activation writes it and the GEMM
   /// keeps it: fp8 under fp8 (Transformer Engine writes it cast), else bf16.
-  double gemm_input_bytes() const { return fp8_ ? 1.0 : 2.0; }
+  double gemm_input_bytes() const { return t_.gemm_operand_bytes(); }
   Op layer_norm(OpName name, Phase phase) const;
   Op expert_activation(Phase phase, double N, double f) const;
   bool discards_input_norm() const;
@@ -252,6 +253,7 @@ class StageBuilder {
   LoweredBlock lowered_;                           ///< captured models: the lowered block
   LoweredOuter outer_;  ///< captured models: embedding, head and loss, when the capture has them
   double local_experts_ = 0;
+  MoeKernels moe_kernels_;  ///< MoE: kernels of the layer's ops beyond their own (Op::kernels)
 
   std::uint32_t chain_ = kNone;
   std::uint32_t pending_reduce_ = kNone;

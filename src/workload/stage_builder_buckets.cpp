@@ -90,7 +90,7 @@ bool StageBuilder::is_linear_part(std::int64_t part) {
 /// Bytes of a bucket's parameter all-gather: bf16, the linear weights in fp8 with
 /// fp8_param_gather.
 double StageBuilder::gather_bytes(const Bucket& b) const {
-  return 2 * b.params - (p_.fp8_param_gather ? b.linear : 0.0);
+  return 2 * b.params - (p_.fp8_param_gather ? (2 - t_.gemm_operand_bytes()) * b.linear : 0.0);
 }
 
 Op StageBuilder::bucket_collective(const Bucket& b, OpKind kind, Phase phase, double bytes) const {

@@ -90,11 +90,12 @@ void StageBuilder::layer_forward(std::int64_t l, Phase phase, bool first_microba
   // Under fp8 TE's LayerNormLinear writes the norm output (the GEMM input) in fp8 and keeps it
   // for the wgrad: 1 byte per element instead of 2.
   const double out_bytes = gemm_input_bytes();
-  // The first micro-batch casts the layer's linear weights to fp8 and their transposes
-  // (read 2 B, write 1 + 1 B per weight); later micro-batches reuse the cached copies.
+  // The first micro-batch casts the layer's linear weights to fp8 (NVFP4) and their transposes
+  // (read 2 B, write 1 + 1 B per weight in fp8); later micro-batches reuse the cached copies.
   if (fp8_ && first_microbatch && phase == Phase::Forward)
     chain(memory_bound(OpKind::Elementwise, OpName::Fp8Cast, phase,
-                       (4 + fp8_recipe_bytes(true)) * linear_parameters_on_rank(m_, p_, stage_) /
+                       (2 + 2 * gemm_input_bytes() + fp8_recipe_bytes(true)) *
+                           linear_parameters_on_rank(m_, p_, stage_) /
                            static_cast<double>(layers_)));
   Op norm = layer_norm(OpName::InputNorm, phase);
   norm.mem_alloc = alloc((2 + out_bytes) * local);  // its input and its output (QKV input)

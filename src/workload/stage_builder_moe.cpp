@@ -23,8 +23,8 @@ Op StageBuilder::grouped_gemm(OpName name, Phase phase, double tokens, double n,
   Op op = gemm(name, phase, std::max(1.0, tokens / local_experts_), n, k);
   op.flops = 2 * tokens * n * k;
   const double weights = local_experts_ * k * n;
-  op.mem_bytes =
-      fp8_ ? tokens * k + weights + 2 * tokens * n : 2 * (tokens * k + weights + tokens * n);
+  op.mem_bytes = fp8_ ? gemm_input_bytes() * (tokens * k + weights) + 2 * tokens * n
+                      : 2 * (tokens * k + weights + tokens * n);
   return op;
 }
 
@@ -50,6 +50,10 @@ std::uint32_t StageBuilder::ep_exchange(Phase phase, OpName name, bool towards_e
   }
   if (!ep_comm()) return kNone;
   Op op = collective(OpKind::AllToAll, CommRole::Ep, name, phase, 2 * h * load_.max_exchanged);
+  const MoeKernels& k = moe_kernels_;
+  const bool fwd = phase != Phase::Backward;
+  op.kernels = name == OpName::EpDispatch ? (fwd ? k.dispatch_fwd : k.dispatch_bwd)
+                                          : (fwd ? k.combine_fwd : k.combine_bwd);
   op.mem_transient = static_cast<std::int64_t>(2 * h * (load_.sent + load_.received));
   if (p_.moe_token_dispatcher_type == MoeDispatcher::Flex)  // DeepEP: per node, not per copy
     op.shape = {static_cast<std::uint32_t>(m_.moe_router_topk),
@@ -80,8 +84,10 @@ double StageBuilder::overlapped_shared() const {
 void StageBuilder::sort_chunks(Phase phase, bool dispatch_side) {
   if (p_.moe_token_dispatcher_type != MoeDispatcher::AllToAll || local_experts_ <= 1) return;
   const double N = load_.computed;
-  chain(memory_bound(OpKind::Elementwise, OpName::MoeSortChunks, phase,
-                     4 * N * h_ + (dispatch_side ? 8 * N : 0.0)));
+  Op sort = memory_bound(OpKind::Elementwise, OpName::MoeSortChunks, phase,
+                         4 * N * h_ + (dispatch_side ? 8 * N : 0.0));
+  sort.kernels = dispatch_side ? moe_kernels_.sort_dispatch : moe_kernels_.sort_combine;
+  chain(sort);
 }
 
 /// The MoE block's forward (Megatron MoELayer with MoEAlltoAllTokenDispatcher: router,
@@ -106,6 +112,7 @@ void StageBuilder::moe_forward(Phase phase, bool keep, double out_bytes, std::in
   Op topk =
       memory_bound(OpKind::Elementwise, OpName::RouterTopk, phase, 3 * 4 * Tl * E, 8 * Tl * E);
   topk.mem_alloc = alloc(4 * Tl * E + 8 * Tl * k);  // probabilities and the routing map
+  topk.kernels = moe_kernels_.router_topk_fwd;
   mlp_alloc += topk.mem_alloc;
   chain(topk);
   Op permute =
@@ -114,6 +121,7 @@ void StageBuilder::moe_forward(Phase phase, bool keep, double out_bytes, std::in
   // grouped GEMM's m_splits; DeepEP's dispatch waits for its receive counts): the host stops
   // issuing until the router and this permute ran (docs/model.md "Host issue").
   permute.host_sync = 1;
+  permute.kernels = moe_kernels_.permute_fwd;
   chain(permute);
   const double shared = overlapped_shared();
   ovl_stage(3, -1);
@@ -123,8 +131,12 @@ void StageBuilder::moe_forward(Phase phase, bool keep, double out_bytes, std::in
     mlp_fc1(shared, phase, keep, out_bytes, mlp_alloc, OpName::SharedFc1Gemm);
     wait_for_overlapped(dispatch);
   }
-  if (etp_comm())
-    chain(collective(OpKind::AllGather, CommRole::Etp, OpName::EtpAllGather, phase, 2 * h * N));
+  if (etp_comm()) {
+    Op gather =
+        collective(OpKind::AllGather, CommRole::Etp, OpName::EtpAllGather, phase, 2 * h * N);
+    gather.kernels = moe_kernels_.tp_gather;
+    chain(gather);
+  }
   sort_chunks(phase, true);
   fp8_cast(phase, N * h);
   Op fc1 = grouped_gemm(OpName::ExpertFc1Gemm, phase, N, f * glu, h);
@@ -155,6 +167,7 @@ void StageBuilder::moe_forward(Phase phase, bool keep, double out_bytes, std::in
   Op unpermute = memory_bound(OpKind::Elementwise, OpName::MoeUnpermute, phase,
                               2 * load_.sent * h + 2 * Tl * h, 2 * load_.sent * h);
   unpermute.mem_alloc = alloc(2 * load_.sent * h);
+  unpermute.kernels = moe_kernels_.unpermute_fwd;
   mlp_alloc += unpermute.mem_alloc;
   chain(unpermute);
 }
@@ -167,8 +180,10 @@ void StageBuilder::moe_backward(std::int64_t l) {
   const double f = static_cast<double>(m_.expert_ffn()) / static_cast<double>(p_.etp());
   const double N = load_.computed;
   const Phase B = Phase::Backward;
-  chain(memory_bound(OpKind::Elementwise, OpName::MoeUnpermute, B,
-                     2 * Tl * h + 2 * 2 * load_.sent * h));
+  Op unpermute = memory_bound(OpKind::Elementwise, OpName::MoeUnpermute, B,
+                              2 * Tl * h + 2 * 2 * load_.sent * h);
+  unpermute.kernels = moe_kernels_.unpermute_bwd;
+  chain(unpermute);
   const double shared = overlapped_shared();
   const std::uint32_t combine = ep_exchange(B, OpName::EpCombine, true, shared > 0);
   ovl_stage(-1, 2);
@@ -207,8 +222,12 @@ void StageBuilder::moe_backward(std::int64_t l) {
   fc1_wgrad.mem_bytes += 2 * p_.grad_bytes() * local_experts_ * h * f * glu;
   ready_[param_key(l, kExperts)] = wgrad(fc1_wgrad);
   sort_chunks(B, true);  // the backward of the dispatch's sort
-  if (etp_comm())
-    chain(collective(OpKind::ReduceScatter, CommRole::Etp, OpName::EtpReduceScatter, B, 2 * h * N));
+  if (etp_comm()) {
+    Op scatter =
+        collective(OpKind::ReduceScatter, CommRole::Etp, OpName::EtpReduceScatter, B, 2 * h * N);
+    scatter.kernels = moe_kernels_.tp_gather;
+    chain(scatter);
+  }
   ovl_stage(-1, 4);
   const std::uint32_t dispatch = ep_exchange(B, OpName::EpDispatch, false, shared > 0);
   ovl_stage(-1, 6);
@@ -216,8 +235,13 @@ void StageBuilder::moe_backward(std::int64_t l) {
     ready_[param_key(l, kFc1)] = mlp_fc1_backward(shared, OpName::SharedFc1Gemm);
     wait_for_overlapped(dispatch);
   }
-  chain(memory_bound(OpKind::Elementwise, OpName::MoePermute, B, 2 * load_.sent * h + 2 * Tl * h));
-  chain(memory_bound(OpKind::Elementwise, OpName::RouterTopk, B, 3 * 4 * Tl * E, 8 * Tl * E));
+  Op permute =
+      memory_bound(OpKind::Elementwise, OpName::MoePermute, B, 2 * load_.sent * h + 2 * Tl * h);
+  permute.kernels = moe_kernels_.permute_bwd;
+  chain(permute);
+  Op topk = memory_bound(OpKind::Elementwise, OpName::RouterTopk, B, 3 * 4 * Tl * E, 8 * Tl * E);
+  topk.kernels = moe_kernels_.router_topk_bwd;
+  chain(topk);
   chain(gemm(OpName::Router, B, Tl, h, E));
   Op rw = gemm(OpName::Router, B, h, E, Tl);
   rw.gemm_dtype = graph::GemmDtype::Bf16;

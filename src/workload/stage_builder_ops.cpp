@@ -34,9 +34,10 @@ Op StageBuilder::gemm(OpName name, Phase phase, double m, double n, double k) co
   op.flops = 2 * m * n * k;
   op.mem_bytes = 2 * (m * k + k * n + m * n);
   if (fp8_ && name != OpName::LogitsGemm && name != OpName::Router) {
-    op.gemm_dtype =
-        t_.fp8_recipe == Fp8Recipe::Mxfp8 ? graph::GemmDtype::Mxfp8 : graph::GemmDtype::Fp8;
-    op.mem_bytes = m * k + k * n + 2 * m * n;
+    op.gemm_dtype = t_.precision == Precision::Nvfp4    ? graph::GemmDtype::Nvfp4
+                    : t_.fp8_recipe == Fp8Recipe::Mxfp8 ? graph::GemmDtype::Mxfp8
+                                                        : graph::GemmDtype::Fp8;
+    op.mem_bytes = gemm_input_bytes() * (m * k + k * n) + 2 * m * n;
   }
   op.comm_sms = std::exchange(ub_sms_, std::uint8_t{0});
   // EP overlap with DeepEP: a GEMM of a layer pair runs beside the other micro-batch's
@@ -96,13 +97,17 @@ void StageBuilder::gemm_then_reduce(Op gemm_op, Phase phase) {
 void StageBuilder::fp8_cast(Phase phase, double elements) {
   if (fp8_)
     chain(memory_bound(OpKind::Elementwise, OpName::Fp8Cast, phase,
-                       (3 + fp8_recipe_bytes(false)) * elements));
+                       (2 + gemm_input_bytes() + fp8_recipe_bytes(false)) * elements));
 }
 
-/// A recipe's bytes per value beyond delayed scaling's: tensorwise reads the tensor (2 B) for
-/// its amax; mxfp8 writes a 1-byte scale per 32 values, blockwise an fp32 one per 128 (a
-/// weight's per 128 × 128 block), for each fp8 layout written (`weight`: both).
+/// A recipe's bytes per value beyond reading bf16 and writing the quantized values: tensorwise
+/// reads the tensor (2 B) for its amax; mxfp8 writes a 1-byte scale per 32 values, blockwise an
+/// fp32 one per 128 (a weight's per 128 × 128 block), for each fp8 layout written (`weight`:
+/// both). NVFP4 (TE's NVFP4BlockScaling, docs/features/low_precision_training/nvfp4 at
+/// d0067d0): a per-tensor amax first (2 B read, as tensorwise) and the E4M3 scale per 16 values
+/// inside gemm_input_bytes.
 double StageBuilder::fp8_recipe_bytes(bool weight) const {
+  if (t_.precision == Precision::Nvfp4) return 2;
   switch (t_.fp8_recipe) {
     case Fp8Recipe::Tensorwise:
       return 2;
@@ -238,6 +243,70 @@ void StageBuilder::issue_in_key_order() {
   }
   prog_ = std::move(out);
   keys_.clear();
+}
+
+/// Megatron's --cuda-graph-scope (TE's per-layer graphs, transformer_layer.py at d98e8a6): each
+/// run of a scope's ops of one layer, micro-batch and phase, consecutive in issue order, is one
+/// graph replay. Its first op carries the graph's launch (Op::cuda_graph 2), the others none (1);
+/// their kernels still run on the GPU as before. attn: the input norm through the output
+/// projection and the residual add, with the TP / CP communication inside; moe_router: the
+/// gating GEMM and the top-k; moe_preprocess: the token counts and the permutation.
+void StageBuilder::mark_cuda_graphs() {
+  const std::uint8_t scope = p_.cuda_graph_scope;
+  if (scope == 0) return;
+  const auto scope_of = [](OpName n) -> std::uint8_t {
+    switch (n) {
+      case OpName::InputNorm:
+      case OpName::QkvGemm:
+      case OpName::QkNorm:
+      case OpName::Rope:
+      case OpName::Attention:
+      case OpName::OutProjGemm:
+      case OpName::BiasDropoutAdd:
+      case OpName::QDownGemm:
+      case OpName::KvDownGemm:
+      case OpName::LatentNorm:
+      case OpName::QUpGemm:
+      case OpName::KvUpGemm:
+      case OpName::CpKvExchange:
+      case OpName::CpMerge:
+        return kCudaGraphAttn;
+      case OpName::Router:
+      case OpName::RouterTopk:
+        return kCudaGraphMoeRouter;
+      case OpName::MoePermute:
+        return kCudaGraphMoePreprocess;
+      default:
+        return 0;
+    }
+  };
+  // Inside an attention graph its TP collectives and fp8 casts belong to it too.
+  const auto inside_attn = [](OpName n) {
+    return n == OpName::TpAllGather || n == OpName::TpReduceScatter || n == OpName::TpAllReduce ||
+           n == OpName::Fp8Cast;
+  };
+  std::uint8_t open = 0;  // the scope of the graph being replayed, 0 = none
+  const Op* first = nullptr;
+  for (Op& op : prog_.ops) {
+    std::uint8_t s = scope_of(op.name) & scope;
+    if (s == 0 && open == kCudaGraphAttn && inside_attn(op.name)) s = open;
+    const bool same = open != 0 && s == open && op.layer == first->layer &&
+                      op.microbatch == first->microbatch && op.phase == first->phase;
+    // A residual add only closes an attention graph; it does not start one.
+    if (!same && op.name == OpName::BiasDropoutAdd) s = 0;
+    if (s == 0) {
+      open = 0;
+      continue;
+    }
+    if (same) {
+      op.cuda_graph = 1;
+    } else {
+      op.cuda_graph = 2;
+      open = s;
+      first = &op;
+    }
+    if (op.name == OpName::BiasDropoutAdd) open = 0;
+  }
 }
 
 /// Issues `op` beside the chain: it starts once the chain's last op and everything the next

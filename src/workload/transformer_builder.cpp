@@ -40,7 +40,7 @@ StageBuilder::StageBuilder(const ModelSpec& m, const ParallelPlan& p, const Trai
   hidden_bytes_ = 2 * tokens_ * h_;  // S of TP collectives: the full [T, h] bf16 tensor
   num_mb_ = t.num_microbatches(p.dp());
   ub_ = p.tp_comm_overlap && p.sequence_parallel && p.tp() > 1;
-  fp8_ = t.precision == Precision::Fp8;
+  fp8_ = t.quantized();  // fp8 or NVFP4: quantized GEMMs and TE's casts
   // ZeRO-3 / FSDP units: each transformer layer, and the root (embedding, final norm, output
   // layer), as fully_shard wraps them (MODELING §3.3).
   zero3_ = p.zero() >= 3 && p.zero_shard() > 1;
@@ -64,6 +64,7 @@ StageBuilder::StageBuilder(const ModelSpec& m, const ParallelPlan& p, const Trai
     // TP); the EP-rank program models its own experts' load, the balanced one EP rank 0's.
     load_ = moe_load(m, p, t, ep_rank < 0 ? 0 : ep_rank, tokens_ / seq_shard_);
     local_experts_ = static_cast<double>(m.num_experts / p.ep());
+    moe_kernels_ = moe_kernels(m, p);
   }
   if (m.capture) {
     LowerOptions lo;
@@ -132,6 +133,7 @@ graph::RankProgram StageBuilder::build() {
     one_f_one_b();
   finish_iteration();
   issue_in_key_order();
+  mark_cuda_graphs();
   prog_.finalize();
   return std::move(prog_);
 }

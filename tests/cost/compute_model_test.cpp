@@ -153,6 +153,16 @@ TEST(ComputeSeconds, BlackwellGemmsRunAtTheirMamfCeilings) {
   op.phase = graph::Phase::Backward;
   EXPECT_NEAR(compute_seconds(gb200, op),
               op.flops / (fp8_rate * (2666.0 / 2744 + 2663.0 / 2749) / 2) + 2e-6, 1e-12);
+  // NVFP4 at the same profile's per-layer GEMM times against per-tensor fp8 (pre-quantized,
+  // B300): Fprop 2.158 ms fp8 / 1.254 ms NVFP4 = 1.721× the fp8 rate; backward the mean of
+  // Dgrad 2.329 / 1.305 and Wgrad 2.325 / 1.205 = (1.785 + 1.929) / 2 = 1.857×. At the GB200 MAMF
+  // shape: 1.632e11 FLOP / (3615.6 · 1.721) TFLOP/s = 26.2 µs forward, 24.3 µs backward, + 2 µs.
+  op.gemm_dtype = graph::GemmDtype::Nvfp4;
+  op.phase = graph::Phase::Forward;
+  EXPECT_NEAR(compute_seconds(gb200, op), op.flops / (fp8_rate * 2.158 / 1.254) + 2e-6, 1e-12);
+  EXPECT_NEAR(compute_seconds(gb200, op), 28.2e-6, 0.1e-6);
+  op.phase = graph::Phase::Backward;
+  EXPECT_NEAR(compute_seconds(gb200, op), 26.3e-6, 0.1e-6);
 }
 
 TEST(ComputeSeconds, OverlappedCommunicationTakesSmsFromTheGemm) {

@@ -379,16 +379,16 @@ void expect_equivalent(const graph::SlicedGraph& a, const graph::SlicedGraph& b)
     for (std::uint32_t i = 0; i < p.size(); ++i) {
       const graph::Op& x = p.ops[i];
       const graph::Op& y = q.ops[i];
-      ASSERT_TRUE(x.kind == y.kind && x.stream == y.stream && x.role == y.role &&
-                  x.role2 == y.role2 && x.phase == y.phase && x.name == y.name &&
-                  x.layer == y.layer && x.microbatch == y.microbatch &&
-                  x.attention_impl == y.attention_impl && x.gemm_dtype == y.gemm_dtype &&
-                  x.shape == y.shape && x.flops == y.flops && x.mem_bytes == y.mem_bytes &&
-                  x.comm_bytes == y.comm_bytes && x.mem_alloc == y.mem_alloc &&
-                  x.mem_free == y.mem_free && x.mem_transient == y.mem_transient &&
-                  x.instance == y.instance && x.instance2 == y.instance2 &&
-                  x.comm_sms == y.comm_sms && x.value_dim == y.value_dim &&
-                  x.host_sync == y.host_sync)
+      ASSERT_TRUE(
+          x.kind == y.kind && x.stream == y.stream && x.role == y.role && x.role2 == y.role2 &&
+          x.phase == y.phase && x.name == y.name && x.layer == y.layer &&
+          x.microbatch == y.microbatch && x.attention_impl == y.attention_impl &&
+          x.gemm_dtype == y.gemm_dtype && x.shape == y.shape && x.flops == y.flops &&
+          x.mem_bytes == y.mem_bytes && x.comm_bytes == y.comm_bytes &&
+          x.mem_alloc == y.mem_alloc && x.mem_free == y.mem_free &&
+          x.mem_transient == y.mem_transient && x.instance == y.instance &&
+          x.instance2 == y.instance2 && x.comm_sms == y.comm_sms && x.value_dim == y.value_dim &&
+          x.host_sync == y.host_sync && x.kernels == y.kernels && x.cuda_graph == y.cuda_graph)
           << "rank " << r << " op " << i;
     }
     for (int role = 1; role < graph::kNumRoles; ++role) {

@@ -126,6 +126,20 @@ TEST(ConfigError, EveryBadInputNamesFileAndKey) {
       {Yaml().set("parallel", "fsdp", "true"), "parallel.zero_stage=3"},
       {Yaml().set("parallel", "tensor_model_parallel_size", "2"),
        "parallel.tensor_model_parallel_size"},  // given twice (alias tp too)
+      // MoE kernel keys on a dense model, and CUDA graphs the model does not tell apart.
+      {Yaml().set("parallel", "moe_router_fusion", "true"), "parallel.moe_router_fusion"},
+      {Yaml().set("parallel", "moe_permute_fusion", "true"), "parallel.moe_permute_fusion"},
+      {Yaml().set("model", "moe_aux_loss_coeff", "0.001"), "model.moe_aux_loss_coeff"},
+      {Yaml().set("parallel", "cuda_graph_scope", "[moe_router]"), "parallel.cuda_graph_scope"},
+      {Yaml().set("parallel", "cuda_graph_scope", "[full_iteration]"), "parallel.cuda_graph_scope"},
+      {Yaml().set("parallel", "cuda_graph_scope", "attn"), "parallel.cuda_graph_scope"},
+      // NVFP4 needs Blackwell and has no fp8 recipe.
+      {Yaml().set("training", "precision", "nvfp4"), "nvfp4 needs a Blackwell GPU"},
+      {Yaml()
+           .set("cluster", "preset", "dgx-b200")
+           .set("training", "precision", "nvfp4")
+           .set("training", "fp8_recipe", "mxfp8"),
+       "training.fp8_recipe"},
   };
   int i = 0;
   for (const Case& c : cases) {
@@ -136,6 +150,12 @@ TEST(ConfigError, EveryBadInputNamesFileAndKey) {
   // The reference experiment itself is valid, and so is the vpp value 1.
   EXPECT_EQ(error_of(dir, Yaml().text()), "");
   EXPECT_EQ(error_of(dir, Yaml().set("parallel", "vpp", "1").text()), "");
+  EXPECT_EQ(error_of(dir, Yaml().set("parallel", "cuda_graph_scope", "[attn]").text()), "");
+  EXPECT_EQ(
+      error_of(
+          dir,
+          Yaml().set("cluster", "preset", "dgx-b200").set("training", "precision", "nvfp4").text()),
+      "");
   // FSDP without pipeline parallelism is valid.
   EXPECT_EQ(error_of(dir, Yaml()
                               .set("parallel", "pp", "1")

@@ -569,8 +569,10 @@ TEST(HfConfig, BadConfigJsonNamesFileAndKey) {
   }
 }
 
-/// The MoE presets and the models' own Hugging Face config.json give the same model.
-void expect_hf_matches_preset(const std::string& experiment, const std::string& hf) {
+/// The MoE presets and the models' own Hugging Face config.json give the same model (and the
+/// same aux-loss coefficient where config.json states one: router_aux_loss_coef).
+void expect_hf_matches_preset(const std::string& experiment, const std::string& hf,
+                              bool aux_in_config = true) {
   SCOPED_TRACE(hf);
   const std::string exp = repo("inputs/experiments/" + experiment + ".yaml");
   const auto a = load_experiment(exp).model;
@@ -598,13 +600,18 @@ void expect_hf_matches_preset(const std::string& experiment, const std::string& 
   EXPECT_EQ(a.add_qkv_bias, b.add_qkv_bias);
   EXPECT_EQ(a.moe_router_num_groups, b.moe_router_num_groups);
   EXPECT_EQ(a.moe_router_group_topk, b.moe_router_group_topk);
+  if (aux_in_config) {
+    EXPECT_EQ(a.moe_aux_loss_coeff, b.moe_aux_loss_coeff);
+  }
   EXPECT_DOUBLE_EQ(workload::total_parameters(a), workload::total_parameters(b));
 }
 
 TEST(HfConfig, MoeConfigJsonsMatchPresets) {
   expect_hf_matches_preset("mixtral-8x7b-1k", "mixtral-8x7b-config.json");
   expect_hf_matches_preset("qwen3-235b-1k", "qwen3-235b-a22b-config.json");
-  expect_hf_matches_preset("deepseek-v3-2k", "deepseek-v3-config.json");
+  // DeepSeek-V3's config.json has no aux-loss coefficient (topk_method noaux_tc; the
+  // sequence-wise α = 0.0001 is the paper's, §2.1.2).
+  expect_hf_matches_preset("deepseek-v3-2k", "deepseek-v3-config.json", false);
   // DeepSeek: first_k_dense_replace 3 → layers 0–2 dense, the 58 others MoE.
   const auto d = load_hf_config(repo("inputs/hf/deepseek-v3-config.json"));
   ASSERT_EQ(d.moe_layer_pattern.size(), 61u);

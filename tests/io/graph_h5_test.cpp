@@ -105,6 +105,8 @@ graph::SlicedGraph make_graph() {
   s1.add(ce_ar, {1});
   Op loss = make_op(OpKind::Loss, Stream::Compute, OpName::CrossEntropy, Phase::Forward);
   loss.host_sync = 1;  // any op may carry it; one does here so the round trip checks it
+  loss.kernels = 7;    // likewise a kernel count and a CUDA graph mark
+  loss.cuda_graph = 2;
   s1.add(loss, {2});
   Op send1 =
       make_op(OpKind::SendRecv, Stream::PpPrevComm, OpName::PpSend, Phase::Backward, 0xFFFF, 0);
@@ -160,6 +162,8 @@ void expect_same_op(const Op& a, const Op& b, const std::string& where) {
   EXPECT_EQ(a.instance, b.instance);
   EXPECT_EQ(a.instance2, b.instance2);
   EXPECT_EQ(a.host_sync, b.host_sync);
+  EXPECT_EQ(a.kernels, b.kernels);
+  EXPECT_EQ(a.cuda_graph, b.cuda_graph);
 }
 
 /// Overwrites element `index` of a 1-D dataset through the HDF5 C API.
