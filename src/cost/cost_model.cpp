@@ -194,18 +194,53 @@ ExchangeBytes CostModel::all_to_all_bytes(double bytes, const CommShape& shape) 
   return {bytes * (n - on_node) / n, bytes * (on_node - 1) / n};
 }
 
-double CostModel::exchange_seconds(double inter, double intra) const {
-  const double nvlink =
-      cluster_.nvlink_bandwidth_GBps * units::kGB * network_.p2p_nvlink_efficiency;
+double CostModel::exchange_seconds(double inter, double intra, const CommShape* flex) const {
+  const FlexLinkEfficiency eta =
+      flex != nullptr
+          ? flex_link_efficiency(arch_, flex->nodes)
+          : FlexLinkEfficiency{network_.p2p_nvlink_efficiency, network_.p2p_nic_efficiency};
+  const double nvlink = cluster_.nvlink_bandwidth_GBps * units::kGB * eta.nvlink;
   const double nic = cluster_.nic_bandwidth_Gbps * units::kGbitToBytes *
                      static_cast<double>(cluster_.nics_per_node) /
-                     static_cast<double>(cluster_.gpus_per_node) * network_.p2p_nic_efficiency;
+                     static_cast<double>(cluster_.gpus_per_node) * eta.nic;
   return std::max(intra / nvlink, inter / nic);
 }
 
-SimTime CostModel::exchange_ns(const CommShape& shape, double inter, double intra) const {
+SimTime CostModel::exchange_ns(const CommShape& shape, double inter, double intra,
+                               bool flex) const {
   const double latency_us = shape.nodes > 1 ? cluster_.nic_latency_us : cluster_.nvlink_latency_us;
-  return seconds_to_ns(latency_us * 1e-6 + exchange_seconds(inter, intra));
+  return seconds_to_ns(latency_us * 1e-6 + exchange_seconds(inter, intra, flex ? &shape : nullptr));
+}
+
+// HybridEP (deepseek-ai/DeepEP@17cfb81, branch hybrid-ep, docs/README_Hybrid-EP.md, "Kernel
+// Only" columns: 4,096 tokens of hidden 7,168, top-8, 8 local experts, random uniform routing),
+// dispatch (bf16) and combine, turned into the fraction of the link our byte counts reach.
+// tests/test_hybrid_ep.py there counts NVLink bytes as the rows a rank receives (its own
+// included: (n − 1)/n of them cross NVLink) and RDMA bytes as the (token, node) pairs a token
+// reaches, its own node included ((N − 1)/N of them leave the node):
+//   H100, 16 SMs, IB 400 Gb/s per GPU (50 GB/s): 16 ranks 71.71 / 62.95 GB/s · 1/2 / 50 = 0.717 /
+//   0.630; 32 ranks 57.69 / 57.46 · 3/4 / 50 = 0.865 / 0.862; 64 ranks 49.97 / 49.77 · 7/8 / 50
+//   = 0.874 / 0.871. The mean of dispatch and combine per node count: 0.673, 0.864, 0.873.
+//   Blackwell NVLink (900 GB/s): B200 8 ranks, 16 SMs 734.95 / 673.84 · 7/8 / 900 = 0.714 /
+//   0.655; GB200 NVL72, 32 SMs (what Megatron-Bridge sets, scripts/performance/utils/
+//   overrides.py:73@c81012934), 8 / 16 / 24 / 32 / 36 ranks: 0.743 / 0.717, 0.736 / 0.694,
+//   0.709 / 0.681, 0.691 / 0.651, 0.683 / 0.645. Their median, 0.693.
+// The Torch-API columns beside them add the copy out of HybridEP's buffer, which Megatron's
+// permute takes over (dispatch_with_permute); the kernel figures agree with the MoE report's
+// H100 Table 7 under DeepSeek-V3's node-limited routing within −2 … +16 %.
+constexpr double kFlexNicEfficiency2 = (0.7171 + 0.6295) / 2;
+constexpr double kFlexNicEfficiency4 = (0.8653 + 0.8619) / 2;
+constexpr double kFlexNicEfficiency8 = (0.8745 + 0.8710) / 2;
+constexpr double kFlexNvlinkBlackwell = (0.6913 + 0.6940) / 2;
+
+FlexLinkEfficiency flex_link_efficiency(GpuArch arch, std::uint32_t nodes) {
+  FlexLinkEfficiency e;
+  e.nvlink = arch >= GpuArch::Blackwell ? kFlexNvlinkBlackwell : kP2pNvlinkEfficiency;
+  const double x = std::log2(static_cast<double>(std::max<std::uint32_t>(nodes, 2)));
+  e.nic = x <= 2   ? kFlexNicEfficiency2 + (kFlexNicEfficiency4 - kFlexNicEfficiency2) * (x - 1)
+          : x <= 3 ? kFlexNicEfficiency4 + (kFlexNicEfficiency8 - kFlexNicEfficiency4) * (x - 2)
+                   : kFlexNicEfficiency8;
+  return e;
 }
 
 namespace {
@@ -224,7 +259,7 @@ SimTime CostModel::ep_dispatch_ns(double bytes, std::uint32_t copies, std::uint3
                                   const CommShape& shape, std::uint32_t groups) const {
   if (shape.ranks <= 1 || !(bytes > 0)) return 0;
   const ExchangeBytes x = ep_dispatch_bytes(bytes, copies, experts, shape, groups);
-  return exchange_ns(shape, x.inter, x.intra);
+  return exchange_ns(shape, x.inter, x.intra, copies > 0 && experts > 0);
 }
 
 ExchangeBytes CostModel::ep_dispatch_bytes(double bytes, std::uint32_t copies,
@@ -292,7 +327,7 @@ FlowRequest CostModel::flow_request(const graph::Op& op, const CommShape& shape)
     const double g = std::min<double>(shape.ranks_per_node, n);
     r.pattern = FlowPattern::AllToAll;
     r.flow_bytes = x.inter / std::max(1.0, n - g);
-    r.alone_ns = 1e9 * exchange_seconds(x.inter, x.intra);
+    r.alone_ns = 1e9 * exchange_seconds(x.inter, x.intra, op.shape[0] > 0 ? &shape : nullptr);
     r.latency_ns = cluster_.nic_latency_us * 1e3;
     if (!(r.flow_bytes > 0)) r.flow_bytes = bytes / n;  // guard: nothing leaves the node
     return r;

@@ -40,6 +40,18 @@ struct ExchangeBytes {
   double intra = 0;
 };
 
+/// Fractions of the NVLink and NIC bandwidth per direction that the flex dispatcher's kernels
+/// (HybridEP / DeepEP: Megatron's moe_token_dispatcher_type flex) reach in a dispatch or combine.
+struct FlexLinkEfficiency {
+  double nvlink = 0;
+  double nic = 0;
+};
+/// HybridEP's measured kernel-time bandwidths (docs/cost-model.md §2.4): NVLink on Blackwell
+/// from its B200 and GB200 tables, on older GPUs the point-to-point figure of NCCL
+/// (kP2pNvlinkEfficiency); across `nodes` nodes from its H100 table (2, 4, 8 nodes; log-linear
+/// between, the 8-node figure beyond).
+FlexLinkEfficiency flex_link_efficiency(GpuArch arch, std::uint32_t nodes);
+
 class CostModel {
  public:
   /// Throws InputError if the cluster's GPU is unknown or a bandwidth is not positive.
@@ -109,8 +121,10 @@ class CostModel {
   /// An exchange in which `intra` bytes per member cross NVLink to the members on its node while
   /// `inter` bytes leave through the GPU's share of the node's NICs, both at once: the slower
   /// side plus one link latency (all_to_all_ns, ep_dispatch_ns).
-  SimTime exchange_ns(const CommShape& shape, double inter, double intra) const;
-  double exchange_seconds(double inter, double intra) const;
+  /// `flex`: the flex dispatcher's kernels (HybridEP / DeepEP), which reach a measured fraction
+  /// of the links (flex_link_efficiency) rather than NCCL's point-to-point one.
+  SimTime exchange_ns(const CommShape& shape, double inter, double intra, bool flex = false) const;
+  double exchange_seconds(double inter, double intra, const CommShape* flex = nullptr) const;
   ExchangeBytes all_to_all_bytes(double bytes, const CommShape& shape) const;
   ExchangeBytes ep_dispatch_bytes(double bytes, std::uint32_t copies, std::uint32_t experts,
                                   const CommShape& shape, std::uint32_t groups) const;

@@ -454,16 +454,21 @@ TEST(CostModel, FlexDispatchSendsATokenOncePerNode) {
   // 0.96, 3 µs), top-2 of 8 experts, 4 a node. A token misses the other node with probability
   // C(4, 2)/C(8, 2) = 6/28, so it reaches 2·(1 − 6/28) = 11/7 nodes, 11/14 of a send to the other
   // node; the all-to-all sends 8/16 of its 2 copies there, 1 per token. Per member S = 64 MiB of
-  // copies, S/2 of tokens: the NIC moves S/2 · 11/14 (the NVLink side, 7/16 of S, stays faster).
+  // copies, S/2 of tokens: the NIC moves S/2 · 11/14 (the NVLink side, 7/16 of S, stays faster),
+  // at HybridEP's measured 2-node fraction of the NIC, (0.7171 + 0.6295)/2, not NCCL's 0.96.
   const CostModel m(a100());
   const double S = 64.0 * 1024 * 1024;
-  const double nic = a100_nic_share();
+  const double nic = a100_nic_share() / 0.96 * (0.7171 + 0.6295) / 2;
   const double expected_ns = 3e3 + S / 2 * 11 / 14 / nic * 1e9;
   EXPECT_NEAR(static_cast<double>(m.ep_dispatch_ns(S, 2, 8, {16, 2, 8})), expected_ns, 1.0);
-  // 11/14 of the all-to-all's 1 per token: cheaper than it by that much, less the latency.
-  EXPECT_LT(m.ep_dispatch_ns(S, 2, 8, {16, 2, 8}),
-            m.collective_ns(graph::OpKind::AllToAll, S, {16, 2, 8}));
-  // On one node with one expert a rank, a token's 2 experts are on 2 ranks: the all-to-all.
+  // 11/14 of the all-to-all's 1 per token, but at 0.673 / 0.96 of NCCL's rate: over two nodes
+  // HybridEP's measured kernels lose more than the saved bytes, (11/14) / (0.673/0.96) = 1.12×
+  // the all-to-all's wire time.
+  const double a2a_wire = S / 2 / a100_nic_share() * 1e9;
+  EXPECT_NEAR(static_cast<double>(m.ep_dispatch_ns(S, 2, 8, {16, 2, 8})) - 3e3,
+              a2a_wire * (11.0 / 14) / ((0.7171 + 0.6295) / 2 / 0.96), 1.0);
+  // On one node with one expert a rank, a token's 2 experts are on 2 ranks: the all-to-all (on
+  // an A100 the flex kernels' NVLink fraction is NCCL's point-to-point one).
   EXPECT_EQ(m.ep_dispatch_ns(S, 2, 8, {8, 1, 8}),
             m.collective_ns(graph::OpKind::AllToAll, S, {8, 1, 8}));
 }
@@ -486,19 +491,23 @@ TEST(CostModel, FlexDispatchAgainstHybridEpOnH100) {
   // Megatron-Core's MoE report (arXiv 2603.07685, Table 7): HybridEP dispatch / combine of 4,096
   // tokens of hidden 7,168 (bf16), 256 experts, top-8 (DeepSeek-V3), on H100 nodes of 8 with
   // 8 × 400 Gb/s, in µs: EP 8 661 / 624, EP 16 1,485 / 1,688, EP 32 3,064 / 3,088, EP 64
-  // 4,626 / 4,398 (held out). The test asserts the model's closed form for each row, derived by
-  // hand (docs/cost-model.md §2.4), and prints the comparison with the measurement; the errors
-  // (+4 / +10 % in one node, −28 … +29 % across nodes) are reported there, not asserted: a
-  // tolerance set around them would only restate today's output (issue 23).
+  // 4,626 / 4,398 (held out: the link fractions come from HybridEP's own tables). The test
+  // asserts the model's closed form for each row, derived by hand (docs/cost-model.md §2.4),
+  // and prints the comparison with the measurement, with unlimited routing and with
+  // DeepSeek-V3's node-limited routing (8 groups, the best 4); the errors are reported there,
+  // not asserted: a tolerance set around them would only restate today's output (issue 23).
   //   A token's 8 experts of 256, spread evenly, reach r = n·(1 − Π_{i<8} (256 − 256/n − i) /
   //   (256 − i)) of n units. T = 4,096 · 7,168 · 2 = 58,720,256 B of tokens. NVLink moves
   //   T · r_ranks · 7/8 at 450 · 396/450 = 396 GB/s (+ 1 µs latency in one node); across N nodes
-  //   the NICs move T · r_nodes · (N − 1)/N at 400/8 · 0.96 = 48 GB/s (+ 5 µs); the slower side
-  //   sets the time. By hand (products of the 8 fractions):
+  //   the NICs move T · r_nodes · (N − 1)/N at 50 GB/s × HybridEP's measured fraction for N
+  //   nodes (0.6733, 0.8636, 0.87275; cost_model.cpp) (+ 5 µs); the slower side sets the time.
+  //   Node-limited, a token reaches at most the nodes of its 4 groups of 8, one group or more a
+  //   node: N·(1 − C(8 − 8/N, 4)/C(8, 4)) = 1.971429, 3.142857, 4 nodes. By hand:
   //     EP 8:  r_ranks 5.294652 → 58,720,256 · 5.294652 · 7/8 / 396e9 = 686.96 µs, + 1 = 687.96
-  //     EP 16: r_nodes 1.993020 → T · 1.993020 · 1/2 / 48e9 = 1,219.07 µs (NVLink 846.4), + 5
-  //     EP 32: r_nodes 3.614214 → T · 3.614214 · 3/4 / 48e9 = 3,316.06 µs (NVLink 942.9), + 5
-  //     EP 64: r_nodes 5.294652 → T · 5.294652 · 7/8 / 48e9 = 5,667.51 µs (NVLink 995.9), + 5
+  //     EP 16: r_nodes 1.993020 → T · 1.993020 · 1/2 / 33.665e9 = 1,738.17 µs, + 5; limited
+  //            1.971429 → 1,719.33, + 5
+  //     EP 32: r_nodes 3.614214 → T · 3.614214 · 3/4 / 43.18e9 = 3,686.21, + 5; limited 3,205.47
+  //     EP 64: r_nodes 5.294652 → T · 5.294652 · 7/8 / 43.6375e9 = 6,234.10, + 5; limited 4,709.73
   ClusterSpec c = cluster("H100", 450, 400);
   c.nvlink_latency_us = 1.0;
   c.nic_latency_us = 5.0;
@@ -506,19 +515,26 @@ TEST(CostModel, FlexDispatchAgainstHybridEpOnH100) {
   const double S = 4096.0 * 7168 * 2 * 8;  // the copies: 8 per token
   const struct {
     std::uint32_t ep;
-    double model_us, dispatch_us, combine_us;
-  } rows[] = {{8, 687.96, 661, 624},
-              {16, 1224.07, 1485, 1688},
-              {32, 3321.06, 3064, 3088},
-              {64, 5672.51, 4626, 4398}};
+    double model_us, limited_us, dispatch_us, combine_us;
+  } rows[] = {{8, 687.96, 687.96, 661, 624},
+              {16, 1743.17, 1724.33, 1485, 1688},
+              {32, 3691.21, 3210.47, 3064, 3088},
+              {64, 6239.10, 4714.73, 4626, 4398}};
   std::printf(
-      "  HybridEP on H100 (MoE report Table 7): EP, model us, dispatch / combine us, error\n");
+      "  HybridEP on H100 (MoE report Table 7): EP, model us (unlimited, node-limited), "
+      "dispatch / combine us, node-limited error\n");
   for (const auto& r : rows) {
     const CommShape sh{r.ep, std::max(1u, r.ep / 8), std::min(8u, r.ep)};
     const double us = static_cast<double>(m.ep_dispatch_ns(S, 8, 256, sh)) * 1e-3;
-    EXPECT_NEAR(us, r.model_us, 0.02) << "EP " << r.ep;
-    std::printf("  EP %2u %8.1f %6.0f / %6.0f  %+5.1f / %+5.1f %%\n", r.ep, us, r.dispatch_us,
-                r.combine_us, 100 * (us / r.dispatch_us - 1), 100 * (us / r.combine_us - 1));
+    const double lim =
+        static_cast<double>(m.ep_dispatch_ns(S, 8, 256, sh, graph::routing_groups(8, 4))) * 1e-3;
+    EXPECT_NEAR(us, r.model_us, 0.05) << "EP " << r.ep;
+    if (r.ep > 8) {
+      EXPECT_NEAR(lim, r.limited_us, 0.05) << "EP " << r.ep;
+    }
+    std::printf("  EP %2u %8.1f %8.1f %6.0f / %6.0f  %+5.1f / %+5.1f %%\n", r.ep, us, lim,
+                r.dispatch_us, r.combine_us, 100 * (lim / r.dispatch_us - 1),
+                100 * (lim / r.combine_us - 1));
   }
 }
 
@@ -529,11 +545,11 @@ TEST(CostModel, GroupLimitedRoutingReachesFewerNodes) {
   // 4·(1 − C(3, 2)/C(4, 2)) = 2 (fewer than 4·(1 − 495/1820) = 2.91). Nodes inside groups
   // (2 groups of 2 nodes, the best 1): its 4 experts come from 8 on 2 nodes,
   // 2·(1 − C(4, 4)/C(8, 4)) = 138/70 nodes. The NIC moves (S/4)·reached·3/4.
+  // The NIC at HybridEP's measured 4-node fraction, (0.8653 + 0.8619)/2.
   const CostModel m(a100());
   const double S = 64.0 * 1024 * 1024;
-  const auto expected = [&](double reached) {
-    return 3e3 + S / 4 * reached * 3 / 4 / a100_nic_share() * 1e9;
-  };
+  const double nic = a100_nic_share() / 0.96 * (0.8653 + 0.8619) / 2;
+  const auto expected = [&](double reached) { return 3e3 + S / 4 * reached * 3 / 4 / nic * 1e9; };
   const CommShape shape{32, 4, 8};
   EXPECT_NEAR(static_cast<double>(m.ep_dispatch_ns(S, 4, 16, shape)),
               expected(4 * (1 - 495.0 / 1820)), 1.0);
