@@ -272,9 +272,50 @@ double host_launches(const graph::Op& op) {
   return 1;
 }
 
+// Transformer Engine's Python module code around a linear layer's GEMM, measured as CPU time per
+// call on GB200 (NVIDIA/TransformerEngine PR #3523, 2026-09-15, the released modules before it:
+// Linear bf16 forward 59.19 µs, forward + backward 311.30 µs), in units of a GB200 launch (8.16 µs
+// × 37.08 / 13.48 = 22.446 µs, the Grace host of cluster presets; TE issue #2053's torch Linear on
+// GB200 against a DGX H100 host), so that it scales with the host like a launch does. The
+// forward's GEMM op carries the forward, 59.19 / 22.446 = 2.637 launches; each of the backward's
+// two GEMM ops (dgrad, wgrad) half the backward, (311.30 − 59.19) / 2 / 22.446 = 5.616. Beyond
+// the op's own launches: 1.637 and 4.616. The quantization kernels of fp8 are the casts' own
+// launches (MXFP8 Linear: 114.51 / 440.93 µs, about two and four launches more than bf16).
+constexpr double kGraceLaunchUs = 8.16 * 37.08 / 13.48;
+constexpr double kTeLinearFwdLaunches = 59.19 / kGraceLaunchUs;
+constexpr double kTeLinearBwdLaunches = (311.30 - 59.19) / 2 / kGraceLaunchUs;
+
+double host_module_launches(const graph::Op& op) {
+  if (op.cuda_graph != 0 || op.kind != graph::OpKind::Gemm) return 0;
+  switch (op.name) {
+    // Megatron-Core's TE layer spec: TELayerNormColumnParallelLinear (QKV, FC1),
+    // TERowParallelLinear (out-projection, FC2), TE linears of MLA and MTP, the experts'
+    // TEGroupedLinear (one module call for the rank's experts) and the shared experts.
+    case graph::OpName::QkvGemm:
+    case graph::OpName::OutProjGemm:
+    case graph::OpName::Fc1Gemm:
+    case graph::OpName::Fc2Gemm:
+    case graph::OpName::ExpertFc1Gemm:
+    case graph::OpName::ExpertFc2Gemm:
+    case graph::OpName::SharedFc1Gemm:
+    case graph::OpName::SharedFc2Gemm:
+    case graph::OpName::QDownGemm:
+    case graph::OpName::KvDownGemm:
+    case graph::OpName::QUpGemm:
+    case graph::OpName::KvUpGemm:
+    case graph::OpName::MtpProjGemm:
+      return op.phase == graph::Phase::Backward ? kTeLinearBwdLaunches - 1
+                                                : kTeLinearFwdLaunches - 1;
+    default:
+      return 0;
+  }
+}
+
 double host_seconds(const KernelCalibration& cal, const graph::Op& op) {
   SCALESCOPE_EXPECTS(cal.host_launch_us >= 0);
-  return cal.host_launch_us > 0 ? host_launches(op) * cal.host_launch_us * 1e-6 : 0.0;
+  return cal.host_launch_us > 0
+             ? (host_launches(op) + host_module_launches(op)) * cal.host_launch_us * 1e-6
+             : 0.0;
 }
 
 }  // namespace scalescope::cost
