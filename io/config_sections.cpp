@@ -65,6 +65,25 @@ E read_nccl_name(const Value& v, const char* key, const Values& values, Name nam
   fail(v, key, fmt::format("'{}' is not {} ({})", v.node.Scalar(), what, fmt::join(names, ", ")));
 }
 
+/// A list of names from `table` (Megatron's --recompute-modules, --cuda-graph-scope) as a bit set;
+/// not a list, or a name not in it, is a one-line error naming `key`.
+template <std::size_t N>
+std::uint8_t bit_list(const Value& v, const std::string& key,
+                      const std::pair<std::uint8_t, std::string_view> (&table)[N],
+                      std::string_view expected, std::string_view unknown) {
+  if (!v.node.IsSequence()) fail(v, key, fmt::format("expected {}", expected));
+  std::uint8_t bits = 0;
+  for (const YAML::Node& e : v.node) {
+    const std::string name = e.IsScalar() ? e.Scalar() : std::string();
+    std::uint8_t bit = 0;
+    for (const auto& [b, n] : table)
+      if (name == n) bit = b;
+    if (bit == 0) fail(v, key, fmt::format("'{}' {}", name, unknown));
+    bits |= bit;
+  }
+  return bits;
+}
+
 }  // namespace
 
 /// `network:` (docs/config.md): the network model and NCCL's forced choices.
@@ -235,21 +254,10 @@ workload::ParallelPlan build_parallel(const Section& s) {
     const std::string key = r.key("recompute_modules");
     if (p.recompute != workload::Recompute::Selective)
       fail(*v, key, "applies to parallel.recompute: selective only");
-    if (!v->node.IsSequence())
-      fail(*v, key, "expected a list of submodules, e.g. [core_attn, moe_act, layernorm]");
-    p.recompute_modules = 0;
-    for (const YAML::Node& e : v->node) {
-      const std::string name = e.IsScalar() ? e.Scalar() : std::string();
-      std::uint8_t bit = 0;
-      for (const auto& [b, n] : kRecomputeModules)
-        if (name == n) bit = b;
-      if (bit == 0)
-        fail(*v, key,
-             fmt::format("'{}' is not a submodule (core_attn, moe_act, layernorm, mla_up_proj, "
-                         "mlp, moe, shared_experts)",
-                         name));
-      p.recompute_modules |= bit;
-    }
+    p.recompute_modules = bit_list(*v, key, kRecomputeModules,
+                                   "a list of submodules, e.g. [core_attn, moe_act, layernorm]",
+                                   "is not a submodule (core_attn, moe_act, layernorm, mla_up_proj, "
+                                   "mlp, moe, shared_experts)");
   }
   r.flag("use_distributed_optimizer", p.use_distributed_optimizer);
   p.schedule = r.choice("schedule", {"1f1b", "gpipe"}, "1f1b") == "gpipe"
@@ -296,21 +304,10 @@ workload::ParallelPlan build_parallel(const Section& s) {
   r.flag("moe_permute_fusion", p.moe_permute_fusion);
   if (const Value* v = r.find("cuda_graph_scope")) {
     // Megatron's --cuda-graph-scope with --cuda-graph-impl transformer_engine (per-layer graphs).
-    const std::string key = r.key("cuda_graph_scope");
-    if (!v->node.IsSequence())
-      fail(*v, key, "expected a list of scopes, e.g. [attn, moe_router, moe_preprocess]");
-    for (const YAML::Node& e : v->node) {
-      const std::string name = e.IsScalar() ? e.Scalar() : std::string();
-      std::uint8_t bit = 0;
-      for (const auto& [b, n] : kCudaGraphScopes)
-        if (name == n) bit = b;
-      if (bit == 0)
-        fail(*v, key,
-             fmt::format("'{}' is not modelled (attn, moe_router, moe_preprocess are; "
-                         "full_iteration, mlp, moe and mamba graphs are not)",
-                         name));
-      p.cuda_graph_scope |= bit;
-    }
+    p.cuda_graph_scope = bit_list(*v, r.key("cuda_graph_scope"), kCudaGraphScopes,
+                                  "a list of scopes, e.g. [attn, moe_router, moe_preprocess]",
+                                  "is not modelled (attn, moe_router, moe_preprocess are; "
+                                  "full_iteration, mlp, moe and mamba graphs are not)");
   }
   const std::string dispatcher =
       r.choice("moe_token_dispatcher_type", {"alltoall", "allgather", "flex"}, "alltoall");

@@ -62,9 +62,11 @@ DEVELOPED = {
     # Issue 36: the NeMo 24.07 rows' stack (flash-attn) and launcher inputs were applied with
     # the issue's account of their effect in view; the four 64 M-parameter functional tests fit
     # training.host_iteration_ms (scripts/validate/fit_host_iteration.py); the Qwen3-235B
-    # Megatron-Bridge row's dispatcher was corrected after looking at it.
+    # Megatron-Bridge row's dispatcher was corrected after looking at it. Issue 36 (2026-12-05):
+    # the Qwen3-30B row's breakdown was read while choosing the flex dispatcher's link fractions
+    # (their values come from HybridEP's own tables, not from rows).
     "h100": {"file:h100_megatron_throughput.csv", "file:h100_moe_modelzoo.csv",
-             "Qwen3-235B-A22B-MB", "LLAMA2-7B-4k", "LLAMA2-7B-8k",
+             "Qwen3-235B-A22B-MB", "Qwen3-30B-A3B-MB", "LLAMA2-7B-4k", "LLAMA2-7B-8k",
              "LLAMA2-7B-16k", "LLAMA2-7B-32k", "LLAMA2-7B-64k", "LLAMA2-7B-128k",
              "LLAMA2-7B-256k", "LLAMA2-7B-512k", "LLAMA2-7B-1024k",
              "GPT3-5B", "GPT3-20B", "LLAMA2-13B", "Nemotron-4-340B"},
@@ -76,8 +78,10 @@ DEVELOPED = {
     # models were written from their sources and compared afterwards.
     "torchtitan": set(),
     # issue 36: the Blackwell rows were first run after every constant they use was chosen from
-    # its source; nothing was fitted to them (docs/validation.md "Blackwell").
-    "blackwell": set(),
+    # its source; nothing was fitted to them (docs/validation.md "Blackwell"). 2026-12-05: the
+    # two DGX-B200 MoE rows' breakdowns were read while choosing the flex dispatcher's link
+    # fractions (HybridEP's tables; not fitted to rows).
+    "blackwell": {"Qwen3-30B-A3B-MB DGX-B200", "Qwen3-235B-A22B-MB DGX-B200"},
     # validation-public §7: reported only (the deep-interleaving finding led to issue 23's
     # schedule fix, which comes from Megatron's source, not from these rows).
     "recipe": set(),
