@@ -254,10 +254,10 @@ workload::ParallelPlan build_parallel(const Section& s) {
     const std::string key = r.key("recompute_modules");
     if (p.recompute != workload::Recompute::Selective)
       fail(*v, key, "applies to parallel.recompute: selective only");
-    p.recompute_modules = bit_list(*v, key, kRecomputeModules,
-                                   "a list of submodules, e.g. [core_attn, moe_act, layernorm]",
-                                   "is not a submodule (core_attn, moe_act, layernorm, mla_up_proj, "
-                                   "mlp, moe, shared_experts)");
+    p.recompute_modules = bit_list(
+        *v, key, kRecomputeModules, "a list of submodules, e.g. [core_attn, moe_act, layernorm]",
+        "is not a submodule (core_attn, moe_act, layernorm, mla_up_proj, "
+        "mlp, moe, shared_experts)");
   }
   r.flag("use_distributed_optimizer", p.use_distributed_optimizer);
   p.schedule = r.choice("schedule", {"1f1b", "gpipe"}, "1f1b") == "gpipe"

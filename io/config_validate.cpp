@@ -405,11 +405,10 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
         "{}: training.fp8_recipe: mxfp8 needs a Blackwell GPU (Transformer Engine's MXFP8 "
         "recipe), not cluster.gpu={}",
         f, cl.gpu);
-  if (tr.precision == workload::Precision::Nvfp4 && cl.gpu.rfind("B", 0) != 0 &&
-      cl.gpu.rfind("GB", 0) != 0)
+  if (tr.precision == workload::Precision::Nvfp4 && cost::find_gpu(cl.gpu).peak_tflops_fp4 <= 0)
     throw_input(
-        "{}: training.precision: nvfp4 needs a Blackwell GPU (Transformer Engine's "
-        "NVFP4BlockScaling), not cluster.gpu={}",
+        "{}: training.precision: nvfp4 needs a Blackwell GPU with FP4 tensor cores (Transformer "
+        "Engine's NVFP4BlockScaling), not cluster.gpu={}",
         f, cl.gpu);
   if (tr.precision == workload::Precision::Fp8 && cost::find_gpu(cl.gpu).peak_tflops_fp8 <= 0)
     throw_input("{}: training.precision=fp8 needs fp8 tensor cores, which cluster.gpu={} lacks", f,

@@ -81,7 +81,11 @@ DEVELOPED = {
     # its source; nothing was fitted to them (docs/validation.md "Blackwell"). 2026-12-05: the
     # two DGX-B200 MoE rows' breakdowns were read while choosing the flex dispatcher's link
     # fractions (HybridEP's tables; not fitted to rows).
-    "blackwell": {"Qwen3-30B-A3B-MB DGX-B200", "Qwen3-235B-A22B-MB DGX-B200"},
+    # The two GB200 NVFP4 rows decided against scaling NVFP4's gain by the FP4 / FP8 peak
+    # ratio (docs/cost-model.md "Blackwell"); their ids are shared with the MXFP8 rows of the
+    # same model and system, which are labelled with them.
+    "blackwell": {"Qwen3-30B-A3B-MB DGX-B200", "Qwen3-235B-A22B-MB DGX-B200",
+                  "LLAMA3-70B-MB GB200-NVL72", "LLAMA3.1-405B-MB GB200-NVL72"},
     # validation-public §7: reported only (the deep-interleaving finding led to issue 23's
     # schedule fix, which comes from Megatron's source, not from these rows).
     "recipe": set(),

@@ -152,6 +152,7 @@ const std::vector<Row>& table() {
       g.sms = 148;
       g.gemm_ceiling_tflops = 1745;        // ml-engineering MAMF table, 77.6 % of peak (§6.2)
       g.peak_tflops_fp8 = 4500;            // HGX B200 dense FP8 (MODELING §6.1)
+      g.peak_tflops_fp4 = 9000;            // glennklockwood.com B200 page, HGX table, FP4 dense
       g.gemm_ceiling_fp8_tflops = 3432.5;  // ml-engineering MAMF table, B200 FP8 (MODELING §6.2)
       g.attention_tflops = scaled(kFlashHopper, 1745.0 / 794.5);  // FA2 estimate, see scaled()
       // No cuDNN measurement on HGX B200: GB200's (the same die) × the ratio of dense peaks,
@@ -168,7 +169,10 @@ const std::vector<Row>& table() {
       g.name = "B300";
       g.peak_tflops_bf16 = 2250;  // glennklockwood.com B300 HGX table; ml-engineering (§6.1)
       g.peak_tflops_fp8 = 4500;   // the same tables
-      g.hbm_bytes = 288e9;        // NVIDIA "Inside Blackwell Ultra": eight 12-Hi HBM3e stacks
+      // glennklockwood.com B300 page, HGX table, FP4 13,125 ("Dense FP4 performance is up (13 PF
+      // on B300 vs. 9.0 PF on B200)").
+      g.peak_tflops_fp4 = 13125;
+      g.hbm_bytes = 288e9;  // NVIDIA "Inside Blackwell Ultra": eight 12-Hi HBM3e stacks
       // nvidia-smi memory.total 275,040 MiB ("NVIDIA B300 SXM6 AC"); no CUDA-visible figure was
       // found, which on B200 / H200 is 0.4 % below nvidia-smi's.
       g.hbm_usable_bytes = 275040.0 * (1 << 20);
@@ -192,6 +196,7 @@ const std::vector<Row>& table() {
       g.name = "GB200";
       g.peak_tflops_bf16 = 2500;  // glennklockwood.com B200 page, "GB200 variant … 1,200 W"
       g.peak_tflops_fp8 = 5000;   // the same
+      g.peak_tflops_fp4 = 10000;  // the same (FP4 dense)
       g.hbm_bytes = 192e9;        // the B200 die's 8 HBM3e stacks; NVIDIA's label 186 GB (GiB)
       // nvidia-smi memory.total 189,471 MiB (TACC Vista's GB200 nodes, and device fixtures).
       g.hbm_usable_bytes = 189471.0 * (1 << 20);
@@ -211,9 +216,10 @@ const std::vector<Row>& table() {
       // Blackwell Ultra in a GB300 superchip (NVL72), 1400 W.
       GpuSpec g;
       g.name = "GB300";
-      g.peak_tflops_bf16 = 2500;  // ml-engineering dense table; verda.com GB300 table
-      g.peak_tflops_fp8 = 5000;   // the same; glennklockwood GB300 NVL72: 360 PF FP8 / 72
-      g.hbm_bytes = 288e9;        // "Inside Blackwell Ultra": 288 GB HBM3e
+      g.peak_tflops_bf16 = 2500;       // ml-engineering dense table; verda.com GB300 table
+      g.peak_tflops_fp8 = 5000;        // the same; glennklockwood GB300 NVL72: 360 PF FP8 / 72
+      g.peak_tflops_fp4 = 1.1e6 / 72;  // glennklockwood GB300 NVL72: "1.1 EF dense FP4" / 72
+      g.hbm_bytes = 288e9;             // "Inside Blackwell Ultra": 288 GB HBM3e
       g.hbm_usable_bytes = 284208.0 * (1 << 20);  // nvidia-smi memory.total 284,208 MiB
       g.hbm_bandwidth_TBps = 8.0;                 // "Inside Blackwell Ultra": 8 TB/s
       g.nvlink_bandwidth_GBps = 900;              // NVLink 5

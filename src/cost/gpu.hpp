@@ -36,6 +36,7 @@ struct GpuSpec {
   double gemm_ceiling_tflops = 0;      ///< best measured bf16 GEMM (MAMF), the large-GEMM ceiling
   double peak_tflops_fp8 = 0;          ///< dense FP8 tensor-core peak, datasheet; 0 = no fp8
   double gemm_ceiling_fp8_tflops = 0;  ///< best measured fp8 GEMM (MAMF table)
+  double peak_tflops_fp4 = 0;          ///< dense FP4 tensor-core peak, datasheet; 0 = no FP4
   /// FlashAttention-2 fwd+bwd measured TFLOP/s (hd128, causal) at s = 512, 1k, 2k, 4k, 8k, 16k.
   std::vector<double> attention_tflops;
   /// Fused attention measured per pass (forward, backward) at the same points, where the GPU has
