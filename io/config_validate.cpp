@@ -322,7 +322,20 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
     if (!m.moe() && (p.cuda_graph_scope & ~workload::kCudaGraphAttn) != 0)
       fail(*v, "parallel.cuda_graph_scope",
            "moe_router and moe_preprocess apply to MoE models only (set model.num_experts)");
+    // Megatron-LM transformer_config.py l.2824 at d98e8a6.
+    if ((p.cuda_graph_scope & workload::kCudaGraphMoePreprocess) != 0 &&
+        (p.cuda_graph_scope & workload::kCudaGraphMoeRouter) == 0)
+      fail(*v, "parallel.cuda_graph_scope",
+           "moe_preprocess needs moe_router too ('moe_preprocess cuda graph is only supported "
+           "with moe_router cuda graph', Megatron-LM)");
   }
+  // Megatron's and Transformer Engine's MoE kernels: a captured model's router and permutation
+  // are its own code, captured.
+  for (const char* k : {"moe_router_fusion", "moe_permute_fusion"})
+    if (const Value* v = get(par, k); v && m.capture)
+      fail(*v, std::string("parallel.") + k,
+           "applies to Megatron's MoE layers, not to a captured model (model.source), whose "
+           "router and permutation are its own captured ops");
   if (m.capture) {
     // What the lowering of a captured block covers (docs/flint.md "Not yet").
     const auto refuse = [&](bool cond, const char* what) {

@@ -259,7 +259,7 @@ constexpr Option kOptions[] = {
     {"--cross-entropy-loss-fusion", Kind::IgnoredFlag},
     {"--moe-grouped-gemm", Kind::IgnoredFlag},
     {"--moe-router-enable-expert-bias", Kind::IgnoredFlag},
-    {"--moe-router-load-balancing-type", Kind::Ignored},
+    {"--moe-router-load-balancing-type", Kind::Special},
     {"--moe-z-loss-coeff", Kind::Ignored},
     {"--moe-router-dtype", Kind::Ignored},
     {"--moe-router-score-function", Kind::Ignored},
@@ -267,7 +267,7 @@ constexpr Option kOptions[] = {
     {"--moe-router-bias-update-rate", Kind::Ignored},
     {"--moe-router-num-groups", Kind::Value, "model", "moe_router_num_groups"},
     {"--moe-router-group-topk", Kind::Value, "model", "moe_router_group_topk"},
-    {"--moe-aux-loss-coeff", Kind::Value, "model", "moe_aux_loss_coeff"},
+    {"--moe-aux-loss-coeff", Kind::Special},
     // ---- refused: they change the iteration in ways scalescope does not model
     {"--qk-layernorm", Kind::Flag, "model", "qk_layernorm", "true"},
     {"--add-qkv-bias", Kind::Flag, "model", "add_qkv_bias", "true"},
@@ -533,6 +533,18 @@ LaunchLine parse_megatron_args(std::string_view text, std::string_view label) {
   if (has("--fp16")) set("training", "precision", "fp16", at("--fp16"));
   if (has("--fp8-format")) set("training", "precision", "fp8", at("--fp8-format"));
   both("--fp8-format", "--fp4-format", "Megatron-LM: fp8 and fp4 are mutually exclusive");
+
+  // The router's aux-loss kernels run for a coefficient > 0 of a load-balancing type that has
+  // one (aux_loss, Megatron's default, seq_aux_loss, global_aux_loss; router.py
+  // is_aux_loss_enabled / get_aux_loss_coeff at d98e8a6): sinkhorn or none run none.
+  if (has("--moe-aux-loss-coeff")) {
+    const std::string& type = has("--moe-router-load-balancing-type")
+                                  ? at("--moe-router-load-balancing-type").value
+                                  : std::string("aux_loss");
+    const bool aux = type.find("aux_loss") != std::string::npos;
+    set("model", "moe_aux_loss_coeff", aux ? at("--moe-aux-loss-coeff").value : "0",
+        at("--moe-aux-loss-coeff"));
+  }
   if (has("--fp4-recipe") && at("--fp4-recipe").value != "nvfp4")
     throw_input("{}: --fp4-recipe {}: only nvfp4 is modelled", label, at("--fp4-recipe").value);
   if (has("--fp4-format")) {

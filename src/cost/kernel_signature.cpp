@@ -55,6 +55,9 @@ bool has_shape(const graph::Op& op) {
 KernelSig kernel_signature(const graph::Op& op) {
   KernelSig s;
   if (graph::is_communication(op.kind)) return s;
+  // An op that stands for several kernels (Op::kernels: a Megatron MoE router's or permute's) is
+  // not one measured kernel: it keeps the analytical time, which charges each kernel's overhead.
+  if (op.kernels > 1) return s;
   s.backward = op.phase == graph::Phase::Backward;
   switch (op.kind) {
     case graph::OpKind::Gemm: {

@@ -210,10 +210,10 @@ struct Op {
   /// Attention ops only: the value head dimension when it differs from the query/key one
   /// (MLA's d_v); 0 = the same as shape[2].
   std::uint16_t value_dim = 0;
-  /// Kernels the op launches where the framework's code runs more than the one the op stands
-  /// for (a Megatron MoE router's top-k, aux-loss and bookkeeping kernels; docs/cost-model.md
-  /// §1.6): each costs the host one launch and the GPU one kernel overhead. 0: the derived count
-  /// (one; a grouped GEMM one per expert; unfused attention one per pass).
+  /// The kernels the op launches, its whole count, where the framework's code runs more than one
+  /// for it (a Megatron MoE router's top-k, aux-loss and bookkeeping kernels; docs/cost-model.md
+  /// §1.6): each costs the host one launch and a memory-bound op's GPU one kernel overhead. 0:
+  /// the derived count (one; a grouped GEMM one per expert; unfused attention one per pass).
   std::uint16_t kernels = 0;
   /// CUDA graphs (Megatron's --cuda-graph-scope): 0 launched eagerly; 1 replayed inside a graph
   /// whose launch an earlier op paid (the host launches nothing for it); 2 the first op of a

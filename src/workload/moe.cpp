@@ -74,7 +74,6 @@ namespace scalescope::workload {
 // it reads; "NCCL" is one collective launch, "D2H" one cudaMemcpyAsync.
 MoeKernels moe_kernels(const ModelSpec& m, const ParallelPlan& p) {
   MoeKernels k;
-  if (p.moe_token_dispatcher_type == MoeDispatcher::AllGather) return k;
   const bool router_fused = p.moe_router_fusion, permute_fused = p.moe_permute_fusion;
   const bool aux = m.moe_aux_loss_coeff > 0;  // router.py is_aux_loss_enabled l.403-408
   // The aux loss's token counts are all-reduced over TP × CP (moe_utils.py l.278-281;
@@ -109,6 +108,9 @@ MoeKernels moe_kernels(const ModelSpec& m, const ParallelPlan& p) {
   k.router_topk_bwd =
       static_cast<std::uint16_t>(router_fused ? 1 + (aux ? 5 : 0) : 4 + (aux ? 7 : 0));
 
+  // The all-gather dispatcher keeps the derived counts of its ops (one kernel each; its
+  // permutation and gathers are not counted from the code).
+  if (p.moe_token_dispatcher_type == MoeDispatcher::AllGather) return k;
   const bool comm = p.ep() * p.etp() > 1;
   if (p.moe_token_dispatcher_type == MoeDispatcher::Flex) {
     // DeepEP (_DeepepManager, token_dispatcher.py l.1225-1468; fused_a2a.py l.72-213): the

@@ -45,8 +45,8 @@ namespace scalescope::workload {
 /// Kernels one MoE layer launches for one micro-batch beyond the ops' own (Op::kernels), counted
 /// from Megatron-Core's code at NVIDIA/Megatron-LM@d98e8a6 and Transformer Engine's at
 /// NVIDIA/TransformerEngine@d0067d0 (docs/cost-model.md §1.6 "MoE kernel counts"; the reading is
-/// docs/research/2026-12-04-moe_host.md §B). Collective launches (NCCL) count as kernels: the host
-/// launches them alike. 0 = the op's derived count (one).
+/// docs/research/2026-12-04-moe_host.md §B), each the op's whole count (Op::kernels). Collective
+/// launches (NCCL) count as kernels: the host launches them alike. 0 = the op's derived count.
 struct MoeKernels {
   std::uint16_t router_topk_fwd = 0;  ///< RouterTopk: score function, top-k, aux loss
   std::uint16_t permute_fwd = 0;      ///< MoePermute: counts, their D2H copies, permutation
@@ -63,9 +63,9 @@ struct MoeKernels {
   std::uint16_t router_topk_bwd = 0;
 };
 
-/// The counts for this model and plan: all-to-all or flex (DeepEP) dispatcher, with or without
-/// --moe-router-fusion / --moe-permute-fusion, aux loss on when model.moe_aux_loss_coeff > 0.
-/// The all-gather dispatcher keeps the derived counts.
+/// The counts for this model and plan: the router's with or without --moe-router-fusion, aux loss
+/// on when model.moe_aux_loss_coeff > 0; the all-to-all or flex (DeepEP) dispatcher's with or
+/// without --moe-permute-fusion (the all-gather dispatcher's ops keep their derived counts).
 MoeKernels moe_kernels(const ModelSpec& m, const ParallelPlan& p);
 
 }  // namespace scalescope::workload

@@ -245,16 +245,22 @@ void StageBuilder::issue_in_key_order() {
   keys_.clear();
 }
 
-/// Megatron's --cuda-graph-scope (TE's per-layer graphs, transformer_layer.py at d98e8a6): each
-/// run of a scope's ops of one layer, micro-batch and phase, consecutive in issue order, is one
-/// graph replay. Its first op carries the graph's launch (Op::cuda_graph 2), the others none (1);
-/// their kernels still run on the GPU as before. attn: the input norm through the output
-/// projection and the residual add, with the TP / CP communication inside; moe_router: the
-/// gating GEMM and the top-k; moe_preprocess: the token counts and the permutation.
+/// Megatron's --cuda-graph-scope with TE's per-layer graphs (transformer_layer.py
+/// _te_cuda_graph_capture at d98e8a6): one graph per layer, micro-batch and pass holds the
+/// attention part (`attn`: the input norm through the output projection and its residual add,
+/// with the TP / CP communication and fp8 casts inside) and, on an MoE layer with `moe_router`,
+/// the MLP part up to where the MoE layer returns early in capture (moe_utils.py
+/// maybe_skip_or_early_return_by_cudagraph): the pre-MLP norm, the router and, with
+/// `moe_preprocess`, the token counts and the permutation. Each run of such ops, consecutive in
+/// issue order with one layer, micro-batch and phase, is one replay: its first op carries the
+/// graph's launch (Op::cuda_graph 2), the others none (1); their kernels still run on the GPU.
 void StageBuilder::mark_cuda_graphs() {
   const std::uint8_t scope = p_.cuda_graph_scope;
   if (scope == 0) return;
-  const auto scope_of = [](OpName n) -> std::uint8_t {
+  const bool attn = (scope & kCudaGraphAttn) != 0;
+  const bool router = (scope & kCudaGraphMoeRouter) != 0;
+  const bool preprocess = (scope & kCudaGraphMoePreprocess) != 0;
+  const auto attention_op = [](OpName n) {
     switch (n) {
       case OpName::InputNorm:
       case OpName::QkvGemm:
@@ -262,7 +268,6 @@ void StageBuilder::mark_cuda_graphs() {
       case OpName::Rope:
       case OpName::Attention:
       case OpName::OutProjGemm:
-      case OpName::BiasDropoutAdd:
       case OpName::QDownGemm:
       case OpName::KvDownGemm:
       case OpName::LatentNorm:
@@ -270,42 +275,50 @@ void StageBuilder::mark_cuda_graphs() {
       case OpName::KvUpGemm:
       case OpName::CpKvExchange:
       case OpName::CpMerge:
-        return kCudaGraphAttn;
-      case OpName::Router:
-      case OpName::RouterTopk:
-        return kCudaGraphMoeRouter;
-      case OpName::MoePermute:
-        return kCudaGraphMoePreprocess;
+        return true;
       default:
-        return 0;
+        return false;
     }
   };
-  // Inside an attention graph its TP collectives and fp8 casts belong to it too.
-  const auto inside_attn = [](OpName n) {
+  // Inside a graph its TP collectives and fp8 casts belong to it too.
+  const auto inside = [](OpName n) {
     return n == OpName::TpAllGather || n == OpName::TpReduceScatter || n == OpName::TpAllReduce ||
            n == OpName::Fp8Cast;
   };
-  std::uint8_t open = 0;  // the scope of the graph being replayed, 0 = none
+  const auto moe_layer = [&](const Op& op) {
+    return op.layer != graph::kNoIndex && m_.is_moe_layer(op.layer);
+  };
+  // Whether `op` can be in a graph at all, and whether it may begin one (a residual add only
+  // continues the attention part's graph).
+  const auto graphed = [&](const Op& op) {
+    if (attn && (attention_op(op.name) || op.name == OpName::BiasDropoutAdd)) return true;
+    if (!router || !moe_layer(op)) return false;
+    return op.name == OpName::PreMlpNorm || op.name == OpName::Router ||
+           op.name == OpName::RouterTopk || (preprocess && op.name == OpName::MoePermute);
+  };
+  bool open = false;
   const Op* first = nullptr;
+  bool closed = false;  // a forward graph reached its last op (the add, the router, the permute)
   for (Op& op : prog_.ops) {
-    std::uint8_t s = scope_of(op.name) & scope;
-    if (s == 0 && open == kCudaGraphAttn && inside_attn(op.name)) s = open;
-    const bool same = open != 0 && s == open && op.layer == first->layer &&
-                      op.microbatch == first->microbatch && op.phase == first->phase;
-    // A residual add only closes an attention graph; it does not start one.
-    if (!same && op.name == OpName::BiasDropoutAdd) s = 0;
-    if (s == 0) {
-      open = 0;
+    const bool same_group = open && !closed && op.layer == first->layer &&
+                            op.microbatch == first->microbatch && op.phase == first->phase;
+    if (same_group && (graphed(op) || inside(op.name))) {
+      op.cuda_graph = 1;
+    } else if (graphed(op) && op.name != OpName::BiasDropoutAdd) {
+      op.cuda_graph = 2;
+      open = true;
+      closed = false;
+      first = &op;
+    } else {
+      open = false;
       continue;
     }
-    if (same) {
-      op.cuda_graph = 1;
-    } else {
-      op.cuda_graph = 2;
-      open = s;
-      first = &op;
-    }
-    if (op.name == OpName::BiasDropoutAdd) open = 0;
+    // In a forward (or its recomputation) the graph ends at its residual add when it has no MoE
+    // part, at the router (moe_router alone) or the permutation (moe_preprocess); a backward
+    // replay runs the same ops in reverse and ends where they do.
+    if (op.phase == Phase::Backward) continue;
+    if (op.name == OpName::BiasDropoutAdd && !(router && moe_layer(op))) closed = true;
+    if (router && op.name == (preprocess ? OpName::MoePermute : OpName::RouterTopk)) closed = true;
   }
 }
 

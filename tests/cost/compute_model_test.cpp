@@ -235,6 +235,45 @@ TEST(HostSeconds, OneLaunchPerKernelTheHostIssues) {
   EXPECT_NEAR(host_seconds(cal, attn_bwd), 48.96e-6, 1e-15);
   EXPECT_NEAR(host_seconds(cal, ar), 8.16e-6, 1e-15);
   EXPECT_NEAR(host_seconds(cal, gemm(4096, 4096, 4096)), 8.16e-6, 1e-15);
+  // An op with its kernel count set launches that many; inside a CUDA graph only the graph's
+  // first op launches (the graph), once.
+  graph::Op topk;
+  topk.kind = graph::OpKind::Elementwise;
+  topk.kernels = 6;
+  EXPECT_NEAR(host_seconds(cal, topk), 6 * 8.16e-6, 1e-15);
+  topk.cuda_graph = 2;
+  EXPECT_NEAR(host_seconds(cal, topk), 8.16e-6, 1e-15);
+  topk.cuda_graph = 1;
+  EXPECT_EQ(host_seconds(cal, topk), 0.0);
+}
+
+TEST(HostSeconds, TransformerEnginesModuleCodeAroundALinearGemm) {
+  // TE PR #3523's GB200 CPU times of the released Linear (bf16): 59.19 µs forward, 311.30 µs
+  // forward + backward; a GB200 launch 8.16 · 37.08 / 13.48 = 22.446 µs (TE issue #2053). The
+  // forward GEMM op: 59.19 / 22.446 = 2.6370 launches in all; each backward GEMM op (dgrad,
+  // wgrad) (311.30 − 59.19) / 2 / 22.446 = 5.6159. At 8.16 µs: 21.518 and 45.826 µs. A grouped
+  // GEMM of 16 experts: its 16 launches + 1.6370 = 17.637 → 143.92 µs forward. Not a TE module
+  // (the logits GEMM, Megatron's own ColumnParallelLinear) or inside a graph: its launches only.
+  KernelCalibration cal;
+  cal.host_launch_us = 8.16;
+  graph::Op qkv = gemm(4096, 6144, 4096);
+  qkv.name = graph::OpName::QkvGemm;
+  qkv.phase = graph::Phase::Forward;
+  const double grace = 8.16 * 37.08 / 13.48;
+  EXPECT_NEAR(host_seconds(cal, qkv), 59.19 / grace * 8.16e-6, 1e-12);
+  EXPECT_NEAR(host_seconds(cal, qkv), 21.518e-6, 0.001e-6);
+  qkv.phase = graph::Phase::Backward;
+  EXPECT_NEAR(host_seconds(cal, qkv), 45.826e-6, 0.001e-6);
+  graph::Op experts = gemm(512, 3072, 4096);
+  experts.flops *= 16;
+  experts.name = graph::OpName::ExpertFc1Gemm;
+  experts.phase = graph::Phase::Forward;
+  EXPECT_NEAR(host_seconds(cal, experts), (16 + 59.19 / grace - 1) * 8.16e-6, 1e-12);
+  graph::Op logits = gemm(4096, 32000, 4096);
+  logits.name = graph::OpName::LogitsGemm;
+  EXPECT_NEAR(host_seconds(cal, logits), 8.16e-6, 1e-15);
+  qkv.cuda_graph = 1;
+  EXPECT_EQ(host_seconds(cal, qkv), 0.0);
 }
 
 TEST(ComputeSeconds, NormAndActivationCanHaveTheirOwnHbmEfficiency) {

@@ -538,6 +538,25 @@ TEST(CostModel, FlexDispatchAgainstHybridEpOnH100) {
   }
 }
 
+TEST(CostModel, FlexLinkFractionsByArchitectureAndNodes) {
+  // HybridEP's measured fractions (cost_model.cpp): NVLink on Blackwell the median of its B200 and
+  // GB200 kernel-time figures, (0.6913 + 0.6940) / 2; on Hopper NCCL's point-to-point 396 / 450.
+  // The NIC: 2, 4, 8 nodes (0.7171 + 0.6295) / 2, (0.8653 + 0.8619) / 2, (0.8745 + 0.8710) / 2;
+  // log-linear between (3 nodes: x = log2 3 − 1 = 0.585 of the way from 2 to 4), the 8-node one
+  // beyond, and at one node the 2-node one (not used: nothing leaves the node).
+  const double n2 = (0.7171 + 0.6295) / 2, n4 = (0.8653 + 0.8619) / 2, n8 = (0.8745 + 0.8710) / 2;
+  EXPECT_DOUBLE_EQ(flex_link_efficiency(GpuArch::Blackwell, 1).nvlink, (0.6913 + 0.6940) / 2);
+  EXPECT_DOUBLE_EQ(flex_link_efficiency(GpuArch::Hopper, 1).nvlink, 396.0 / 450.0);
+  EXPECT_DOUBLE_EQ(flex_link_efficiency(GpuArch::Hopper, 2).nic, n2);
+  EXPECT_DOUBLE_EQ(flex_link_efficiency(GpuArch::Hopper, 4).nic, n4);
+  EXPECT_DOUBLE_EQ(flex_link_efficiency(GpuArch::Hopper, 8).nic, n8);
+  EXPECT_NEAR(flex_link_efficiency(GpuArch::Hopper, 3).nic, n2 + (n4 - n2) * (std::log2(3.0) - 1),
+              1e-15);
+  EXPECT_NEAR(flex_link_efficiency(GpuArch::Hopper, 6).nic, n4 + (n8 - n4) * (std::log2(6.0) - 2),
+              1e-15);
+  EXPECT_DOUBLE_EQ(flex_link_efficiency(GpuArch::Blackwell, 64).nic, n8);
+}
+
 TEST(CostModel, GroupLimitedRoutingReachesFewerNodes) {
   // 32 EP ranks on 4 nodes of 8, top-4 of 16 experts (4 a node), S = 64 MiB of copies, S/4 of
   // tokens. Unlimited, a node is missed with probability C(12, 4)/C(16, 4) = 495/1820.

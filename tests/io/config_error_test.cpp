@@ -133,6 +133,12 @@ TEST(ConfigError, EveryBadInputNamesFileAndKey) {
       {Yaml().set("parallel", "cuda_graph_scope", "[moe_router]"), "parallel.cuda_graph_scope"},
       {Yaml().set("parallel", "cuda_graph_scope", "[full_iteration]"), "parallel.cuda_graph_scope"},
       {Yaml().set("parallel", "cuda_graph_scope", "attn"), "parallel.cuda_graph_scope"},
+      {Yaml()
+           .set("model", "preset", "mixtral-8x7b")
+           .set("model", "num_layers", "4")
+           .set("parallel", "sequence_parallel", "true")
+           .set("parallel", "cuda_graph_scope", "[moe_preprocess]"),
+       "moe_preprocess needs moe_router"},
       // NVFP4 needs Blackwell and has no fp8 recipe.
       {Yaml().set("training", "precision", "nvfp4"), "nvfp4 needs a Blackwell GPU"},
       {Yaml()

@@ -452,6 +452,25 @@ TEST(ConfigMegatron, MoeLaunchLineTakesMegatronsDispatcherDefault) {
     EXPECT_EQ(load_experiment("", set, line + flex).parallel.moe_token_dispatcher_type,
               workload::MoeDispatcher::Flex)
         << flex;
+  // The MoE kernel options: fusions, and the aux loss's coefficient, which runs kernels only for
+  // a load-balancing type that has a loss (Megatron's default aux_loss; not none or sinkhorn).
+  const auto fused = load_experiment(
+      "", set, line + " --moe-router-fusion --moe-permute-fusion --moe-aux-loss-coeff 1e-2");
+  EXPECT_TRUE(fused.parallel.moe_router_fusion);
+  EXPECT_TRUE(fused.parallel.moe_permute_fusion);
+  EXPECT_EQ(fused.model.moe_aux_loss_coeff, 1e-2);
+  EXPECT_EQ(load_experiment("", set,
+                            line + " --moe-aux-loss-coeff 1e-4 --moe-router-load-balancing-type "
+                                   "seq_aux_loss")
+                .model.moe_aux_loss_coeff,
+            1e-4);
+  for (const char* none : {"none", "sinkhorn"})
+    EXPECT_EQ(
+        load_experiment(
+            "", set, line + " --moe-aux-loss-coeff 1e-2 --moe-router-load-balancing-type " + none)
+            .model.moe_aux_loss_coeff,
+        0.0)
+        << none;
 }
 
 TEST(ConfigMegatron, EpOverlapOptionsAndMegatronsRules) {

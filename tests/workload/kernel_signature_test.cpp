@@ -116,5 +116,27 @@ TEST(KernelSignature, ProfileDurationsScaleByRepeatAndMissRoofline) {
   EXPECT_GT(found, 0);
 }
 
+TEST(KernelSignature, OpsOfSeveralKernelsAndBlockScaledGemmsAreNotMeasured) {
+  // A profile measures one kernel per signature: an op standing for several (a Megatron MoE
+  // router's top-k and aux loss, Op::kernels) and the block-scaled GEMMs the runner does not time
+  // (MXFP8, NVFP4) keep the analytical model rather than take a single kernel's measurement.
+  graph::Op copy;
+  copy.kind = graph::OpKind::Elementwise;
+  copy.mem_bytes = 1 << 20;
+  EXPECT_TRUE(cost::kernel_signature(copy).measurable());
+  copy.kernels = 6;
+  EXPECT_FALSE(cost::kernel_signature(copy).measurable());
+  graph::Op g;
+  g.kind = graph::OpKind::Gemm;
+  g.shape = {1024, 1024, 1024};
+  g.flops = 2.0 * 1024 * 1024 * 1024;
+  g.gemm_dtype = graph::GemmDtype::Fp8;
+  EXPECT_EQ(cost::kernel_signature(g).key(), "gemm:fp8:m=1024:n=1024:k=1024");
+  for (const auto d : {graph::GemmDtype::Mxfp8, graph::GemmDtype::Nvfp4}) {
+    g.gemm_dtype = d;
+    EXPECT_FALSE(cost::kernel_signature(g).measurable());
+  }
+}
+
 }  // namespace
 }  // namespace scalescope::workload

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 #include <string>
+#include <utility>
 
 #include "cost/compute_model.hpp"
 #include "transformer_builder_test_util.hpp"
@@ -146,30 +148,71 @@ TEST(MoeKernels, ExtraKernelsCostTheGpuTheirOverheadEach) {
   EXPECT_NEAR(cost::compute_seconds(gpu, cal, op) - one, 5 * 2e-6, 1e-12);
 }
 
-TEST(MoeKernels, CudaGraphScopesLaunchEachGraphOnce) {
-  // --cuda-graph-scope moe_router moe_preprocess: the router (gating GEMM 1 + top-k 6) is one
-  // graph launch, the preprocessing and permutation (15) another: 35 − 7 − 15 + 2 = 15 launches
-  // in the forward; with attn as well, the attention block's ops are one launch.
-  Job s = one_moe_layer(true);
-  s.p.cuda_graph_scope = kCudaGraphMoeRouter | kCudaGraphMoePreprocess;
-  const auto n = launches(s, Phase::Forward);
-  EXPECT_EQ(n.at(OpName::Router), 1);
-  EXPECT_EQ(n.at(OpName::RouterTopk), 0);
-  EXPECT_EQ(n.at(OpName::MoePermute), 1);
-  EXPECT_EQ(total(n), 15);
-  s.p.cuda_graph_scope |= kCudaGraphAttn;
+/// Launches of layer 0's ops in `phase` whose names are in `names`, and how many graphs begin
+/// among them.
+std::pair<double, int> graph_launches(const Job& s, Phase phase, const std::set<OpName>& names) {
   const graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
-  double attn = 0;
+  double launches = 0;
   int graphs = 0;
   for (const graph::Op& op : g.templates[0].ops)
-    if (op.layer == 0 && op.phase == Phase::Forward &&
-        (op.name == OpName::InputNorm || op.name == OpName::QkvGemm || op.name == OpName::Rope ||
-         op.name == OpName::Attention || op.name == OpName::OutProjGemm)) {
-      attn += cost::host_launches(op);
+    if (op.layer == 0 && op.phase == phase && names.count(op.name)) {
+      launches += cost::host_launches(op);
       graphs += op.cuda_graph == 2 ? 1 : 0;
     }
-  EXPECT_EQ(attn, 1);
-  EXPECT_EQ(graphs, 1);
+  return {launches, graphs};
+}
+
+TEST(MoeKernels, CudaGraphScopesFollowMegatronsPerLayerCapture) {
+  // Megatron's TE graphs are per layer (transformer_layer.py _te_cuda_graph_capture): attention
+  // with `attn`, then on an MoE layer with `moe_router` the MLP part up to its early return in
+  // capture (moe_utils.py maybe_skip_or_early_return_by_cudagraph): the pre-MLP norm, the router
+  // and, with `moe_preprocess`, the permutation. One graph, one launch, forward and backward.
+  using N = OpName;
+  // (Each layer has two residual adds, after attention and after the MLP; the first belongs to
+  // the attention graph, the test counts it below.)
+  const std::set<OpName> attention{N::InputNorm, N::QkvGemm, N::Rope, N::Attention, N::OutProjGemm};
+  const std::set<OpName> moe_head{N::PreMlpNorm, N::Router, N::RouterTopk, N::MoePermute};
+  std::set<OpName> both = attention;
+  both.insert(moe_head.begin(), moe_head.end());
+  Job s = one_moe_layer(true);
+  // moe_router + moe_preprocess: the norm (1), gating GEMM (1), top-k (6) and permute (15): one
+  // launch for the 23 kernels; the MoE block's 35 forward launches become 35 − 22 = 13.
+  s.p.cuda_graph_scope = kCudaGraphMoeRouter | kCudaGraphMoePreprocess;
+  EXPECT_EQ(graph_launches(s, Phase::Forward, moe_head), (std::pair<double, int>{1, 1}));
+  EXPECT_EQ(total(launches(s, Phase::Forward)), 13);
+  EXPECT_EQ(graph_launches(s, Phase::Forward, attention).second, 0);  // attention stays eager
+  // Backward: the same ops, one replay: permute 1, top-k 6, the gating GEMM's dgrad and wgrad 2,
+  // the norm 1 → one launch.
+  EXPECT_EQ(graph_launches(s, Phase::Backward, moe_head), (std::pair<double, int>{1, 1}));
+  // moe_router alone: the permute stays eager (15 launches), the norm, GEMM and top-k one graph.
+  s.p.cuda_graph_scope = kCudaGraphMoeRouter;
+  EXPECT_EQ(graph_launches(s, Phase::Forward, moe_head), (std::pair<double, int>{1 + 15, 1}));
+  // attn alone: the attention part to its residual add.
+  s.p.cuda_graph_scope = kCudaGraphAttn;
+  EXPECT_EQ(graph_launches(s, Phase::Forward, attention), (std::pair<double, int>{1, 1}));
+  EXPECT_EQ(graph_launches(s, Phase::Forward, moe_head).second, 0);
+  // All three: attention and the MoE head are one graph.
+  s.p.cuda_graph_scope = kCudaGraphAttn | kCudaGraphMoeRouter | kCudaGraphMoePreprocess;
+  EXPECT_EQ(graph_launches(s, Phase::Forward, both), (std::pair<double, int>{1, 1}));
+  EXPECT_EQ(graph_launches(s, Phase::Backward, both), (std::pair<double, int>{1, 1}));
+  // Of the two residual adds, one is inside the graph in each pass, the other eager.
+  const graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
+  for (const Phase phase : {Phase::Forward, Phase::Backward}) {
+    int inside = 0, eager = 0;
+    for (const graph::Op& op : g.templates[0].ops)
+      if (op.layer == 0 && op.phase == phase && op.name == N::BiasDropoutAdd)
+        (op.cuda_graph == 1 ? inside : eager) += 1;
+    EXPECT_EQ(inside, 1);
+    EXPECT_EQ(eager, 1);
+  }
+}
+
+TEST(MoeKernels, RouterCountsHoldForEveryDispatcher) {
+  // The router runs before any dispatcher: with the all-gather dispatcher its fused top-k and
+  // aux loss are the same 6 kernels.
+  Job s = one_moe_layer(true);
+  s.p.moe_token_dispatcher_type = MoeDispatcher::AllGather;
+  EXPECT_EQ(launches(s, Phase::Forward).at(OpName::RouterTopk), 6);
 }
 
 }  // namespace
