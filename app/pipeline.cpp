@@ -91,8 +91,13 @@ void fill_summary(emu::RunResults& r, const io::ExperimentConfig& c) {
   emu::Summary& s = r.summary;
   s.model_name = c.model.name;
   s.software_stack = c.training.stack;
-  if (c.training.precision == workload::Precision::Fp8)
-    s.peak_fp8_flops_per_gpu = cost::find_gpu(c.cluster.gpu).peak_tflops_fp8 * 1e12;
+  if (c.training.precision == workload::Precision::Fp8) {
+    s.peak_lowp_flops_per_gpu = cost::find_gpu(c.cluster.gpu).peak_tflops_fp8 * 1e12;
+    s.lowp_format = "fp8";
+  } else if (c.training.precision == workload::Precision::Nvfp4) {
+    s.peak_lowp_flops_per_gpu = cost::find_gpu(c.cluster.gpu).peak_tflops_fp4 * 1e12;
+    s.lowp_format = "fp4";
+  }
   s.tokens_per_iteration = static_cast<double>(c.training.global_batch_size * c.model.seq_length);
   s.model_flops_per_iteration =
       workload::model_flops_per_iteration(c.model, c.training, c.parallel.tp());

@@ -116,8 +116,8 @@ void write_summary(const h5::Group& root, const emu::Summary& s, const Share& sh
   g.set_attribute("tokens_per_iteration", s.tokens_per_iteration);
   g.set_attribute("model_flops_per_iteration", s.model_flops_per_iteration);
   g.set_attribute("peak_flops_per_gpu", s.peak_flops_per_gpu);
-  if (s.peak_fp8_flops_per_gpu > 0)
-    g.set_attribute("peak_fp8_flops_per_gpu", s.peak_fp8_flops_per_gpu);
+  if (s.peak_lowp_flops_per_gpu > 0)  // peak_fp8_flops_per_gpu or peak_fp4_flops_per_gpu
+    g.set_attribute(fmt::format("peak_{}_flops_per_gpu", s.lowp_format), s.peak_lowp_flops_per_gpu);
   if (!s.sandbox_ranks.empty()) {
     g.set_attribute("sandbox_functional_check",
                     static_cast<std::uint8_t>(s.sandbox_functional_check));

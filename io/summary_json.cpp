@@ -83,9 +83,9 @@ void write_summary_json(const emu::RunResults& r, const std::string& path) {
   const double host_share = host_wait_share(last);
   j["host_wait_fraction"] = host_share;
   j["host_bound"] = host_share >= kHostBoundShare;
-  if (s.peak_fp8_flops_per_gpu > 0) {
-    j["mfu_fp8"] = s.mfu_fp8();
-    j["mfu_fp8_peak_tflops"] = s.peak_fp8_flops_per_gpu / 1e12;
+  if (s.peak_lowp_flops_per_gpu > 0) {  // mfu_fp8 / mfu_fp4 and their peaks
+    j["mfu_" + s.lowp_format] = s.mfu_lowp();
+    j["mfu_" + s.lowp_format + "_peak_tflops"] = s.peak_lowp_flops_per_gpu / 1e12;
   }
   j["peak_memory_bytes"] = s.peak_memory_bytes;
   j["peak_memory_bytes_by_pp_stage"] = s.peak_memory_bytes_by_pp_stage;
@@ -234,10 +234,10 @@ std::string format_summary_table(const emu::RunResults& r) {
       figure(s.model_tflops_per_gpu(), 2, " (Megatron's throughput per GPU)"));
   row("MFU", fmt::format("{} of the dense bf16 peak ({:.1f} TFLOP/s)",
                          figure(100 * s.mfu(), 2, " %"), s.peak_flops_per_gpu / 1e12));
-  if (s.peak_fp8_flops_per_gpu > 0)
-    row("MFU (fp8)",
-        fmt::format("{} of the dense fp8 peak ({:.1f} TFLOP/s)", figure(100 * s.mfu_fp8(), 2, " %"),
-                    s.peak_fp8_flops_per_gpu / 1e12));
+  if (s.peak_lowp_flops_per_gpu > 0)
+    row(fmt::format("MFU ({})", s.lowp_format),
+        fmt::format("{} of the dense {} peak ({:.1f} TFLOP/s)", figure(100 * s.mfu_lowp(), 2, " %"),
+                    s.lowp_format, s.peak_lowp_flops_per_gpu / 1e12));
   if (!s.memory_total_bytes_by_pp_stage.empty())
     row("peak memory",
         fmt::format("{:.2f} GiB allocated, {:.2f} GiB reserved, {:.2f} GiB on the device "

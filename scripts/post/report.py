@@ -489,9 +489,11 @@ def run_page(path):
                   "model_tflops_per_gpu", s["model_tflops_per_gpu"]),
              card(f"MFU (of the dense bf16 peak, {s.get('mfu_peak_tflops', 0):.1f} TFLOP/s)",
                   f"{100 * s['mfu']:.1f} %", "mfu", s["mfu"])]
-    if "mfu_fp8" in s:
-        cards.append(card(f"MFU (of the dense fp8 peak, {s['mfu_fp8_peak_tflops']:.1f} TFLOP/s)",
-                          f"{100 * s['mfu_fp8']:.1f} %", "mfu_fp8", s["mfu_fp8"]))
+    for fmt in ("fp8", "fp4"):
+        if f"mfu_{fmt}" in s:
+            cards.append(card(f"MFU (of the dense {fmt} peak, {s[f'mfu_{fmt}_peak_tflops']:.1f} "
+                              "TFLOP/s)", f"{100 * s[f'mfu_{fmt}']:.1f} %", f"mfu_{fmt}",
+                              s[f"mfu_{fmt}"]))
     if mem and "peak_allocated_bytes" in mem:
         # The names run, memory and sweep use (docs/model.md "Memory capacity").
         cards.append(card("peak allocated memory (torch max_memory_allocated)",

@@ -34,10 +34,11 @@ def build(res):
     finish = float(ranks["finish_ns"][rank])
     out["host_wait_fraction"] = float(ranks["host_wait_ns"][rank]) / finish if finish > 0 else 0.0
     out["host_bound"] = out["host_wait_fraction"] >= 0.10
-    fp8 = res.summary_attr_or("peak_fp8_flops_per_gpu", 0.0)
-    if fp8 > 0:  # an fp8 job's MFU against the fp8 peak too (docs/model.md "Model FLOPs, MFU")
-        out["mfu_fp8"] = s["mfu"] * s["peak_flops_per_gpu"] / fp8
-        out["mfu_fp8_peak_tflops"] = fp8 / 1e12
+    for fmt in ("fp8", "fp4"):  # an fp8 / NVFP4 job's MFU against that peak too (docs/model.md)
+        peak = res.summary_attr_or(f"peak_{fmt}_flops_per_gpu", 0.0)
+        if peak > 0:
+            out[f"mfu_{fmt}"] = s["mfu"] * s["peak_flops_per_gpu"] / peak
+            out[f"mfu_{fmt}_peak_tflops"] = peak / 1e12
     stack = res.summary_attr_or("software_stack", "")
     if stack:
         out["software_stack"] = stack

@@ -99,8 +99,10 @@ struct Summary {
   double tokens_per_iteration = 0;
   double model_flops_per_iteration = 0;  ///< Megatron's num_floating_point_operations
   double peak_flops_per_gpu = 0;         ///< datasheet dense bf16/fp16
-  /// Datasheet dense fp8 peak when the job trains in fp8 (0 otherwise): the second MFU.
-  double peak_fp8_flops_per_gpu = 0;
+  /// Datasheet dense peak of the quantized GEMMs' format when the job trains in fp8 or NVFP4 (0
+  /// otherwise): the second MFU, named after `lowp_format` ("fp8" or "fp4").
+  double peak_lowp_flops_per_gpu = 0;
+  std::string lowp_format;
   std::int64_t peak_memory_bytes = 0;  ///< max over ranks
   std::vector<std::int64_t> peak_memory_bytes_by_pp_stage;
   std::vector<std::int64_t> peak_transient_bytes_by_pp_stage;  ///< workspace at each stage's peak
@@ -165,9 +167,9 @@ struct Summary {
   double model_tflops_per_gpu() const {
     return model_flops_per_iteration / iteration_time_s() / world_size / 1e12;
   }
-  /// MFU against the fp8 peak (0 when the job is not fp8).
-  double mfu_fp8() const {
-    return peak_fp8_flops_per_gpu > 0 ? mfu() * peak_flops_per_gpu / peak_fp8_flops_per_gpu : 0;
+  /// MFU against the fp8 / fp4 peak (0 when the job's GEMMs are not quantized).
+  double mfu_lowp() const {
+    return peak_lowp_flops_per_gpu > 0 ? mfu() * peak_flops_per_gpu / peak_lowp_flops_per_gpu : 0;
   }
   double mfu() const {
     return model_flops_per_iteration / iteration_time_s() / world_size / peak_flops_per_gpu;

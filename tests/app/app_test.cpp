@@ -84,6 +84,30 @@ TEST(AppPipeline, HostIterationWorkAddsItselfToEveryRankAndThePath) {
   EXPECT_EQ(b.critical_path.totals[host], a.critical_path.totals[host] + h);
 }
 
+TEST(AppPipeline, QuantizedJobsGetTheirMfuAgainstTheirFormatsPeak) {
+  // MFU is taken against the dense bf16 peak; an fp8 job also against the dense fp8 peak, an
+  // NVFP4 job against the dense fp4 peak: on B300 2,250, 4,500 and 13,125 TFLOP/s (GpuSpec), so
+  // the second figure is the first × 2,250 / 4,500 or × 2,250 / 13,125.
+  const auto summary = [](const std::vector<std::string>& sets) {
+    std::vector<std::string> all = {"model.num_layers=2", "cluster.preset=dgx-b300"};
+    all.insert(all.end(), sets.begin(), sets.end());
+    const io::ExperimentConfig c =
+        load_config(repo("inputs/experiments/quickstart.yaml"), nullptr, all, {});
+    const ReplaySetup setup(c);
+    emu::RunResults r = emu::emulate(build(c), setup.costs, setup.options);
+    complete_summary(r, c);
+    return r.summary;
+  };
+  const emu::Summary bf16 = summary({});
+  EXPECT_EQ(bf16.peak_lowp_flops_per_gpu, 0);
+  const emu::Summary fp8 = summary({"training.precision=fp8"});
+  EXPECT_EQ(fp8.lowp_format, "fp8");
+  EXPECT_NEAR(fp8.mfu_lowp(), fp8.mfu() * 2250.0 / 4500.0, 1e-12);
+  const emu::Summary fp4 = summary({"training.precision=nvfp4"});
+  EXPECT_EQ(fp4.lowp_format, "fp4");
+  EXPECT_NEAR(fp4.mfu_lowp(), fp4.mfu() * 2250.0 / 13125.0, 1e-12);
+}
+
 // Issue 36 item 6: a job that does not fit gets the cheapest changes that make it fit, each
 // checked by re-running the memory model. Llama 3 8B's layer (32 layers, s = 4096) at TP 2, DP 32,
 // micro-batch 2, no distributed optimizer, no sequence parallelism: the 18 B per parameter of
