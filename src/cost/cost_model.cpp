@@ -197,7 +197,7 @@ ExchangeBytes CostModel::all_to_all_bytes(double bytes, const CommShape& shape) 
 double CostModel::exchange_seconds(double inter, double intra, const CommShape* flex) const {
   const FlexLinkEfficiency eta =
       flex != nullptr
-          ? flex_link_efficiency(arch_, flex->nodes)
+          ? flex_link_efficiency(arch_, flex->nodes, network_.p2p_nvlink_efficiency)
           : FlexLinkEfficiency{network_.p2p_nvlink_efficiency, network_.p2p_nic_efficiency};
   const double nvlink = cluster_.nvlink_bandwidth_GBps * units::kGB * eta.nvlink;
   const double nic = cluster_.nic_bandwidth_Gbps * units::kGbitToBytes *
@@ -233,9 +233,10 @@ constexpr double kFlexNicEfficiency4 = (0.8653 + 0.8619) / 2;
 constexpr double kFlexNicEfficiency8 = (0.8745 + 0.8710) / 2;
 constexpr double kFlexNvlinkBlackwell = (0.6913 + 0.6940) / 2;
 
-FlexLinkEfficiency flex_link_efficiency(GpuArch arch, std::uint32_t nodes) {
+FlexLinkEfficiency flex_link_efficiency(GpuArch arch, std::uint32_t nodes,
+                                        double p2p_nvlink_efficiency) {
   FlexLinkEfficiency e;
-  e.nvlink = arch >= GpuArch::Blackwell ? kFlexNvlinkBlackwell : kP2pNvlinkEfficiency;
+  e.nvlink = arch >= GpuArch::Blackwell ? kFlexNvlinkBlackwell : p2p_nvlink_efficiency;
   const double x = std::log2(static_cast<double>(std::max<std::uint32_t>(nodes, 2)));
   e.nic = x <= 2   ? kFlexNicEfficiency2 + (kFlexNicEfficiency4 - kFlexNicEfficiency2) * (x - 1)
           : x <= 3 ? kFlexNicEfficiency4 + (kFlexNicEfficiency8 - kFlexNicEfficiency4) * (x - 2)

@@ -47,10 +47,11 @@ struct FlexLinkEfficiency {
   double nic = 0;
 };
 /// HybridEP's measured kernel-time bandwidths (docs/cost-model.md §2.4): NVLink on Blackwell
-/// from its B200 and GB200 tables, on older GPUs the point-to-point figure of NCCL
-/// (kP2pNvlinkEfficiency); across `nodes` nodes from its H100 table (2, 4, 8 nodes; log-linear
-/// between, the 8-node figure beyond).
-FlexLinkEfficiency flex_link_efficiency(GpuArch arch, std::uint32_t nodes);
+/// from its B200 and GB200 tables, on older GPUs the network's point-to-point NVLink fraction
+/// (`p2p_nvlink_efficiency`, kP2pNvlinkEfficiency by default); across `nodes` nodes from its H100
+/// table (2, 4, 8 nodes; log-linear between, the 8-node figure beyond).
+FlexLinkEfficiency flex_link_efficiency(GpuArch arch, std::uint32_t nodes,
+                                        double p2p_nvlink_efficiency = kP2pNvlinkEfficiency);
 
 class CostModel {
  public:

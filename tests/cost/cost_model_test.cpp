@@ -547,6 +547,8 @@ TEST(CostModel, FlexLinkFractionsByArchitectureAndNodes) {
   const double n2 = (0.7171 + 0.6295) / 2, n4 = (0.8653 + 0.8619) / 2, n8 = (0.8745 + 0.8710) / 2;
   EXPECT_DOUBLE_EQ(flex_link_efficiency(GpuArch::Blackwell, 1).nvlink, (0.6913 + 0.6940) / 2);
   EXPECT_DOUBLE_EQ(flex_link_efficiency(GpuArch::Hopper, 1).nvlink, 396.0 / 450.0);
+  // (Off Blackwell the network's point-to-point NVLink fraction, whatever it is set to.)
+  EXPECT_DOUBLE_EQ(flex_link_efficiency(GpuArch::Hopper, 1, 0.5).nvlink, 0.5);
   EXPECT_DOUBLE_EQ(flex_link_efficiency(GpuArch::Hopper, 2).nic, n2);
   EXPECT_DOUBLE_EQ(flex_link_efficiency(GpuArch::Hopper, 4).nic, n4);
   EXPECT_DOUBLE_EQ(flex_link_efficiency(GpuArch::Hopper, 8).nic, n8);

@@ -530,6 +530,32 @@ TEST_F(ChakraEt, TheMetadataNodeFlavourRoundTripsToo) {
   expect_equivalent(g, read_chakra(file("m")).graph);
 }
 
+TEST_F(ChakraEt, MoeKernelCountsAndCudaGraphMarksRoundTrip) {
+  // A small Mixtral with Megatron's MoE fusions and CUDA graphs carries nonzero Op::kernels and
+  // Op::cuda_graph (1 and 2): they survive the Chakra round trip (ss_op entries 19 and 20).
+  const ExperimentConfig c = load_experiment(
+      std::string(SCALESCOPE_SOURCE_DIR) + "/inputs/experiments/quickstart.yaml",
+      {"model.preset=mixtral-8x7b", "model.num_layers=2", "model.seq_length=1024", "parallel.tp=1",
+       "parallel.pp=1", "parallel.dp=4", "parallel.sequence_parallel=false",
+       "parallel.expert_model_parallel_size=4", "parallel.moe_token_dispatcher_type=alltoall",
+       "parallel.moe_router_fusion=true", "parallel.moe_permute_fusion=true",
+       "parallel.cuda_graph_scope=[attn, moe_router, moe_preprocess]", "cluster.num_gpus=4",
+       "training.global_batch_size=8", "run.trace_ranks=[0]"});
+  graph::SlicedGraph g = workload::build_graph(c.model, c.parallel, c.training, c.resolved_yaml);
+  for (auto& t : g.templates) t.finalize();
+  int kernels = 0, inside = 0, first = 0;
+  for (const graph::Op& op : g.templates[0].ops) {
+    kernels += op.kernels > 1 ? 1 : 0;
+    inside += op.cuda_graph == 1 ? 1 : 0;
+    first += op.cuda_graph == 2 ? 1 : 0;
+  }
+  EXPECT_GT(kernels, 0);
+  EXPECT_GT(inside, 0);
+  EXPECT_GT(first, 0);
+  write_chakra(g, file("moe"), ChakraWriteOptions{});
+  expect_equivalent(g, read_chakra(file("moe")).graph);
+}
+
 TEST_F(ChakraEt, RoundTripPerClassIsExact) {
   const graph::SlicedGraph g = small_workload();
   ChakraWriteOptions w;
