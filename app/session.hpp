@@ -3,6 +3,8 @@
 
 #include <mpi.h>
 
+#include "core/mpi_singleton.hpp"
+
 namespace scalescope::app {
 
 /// MPI_COMM_WORLD as a command sees it; MPI is initialised by the caller (the driver's
@@ -20,12 +22,17 @@ struct MpiWorld {
   }
 };
 
-/// MPI lifetime for the process; every exit path finalizes.
+/// MPI lifetime for the process; every exit path finalizes. A singleton gets a private session
+/// directory first (core::PrivateMpiSessionRoot), so that parallel runs cannot race on Open MPI's
+/// shared one.
 struct MpiSession : MpiWorld {
   MpiSession(int* argc, char*** argv) { MPI_Init(argc, argv); }
   ~MpiSession() { MPI_Finalize(); }
   MpiSession(const MpiSession&) = delete;
   MpiSession& operator=(const MpiSession&) = delete;
+
+ private:
+  core::PrivateMpiSessionRoot root_;  ///< made before MPI_Init, removed after MPI_Finalize
 };
 
 }  // namespace scalescope::app

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/mpi_singleton.hpp"
 #include "pdes/optimistic_engine.hpp"
 #include "pdes/partitioner.hpp"
 #include "pdes/phold.hpp"
@@ -34,6 +35,7 @@ constexpr std::size_t kPerProcess = 8;  ///< figures per process in Report::per_
 
 /// MPI lifetime for the process; every normal exit path finalizes.
 struct MpiSession {
+  scalescope::core::PrivateMpiSessionRoot root;  // before MPI_Init (core/mpi_singleton.hpp)
   MpiSession(int* argc, char*** argv) { MPI_Init(argc, argv); }
   ~MpiSession() { MPI_Finalize(); }
   MpiSession(const MpiSession&) = delete;

@@ -2,9 +2,12 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include "core/mpi_singleton.hpp"
 #include "core/sanitizer_defaults.hpp"
 
 int main(int argc, char** argv) {
+  // ctest runs these as parallel singletons: each gets its own Open MPI session directory.
+  const scalescope::core::PrivateMpiSessionRoot session_root;
   MPI_Init(&argc, &argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
