@@ -292,6 +292,25 @@ workload::ParallelPlan build_parallel(const Section& s) {
          "gathers one layer's parameters per recompute); use 1 or recompute_method: block");
   r.flag("reshard_after_forward", p.reshard_after_forward);
   r.flag("fsdp_reduce_every_microbatch", p.fsdp_reduce_every_microbatch);
+  if (p.zero() >= 3 && p.pp() > 1) {
+    // FSDP under torch.distributed.pipelining, as torchtitan runs it: apply_fsdp's default
+    // policy keeps the parameters gathered after the forward when PP is on ("to avoid
+    // per-microbatch all-gathers", reshard_after_forward = not pp_enabled), and the stage
+    // turns off resharding and gradient sync for every backward and reduces once, after the
+    // stage's last backward (PipelineStage.backward_maybe_with_nosync / perform_reduce_grad).
+    // docs/config.md "FSDP with pipeline parallelism" cites the lines.
+    const auto refuse = [&](const char* k, const char* why) {
+      if (const Value* v = r.find(k); v && detail::read_bool(*v, r.key(k))) fail(*v, r.key(k), why);
+    };
+    refuse("reshard_after_forward",
+           "true with pipeline_model_parallel_size > 1 is not modelled (torchtitan keeps the "
+           "parameters gathered across a step's micro-batches under PP: its default policy)");
+    refuse("fsdp_reduce_every_microbatch",
+           "true with pipeline_model_parallel_size > 1 contradicts torch.distributed.pipelining, "
+           "which reduces the stage's gradients once, after its last backward");
+    p.reshard_after_forward = false;
+    p.fsdp_reduce_every_microbatch = false;
+  }
   r.positive("fsdp_shard_size", p.fsdp_shard_size);
   r.positive("decoder_first_pipeline_num_layers", p.decoder_first_pipeline_num_layers);
   r.positive("decoder_last_pipeline_num_layers", p.decoder_last_pipeline_num_layers);

@@ -95,11 +95,6 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
         "{}: training.precision: nvfp4 with a captured model (model.source) is not modelled "
         "(torchao's low-precision training of a capture is fp8)",
         f);
-  if (p.zero() >= 3 && pp > 1)
-    throw_input(
-        "{}: parallel.zero_stage=3 / fsdp with pipeline_model_parallel_size > 1 is not modelled "
-        "(Megatron-FSDP's pipeline variant); use pipeline_model_parallel_size: 1",
-        f);
   if (p.zero() >= 3 && p.overlap_param_gather)
     throw_input(
         "{}: parallel.overlap_param_gather is the distributed optimizer's gather; ZeRO-3 / fsdp "
@@ -279,11 +274,23 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
           "{}: MoE with tensor_model_parallel_size={} needs parallel.sequence_parallel: true "
           "(Megatron: 'When using MoE and tensor parallelism, sequence parallelism must be used')",
           f, tp);
-    if (p.zero() >= 2)
+    // ZeRO-2 / 3 with experts: dense parameters shard over DP × CP, expert ones over the
+    // expert-data-parallel group (torchtitan's dp_shard_mod_ep, Megatron-FSDP's expert group).
+    if (p.zero() >= 2 && m.capture)
       throw_input(
-          "{}: parallel.zero_stage={} with MoE is not modelled (expert parameters shard over the "
-          "expert-data-parallel group); use the distributed optimizer (ZeRO-1)",
+          "{}: parallel.zero_stage={} with a captured MoE model is not modelled (the capture's "
+          "FSDP units are whole layers); use the distributed optimizer (ZeRO-1)",
           f, p.zero());
+    if (p.zero() >= 2 && p.dp_cp() == 1 && p.edp() > 1)
+      throw_input(
+          "{}: parallel.zero_stage={} with data_parallel_size·context_parallel_size = 1 shards "
+          "only the experts (expert DP {}), which is not modelled; use zero_stage 0 or 1",
+          f, p.zero(), p.edp());
+    if (p.zero() >= 3 && p.zero_replicas() > 1)
+      throw_input(
+          "{}: parallel.fsdp_shard_size (HSDP) with MoE is not modelled (the expert shard and "
+          "replicate groups of dp_shard_mod_ep are not built); omit fsdp_shard_size",
+          f);
     // --overlap-moe-expert-parallel-comm: Megatron's TransformerConfig asserts, and what the
     // combined 1F1B schedule here covers (docs/model.md "EP overlap").
     if (const Value* v = get(par, "moe_a2a_overlap"); v && p.moe_a2a_overlap) {

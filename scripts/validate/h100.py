@@ -16,8 +16,8 @@ TFLOP/s is converted to an iteration time the same way. Error = predicted / meas
 the iteration time (positive = scalescope too slow). A row measured as tokens/s per GPU gives
 the iteration time gbs·seq / (tokens/s · GPUs), free of any FLOP convention. Optional columns:
 `preset` (a model preset, the row's seq length on top), `ep` (expert parallelism) and `extra`
-(`;`-separated `--set key=value` overrides). Rows scalescope cannot express are skipped with the
-reason.
+(`;`-separated `--set key=value` overrides), `cluster_preset`, `skip` (why a row scalescope
+cannot express is not run). Rows scalescope cannot express are skipped with the reason.
 """
 import argparse
 import concurrent.futures
@@ -85,6 +85,8 @@ def extra_sets(r):
 
 
 def why_skip(r):
+    if r.get("skip"):  # a row scalescope cannot express, said in the CSV (its `skip` column)
+        return r["skip"]
     if r["precision"] not in ("bf16", "fp8", "nvfp4"):
         return f"precision {r['precision'] or '(not published)'} not modelled"
     if int(r["gpus"]) > 16384:

@@ -224,30 +224,67 @@ double optimizer_bytes_per_parameter(const ParallelPlan& p) {
   return p.zero() >= 1 ? 12.0 / static_cast<double>(p.zero_shard()) : 12.0;
 }
 
+double expert_weight_bytes_per_parameter(const ParallelPlan& p) {
+  return p.zero() >= 3 ? 2.0 / static_cast<double>(p.edp()) : 2.0;
+}
+double expert_grad_bytes_per_parameter(const ParallelPlan& p) {
+  return p.zero() >= 2 ? p.grad_bytes() / static_cast<double>(p.edp()) : p.grad_bytes();
+}
 double expert_optimizer_bytes_per_parameter(const ParallelPlan& p) {
   return p.zero() >= 1 ? 12.0 / static_cast<double>(p.edp()) : 12.0;
 }
 
+std::int64_t weight_bytes(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage) {
+  const RankParameters n = rank_parameters(m, p, stage);
+  return static_cast<std::int64_t>(std::ceil(n.dense * weight_bytes_per_parameter(p) +
+                                             n.expert * expert_weight_bytes_per_parameter(p)));
+}
+
+std::int64_t main_grad_bytes(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage) {
+  const RankParameters n = rank_parameters(m, p, stage);
+  return static_cast<std::int64_t>(std::ceil(n.dense * grad_bytes_per_parameter(p) +
+                                             n.expert * expert_grad_bytes_per_parameter(p)));
+}
+
 std::int64_t static_memory_bytes(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage) {
   const RankParameters n = rank_parameters(m, p, stage);
-  // ZeRO shards over the DP × CP group (Megatron's dp-cp group), MODELING §3.2; the distributed
-  // optimizer shards expert parameters over the expert-data-parallel group.
-  return static_cast<std::int64_t>(
-      std::ceil(n.total() * (weight_bytes_per_parameter(p) + grad_bytes_per_parameter(p)) +
-                n.dense * optimizer_bytes_per_parameter(p) +
-                n.expert * expert_optimizer_bytes_per_parameter(p)));
+  // ZeRO shards over the DP × CP group (Megatron's dp-cp group), MODELING §3.2; expert
+  // parameters over the expert-data-parallel group.
+  return static_cast<std::int64_t>(std::ceil(
+      n.dense * (weight_bytes_per_parameter(p) + grad_bytes_per_parameter(p) +
+                 optimizer_bytes_per_parameter(p)) +
+      n.expert * (expert_weight_bytes_per_parameter(p) + expert_grad_bytes_per_parameter(p) +
+                  expert_optimizer_bytes_per_parameter(p))));
 }
+
+namespace {
+/// The largest layer unit of a rank of `stage` (every layer alike without experts).
+double largest_layer_on_stage(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage) {
+  if (!m.moe()) return layer_parameters_on_rank(m, p);
+  double largest = 0;
+  for_each_layer_on_stage(m, p, stage, [&](std::int64_t l) {
+    largest = std::max(largest, layer_parameters_on_rank(m, p, l).total());
+  });
+  return largest;
+}
+/// The root unit: what the layer units leave (embedding, final norm, output layer).
+double root_unit_on_stage(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage) {
+  double layers = 0;
+  for_each_layer_on_stage(m, p, stage, [&](std::int64_t l) {
+    layers += m.moe() ? layer_parameters_on_rank(m, p, l).total() : layer_parameters_on_rank(m, p);
+  });
+  return parameters_on_rank(m, p, stage) - layers;
+}
+}  // namespace
 
 std::int64_t zero3_unsharded_param_bytes(const ModelSpec& m, const ParallelPlan& p,
                                          std::int64_t stage) {
   if (p.zero() < 3 || p.zero_shard() == 1) return 0;
-  const double layer = layer_parameters_on_rank(m, p);
-  const double root =
-      parameters_on_rank(m, p, stage) - layer * static_cast<double>(layers_on_stage(m, p, stage));
   if (!p.reshard_after_forward)
     return static_cast<std::int64_t>(std::ceil(2 * parameters_on_rank(m, p, stage)));
   // The root unit stays gathered through the micro-batch; two layer units besides it.
-  return static_cast<std::int64_t>(std::ceil(2 * (root + 2 * layer)));
+  return static_cast<std::int64_t>(
+      std::ceil(2 * (root_unit_on_stage(m, p, stage) + 2 * largest_layer_on_stage(m, p, stage))));
 }
 
 std::int64_t zero3_unsharded_grad_bytes(const ModelSpec& m, const ParallelPlan& p,
@@ -255,22 +292,29 @@ std::int64_t zero3_unsharded_grad_bytes(const ModelSpec& m, const ParallelPlan& 
   if (p.zero() < 3 || p.zero_shard() == 1) return 0;
   if (t.num_microbatches(p.dp()) > 1 && !p.fsdp_reduce_every_microbatch)
     return static_cast<std::int64_t>(std::ceil(p.grad_bytes() * parameters_on_rank(m, p, stage)));
-  const double layer = layer_parameters_on_rank(m, p);
-  const double root =
-      parameters_on_rank(m, p, stage) - layer * static_cast<double>(layers_on_stage(m, p, stage));
   // The root's gradients (produced first, in the head's backward, reduced last) and the layer's.
-  return static_cast<std::int64_t>(std::ceil(p.grad_bytes() * (root + layer)));
+  return static_cast<std::int64_t>(std::ceil(
+      p.grad_bytes() * (root_unit_on_stage(m, p, stage) + largest_layer_on_stage(m, p, stage))));
 }
 
-double linear_parameters_on_rank(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage) {
-  double n = 0;
+namespace {
+/// linear_parameters_on_rank split into the dense layers' and the experts'.
+RankParameters linear_parameters_by_kind(const ModelSpec& m, const ParallelPlan& p,
+                                         std::int64_t stage) {
+  RankParameters n;
   for_each_layer_on_stage(m, p, stage, [&](std::int64_t l) {
     const LayerParts x = layer_parts(m, l);
-    n += (x.attn_w + x.mlp_w + x.mtp_proj) / static_cast<double>(p.tp()) + x.attn_rep_w;
+    n.dense += (x.attn_w + x.mlp_w + x.mtp_proj) / static_cast<double>(p.tp()) + x.attn_rep_w;
     if (m.is_moe_layer(l))
-      n += static_cast<double>(m.num_experts / p.ep()) * x.expert_w / static_cast<double>(p.etp());
+      n.expert +=
+          static_cast<double>(m.num_experts / p.ep()) * x.expert_w / static_cast<double>(p.etp());
   });
   return n;
+}
+}  // namespace
+
+double linear_parameters_on_rank(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage) {
+  return linear_parameters_by_kind(m, p, stage).total();
 }
 
 std::int64_t fp8_weight_copy_bytes(const ModelSpec& m, const ParallelPlan& p, const TrainingSpec& t,
@@ -283,9 +327,12 @@ std::int64_t fp8_weight_copy_bytes(const ModelSpec& m, const ParallelPlan& p, co
   // gathered per unit (Megatron-FSDP "shards and all-gathers TransformerEngine-quantized
   // parameters", docs/user-guide/features/megatron_fsdp.md; TE's Float8Tensor.fsdp_pre_all_gather
   // hands FSDP2 its local shard), so a rank keeps 1/shard of the copy.
-  const double shard = p.zero() >= 3 ? static_cast<double>(p.zero_shard()) : 1.0;
-  return static_cast<std::int64_t>(
-      std::ceil(2 * t.gemm_operand_bytes() * linear_parameters_on_rank(m, p, stage) / shard));
+  // Expert weights shard over the expert-data-parallel group.
+  const bool z3 = p.zero() >= 3;
+  const RankParameters n = linear_parameters_by_kind(m, p, stage);
+  const double sharded = n.dense / (z3 ? static_cast<double>(p.zero_shard()) : 1.0) +
+                         n.expert / (z3 ? static_cast<double>(p.edp()) : 1.0);
+  return static_cast<std::int64_t>(std::ceil(2 * t.gemm_operand_bytes() * sharded));
 }
 
 std::int64_t activation_bytes_per_layer(const ModelSpec& m, const ParallelPlan& p,

@@ -67,16 +67,28 @@ double layer_parameters_on_rank(const ModelSpec& m, const ParallelPlan& p);
 double weight_bytes_per_parameter(const ParallelPlan& p);
 double grad_bytes_per_parameter(const ParallelPlan& p);
 double optimizer_bytes_per_parameter(const ParallelPlan& p);
+/// The same for expert parameters, which shard over the expert-data-parallel group E = TP·CP·DP
+/// / (ETP·EP) instead (Megatron's expert_parallel_buffers and expert optimizer shard,
+/// Megatron-FSDP's expert group, torchtitan's dp_shard_mod_ep mesh for the experts' FSDP).
+double expert_weight_bytes_per_parameter(const ParallelPlan& p);
+double expert_grad_bytes_per_parameter(const ParallelPlan& p);
+double expert_optimizer_bytes_per_parameter(const ParallelPlan& p);
+
+/// Persistent weight / main-gradient bytes of a rank of `stage`: dense parameters × the dense
+/// figure plus expert parameters × the expert one.
+std::int64_t weight_bytes(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage);
+std::int64_t main_grad_bytes(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage);
 
 /// Weights + gradients + optimizer state of one rank: parameters × the three figures above, e.g.
 /// 18, 6 + 12/D (ZeRO-1), 2 + 16/D (ZeRO-2), 18/D (ZeRO-3) with fp32 grads. Expert parameters
-/// shard their optimizer state over the expert-data-parallel group instead of DP × CP.
+/// shard over the expert-data-parallel group instead of DP × CP.
 std::int64_t static_memory_bytes(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage);
 
 /// ZeRO-3 / FSDP: the unsharded bf16 parameters live at the peak, beside the shards: the root
 /// unit (embedding, final norm, output layer; FSDP2 keeps the root gathered through the
 /// backward) and two layer units (the current one and the prefetched one, FSDP's
-/// limit_all_gathers); all of the rank's parameters without reshard_after_forward. 0 otherwise.
+/// limit_all_gathers; with experts the largest layer's); all of the rank's parameters without
+/// reshard_after_forward. 0 otherwise.
 std::int64_t zero3_unsharded_param_bytes(const ModelSpec& m, const ParallelPlan& p,
                                          std::int64_t stage);
 /// ZeRO-3 / FSDP: unsharded gradients live at the peak: the root's and one layer's until their

@@ -77,13 +77,10 @@ MemoryBreakdown memory_breakdown(const ModelSpec& m, const ParallelPlan& p, cons
                                  std::int64_t peak_workspace) {
   MemoryBreakdown b;
   // Static memory as static_memory_bytes splits it (MODELING §3.2), plus TE's fp8 weight copies.
-  const double params = parameters_on_rank(m, p, stage);
   const std::int64_t fp8_copies = fp8_weight_copy_bytes(m, p, t, stage);
   const std::int64_t total_static = static_memory_bytes(m, p, stage) + fp8_copies;
-  b[MemClass::Weights] =
-      static_cast<std::int64_t>(std::ceil(weight_bytes_per_parameter(p) * params)) + fp8_copies;
-  b[MemClass::MainGrads] =
-      static_cast<std::int64_t>(std::ceil(grad_bytes_per_parameter(p) * params));
+  b[MemClass::Weights] = weight_bytes(m, p, stage) + fp8_copies;
+  b[MemClass::MainGrads] = main_grad_bytes(m, p, stage);
   b[MemClass::Optimizer] = total_static - b[MemClass::Weights] - b[MemClass::MainGrads];
   b[MemClass::Workspace] = peak_workspace;
   // ZeRO-3 / FSDP: the gathered parameters and the unsharded gradients the graph allocates are

@@ -173,10 +173,27 @@ class StageBuilder {
   std::pair<std::int64_t, std::int64_t> checkpoint_of(std::int64_t l) const;
   bool checkpointed(std::int64_t l) const;
   void backward(std::int64_t mb, std::int64_t chunk = 0);
-  std::uint32_t unit_gather(std::int64_t layer, Phase phase);
+  std::uint32_t unit_gather(std::int64_t layer, Phase phase, std::int64_t chunk = 0);
+  /// A ZeRO-3 unit's sharded parameters on this rank: the dense ones (over DP × CP) and the
+  /// experts' (over expert DP; 0 where expert DP is 1 and the experts stay whole).
+  struct Unit {
+    double dense = 0, expert = 0;
+    double total() const { return dense + expert; }
+  };
+  /// Layer `layer`'s unit; −1 the root unit of model chunk `chunk` (embedding, final norm,
+  /// output layer: the part of the root that chunk holds).
+  Unit unit_of(std::int64_t layer, std::int64_t chunk = 0) const;
   /// A gathered layer unit's bytes: bf16, its linear weights in fp8 with fp8_fsdp_gather_.
-  double gathered_layer_bytes() const { return 2 * layer_unit_ - layer_linear_; }
-  void unit_reduce(std::int64_t layer, double params);
+  double gathered_layer_bytes(std::int64_t layer) const {
+    return 2 * unit_of(layer).total() - layer_linear_;
+  }
+  void unit_reduce(std::int64_t layer, const Unit& u);
+  void free_unit(std::int64_t layer, std::int64_t chunk = 0);
+  std::int64_t unit_grad_bytes(const Unit& u) const;
+  /// FSDP under pipeline parallelism (torch.distributed.pipelining): chunk `chunk`'s units are
+  /// gathered once, in its first forward of the step, kept, and reduce-scattered and freed
+  /// after its last backward.
+  void pp_fsdp_reduce(std::int64_t chunk);
   void captured_outer(const LoweredBlock& part, std::int64_t key, Phase phase, std::int64_t& alloc);
   void embedding_forward();
   std::int64_t embedding_lookup(std::vector<std::uint32_t> extra = {});
@@ -267,7 +284,9 @@ class StageBuilder {
   std::int64_t cur_layer_ = -1, cur_mb_ = -1;
   std::int64_t emb_alloc_ = 0, head_alloc_ = 0, ce_alloc_ = 0, mtp_alloc_ = 0;
   bool fp8_ = false;
-  bool zero3_ = false;                     ///< ZeRO-3 / FSDP with a DP × CP group to shard over
+  bool zero3_ = false;    ///< ZeRO-3 / FSDP with a DP × CP group to shard over
+  bool pp_fsdp_ = false;  ///< … under pipeline parallelism
+  std::vector<std::int64_t> chunk_forwards_, chunk_backwards_;  ///< pp_fsdp_: runs so far
   double layer_unit_ = 0, root_unit_ = 0;  ///< parameters of a layer unit, of the root unit
   bool fp8_fsdp_gather_ = false;    ///< torchao's FSDP float8 all-gather (captured fp8 under FSDP)
   double layer_linear_ = 0;         ///< … the linear weights of a layer unit it gathers in fp8

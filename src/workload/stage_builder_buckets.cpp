@@ -107,39 +107,103 @@ double StageBuilder::head_params() const {
   return n + last_stage_vocab_tables(m_, p_) * vocab_shard();
 }
 
-/// ZeRO-3: all-gather of unit `layer`'s bf16 parameters (−1: the root unit) over DP × CP
-/// (S = 2 · unit parameters, the gathered tensor; gathered_layer_bytes for a layer) into a
-/// buffer allocated when it is issued; issued after the chain.
-std::uint32_t StageBuilder::unit_gather(std::int64_t layer, Phase phase) {
-  const std::int64_t saved = std::exchange(cur_layer_, layer);
-  const double bytes = layer >= 0 ? gathered_layer_bytes() : 2 * root_unit_;
-  Op op = collective(OpKind::AllGather, CommRole::Dp, OpName::DpAllGather, phase, bytes);
-  op.mem_alloc = static_cast<std::int64_t>(std::ceil(bytes));
-  cur_layer_ = saved;
-  std::vector<std::uint32_t> deps;
-  if (chain_ != kNone) deps.push_back(chain_);
-  return add_free(op, deps);
+StageBuilder::Unit StageBuilder::unit_of(std::int64_t layer, std::int64_t chunk) const {
+  if (layer < 0) {
+    // The root unit; with model chunks (FSDP under PP wraps each chunk as its own root) the
+    // embedding's part in the first chunk, the output layer's in the last.
+    double root = root_unit_;
+    if (p_.vpp() > 1) {
+      const double head = last_ ? std::min(root_unit_, head_params()) : 0.0;
+      root = chunk == p_.vpp() - 1 ? head : (chunk == 0 ? root_unit_ - head : 0.0);
+    }
+    return {std::max(0.0, root), 0.0};
+  }
+  if (!m_.moe()) return {layer_unit_, 0.0};
+  const RankParameters r = layer_parameters_on_rank(m_, p_, layer);
+  return {r.dense, p_.edp() > 1 ? r.expert : 0.0};
 }
 
-/// ZeRO-3: reduce-scatter of a unit's gradients (S = grad bytes · unit parameters) once its
-/// backward is done, beside the next unit's backward; the unsharded gradients are freed.
-void StageBuilder::unit_reduce(std::int64_t layer, double params) {
+/// ZeRO-3: all-gather of unit `layer`'s bf16 parameters (−1: chunk `chunk`'s root unit) over
+/// DP × CP (S = 2 · unit parameters, the gathered tensor; gathered_layer_bytes for a layer), its
+/// experts' over expert DP after it, into buffers allocated when they are issued; issued after
+/// the chain. Returns the last gather.
+std::uint32_t StageBuilder::unit_gather(std::int64_t layer, Phase phase, std::int64_t chunk) {
+  const std::int64_t saved = std::exchange(cur_layer_, layer);
+  const Unit u = unit_of(layer, chunk);
+  const double bytes = 2 * u.dense - (layer >= 0 ? layer_linear_ : 0.0);
+  Op op = collective(OpKind::AllGather, CommRole::Dp, OpName::DpAllGather, phase, bytes);
+  op.mem_alloc = static_cast<std::int64_t>(std::ceil(bytes));
+  std::vector<std::uint32_t> deps;
+  if (chain_ != kNone) deps.push_back(chain_);
+  std::uint32_t last = add_free(op, deps);
+  if (u.expert > 0) {
+    Op e = collective(OpKind::AllGather, CommRole::Edp, OpName::EdpAllGather, phase, 2 * u.expert);
+    e.mem_alloc = static_cast<std::int64_t>(std::ceil(2 * u.expert));
+    deps.push_back(last);
+    last = add_free(e, deps);
+  }
+  cur_layer_ = saved;
+  return last;
+}
+
+/// Frees what unit_gather allocated for the unit, when the chain's last op is issued.
+void StageBuilder::free_unit(std::int64_t layer, std::int64_t chunk) {
+  const Unit u = unit_of(layer, chunk);
+  free_at_chain(2 * u.dense - (layer >= 0 ? layer_linear_ : 0.0));
+  if (u.expert > 0) free_at_chain(2 * u.expert);
+}
+
+/// The unsharded gradients of a unit, allocated at its first backward of a reduction window.
+std::int64_t StageBuilder::unit_grad_bytes(const Unit& u) const {
+  return static_cast<std::int64_t>(p_.grad_bytes() * u.dense) +
+         static_cast<std::int64_t>(p_.grad_bytes() * u.expert);
+}
+
+/// ZeRO-3: reduce-scatter of a unit's gradients (S = grad bytes · unit parameters; the experts'
+/// over expert DP) once its backward is done, beside the next unit's backward; the unsharded
+/// gradients are freed.
+void StageBuilder::unit_reduce(std::int64_t layer, const Unit& u) {
   const std::int64_t saved = std::exchange(cur_layer_, layer);
   Op op = collective(OpKind::ReduceScatter, CommRole::Dp, OpName::DpReduceScatter, Phase::Backward,
-                     p_.grad_bytes() * params);
-  op.mem_free = static_cast<std::int64_t>(p_.grad_bytes() * params);
+                     p_.grad_bytes() * u.dense);
+  op.mem_free = static_cast<std::int64_t>(p_.grad_bytes() * u.dense);
   const std::uint32_t rs = add_free(op, {chain_});
   if (p_.zero_replicas() > 1) {
     // HSDP: the reduced shard is then all-reduced across the replicas (torchtitan's
     // dp_replicate dimension): S = grad bytes · unit parameters / shard size.
     zero3_reductions_.push_back(add_free(
         collective(OpKind::AllReduce, CommRole::DpReplicate, OpName::DpAllReduce, Phase::Backward,
-                   p_.grad_bytes() * params / static_cast<double>(p_.zero_shard())),
+                   p_.grad_bytes() * u.dense / static_cast<double>(p_.zero_shard())),
         {rs}));
   } else {
     zero3_reductions_.push_back(rs);
   }
+  if (u.expert > 0) {
+    Op e = collective(OpKind::ReduceScatter, CommRole::Edp, OpName::EdpReduceScatter,
+                      Phase::Backward, p_.grad_bytes() * u.expert);
+    e.mem_free = static_cast<std::int64_t>(p_.grad_bytes() * u.expert);
+    zero3_reductions_.push_back(add_free(e, {chain_, rs}));
+  }
   cur_layer_ = saved;
+}
+
+/// FSDP under pipeline parallelism, after chunk `chunk`'s last backward of the step: the
+/// stage's REDUCE_GRAD (PipelineStage.perform_reduce_grad: set_requires_gradient_sync(True),
+/// then every FSDP state's post_backward): each unit's accumulated gradients reduce-scattered,
+/// its parameters resharded (freed), the root first, then the layers in forward order
+/// (the states' registration order).
+void StageBuilder::pp_fsdp_reduce(std::int64_t chunk) {
+  const std::int64_t first = chunk_first_[chunk];
+  const std::int64_t end = first + chunk_layers_[chunk];
+  const Unit root = unit_of(-1, chunk);
+  if (root.dense > 0) {
+    free_unit(-1, chunk);
+    unit_reduce(-1, root);
+  }
+  for (std::int64_t l = first; l < end; ++l) {
+    free_unit(l, chunk);
+    unit_reduce(l, unit_of(l, chunk));
+  }
 }
 
 /// The reductions of the buckets of model chunk `chunk` (−1: all): a bucket's starts when its

@@ -44,26 +44,28 @@ std::uint32_t StageBuilder::post(bool send, CommRole role, std::int64_t mb) {
 
 /// Forward of micro-batch mb through model chunk `chunk` (the embedding runs in the first
 /// virtual stage, the head and loss in the last).
-/// Under ZeRO-3 / FSDP (pipeline parallelism is rejected with it, so one chunk holding the
-/// embedding and the head) each unit's parameters are all-gathered before use, one layer
-/// ahead (FSDP's prefetch: the gather of layer l + 1 is issued before layer l computes and
-/// after layer l − 1 is freed, so two layer units are gathered at most, limit_all_gathers).
+/// Under ZeRO-3 / FSDP each unit's parameters are all-gathered before use, one layer ahead
+/// (FSDP's prefetch: the gather of layer l + 1 is issued before layer l computes and after
+/// layer l − 1 is freed, so two layer units are gathered at most, limit_all_gathers). Under
+/// pipeline parallelism only the chunk's first forward of the step gathers: the units stay
+/// gathered until its last backward (pp_fsdp_reduce).
 void StageBuilder::forward(std::int64_t mb, std::int64_t chunk) {
   cur_mb_ = mb;
   const std::int64_t first = chunk_first_[chunk];
   const std::int64_t end = first + chunk_layers_[chunk];
+  const bool gather = zero3_ && (!pp_fsdp_ || chunk_forwards_[chunk]++ == 0);
   std::uint32_t next = kNone;
-  if (zero3_) {
-    wait_for(unit_gather(-1, Phase::Forward));
-    if (end > first) next = unit_gather(first, Phase::Forward);
+  if (gather) {
+    if (!pp_fsdp_ || unit_of(-1, chunk).dense > 0) wait_for(unit_gather(-1, Phase::Forward, chunk));
+    if (end > first) next = unit_gather(first, Phase::Forward, chunk);
   }
   ovl_ends(true);
   if (first_ && chunk == 0) embedding_forward();
   for (std::int64_t l = first; l < end; ++l) {
     ovl_layer(l - first);
-    if (zero3_) {
+    if (gather) {
       const std::uint32_t gathered = next;
-      next = l + 1 < end ? unit_gather(l + 1, Phase::Forward) : kNone;
+      next = l + 1 < end ? unit_gather(l + 1, Phase::Forward, chunk) : kNone;
       wait_for(gathered);
     }
     // MTP modules after the decoder (GPTModel._postprocess: MTP, their losses, the main
@@ -71,7 +73,7 @@ void StageBuilder::forward(std::int64_t mb, std::int64_t chunk) {
     if (m_.is_mtp_layer(l)) mtp_input_forward(l);
     layer_forward(l, Phase::Forward, mb == 0);
     if (m_.is_mtp_layer(l)) head_forward(l);
-    if (zero3_ && p_.reshard_after_forward) free_at_chain(gathered_layer_bytes());
+    if (zero3_ && p_.reshard_after_forward) free_unit(l);
   }
   ovl_ends(false);
   if (last_ && chunk == p_.vpp() - 1) head_forward();
@@ -110,18 +112,20 @@ bool StageBuilder::checkpointed(std::int64_t l) const {
 /// gather of layer l − 1 issued before layer l's backward (BACKWARD_PRE prefetch); after a
 /// unit's backward its parameters are freed and its gradients reduce-scattered (on the last
 /// micro-batch only, unless fsdp_reduce_every_microbatch); the root (FSDP2 does not reshard
-/// it after the forward) after the embedding's backward.
+/// it after the forward) after the embedding's backward. Under pipeline parallelism the
+/// gradients accumulate unsharded over the step and the chunk's units are reduced and freed
+/// after its last backward (pp_fsdp_reduce).
 void StageBuilder::backward(std::int64_t mb, std::int64_t chunk) {
   cur_mb_ = mb;
-  const bool reduce = mb == num_mb_ - 1 || p_.fsdp_reduce_every_microbatch;
-  const bool alloc_grads = mb == 0 || p_.fsdp_reduce_every_microbatch;
-  const double gb = p_.grad_bytes();
+  const std::int64_t run = pp_fsdp_ ? chunk_backwards_[chunk]++ : mb;
+  const bool reduce = !pp_fsdp_ && (mb == num_mb_ - 1 || p_.fsdp_reduce_every_microbatch);
+  const bool alloc_grads = run == 0 || p_.fsdp_reduce_every_microbatch;
   const std::int64_t first = chunk_first_[chunk];
   const std::int64_t last = first + chunk_layers_[chunk] - 1;
   const bool regather = zero3_ && p_.reshard_after_forward;
   std::uint32_t next = kNone;
   if (regather && last >= first) next = unit_gather(last, Phase::Backward);
-  if (zero3_ && alloc_grads) pending_alloc_ += static_cast<std::int64_t>(gb * root_unit_);
+  if (zero3_ && alloc_grads) pending_alloc_ += unit_grad_bytes(unit_of(-1, chunk));
   ovl_ends(true);
   if (last_ && chunk == p_.vpp() - 1) head_backward();
   for (std::int64_t l = last; l >= first; --l) {
@@ -132,7 +136,7 @@ void StageBuilder::backward(std::int64_t mb, std::int64_t chunk) {
       wait_for(gathered);
     }
     cur_layer_ = l;
-    if (zero3_ && alloc_grads) pending_alloc_ += static_cast<std::int64_t>(gb * layer_unit_);
+    if (zero3_ && alloc_grads) pending_alloc_ += unit_grad_bytes(unit_of(l));
     // The main loss's backward runs first (its logits were made last), then each MTP
     // module's, last to first.
     if (m_.is_mtp_layer(l)) head_backward(l);
@@ -142,17 +146,18 @@ void StageBuilder::backward(std::int64_t mb, std::int64_t chunk) {
       for (std::int64_t k = g0; k <= g1; ++k) layer_forward(k, Phase::Recompute, false);
     layer_backward(l, mb);
     if (m_.is_mtp_layer(l)) mtp_input_backward(l);
-    if (zero3_) {
-      free_at_chain(gathered_layer_bytes());
-      if (reduce) unit_reduce(l, layer_unit_);
+    if (zero3_ && !pp_fsdp_) {
+      free_unit(l);
+      if (reduce) unit_reduce(l, unit_of(l));
     }
   }
   ovl_ends(false);
   if (first_ && chunk == 0) embedding_backward();
-  if (zero3_) {
-    free_at_chain(2 * root_unit_);
-    if (reduce) unit_reduce(-1, root_unit_);
+  if (zero3_ && !pp_fsdp_) {
+    free_unit(-1);
+    if (reduce) unit_reduce(-1, unit_of(-1));
   }
+  if (pp_fsdp_ && run == num_mb_ - 1) pp_fsdp_reduce(chunk);
   // ZeRO-2: the gradients are sharded, so each micro-batch's are reduce-scattered into the
   // shard (DeepSpeed ZeRO-2); the last micro-batch's in finish_iteration.
   if (p_.zero() == 2 && p_.dp_cp() > 1 && mb != num_mb_ - 1) reduce_buckets(chunk, chain_);

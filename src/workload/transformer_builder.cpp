@@ -52,6 +52,15 @@ StageBuilder::StageBuilder(const ModelSpec& m, const ParallelPlan& p, const Trai
   if (fp8_fsdp_gather_)
     layer_linear_ = linear_parameters_on_rank(m, p, stage) / static_cast<double>(layers_);
   root_unit_ = parameters_on_rank(m, p, stage) - layer_unit_ * static_cast<double>(layers_);
+  if (m.moe()) {  // layer units differ (dense layers, MTP): the root is what they leave
+    root_unit_ = parameters_on_rank(m, p, stage);
+    for (std::int64_t c = 0; c < p.vpp(); ++c)
+      for (std::int64_t l = chunk_first_[c]; l < chunk_first_[c] + chunk_layers_[c]; ++l)
+        root_unit_ -= layer_parameters_on_rank(m, p, l).total();
+  }
+  pp_fsdp_ = zero3_ && p.pp() > 1;
+  chunk_forwards_.assign(static_cast<std::size_t>(p.vpp()), 0);
+  chunk_backwards_.assign(static_cast<std::size_t>(p.vpp()), 0);
   // Attention widths: scores over a·dqk, values and output a·dv; keys and values have g heads
   // (GQA), or a with MLA's per-head up-projected keys and values.
   const double a = static_cast<double>(m.num_attention_heads);

@@ -123,7 +123,14 @@ TEST(ConfigError, EveryBadInputNamesFileAndKey) {
       {Yaml().set("parallel", "fsdp", "true").set("parallel", "zero_stage", "2"),
        "parallel.zero_stage"},
       {Yaml().set("parallel", "reshard_after_forward", "false"), "parallel.reshard_after_forward"},
-      {Yaml().set("parallel", "fsdp", "true"), "parallel.zero_stage=3"},
+      // FSDP under PP follows torch.distributed.pipelining: no per-micro-batch resharding or
+      // reduction.
+      {Yaml().set("parallel", "fsdp", "true").set("parallel", "reshard_after_forward", "true"),
+       "parallel.reshard_after_forward"},
+      {Yaml()
+           .set("parallel", "fsdp", "true")
+           .set("parallel", "fsdp_reduce_every_microbatch", "true"),
+       "parallel.fsdp_reduce_every_microbatch"},
       {Yaml().set("parallel", "tensor_model_parallel_size", "2"),
        "parallel.tensor_model_parallel_size"},  // given twice (alias tp too)
       // MoE kernel keys on a dense model, and CUDA graphs the model does not tell apart.
