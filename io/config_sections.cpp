@@ -260,6 +260,22 @@ workload::ParallelPlan build_parallel(const Section& s) {
         "mlp, moe, shared_experts)");
   }
   r.flag("use_distributed_optimizer", p.use_distributed_optimizer);
+  if (const Value* v = r.find("schedule")) {
+    // torch.distributed.pipelining's schedules beyond these (torchtitan's
+    // pipeline_parallel_schedule names, lower-cased): said, not silently approximated.
+    std::string name = detail::read_string(*v, r.key("schedule"));
+    std::transform(name.begin(), name.end(), name.begin(),
+                   [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+    for (const char* torch_only :
+         {"zbv", "zbvzerobubble", "schedulezbvzerobubble", "interleavedzerobubble",
+          "scheduleinterleavedzerobubble", "loopedbfs", "scheduleloopedbfs", "dualpipev",
+          "scheduledualpipev"})
+      if (name == torch_only)
+        fail(*v, r.key("schedule"),
+             "'" + detail::read_string(*v, r.key("schedule")) +
+                 "' (torch.distributed.pipelining) is not modelled: the schedules are 1f1b, "
+                 "gpipe and interleaved 1F1B (virtual_pipeline_model_parallel_size > 1)");
+  }
   p.schedule = r.choice("schedule", {"1f1b", "gpipe"}, "1f1b") == "gpipe"
                    ? workload::Schedule::GPipe
                    : workload::Schedule::OneFOneB;

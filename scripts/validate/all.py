@@ -14,6 +14,9 @@ Sets (docs/validation.md "All sets"):
               software vintage
   blackwell   24 Megatron-Bridge 26.04.01 iteration times on DGX B200 / B300 and GB200 / GB300
               NVL72 (inputs/validation/blackwell_megatron_bridge.csv); subsets by system
+  fsdp        FSDP layouts (issue 37): NeMo AutoModel's H100 iteration times (FSDP2 with PP
+              and EP), the Megatron-FSDP rows of h100 and blackwell, ratios of torchtitan's
+              Llama 3.1 405B runs (FSDP × TP × PP × CP) and their peak memory
   nccl        39 NCCL all-reduce times on Azure ND A100 v4 through the emulation
   torchtitan  9 ratios (what fp8 and async TP buy) of torchtitan's H100 jobs, captured model
   recipe      13 NVIDIA-tuned dense H100 recipes: the predicted gain of the best layout a sweep
@@ -89,6 +92,9 @@ DEVELOPED = {
     # validation-public §7: reported only (the deep-interleaving finding led to issue 23's
     # schedule fix, which comes from Megatron's source, not from these rows).
     "recipe": set(),
+    # issue 37: the FSDP layouts were written from torchtitan's, PyTorch's and AutoModel's code
+    # and the rows run afterwards; nothing was fitted to them.
+    "fsdp": set(),
 }
 
 # --quick: rows cheap enough for the 3-minute budget on 2 cores (vTrain: every row, LOMO only,
@@ -220,6 +226,59 @@ def set_blackwell(args):
             "summary_subsets": BLACKWELL_SYSTEMS, "extra": {}}
 
 
+FSDP_CSVS = [os.path.join(ROOT, "inputs", "validation", name)
+             for name in ("fsdp_layouts_automodel.csv", "h100_nemo_throughput.csv",
+                          "blackwell_megatron_bridge.csv")]
+
+
+def set_fsdp(args):
+    """The layouts PyTorch-native and FSDP runs use (issue 37): NeMo AutoModel's H100 rows
+    (FSDP2 with PP and EP), the Megatron-FSDP rows of the h100 and blackwell sets, and the
+    ratios of torchtitan's Llama 3.1 405B runs (FSDP × TP × PP, × CP); docs/validation.md
+    "FSDP layouts"."""
+    import torchtitan_405b
+    rows = []
+    for path in FSDP_CSVS:
+        for r in csv.DictReader(open(path)):
+            if path.endswith("automodel.csv") or "parallel.fsdp=true" in (r.get("extra") or ""):
+                rows.append(r)
+    tmp = tempfile.mkdtemp(prefix="all_fsdp_")
+    results, skipped = h100.evaluate(args.scalescope, rows, tmp, timeout=300,
+                                     sets=[f"{k}={v}" for k, v in args.sets.items()],
+                                     jobs=args.jobs)
+    not_expressible = [f"{r['model']} ({r['gpus']} GPUs): {r['skip']}" for r in rows
+                       if r.get("skip")]
+    errors = [f"{m} ({g} GPUs): {why}" for m, g, why in skipped
+              if not any(r["model"] == m and r.get("skip") for r in rows)]
+    out = []
+    for d, r in zip(results, [r for r in rows if not r.get("skip")]):
+        source = "AutoModel" if "Automodel" in r["source"] else "Megatron-FSDP"
+        extra = r.get("extra") or ""
+        tags = [source]
+        if int(r["pp"]) > 1:
+            tags.append("with PP")
+        if d["moe"]:
+            tags.append("with EP")
+        out.append({"id": f"{d['model']} ({d['gpus']} GPUs)", "measured": d["measured_s"],
+                    "predicted": d["predicted_s"], "error": d["error"],
+                    "developed": developed("fsdp", d["model"]), "tags": tags,
+                    "fits": d["fits"], "extra_keys": extra})
+    ratios, memory = torchtitan_405b.evaluate(
+        args.scalescope, [f"{k}={v}" for k, v in args.sets.items()])
+    for r in ratios:
+        out.append({"id": r["id"], "measured": r["measured"], "predicted": r["predicted"],
+                    "error": r["error"], "developed": developed("fsdp", r["id"]),
+                    "tags": ["torchtitan ratio", "with PP"]})
+    return {"metric": "iteration time (AutoModel, Megatron-FSDP) or a ratio of tokens/s "
+                      "(torchtitan 405B), predicted / measured - 1",
+            "rows": out, "skipped": errors, "not_expressible": not_expressible,
+            "subsets": ["AutoModel", "Megatron-FSDP", "torchtitan ratio", "with PP", "with EP"],
+            "summary_subsets": ["AutoModel", "Megatron-FSDP", "torchtitan ratio"],
+            "extra": {"torchtitan 405B peak reserved memory (GiB)":
+                      stats([m["error"] for m in memory])},
+            "memory_rows": memory}
+
+
 def set_nccl(args):
     rows = nccl_azure.load_rows(QUICK["nccl_ranks"] if args.quick else None)
     # The flow model on the system's own preset, as scripts/validate/nccl.sh runs it.
@@ -272,7 +331,7 @@ def set_recipe(args):
 
 
 SETS = [("vtrain", set_vtrain), ("memory", set_memory), ("h100", set_h100),
-        ("blackwell", set_blackwell), ("nccl", set_nccl),
+        ("blackwell", set_blackwell), ("fsdp", set_fsdp), ("nccl", set_nccl),
         ("torchtitan", set_torchtitan), ("recipe", set_recipe)]
 QUICK_SETS = {"vtrain", "memory", "h100", "nccl"}
 
@@ -296,6 +355,12 @@ def print_set(name, res):
               f"{100 * d['error']:+7.1f}%  {'developed' if d['developed'] else 'never used'}")
     for why in res.get("skipped", []):
         print(f"  SKIPPED {why}")
+    for why in res.get("not_expressible", []):
+        print(f"  NOT EXPRESSIBLE {why}")
+    for m in res.get("memory_rows", []):
+        label = f"{m['job']} {m.get('run', '')}".strip()
+        print(f"  peak memory, GiB: {label[:44]:<44} {m['measured_gib']:10.4g} "
+              f"{m['predicted_gib']:10.4g} {100 * (m['predicted_gib'] / m['measured_gib'] - 1):+7.1f}%")
     print(fmt_stats("ALL ROWS", res["all"]))
     for t, s in res["subset_stats"].items():
         print(fmt_stats(f"subset {t}", s))

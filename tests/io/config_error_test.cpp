@@ -131,6 +131,7 @@ TEST(ConfigError, EveryBadInputNamesFileAndKey) {
            .set("parallel", "fsdp", "true")
            .set("parallel", "fsdp_reduce_every_microbatch", "true"),
        "parallel.fsdp_reduce_every_microbatch"},
+      {Yaml().set("parallel", "schedule", "ZBVZeroBubble"), "parallel.schedule"},
       {Yaml().set("parallel", "tensor_model_parallel_size", "2"),
        "parallel.tensor_model_parallel_size"},  // given twice (alias tp too)
       // MoE kernel keys on a dense model, and CUDA graphs the model does not tell apart.
