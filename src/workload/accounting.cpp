@@ -214,24 +214,27 @@ double parameters_on_rank(const ModelSpec& m, const ParallelPlan& p, std::int64_
   return rank_parameters(m, p, stage).total();
 }
 
+// PyTorch FSDP2 (`fsdp: true`) keeps the sharded parameters in their fp32 dtype and casts them
+// to bf16 for the all-gather (MixedPrecisionPolicy param_dtype): the fp32 shard is the weight
+// and Adam's master at once, 4 + 8 bytes (m, v) instead of 2 + 12.
 double weight_bytes_per_parameter(const ParallelPlan& p) {
-  return p.zero() >= 3 ? 2.0 / static_cast<double>(p.zero_shard()) : 2.0;
+  return p.zero() >= 3 ? (p.fsdp ? 4.0 : 2.0) / static_cast<double>(p.zero_shard()) : 2.0;
 }
 double grad_bytes_per_parameter(const ParallelPlan& p) {
   return p.zero() >= 2 ? p.grad_bytes() / static_cast<double>(p.zero_shard()) : p.grad_bytes();
 }
 double optimizer_bytes_per_parameter(const ParallelPlan& p) {
-  return p.zero() >= 1 ? 12.0 / static_cast<double>(p.zero_shard()) : 12.0;
+  return p.zero() >= 1 ? (p.fsdp ? 8.0 : 12.0) / static_cast<double>(p.zero_shard()) : 12.0;
 }
 
 double expert_weight_bytes_per_parameter(const ParallelPlan& p) {
-  return p.zero() >= 3 ? 2.0 / static_cast<double>(p.edp()) : 2.0;
+  return p.zero() >= 3 ? (p.fsdp ? 4.0 : 2.0) / static_cast<double>(p.edp()) : 2.0;
 }
 double expert_grad_bytes_per_parameter(const ParallelPlan& p) {
   return p.zero() >= 2 ? p.grad_bytes() / static_cast<double>(p.edp()) : p.grad_bytes();
 }
 double expert_optimizer_bytes_per_parameter(const ParallelPlan& p) {
-  return p.zero() >= 1 ? 12.0 / static_cast<double>(p.edp()) : 12.0;
+  return p.zero() >= 1 ? (p.fsdp ? 8.0 : 12.0) / static_cast<double>(p.edp()) : 12.0;
 }
 
 std::int64_t weight_bytes(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage) {

@@ -195,6 +195,17 @@ TEST(Accounting, ZeroStagesBytesPerParameter) {
       EXPECT_EQ(static_memory_bytes(m, p, 1), static_cast<std::int64_t>(std::ceil(n * per_param)));
     }
   }
+  // PyTorch FSDP2 (fsdp: true) keeps the shard in fp32, which is Adam's master too:
+  // (4 + 4 + 8)/16 = 1, with bf16 grads (4 + 2 + 8)/16 = 0.875.
+  p.zero_stage = 3;
+  p.fsdp = true;
+  for (bool fp32_grads : {true, false}) {
+    p.grad_reduce_in_fp32 = fp32_grads;
+    EXPECT_DOUBLE_EQ(weight_bytes_per_parameter(p) + grad_bytes_per_parameter(p) +
+                         optimizer_bytes_per_parameter(p),
+                     fp32_grads ? 1.0 : 0.875);
+  }
+  p.fsdp = false;
   // use_distributed_optimizer alone is stage 1.
   p.zero_stage = 0;
   p.use_distributed_optimizer = true;

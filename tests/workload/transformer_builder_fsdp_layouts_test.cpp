@@ -64,7 +64,8 @@ TEST(FsdpLayouts, PipelineStagesGatherOnceAStepAndReduceAfterTheirLastBackward) 
   //   all-gathers: one per unit, all in micro-batch 0's forward, S = 2 · unit: Σ = 2 · N_s;
   //   backward all-gathers: none;
   //   reduce-scatters: one per unit, after micro-batch 1's backward, S = 4 · unit (fp32): 4 N_s.
-  // Memory: the shard is 18 / 2 bytes a parameter. From micro-batch 0's forward every unit is
+  // Memory: the shard is 16 / 2 bytes a parameter (FSDP2: the fp32 shard, its fp32 gradients,
+  // Adam's m and v). From micro-batch 0's forward every unit is
   // gathered (2 · unit, rounded up per unit) until the reshard after the last backward; from
   // the first backward every unit's unsharded fp32 gradients accumulate (4 · unit, rounded down
   // per unit) until their reduce-scatter. So just before the first reduce-scatter (activations
@@ -101,15 +102,15 @@ TEST(FsdpLayouts, PipelineStagesGatherOnceAStepAndReduceAfterTheirLastBackward) 
     const auto down = [](double x) { return static_cast<std::int64_t>(x); };
     const std::int64_t gathered = up(2 * root) + 2 * up(2 * p_layer);
     const std::int64_t grads = down(4 * root) + 2 * down(4 * p_layer);
-    EXPECT_EQ(t.static_memory, up(n * 18 / 2));
+    EXPECT_EQ(t.static_memory, up(n * 16 / 2));
     EXPECT_EQ(live - t.static_memory, grads);
     // Everything gathered or accumulated is freed again by the end of the step.
     const std::int64_t peak = activation_peak(t);
     EXPECT_GE(peak - t.static_memory, gathered + grads);
-    // `scalescope memory` names them: weights 2 N / 2 (the shard) + 2 N (gathered), main grads
-    // 4 N / 2 + 4 N (unsharded), the rest of the peak activations.
+    // `scalescope memory` names them: weights 4 N / 2 (the fp32 shard) + 2 N (gathered), main
+    // grads 4 N / 2 + 4 N (unsharded), the rest of the peak activations.
     const MemoryBreakdown b = memory_breakdown(s.m, s.p, s.t, stage, peak, 0);
-    EXPECT_EQ(b[MemClass::Weights], up(2 * n / 2) + up(2 * n));
+    EXPECT_EQ(b[MemClass::Weights], up(4 * n / 2) + up(2 * n));
     EXPECT_EQ(b[MemClass::MainGrads], up(4 * n / 2) + up(4 * n));
   }
 }
@@ -158,7 +159,8 @@ TEST(FsdpLayouts, ExpertsShardOverExpertDataParallelAndDenseUnitsOverDataParalle
   //   DP all-gathers: forward 2 · (R + 4 P_d), backward 2 · 4 P_d (the root stays gathered);
   //   expert-DP all-gathers: forward 2 · 4 P_e, backward 2 · 4 P_e;
   //   reduce-scatters: DP 4 · (R + 4 P_d), expert DP 4 · 4 P_e.
-  // Static bytes: dense (2 + 4 + 12) / 4 a parameter, experts (2 + 4 + 12) / 2.
+  // Static bytes (FSDP2: fp32 shard, fp32 gradients, Adam's m, v): dense (4 + 4 + 8) / 4 a
+  // parameter, experts (4 + 4 + 8) / 2.
   // Groups (Megatron's expert order etp-ep-edp): EP {0, 1}, expert DP {0, 2}; DP {0, 1, 2, 3}.
   Job s = small(1, 1, 4);
   s.m.num_experts = 8;
@@ -188,7 +190,7 @@ TEST(FsdpLayouts, ExpertsShardOverExpertDataParallelAndDenseUnitsOverDataParalle
   EXPECT_DOUBLE_EQ(edp.backward_gather, m * 2 * 4 * p_e);
   EXPECT_DOUBLE_EQ(edp.reduce_scatter, m * 4 * 4 * p_e);
   EXPECT_EQ(static_memory_bytes(s.m, s.p, 0),
-            static_cast<std::int64_t>(std::ceil(all.dense * 18 / 4 + all.expert * 18 / 2)));
+            static_cast<std::int64_t>(std::ceil(all.dense * 16 / 4 + all.expert * 16 / 2)));
   const auto members = [&](graph::CommRole role) {
     const auto c = static_cast<std::uint32_t>(g.comm_of(0, role));
     return std::vector<std::uint32_t>(g.comms.members_begin(c), g.comms.members_end(c));
@@ -207,7 +209,8 @@ TEST(FsdpLayouts, ExpertsShardOverExpertDataParallelAndDenseUnitsOverDataParalle
 
 TEST(FsdpLayouts, ExpertsWholeOnTheirRankAreNeitherGatheredNorReduced) {
   // EP = DP = 4 (TP 1): expert DP is 1, every rank holds its experts whole, so FSDP gathers and
-  // reduces the dense units only and the experts keep 2 + 4 + 12 bytes a parameter.
+  // reduces the dense units only and the experts keep 4 + 4 + 8 bytes a parameter (dense:
+  // 16 / 4).
   Job s = small(1, 1, 4);
   s.m.num_experts = 8;
   s.m.moe_router_topk = 2;
@@ -222,7 +225,7 @@ TEST(FsdpLayouts, ExpertsWholeOnTheirRankAreNeitherGatheredNorReduced) {
   EXPECT_EQ(edp.gathers + edp.reduce_scatters, 0);
   const RankParameters all = rank_parameters(s.m, s.p, 0);
   EXPECT_EQ(static_memory_bytes(s.m, s.p, 0),
-            static_cast<std::int64_t>(std::ceil(all.dense * 18 / 4 + all.expert * 18)));
+            static_cast<std::int64_t>(std::ceil(all.dense * 16 / 4 + all.expert * 16)));
   activation_peak(g.templates[0]);
 }
 
