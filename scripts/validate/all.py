@@ -240,7 +240,8 @@ def set_fsdp(args):
     rows = []
     for path in FSDP_CSVS:
         for r in csv.DictReader(open(path)):
-            if path.endswith("automodel.csv") or "parallel.fsdp=true" in (r.get("extra") or ""):
+            extra = r.get("extra") or ""
+            if path.endswith("automodel.csv") or "parallel.zero_stage=3" in extra:
                 rows.append(r)
     tmp = tempfile.mkdtemp(prefix="all_fsdp_")
     results, skipped = h100.evaluate(args.scalescope, rows, tmp, timeout=300,
