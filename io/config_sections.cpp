@@ -314,18 +314,19 @@ workload::ParallelPlan build_parallel(const Section& s) {
     // per-microbatch all-gathers", reshard_after_forward = not pp_enabled), and the stage
     // turns off resharding and gradient sync for every backward and reduces once, after the
     // stage's last backward (PipelineStage.backward_maybe_with_nosync / perform_reduce_grad).
-    // docs/config.md "FSDP with pipeline parallelism" cites the lines.
-    const auto refuse = [&](const char* k, const char* why) {
-      if (const Value* v = r.find(k); v && detail::read_bool(*v, r.key(k))) fail(*v, r.key(k), why);
-    };
-    refuse("reshard_after_forward",
-           "true with pipeline_model_parallel_size > 1 is not modelled (torchtitan keeps the "
-           "parameters gathered across a step's micro-batches under PP: its default policy)");
-    refuse("fsdp_reduce_every_microbatch",
-           "true with pipeline_model_parallel_size > 1 contradicts torch.distributed.pipelining, "
-           "which reduces the stage's gradients once, after its last backward");
-    p.reshard_after_forward = false;
-    p.fsdp_reduce_every_microbatch = false;
+    // fsdp_reduce_every_microbatch: true is FSDP2's own defaults where the stage's module is
+    // not itself the FSDP module (NeMo AutoModel before 2025-10-08): reshard and reduce after
+    // every backward. docs/config.md "FSDP with pipeline parallelism" cites the lines.
+    const Value* every = r.find("fsdp_reduce_every_microbatch");
+    if (every == nullptr) p.fsdp_reduce_every_microbatch = false;
+    if (r.find("reshard_after_forward") == nullptr) p.reshard_after_forward = false;
+    if (const Value* v = r.find("reshard_after_forward");
+        v && p.reshard_after_forward && !p.fsdp_reduce_every_microbatch)
+      fail(*v, r.key("reshard_after_forward"),
+           "true with pipeline_model_parallel_size > 1 and the stage reducing once a step is "
+           "not modelled (torchtitan keeps the parameters gathered across a step's "
+           "micro-batches under PP); set fsdp_reduce_every_microbatch: true for FSDP2's "
+           "per-micro-batch resharding");
   }
   r.positive("fsdp_shard_size", p.fsdp_shard_size);
   r.positive("decoder_first_pipeline_num_layers", p.decoder_first_pipeline_num_layers);

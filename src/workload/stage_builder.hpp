@@ -285,8 +285,11 @@ class StageBuilder {
   std::int64_t emb_alloc_ = 0, head_alloc_ = 0, ce_alloc_ = 0, mtp_alloc_ = 0;
   bool fp8_ = false;
   bool zero3_ = false;    ///< ZeRO-3 / FSDP with a DP × CP group to shard over
-  bool pp_fsdp_ = false;  ///< … under pipeline parallelism
-  std::vector<std::int64_t> chunk_forwards_, chunk_backwards_;  ///< pp_fsdp_: runs so far
+  bool pp_fsdp_ = false;  ///< … under pipeline parallelism, reduced once a step
+  /// ZeRO-3: per model chunk, whether its layer units / its root unit are gathered now, and
+  /// its backwards so far.
+  std::vector<bool> layers_gathered_, root_gathered_;
+  std::vector<std::int64_t> chunk_backwards_;
   double layer_unit_ = 0, root_unit_ = 0;  ///< parameters of a layer unit, of the root unit
   bool fp8_fsdp_gather_ = false;    ///< torchao's FSDP float8 all-gather (captured fp8 under FSDP)
   double layer_linear_ = 0;         ///< … the linear weights of a layer unit it gathers in fp8

@@ -195,15 +195,16 @@ void StageBuilder::unit_reduce(std::int64_t layer, const Unit& u) {
 void StageBuilder::pp_fsdp_reduce(std::int64_t chunk) {
   const std::int64_t first = chunk_first_[chunk];
   const std::int64_t end = first + chunk_layers_[chunk];
-  const Unit root = unit_of(-1, chunk);
-  if (root.dense > 0) {
+  const auto c = static_cast<std::size_t>(chunk);
+  if (root_gathered_[c]) {
     free_unit(-1, chunk);
-    unit_reduce(-1, root);
+    unit_reduce(-1, unit_of(-1, chunk));
   }
   for (std::int64_t l = first; l < end; ++l) {
     free_unit(l, chunk);
     unit_reduce(l, unit_of(l, chunk));
   }
+  root_gathered_[c] = layers_gathered_[c] = false;
 }
 
 /// The reductions of the buckets of model chunk `chunk` (−1: all): a bucket's starts when its

@@ -44,21 +44,25 @@ std::uint32_t StageBuilder::post(bool send, CommRole role, std::int64_t mb) {
 
 /// Forward of micro-batch mb through model chunk `chunk` (the embedding runs in the first
 /// virtual stage, the head and loss in the last).
-/// Under ZeRO-3 / FSDP each unit's parameters are all-gathered before use, one layer ahead
-/// (FSDP's prefetch: the gather of layer l + 1 is issued before layer l computes and after
-/// layer l − 1 is freed, so two layer units are gathered at most, limit_all_gathers). Under
-/// pipeline parallelism only the chunk's first forward of the step gathers: the units stay
-/// gathered until its last backward (pp_fsdp_reduce).
+/// Under ZeRO-3 / FSDP each unit's parameters are all-gathered before use unless they are still
+/// gathered, one layer ahead (FSDP's prefetch: the gather of layer l + 1 is issued before layer
+/// l computes and after layer l − 1 is freed, so two layer units are gathered at most,
+/// limit_all_gathers); with reshard_after_forward each layer is freed after its forward. The
+/// chunk's units stay gathered otherwise (until a backward frees them, or, under pipeline
+/// parallelism with torch.distributed.pipelining, until the chunk's last backward:
+/// pp_fsdp_reduce).
 void StageBuilder::forward(std::int64_t mb, std::int64_t chunk) {
   cur_mb_ = mb;
   const std::int64_t first = chunk_first_[chunk];
   const std::int64_t end = first + chunk_layers_[chunk];
-  const bool gather = zero3_ && (!pp_fsdp_ || chunk_forwards_[chunk]++ == 0);
+  const auto c = static_cast<std::size_t>(chunk);
+  const bool gather = zero3_ && !layers_gathered_[c];
   std::uint32_t next = kNone;
-  if (gather) {
-    if (!pp_fsdp_ || unit_of(-1, chunk).dense > 0) wait_for(unit_gather(-1, Phase::Forward, chunk));
-    if (end > first) next = unit_gather(first, Phase::Forward, chunk);
+  if (zero3_ && !root_gathered_[c] && unit_of(-1, chunk).dense > 0) {
+    wait_for(unit_gather(-1, Phase::Forward, chunk));
+    root_gathered_[c] = true;
   }
+  if (gather && end > first) next = unit_gather(first, Phase::Forward, chunk);
   ovl_ends(true);
   if (first_ && chunk == 0) embedding_forward();
   for (std::int64_t l = first; l < end; ++l) {
@@ -73,8 +77,9 @@ void StageBuilder::forward(std::int64_t mb, std::int64_t chunk) {
     if (m_.is_mtp_layer(l)) mtp_input_forward(l);
     layer_forward(l, Phase::Forward, mb == 0);
     if (m_.is_mtp_layer(l)) head_forward(l);
-    if (zero3_ && p_.reshard_after_forward) free_unit(l);
+    if (gather && p_.reshard_after_forward) free_unit(l);
   }
+  if (zero3_) layers_gathered_[c] = !p_.reshard_after_forward || !gather;
   ovl_ends(false);
   if (last_ && chunk == p_.vpp() - 1) head_forward();
 }
@@ -108,23 +113,32 @@ bool StageBuilder::checkpointed(std::int64_t l) const {
   return first <= last;
 }
 
-/// ZeRO-3 / FSDP: the backward gathers each layer again (with reshard_after_forward), the
-/// gather of layer l − 1 issued before layer l's backward (BACKWARD_PRE prefetch); after a
-/// unit's backward its parameters are freed and its gradients reduce-scattered (on the last
-/// micro-batch only, unless fsdp_reduce_every_microbatch); the root (FSDP2 does not reshard
-/// it after the forward) after the embedding's backward. Under pipeline parallelism the
-/// gradients accumulate unsharded over the step and the chunk's units are reduced and freed
-/// after its last backward (pp_fsdp_reduce).
+/// ZeRO-3 / FSDP: the backward gathers each layer again where it is not gathered (after
+/// reshard_after_forward, or after an earlier backward freed it), the gather of layer l − 1
+/// issued before layer l's backward (BACKWARD_PRE prefetch); after a unit's backward its
+/// parameters are freed and its gradients reduce-scattered (on the last micro-batch only,
+/// unless fsdp_reduce_every_microbatch); the root (FSDP2 does not reshard it after the forward)
+/// after the embedding's backward. Under pipeline parallelism with the stage reducing once
+/// (pp_fsdp_: torch.distributed.pipelining turns resharding and gradient sync off for every
+/// backward) nothing is freed or reduced here: the gradients accumulate unsharded and the
+/// chunk's units are reduced and freed after its last backward (pp_fsdp_reduce).
 void StageBuilder::backward(std::int64_t mb, std::int64_t chunk) {
   cur_mb_ = mb;
-  const std::int64_t run = pp_fsdp_ ? chunk_backwards_[chunk]++ : mb;
+  const auto c = static_cast<std::size_t>(chunk);
+  const std::int64_t run = chunk_backwards_[c]++;
   const bool reduce = !pp_fsdp_ && (mb == num_mb_ - 1 || p_.fsdp_reduce_every_microbatch);
   const bool alloc_grads = run == 0 || p_.fsdp_reduce_every_microbatch;
   const std::int64_t first = chunk_first_[chunk];
   const std::int64_t last = first + chunk_layers_[chunk] - 1;
-  const bool regather = zero3_ && p_.reshard_after_forward;
+  const bool regather = zero3_ && !layers_gathered_[c];
   std::uint32_t next = kNone;
-  if (regather && last >= first) next = unit_gather(last, Phase::Backward);
+  // The root again where an earlier backward resharded it (pipeline warm-up runs several
+  // forwards before a backward; FSDP2 unshards a module again before its backward).
+  if (zero3_ && !root_gathered_[c] && unit_of(-1, chunk).dense > 0) {
+    wait_for(unit_gather(-1, Phase::Backward, chunk));
+    root_gathered_[c] = true;
+  }
+  if (regather && last >= first) next = unit_gather(last, Phase::Backward, chunk);
   if (zero3_ && alloc_grads) pending_alloc_ += unit_grad_bytes(unit_of(-1, chunk));
   ovl_ends(true);
   if (last_ && chunk == p_.vpp() - 1) head_backward();
@@ -132,7 +146,7 @@ void StageBuilder::backward(std::int64_t mb, std::int64_t chunk) {
     ovl_layer(last - l);
     if (regather) {
       const std::uint32_t gathered = next;
-      next = l > first ? unit_gather(l - 1, Phase::Backward) : kNone;
+      next = l > first ? unit_gather(l - 1, Phase::Backward, chunk) : kNone;
       wait_for(gathered);
     }
     cur_layer_ = l;
@@ -154,8 +168,12 @@ void StageBuilder::backward(std::int64_t mb, std::int64_t chunk) {
   ovl_ends(false);
   if (first_ && chunk == 0) embedding_backward();
   if (zero3_ && !pp_fsdp_) {
-    free_unit(-1);
-    if (reduce) unit_reduce(-1, unit_of(-1));
+    layers_gathered_[c] = false;
+    if (root_gathered_[c]) {
+      free_unit(-1, chunk);
+      root_gathered_[c] = false;
+      if (reduce) unit_reduce(-1, unit_of(-1, chunk));
+    }
   }
   if (pp_fsdp_ && run == num_mb_ - 1) pp_fsdp_reduce(chunk);
   // ZeRO-2: the gradients are sharded, so each micro-batch's are reduce-scattered into the

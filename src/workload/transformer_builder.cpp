@@ -58,8 +58,12 @@ StageBuilder::StageBuilder(const ModelSpec& m, const ParallelPlan& p, const Trai
       for (std::int64_t l = chunk_first_[c]; l < chunk_first_[c] + chunk_layers_[c]; ++l)
         root_unit_ -= layer_parameters_on_rank(m, p, l).total();
   }
-  pp_fsdp_ = zero3_ && p.pp() > 1;
-  chunk_forwards_.assign(static_cast<std::size_t>(p.vpp()), 0);
+  // FSDP under torch.distributed.pipelining's stage, which reduces once a step; with
+  // fsdp_reduce_every_microbatch (FSDP wrapped inside the stage's module, FSDP2's defaults)
+  // each backward reshards and reduces as without PP.
+  pp_fsdp_ = zero3_ && p.pp() > 1 && !p.fsdp_reduce_every_microbatch;
+  layers_gathered_.assign(static_cast<std::size_t>(p.vpp()), false);
+  root_gathered_.assign(static_cast<std::size_t>(p.vpp()), false);
   chunk_backwards_.assign(static_cast<std::size_t>(p.vpp()), 0);
   // Attention widths: scores over a·dqk, values and output a·dv; keys and values have g heads
   // (GQA), or a with MLA's per-head up-projected keys and values.

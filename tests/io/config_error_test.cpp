@@ -127,10 +127,6 @@ TEST(ConfigError, EveryBadInputNamesFileAndKey) {
       // reduction.
       {Yaml().set("parallel", "fsdp", "true").set("parallel", "reshard_after_forward", "true"),
        "parallel.reshard_after_forward"},
-      {Yaml()
-           .set("parallel", "fsdp", "true")
-           .set("parallel", "fsdp_reduce_every_microbatch", "true"),
-       "parallel.fsdp_reduce_every_microbatch"},
       {Yaml().set("parallel", "schedule", "ZBVZeroBubble"), "parallel.schedule"},
       {Yaml().set("parallel", "tensor_model_parallel_size", "2"),
        "parallel.tensor_model_parallel_size"},  // given twice (alias tp too)

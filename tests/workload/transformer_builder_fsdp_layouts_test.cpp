@@ -115,6 +115,35 @@ TEST(FsdpLayouts, PipelineStagesGatherOnceAStepAndReduceAfterTheirLastBackward) 
   }
 }
 
+TEST(FsdpLayouts, PipelineStagesWithFsdpInsideTheStageReshardAndReduceEveryBackward) {
+  // fsdp_reduce_every_microbatch under PP: FSDP2 wraps modules inside the stage's module, so
+  // the stage's no-sync branch is not taken and FSDP2's defaults act (NeMo AutoModel before
+  // 2025-10-08): reshard_after_forward false (not pp_enabled), each backward reshards and
+  // reduce-scatters. The job of PipelineStagesGatherOnceAStep… (PP 2, DP 2, two micro-batches,
+  // 1F1B). Stage 0 runs F0 F1 B0 B1: F0 gathers every unit (2 N), F1 finds them gathered, B0
+  // reduces (4 N) and reshards, so B1 gathers every unit again (2 N: the root too, FSDP2
+  // unshards it before its backward) and reduces (4 N). Stage 1 runs F0 B0 F1 B1: each
+  // forward gathers (2 N each), each backward reduces (4 N each). Forward gathers in
+  // micro-batch 0 (and 1 on stage 1), reduce-scatters in both micro-batches.
+  Job s = small(1, 2, 2);
+  s.t.global_batch_size = 4;
+  s.p.fsdp = true;
+  s.p.zero_stage = 3;
+  s.p.reshard_after_forward = false;
+  s.p.fsdp_reduce_every_microbatch = true;
+  const graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
+  for (std::int64_t stage = 0; stage < 2; ++stage) {
+    SCOPED_TRACE(stage);
+    const graph::RankProgram& t = g.templates[static_cast<std::size_t>(stage)];
+    const double n = parameters_on_rank(s.m, s.p, stage);
+    const Collectives c = collectives(t, graph::CommRole::Dp);
+    EXPECT_DOUBLE_EQ(c.forward_gather, stage == 0 ? 2 * n : 2 * 2 * n);
+    EXPECT_DOUBLE_EQ(c.backward_gather, stage == 0 ? 2 * n : 0);
+    EXPECT_DOUBLE_EQ(c.reduce_scatter, 2 * 4 * n);
+    activation_peak(t);
+  }
+}
+
 TEST(FsdpLayouts, InterleavedChunksGatherAtTheirFirstForwardAndReduceAtTheirLastBackward) {
   // PP 2 × VP 2 (4 layers: one per chunk), DP 2, four micro-batches. Each model chunk is its
   // own FSDP root (torchtitan wraps each model part): chunk c's units are gathered in its first
