@@ -286,11 +286,13 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
           "{}: parallel.zero_stage={} with data_parallel_size·context_parallel_size = 1 shards "
           "only the experts (expert DP {}), which is not modelled; use zero_stage 0 or 1",
           f, p.zero(), p.edp());
-    if (p.zero() >= 3 && p.zero_replicas() > 1)
+    if (p.zero() >= 3 && p.zero_replicas() > 1 &&
+        (p.edp() % p.zero_replicas() != 0 || p.edp() / p.zero_replicas() < 2))
       throw_input(
-          "{}: parallel.fsdp_shard_size (HSDP) with MoE is not modelled (the expert shard and "
-          "replicate groups of dp_shard_mod_ep are not built); omit fsdp_shard_size",
-          f);
+          "{}: parallel.fsdp_shard_size={} (HSDP, {} replicas) with MoE needs the replicas to "
+          "divide expert DP ({}) into shards of 2 or more ranks (experts replicated but not "
+          "sharded are not modelled)",
+          f, p.fsdp_shard_size, p.zero_replicas(), p.edp());
     // --overlap-moe-expert-parallel-comm: Megatron's TransformerConfig asserts, and what the
     // combined 1F1B schedule here covers (docs/model.md "EP overlap").
     if (const Value* v = get(par, "moe_a2a_overlap"); v && p.moe_a2a_overlap) {

@@ -228,13 +228,13 @@ double optimizer_bytes_per_parameter(const ParallelPlan& p) {
 }
 
 double expert_weight_bytes_per_parameter(const ParallelPlan& p) {
-  return p.zero() >= 3 ? (p.fsdp ? 4.0 : 2.0) / static_cast<double>(p.edp()) : 2.0;
+  return p.zero() >= 3 ? (p.fsdp ? 4.0 : 2.0) / static_cast<double>(p.expert_shard()) : 2.0;
 }
 double expert_grad_bytes_per_parameter(const ParallelPlan& p) {
-  return p.zero() >= 2 ? p.grad_bytes() / static_cast<double>(p.edp()) : p.grad_bytes();
+  return p.zero() >= 2 ? p.grad_bytes() / static_cast<double>(p.expert_shard()) : p.grad_bytes();
 }
 double expert_optimizer_bytes_per_parameter(const ParallelPlan& p) {
-  return p.zero() >= 1 ? (p.fsdp ? 8.0 : 12.0) / static_cast<double>(p.edp()) : 12.0;
+  return p.zero() >= 1 ? (p.fsdp ? 8.0 : 12.0) / static_cast<double>(p.expert_shard()) : 12.0;
 }
 
 std::int64_t weight_bytes(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage) {
@@ -334,7 +334,7 @@ std::int64_t fp8_weight_copy_bytes(const ModelSpec& m, const ParallelPlan& p, co
   const bool z3 = p.zero() >= 3;
   const RankParameters n = linear_parameters_by_kind(m, p, stage);
   const double sharded = n.dense / (z3 ? static_cast<double>(p.zero_shard()) : 1.0) +
-                         n.expert / (z3 ? static_cast<double>(p.edp()) : 1.0);
+                         n.expert / (z3 ? static_cast<double>(p.expert_shard()) : 1.0);
   return static_cast<std::int64_t>(std::ceil(2 * t.gemm_operand_bytes() * sharded));
 }
 

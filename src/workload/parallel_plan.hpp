@@ -182,6 +182,12 @@ struct ParallelPlan {
     return zero() >= 3 && fsdp_shard_size > 0 ? fsdp_shard_size : dp() * cp();
   }
   std::int64_t zero_replicas() const { return dp() * cp() / zero_shard(); }
+  /// The group the experts shard over: expert DP, or under HSDP its ranks in one replica
+  /// (torchtitan's dp_shard_mod_ep within a dp_replicate slice; io/config checks that the
+  /// replicas divide expert DP).
+  std::int64_t expert_shard() const {
+    return zero() >= 3 && zero_replicas() > 1 ? edp() / zero_replicas() : edp();
+  }
 
   std::int64_t tp() const { return tensor_model_parallel_size; }
   std::int64_t pp() const { return pipeline_model_parallel_size; }

@@ -120,7 +120,7 @@ StageBuilder::Unit StageBuilder::unit_of(std::int64_t layer, std::int64_t chunk)
   }
   if (!m_.moe()) return {layer_unit_, 0.0};
   const RankParameters r = layer_parameters_on_rank(m_, p_, layer);
-  return {r.dense, p_.edp() > 1 ? r.expert : 0.0};
+  return {r.dense, p_.expert_shard() > 1 ? r.expert : 0.0};
 }
 
 /// ZeRO-3: all-gather of unit `layer`'s bf16 parameters (−1: chunk `chunk`'s root unit) over
@@ -182,7 +182,16 @@ void StageBuilder::unit_reduce(std::int64_t layer, const Unit& u) {
     Op e = collective(OpKind::ReduceScatter, CommRole::Edp, OpName::EdpReduceScatter,
                       Phase::Backward, p_.grad_bytes() * u.expert);
     e.mem_free = static_cast<std::int64_t>(p_.grad_bytes() * u.expert);
-    zero3_reductions_.push_back(add_free(e, {chain_, rs}));
+    const std::uint32_t ers = add_free(e, {chain_, rs});
+    // HSDP: the experts' reduced shard across the replicas too; their replicate group is the
+    // dense one (a replica is the same block of ranks in both layouts).
+    zero3_reductions_.push_back(
+        p_.zero_replicas() > 1 ? add_free(collective(OpKind::AllReduce, CommRole::DpReplicate,
+                                                     OpName::DpAllReduce, Phase::Backward,
+                                                     p_.grad_bytes() * u.expert /
+                                                         static_cast<double>(p_.expert_shard())),
+                                          {ers})
+                               : ers);
   }
   cur_layer_ = saved;
 }

@@ -256,14 +256,19 @@ graph::SlicedGraph build_graph(const ModelSpec& model, const ParallelPlan& plan,
               members.push_back(lay.expert_rank(et, e, ed, pp));
           group(CommKind::TpEpGroup, CommRole::TpEp);
         }
-      if (ED > 1)
-        for (std::int64_t e = 0; e < EP; ++e)
-          for (std::int64_t et = 0; et < ET; ++et) {
-            members.clear();
-            for (std::int64_t ed = 0; ed < ED; ++ed)
-              members.push_back(lay.expert_rank(et, e, ed, pp));
-            group(CommKind::EdpGroup, CommRole::Edp);
-          }
+      // Under HSDP the experts shard within a replica: the expert-DP ranks of one replica's
+      // block (expert DP is the outermost expert dimension, so a replica's ranks are the same
+      // contiguous block in both layouts).
+      const std::int64_t ES = plan.expert_shard();
+      if (ES > 1)
+        for (std::int64_t j = 0; j < ED / ES; ++j)
+          for (std::int64_t e = 0; e < EP; ++e)
+            for (std::int64_t et = 0; et < ET; ++et) {
+              members.clear();
+              for (std::int64_t ed = j * ES; ed < (j + 1) * ES; ++ed)
+                members.push_back(lay.expert_rank(et, e, ed, pp));
+              group(CommKind::EdpGroup, CommRole::Edp);
+            }
     }
   }
   // Pipeline pairs, wrap-around pairs (interleaving: the last rank's chunk j feeds the first

@@ -725,11 +725,12 @@ TEST(Config, MoeLayerFreqForms) {
   EXPECT_NE(error({"model.moe_layer_freq=[0, 2]"}).find("model.moe_layer_freq"), std::string::npos);
   EXPECT_NE(error({"parallel.ep=3"}).find("expert_model_parallel_size=3"), std::string::npos);
   EXPECT_NE(error({"parallel.tp=2"}).find("sequence_parallel"), std::string::npos);
-  // FSDP with experts and pipeline parallelism is modelled; HSDP with experts is refused.
+  // FSDP with experts and pipeline parallelism is modelled; HSDP with experts where the
+  // replicas (here DP·CP / 2) do not divide expert DP into shards is refused.
   EXPECT_EQ(error({"parallel.zero_stage=3", "parallel.overlap_param_gather=false"}), "");
   EXPECT_NE(error({"parallel.zero_stage=3", "parallel.overlap_param_gather=false",
                    "parallel.fsdp_shard_size=2"})
-                .find("parallel.fsdp_shard_size (HSDP) with MoE is not modelled"),
+                .find("parallel.fsdp_shard_size=2 (HSDP"),
             std::string::npos);
   EXPECT_NE(error({"model.moe_router_topk=9"}).find("model.moe_router_topk: 9 exceeds"),
             std::string::npos);

@@ -236,6 +236,56 @@ TEST(FsdpLayouts, ExpertsShardOverExpertDataParallelAndDenseUnitsOverDataParalle
                 std::ceil(all.dense * (2 + 16.0 / 4) + all.expert * (2 + 16.0 / 2))));
 }
 
+TEST(FsdpLayouts, HsdpWithExpertsShardsThemWithinAReplica) {
+  // HSDP with experts: DP 8 in shard groups of 4 (2 replicas), EP 2, TP 1, the small MoE of
+  // ExpertsShardOver… Expert DP = 8 / 2 = 4, of which each replica holds 2: the experts shard
+  // over 2 ranks (torchtitan's dp_shard_mod_ep within a dp_replicate slice) and the dense
+  // units over 4. Rank r = dp (TP 1); expert rank = e + 2·ed, so rank 0 is e = 0, ed = 0:
+  //   DP shard group {0, 1, 2, 3}, replicate group {0, 4};
+  //   EP {0, 1}; expert shard group: e = 0, ed ∈ {0, 1} of replica 0 → {0, 2};
+  //   the experts' replicate group is the dense one: ed + 2 → rank + 4.
+  // Per micro-batch (m = 8, every micro-batch reduced): expert gathers 2 · 4 P_e forward and
+  // backward, expert reduce-scatters 4 · 4 P_e, and all-reduces across the replicas of the
+  // reduced shards: 4 · (R + 4 P_d) / 4 dense + 4 · 4 P_e / 2 experts.
+  // Static bytes (FSDP2): dense 16 / 4, experts 16 / 2 a parameter.
+  Job s = small(1, 1, 8);
+  s.m.num_experts = 8;
+  s.m.moe_router_topk = 2;
+  s.m.moe_ffn_hidden_size = 1792;
+  s.p.expert_model_parallel_size = 2;
+  s.p.overlap_grad_reduce = false;
+  s.p.fsdp = true;
+  s.p.zero_stage = 3;
+  s.p.fsdp_shard_size = 4;
+  ASSERT_EQ(s.p.edp(), 4);
+  ASSERT_EQ(s.p.expert_shard(), 2);
+  const double m = 8;
+  ASSERT_EQ(s.t.num_microbatches(8), 8);
+  const RankParameters layer = layer_parameters_on_rank(s.m, s.p, 0);
+  const double p_e = layer.expert, p_d = layer.dense;
+  const RankParameters all = rank_parameters(s.m, s.p, 0);
+  const double root = all.dense - 4 * p_d;
+  const graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
+  const graph::RankProgram& t = g.templates[0];
+  const Collectives edp = collectives(t, graph::CommRole::Edp);
+  const Collectives rep = collectives(t, graph::CommRole::DpReplicate);
+  EXPECT_DOUBLE_EQ(edp.forward_gather, m * 2 * 4 * p_e);
+  EXPECT_DOUBLE_EQ(edp.backward_gather, m * 2 * 4 * p_e);
+  EXPECT_DOUBLE_EQ(edp.reduce_scatter, m * 4 * 4 * p_e);
+  EXPECT_DOUBLE_EQ(rep.all_reduce, m * (4 * (root + 4 * p_d) / 4 + 4 * 4 * p_e / 2));
+  const auto members = [&](graph::CommRole role) {
+    const auto c = static_cast<std::uint32_t>(g.comm_of(0, role));
+    return std::vector<std::uint32_t>(g.comms.members_begin(c), g.comms.members_end(c));
+  };
+  EXPECT_EQ(members(graph::CommRole::Dp), (std::vector<std::uint32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(members(graph::CommRole::DpReplicate), (std::vector<std::uint32_t>{0, 4}));
+  EXPECT_EQ(members(graph::CommRole::Ep), (std::vector<std::uint32_t>{0, 1}));
+  EXPECT_EQ(members(graph::CommRole::Edp), (std::vector<std::uint32_t>{0, 2}));
+  EXPECT_EQ(static_memory_bytes(s.m, s.p, 0),
+            static_cast<std::int64_t>(std::ceil(all.dense * 16 / 4 + all.expert * 16 / 2)));
+  activation_peak(t);
+}
+
 TEST(FsdpLayouts, ExpertsWholeOnTheirRankAreNeitherGatheredNorReduced) {
   // EP = DP = 4 (TP 1): expert DP is 1, every rank holds its experts whole, so FSDP gathers and
   // reduces the dense units only and the experts keep 4 + 4 + 8 bytes a parameter (dense:
