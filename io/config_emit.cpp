@@ -206,6 +206,9 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
       << (t.attention == workload::AttentionBackend::Unfused  ? "unfused"
           : t.attention == workload::AttentionBackend::Flash2 ? "flash2"
                                                               : "flash");
+  if (t.gradient_accumulation_steps > 1)
+    out << YAML::Key << "gradient_accumulation_steps" << YAML::Value
+        << t.gradient_accumulation_steps;
   if (t.host_iteration_ms > 0)
     out << YAML::Key << "host_iteration_ms" << YAML::Value << num(t.host_iteration_ms);
   if (c.model.moe()) {

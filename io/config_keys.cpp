@@ -83,9 +83,16 @@ const Keys kParallelKeys = {"tensor_model_parallel_size",
                             "moe_permute_fusion",
                             "cuda_graph_scope",
                             "delay_wgrad_compute"};
-const Keys kTrainingKeys = {
-    "micro_batch_size",     "global_batch_size",    "precision", "fp8_recipe",       "attention",
-    "moe_expert_load_skew", "moe_expert_load_seed", "stack",     "host_iteration_ms"};
+const Keys kTrainingKeys = {"micro_batch_size",
+                            "global_batch_size",
+                            "precision",
+                            "fp8_recipe",
+                            "attention",
+                            "moe_expert_load_skew",
+                            "moe_expert_load_seed",
+                            "stack",
+                            "host_iteration_ms",
+                            "gradient_accumulation_steps"};
 const Keys kClusterNetworkKeys = {"gpu",
                                   "gpus_per_node",
                                   "num_gpus",

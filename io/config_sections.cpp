@@ -379,6 +379,7 @@ workload::TrainingSpec build_training(const Section& s) {
                                         : workload::AttentionBackend::Flash;
   r.number("moe_expert_load_skew", t.moe_expert_load_skew, 0.0, false, 20.0);
   r.number("host_iteration_ms", t.host_iteration_ms, 0.0, false, 3.6e6);
+  r.positive("gradient_accumulation_steps", t.gradient_accumulation_steps);
   if (const Value* v = r.find("moe_expert_load_seed"))
     t.moe_expert_load_seed = detail::read_int(*v, r.key("moe_expert_load_seed"));
   return t;

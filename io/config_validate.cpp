@@ -441,9 +441,22 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
         "{}: parallel.fsdp_shard_size={} does not divide data_parallel_size·"
         "context_parallel_size={}",
         f, p.fsdp_shard_size, p.dp_cp());
-  // Megatron-Core's forward_backward_pipelining_with_interleaving rules.
+  if (tr.gradient_accumulation_steps > 1) {
+    const Value* v = get(t.at("training"), "gradient_accumulation_steps");
+    if (pp == 1)
+      fail(*v, "training.gradient_accumulation_steps",
+           "applies with pipeline_model_parallel_size > 1 only (without a pipeline the "
+           "micro-batches already run one after another)");
+    if (tr.num_microbatches(p.dp()) % tr.gradient_accumulation_steps != 0)
+      fail(*v, "training.gradient_accumulation_steps",
+           fmt::format("{} does not divide the {} micro-batches per pipeline "
+                       "(global_batch_size / (micro_batch_size·DP))",
+                       tr.gradient_accumulation_steps, tr.num_microbatches(p.dp())));
+  }
+  // Megatron-Core's forward_backward_pipelining_with_interleaving rules (on each run of the
+  // schedule).
   if (p.interleaved()) {
-    const std::int64_t mbs = tr.num_microbatches(p.dp());
+    const std::int64_t mbs = tr.microbatches_per_run(p.dp());
     const std::int64_t group = p.microbatch_group_size();
     if (group > mbs || group < pp)
       throw_input(

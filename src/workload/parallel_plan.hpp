@@ -284,9 +284,18 @@ struct TrainingSpec {
   /// busiest expert's rank shows in the timeline. Same draw for every layer and micro-batch.
   double moe_expert_load_skew = 0;
   std::int64_t moe_expert_load_seed = 1;
+  /// PyTorch-native trainers with pipeline parallelism (torchtitan, NeMo AutoModel) call the
+  /// pipeline schedule's step() once per gradient-accumulation step: the iteration runs the
+  /// schedule this many times, each over num_microbatches / gradient_accumulation_steps
+  /// micro-batches, with a pipeline flush between. 1 = one schedule over all (Megatron).
+  std::int64_t gradient_accumulation_steps = 1;
   /// Micro-batches per iteration on one pipeline: GBS / (MBS · DP).
   std::int64_t num_microbatches(std::int64_t dp) const {
     return global_batch_size / (micro_batch_size * dp);
+  }
+  /// Micro-batches per run of the pipeline schedule.
+  std::int64_t microbatches_per_run(std::int64_t dp) const {
+    return num_microbatches(dp) / gradient_accumulation_steps;
   }
 };
 

@@ -261,7 +261,9 @@ class StageBuilder {
   std::int64_t stage_;
   graph::RankProgram prog_;
   bool first_ = false, last_ = false;
-  std::int64_t layers_ = 0, num_mb_ = 0;
+  /// Micro-batches per schedule run, per iteration, and the first of the current run (the
+  /// schedules number theirs from 0; forward, backward and the transfers add mb_base_).
+  std::int64_t layers_ = 0, num_mb_ = 0, total_mb_ = 0, mb_base_ = 0;
   std::vector<std::int64_t> chunk_layers_, chunk_first_;  ///< per model chunk
   std::vector<std::uint32_t> wait_next_;  ///< ops the next chained op also waits for
   double tokens_ = 0, seq_shard_ = 1, tp_ = 1, cp_ = 1, h_ = 0, hidden_bytes_ = 0;
@@ -285,7 +287,7 @@ class StageBuilder {
   std::int64_t emb_alloc_ = 0, head_alloc_ = 0, ce_alloc_ = 0, mtp_alloc_ = 0;
   bool fp8_ = false;
   bool zero3_ = false;    ///< ZeRO-3 / FSDP with a DP × CP group to shard over
-  bool pp_fsdp_ = false;  ///< … under pipeline parallelism, reduced once a step
+  bool pp_fsdp_ = false;  ///< … under pipeline parallelism, reduced once a schedule run
   /// ZeRO-3: per model chunk, whether its layer units / its root unit are gathered now, and
   /// its backwards so far.
   std::vector<bool> layers_gathered_, root_gathered_;

@@ -16,7 +16,7 @@ void StageBuilder::p2p(bool send, CommRole send_to, bool recv, CommRole recv_fro
                        std::int64_t mb) {
   if (!send && !recv) return;
   cur_layer_ = -1;
-  cur_mb_ = mb;
+  cur_mb_ = mb_base_ + mb;
   Op op = base(OpKind::SendRecv,
                send && recv ? OpName::PpSendRecv : (send ? OpName::PpSend : OpName::PpRecv),
                Phase::Other);
@@ -32,7 +32,7 @@ void StageBuilder::p2p(bool send, CommRole send_to, bool recv, CommRole recv_fro
 /// overlap_p2p_comm: torch.distributed.isend / irecv, waited on later).
 std::uint32_t StageBuilder::post(bool send, CommRole role, std::int64_t mb) {
   cur_layer_ = -1;
-  cur_mb_ = mb;
+  cur_mb_ = mb_base_ + mb;
   Op op = base(OpKind::SendRecv, send ? OpName::PpSend : OpName::PpRecv, Phase::Other);
   (send ? op.role : op.role2) = role;
   op.stream = graph::stream_of(role);
@@ -52,6 +52,7 @@ std::uint32_t StageBuilder::post(bool send, CommRole role, std::int64_t mb) {
 /// parallelism with torch.distributed.pipelining, until the chunk's last backward:
 /// pp_fsdp_reduce).
 void StageBuilder::forward(std::int64_t mb, std::int64_t chunk) {
+  mb += mb_base_;  // the iteration's micro-batch index
   cur_mb_ = mb;
   const std::int64_t first = chunk_first_[chunk];
   const std::int64_t end = first + chunk_layers_[chunk];
@@ -123,10 +124,11 @@ bool StageBuilder::checkpointed(std::int64_t l) const {
 /// backward) nothing is freed or reduced here: the gradients accumulate unsharded and the
 /// chunk's units are reduced and freed after its last backward (pp_fsdp_reduce).
 void StageBuilder::backward(std::int64_t mb, std::int64_t chunk) {
+  mb += mb_base_;  // the iteration's micro-batch index
   cur_mb_ = mb;
   const auto c = static_cast<std::size_t>(chunk);
   const std::int64_t run = chunk_backwards_[c]++;
-  const bool reduce = !pp_fsdp_ && (mb == num_mb_ - 1 || p_.fsdp_reduce_every_microbatch);
+  const bool reduce = !pp_fsdp_ && (mb == total_mb_ - 1 || p_.fsdp_reduce_every_microbatch);
   const bool alloc_grads = run == 0 || p_.fsdp_reduce_every_microbatch;
   const std::int64_t first = chunk_first_[chunk];
   const std::int64_t last = first + chunk_layers_[chunk] - 1;
@@ -178,7 +180,7 @@ void StageBuilder::backward(std::int64_t mb, std::int64_t chunk) {
   if (pp_fsdp_ && run == num_mb_ - 1) pp_fsdp_reduce(chunk);
   // ZeRO-2: the gradients are sharded, so each micro-batch's are reduce-scattered into the
   // shard (DeepSpeed ZeRO-2); the last micro-batch's in finish_iteration.
-  if (p_.zero() == 2 && p_.dp_cp() > 1 && mb != num_mb_ - 1) reduce_buckets(chunk, chain_);
+  if (p_.zero() == 2 && p_.dp_cp() > 1 && mb != total_mb_ - 1) reduce_buckets(chunk, chain_);
 }
 
 /// Non-interleaved 1F1B exactly as Megatron's forward_backward_pipelining_without_interleaving

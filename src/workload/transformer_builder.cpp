@@ -38,7 +38,8 @@ StageBuilder::StageBuilder(const ModelSpec& m, const ParallelPlan& p, const Trai
   tp_ = static_cast<double>(p.tp());
   h_ = static_cast<double>(m.hidden_size);
   hidden_bytes_ = 2 * tokens_ * h_;  // S of TP collectives: the full [T, h] bf16 tensor
-  num_mb_ = t.num_microbatches(p.dp());
+  num_mb_ = t.microbatches_per_run(p.dp());
+  total_mb_ = t.num_microbatches(p.dp());
   ub_ = p.tp_comm_overlap && p.sequence_parallel && p.tp() > 1;
   fp8_ = t.quantized();  // fp8 or NVFP4: quantized GEMMs and TE's casts
   // ZeRO-3 / FSDP units: each transformer layer, and the root (embedding, final norm, output
@@ -138,12 +139,17 @@ graph::RankProgram StageBuilder::build() {
         for (std::int64_t key : it->keys) gather_of_[layer_of_key(key)].push_back(ag);
       }
   }
-  if (p_.interleaved())
-    interleaved();
-  else if (p_.schedule == Schedule::GPipe)
-    gpipe();
-  else
-    one_f_one_b();
+  // One run of the schedule per gradient-accumulation step (PyTorch-native trainers), each on
+  // its own micro-batches: the pipeline drains between runs.
+  for (mb_base_ = 0; mb_base_ < total_mb_; mb_base_ += num_mb_) {
+    std::fill(chunk_backwards_.begin(), chunk_backwards_.end(), 0);
+    if (p_.interleaved())
+      interleaved();
+    else if (p_.schedule == Schedule::GPipe)
+      gpipe();
+    else
+      one_f_one_b();
+  }
   finish_iteration();
   issue_in_key_order();
   mark_cuda_graphs();

@@ -128,6 +128,14 @@ TEST(ConfigError, EveryBadInputNamesFileAndKey) {
       {Yaml().set("parallel", "fsdp", "true").set("parallel", "reshard_after_forward", "true"),
        "parallel.reshard_after_forward"},
       {Yaml().set("parallel", "schedule", "ZBVZeroBubble"), "parallel.schedule"},
+      // Gradient-accumulation runs of the schedule: m = 4 / (1 · 2) = 2 micro-batches.
+      {Yaml().set("training", "gradient_accumulation_steps", "3"),
+       "training.gradient_accumulation_steps"},
+      {Yaml()
+           .set("parallel", "pp", "1")
+           .set("parallel", "dp", "4")
+           .set("training", "gradient_accumulation_steps", "2"),
+       "training.gradient_accumulation_steps"},
       {Yaml().set("parallel", "tensor_model_parallel_size", "2"),
        "parallel.tensor_model_parallel_size"},  // given twice (alias tp too)
       // MoE kernel keys on a dense model, and CUDA graphs the model does not tell apart.
@@ -160,6 +168,7 @@ TEST(ConfigError, EveryBadInputNamesFileAndKey) {
   // The reference experiment itself is valid, and so is the vpp value 1.
   EXPECT_EQ(error_of(dir, Yaml().text()), "");
   EXPECT_EQ(error_of(dir, Yaml().set("parallel", "vpp", "1").text()), "");
+  EXPECT_EQ(error_of(dir, Yaml().set("training", "gradient_accumulation_steps", "2").text()), "");
   EXPECT_EQ(error_of(dir, Yaml().set("parallel", "cuda_graph_scope", "[attn]").text()), "");
   EXPECT_EQ(
       error_of(

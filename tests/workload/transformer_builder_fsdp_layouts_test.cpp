@@ -144,6 +144,45 @@ TEST(FsdpLayouts, PipelineStagesWithFsdpInsideTheStageReshardAndReduceEveryBackw
   }
 }
 
+TEST(FsdpLayouts, GradientAccumulationStepsRunTheScheduleOncePerStep) {
+  // training.gradient_accumulation_steps 2 on the job of PipelineStagesGatherOnceAStep… with
+  // four micro-batches (global batch 8): the iteration runs the 1F1B schedule twice, on
+  // micro-batches 0-1 and 2-3, and torch.distributed.pipelining reduces after each run's last
+  // backward. Per stage: gathers 2 · 2 N_s (in micro-batches 0 and 2), reduce-scatters
+  // 2 · 4 N_s (in micro-batches 1 and 3). The pipeline drains between the runs: stage 0's
+  // forward of micro-batch 2 comes after its backward of micro-batch 1, which 1F1B over all
+  // four would not do (stage 0 warms up with one forward, so it would run F2 before B1).
+  Job s = small(1, 2, 2);
+  s.t.global_batch_size = 8;
+  s.t.gradient_accumulation_steps = 2;
+  ASSERT_EQ(s.t.microbatches_per_run(2), 2);
+  fsdp_under_pp(s);
+  const graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
+  for (std::int64_t stage = 0; stage < 2; ++stage) {
+    SCOPED_TRACE(stage);
+    const graph::RankProgram& t = g.templates[static_cast<std::size_t>(stage)];
+    const double n = parameters_on_rank(s.m, s.p, stage);
+    std::vector<int> gather_mbs, reduce_mbs;
+    const Collectives c = collectives(t, graph::CommRole::Dp, &gather_mbs, &reduce_mbs);
+    EXPECT_DOUBLE_EQ(c.forward_gather, 2 * 2 * n);
+    EXPECT_DOUBLE_EQ(c.reduce_scatter, 2 * 4 * n);
+    for (int mb : gather_mbs) EXPECT_TRUE(mb == 0 || mb == 2) << mb;
+    for (int mb : reduce_mbs) EXPECT_TRUE(mb == 1 || mb == 3) << mb;
+    activation_peak(t);
+  }
+  // Stage 0's order of its forward and backward ops by micro-batch: F0 F1 B0 B1 F2 F3 B2 B3.
+  std::vector<std::pair<int, int>> order;  // (micro-batch, 0 forward / 1 backward)
+  for (const graph::Op& op : g.templates[0].ops) {
+    if (op.microbatch == graph::kNoIndex || op.layer == 0xFFFF) continue;
+    if (op.phase != graph::Phase::Forward && op.phase != graph::Phase::Backward) continue;
+    const std::pair<int, int> k{op.microbatch, op.phase == graph::Phase::Backward ? 1 : 0};
+    if (order.empty() || order.back() != k) order.push_back(k);
+  }
+  const std::vector<std::pair<int, int>> want{{0, 0}, {1, 0}, {0, 1}, {1, 1},
+                                              {2, 0}, {3, 0}, {2, 1}, {3, 1}};
+  EXPECT_EQ(order, want);
+}
+
 TEST(FsdpLayouts, InterleavedChunksGatherAtTheirFirstForwardAndReduceAtTheirLastBackward) {
   // PP 2 × VP 2 (4 layers: one per chunk), DP 2, four micro-batches. Each model chunk is its
   // own FSDP root (torchtitan wraps each model part): chunk c's units are gathered in its first
