@@ -93,8 +93,11 @@ DEVELOPED = {
     # schedule fix, which comes from Megatron's source, not from these rows).
     "recipe": set(),
     # issue 37: the FSDP layouts were written from torchtitan's, PyTorch's and AutoModel's code
-    # and the rows run afterwards; nothing was fitted to them.
-    "fsdp": set(),
+    # and the rows run afterwards; nothing was fitted to them. The three AutoModel rows with PP
+    # were refused at first; FSDP2's per-micro-batch behaviour under PP and the
+    # gradient-accumulation runs of the schedule were then added (from AutoModel's code) with
+    # those rows in view.
+    "fsdp": {"DeepSeek-V3-AM-1024", "DeepSeek-V3-AM-256", "Kimi-K2-AM"},
 }
 
 # --quick: rows cheap enough for the 3-minute budget on 2 cores (vTrain: every row, LOMO only,
