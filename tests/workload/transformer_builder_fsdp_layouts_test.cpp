@@ -55,6 +55,26 @@ void fsdp_under_pp(Job& s) {
   s.p.fsdp_reduce_every_microbatch = false;
 }
 
+/// A small MoE under FSDP2 (4 layers, 8 experts of FFN 1792, top-2), TP 1, DP `dp`, EP `ep`,
+/// shard groups of `shard` ranks (0: no HSDP).
+Job fsdp_moe_job(std::int64_t dp, std::int64_t ep, std::int64_t shard = 0) {
+  Job s = small(1, 1, dp);
+  s.m.num_experts = 8;
+  s.m.moe_router_topk = 2;
+  s.m.moe_ffn_hidden_size = 1792;
+  s.p.expert_model_parallel_size = ep;
+  s.p.overlap_grad_reduce = false;
+  s.p.fsdp = true;
+  s.p.zero_stage = 3;
+  s.p.fsdp_shard_size = shard;
+  return s;
+}
+
+std::vector<std::uint32_t> members(const graph::SlicedGraph& g, graph::CommRole role) {
+  const auto c = static_cast<std::uint32_t>(g.comm_of(0, role));
+  return {g.comms.members_begin(c), g.comms.members_end(c)};
+}
+
 TEST(FsdpLayouts, PipelineStagesGatherOnceAStepAndReduceAfterTheirLastBackward) {
   // Two stages (PP 2) of two layers each, DP 2, two micro-batches (global batch 4 = 1 · 2 · 2).
   // Stage s holds N_s parameters: its two layers (P each) and its root R_s = N_s − 2P (stage 0
@@ -230,14 +250,7 @@ TEST(FsdpLayouts, ExpertsShardOverExpertDataParallelAndDenseUnitsOverDataParalle
   // Static bytes (FSDP2: fp32 shard, fp32 gradients, Adam's m, v): dense (4 + 4 + 8) / 4 a
   // parameter, experts (4 + 4 + 8) / 2.
   // Groups (Megatron's expert order etp-ep-edp): EP {0, 1}, expert DP {0, 2}; DP {0, 1, 2, 3}.
-  Job s = small(1, 1, 4);
-  s.m.num_experts = 8;
-  s.m.moe_router_topk = 2;
-  s.m.moe_ffn_hidden_size = 1792;
-  s.p.expert_model_parallel_size = 2;
-  s.p.overlap_grad_reduce = false;
-  s.p.fsdp = true;
-  s.p.zero_stage = 3;
+  Job s = fsdp_moe_job(4, 2);
   ASSERT_EQ(s.p.edp(), 2);
   const double m = 8;
   ASSERT_EQ(s.t.num_microbatches(4), 8);
@@ -259,13 +272,9 @@ TEST(FsdpLayouts, ExpertsShardOverExpertDataParallelAndDenseUnitsOverDataParalle
   EXPECT_DOUBLE_EQ(edp.reduce_scatter, m * 4 * 4 * p_e);
   EXPECT_EQ(static_memory_bytes(s.m, s.p, 0),
             static_cast<std::int64_t>(std::ceil(all.dense * 16 / 4 + all.expert * 16 / 2)));
-  const auto members = [&](graph::CommRole role) {
-    const auto c = static_cast<std::uint32_t>(g.comm_of(0, role));
-    return std::vector<std::uint32_t>(g.comms.members_begin(c), g.comms.members_end(c));
-  };
-  EXPECT_EQ(members(graph::CommRole::Edp), (std::vector<std::uint32_t>{0, 2}));
-  EXPECT_EQ(members(graph::CommRole::Ep), (std::vector<std::uint32_t>{0, 1}));
-  EXPECT_EQ(members(graph::CommRole::Dp), (std::vector<std::uint32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(members(g, graph::CommRole::Edp), (std::vector<std::uint32_t>{0, 2}));
+  EXPECT_EQ(members(g, graph::CommRole::Ep), (std::vector<std::uint32_t>{0, 1}));
+  EXPECT_EQ(members(g, graph::CommRole::Dp), (std::vector<std::uint32_t>{0, 1, 2, 3}));
   activation_peak(t);
   // ZeRO-2: gradients sharded the same way (dense / 4, experts / 2), weights whole.
   s.p.fsdp = false;
@@ -287,15 +296,7 @@ TEST(FsdpLayouts, HsdpWithExpertsShardsThemWithinAReplica) {
   // backward, expert reduce-scatters 4 · 4 P_e, and all-reduces across the replicas of the
   // reduced shards: 4 · (R + 4 P_d) / 4 dense + 4 · 4 P_e / 2 experts.
   // Static bytes (FSDP2): dense 16 / 4, experts 16 / 2 a parameter.
-  Job s = small(1, 1, 8);
-  s.m.num_experts = 8;
-  s.m.moe_router_topk = 2;
-  s.m.moe_ffn_hidden_size = 1792;
-  s.p.expert_model_parallel_size = 2;
-  s.p.overlap_grad_reduce = false;
-  s.p.fsdp = true;
-  s.p.zero_stage = 3;
-  s.p.fsdp_shard_size = 4;
+  Job s = fsdp_moe_job(8, 2, 4);
   ASSERT_EQ(s.p.edp(), 4);
   ASSERT_EQ(s.p.expert_shard(), 2);
   const double m = 8;
@@ -312,14 +313,10 @@ TEST(FsdpLayouts, HsdpWithExpertsShardsThemWithinAReplica) {
   EXPECT_DOUBLE_EQ(edp.backward_gather, m * 2 * 4 * p_e);
   EXPECT_DOUBLE_EQ(edp.reduce_scatter, m * 4 * 4 * p_e);
   EXPECT_DOUBLE_EQ(rep.all_reduce, m * (4 * (root + 4 * p_d) / 4 + 4 * 4 * p_e / 2));
-  const auto members = [&](graph::CommRole role) {
-    const auto c = static_cast<std::uint32_t>(g.comm_of(0, role));
-    return std::vector<std::uint32_t>(g.comms.members_begin(c), g.comms.members_end(c));
-  };
-  EXPECT_EQ(members(graph::CommRole::Dp), (std::vector<std::uint32_t>{0, 1, 2, 3}));
-  EXPECT_EQ(members(graph::CommRole::DpReplicate), (std::vector<std::uint32_t>{0, 4}));
-  EXPECT_EQ(members(graph::CommRole::Ep), (std::vector<std::uint32_t>{0, 1}));
-  EXPECT_EQ(members(graph::CommRole::Edp), (std::vector<std::uint32_t>{0, 2}));
+  EXPECT_EQ(members(g, graph::CommRole::Dp), (std::vector<std::uint32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(members(g, graph::CommRole::DpReplicate), (std::vector<std::uint32_t>{0, 4}));
+  EXPECT_EQ(members(g, graph::CommRole::Ep), (std::vector<std::uint32_t>{0, 1}));
+  EXPECT_EQ(members(g, graph::CommRole::Edp), (std::vector<std::uint32_t>{0, 2}));
   EXPECT_EQ(static_memory_bytes(s.m, s.p, 0),
             static_cast<std::int64_t>(std::ceil(all.dense * 16 / 4 + all.expert * 16 / 2)));
   activation_peak(t);
@@ -329,14 +326,7 @@ TEST(FsdpLayouts, ExpertsWholeOnTheirRankAreNeitherGatheredNorReduced) {
   // EP = DP = 4 (TP 1): expert DP is 1, every rank holds its experts whole, so FSDP gathers and
   // reduces the dense units only and the experts keep 4 + 4 + 8 bytes a parameter (dense:
   // 16 / 4).
-  Job s = small(1, 1, 4);
-  s.m.num_experts = 8;
-  s.m.moe_router_topk = 2;
-  s.m.moe_ffn_hidden_size = 1792;
-  s.p.expert_model_parallel_size = 4;
-  s.p.overlap_grad_reduce = false;
-  s.p.fsdp = true;
-  s.p.zero_stage = 3;
+  Job s = fsdp_moe_job(4, 4);
   ASSERT_EQ(s.p.edp(), 1);
   const graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
   const Collectives edp = collectives(g.templates[0], graph::CommRole::Edp);
