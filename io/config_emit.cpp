@@ -130,7 +130,9 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
   }
   out << YAML::Key << "use_distributed_optimizer" << YAML::Value << p.use_distributed_optimizer;
   out << YAML::Key << "schedule" << YAML::Value
-      << (p.schedule == workload::Schedule::GPipe ? "gpipe" : "1f1b");
+      << (p.schedule == workload::Schedule::GPipe       ? "gpipe"
+          : p.schedule == workload::Schedule::LoopedBfs ? "looped_bfs"
+                                                        : "1f1b");
   out << YAML::Key << "overlap_grad_reduce" << YAML::Value << p.overlap_grad_reduce;
   out << YAML::Key << "overlap_param_gather" << YAML::Value << p.overlap_param_gather;
   out << YAML::Key << "fp8_param_gather" << YAML::Value << p.fp8_param_gather;

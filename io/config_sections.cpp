@@ -268,17 +268,20 @@ workload::ParallelPlan build_parallel(const Section& s) {
                    [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
     for (const char* torch_only :
          {"zbv", "zbvzerobubble", "schedulezbvzerobubble", "interleavedzerobubble",
-          "scheduleinterleavedzerobubble", "loopedbfs", "scheduleloopedbfs", "dualpipev",
-          "scheduledualpipev"})
+          "scheduleinterleavedzerobubble", "dualpipev", "scheduledualpipev"})
       if (name == torch_only)
         fail(*v, r.key("schedule"),
-             "'" + detail::read_string(*v, r.key("schedule")) +
-                 "' (torch.distributed.pipelining) is not modelled: the schedules are 1f1b, "
-                 "gpipe and interleaved 1F1B (virtual_pipeline_model_parallel_size > 1)");
+             fmt::format("'{}' (torch.distributed.pipelining) is not modelled: the schedules are "
+                         "1f1b, gpipe, looped_bfs and interleaved 1F1B "
+                         "(virtual_pipeline_model_parallel_size > 1)",
+                         detail::read_string(*v, r.key("schedule"))));
   }
-  p.schedule = r.choice("schedule", {"1f1b", "gpipe"}, "1f1b") == "gpipe"
-                   ? workload::Schedule::GPipe
-                   : workload::Schedule::OneFOneB;
+  {
+    const std::string sched = r.choice("schedule", {"1f1b", "gpipe", "looped_bfs"}, "1f1b");
+    p.schedule = sched == "gpipe"        ? workload::Schedule::GPipe
+                 : sched == "looped_bfs" ? workload::Schedule::LoopedBfs
+                                         : workload::Schedule::OneFOneB;
+  }
   r.flag("overlap_grad_reduce", p.overlap_grad_reduce);
   r.flag("overlap_param_gather", p.overlap_param_gather);
   r.flag("fp8_param_gather", p.fp8_param_gather);

@@ -300,6 +300,8 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
         if (!ok) fail(*v, "parallel.moe_a2a_overlap", why);
       };
       need(ep > 1, "needs expert_model_parallel_size > 1 (Megatron asserts)");
+      need(p.schedule == workload::Schedule::OneFOneB,
+           "needs schedule: 1f1b (Megatron's combined 1F1B schedules)");
       need(p.moe_token_dispatcher_type != workload::MoeDispatcher::AllGather,
            "needs moe_token_dispatcher_type alltoall or flex (Megatron asserts)");
       need(p.pp() == 1 || p.interleaved(),
@@ -455,7 +457,7 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
   }
   // Megatron-Core's forward_backward_pipelining_with_interleaving rules (on each run of the
   // schedule).
-  if (p.interleaved()) {
+  if (p.interleaved() && p.schedule != workload::Schedule::LoopedBfs) {
     const std::int64_t mbs = tr.microbatches_per_run(p.dp());
     const std::int64_t group = p.microbatch_group_size();
     if (group > mbs || group < pp)

@@ -44,7 +44,9 @@ enum class CpCommType : std::uint8_t { P2p, AllGather, A2a };
 /// interval, every N-th layer of the chunk one by one (the N-th, 2N-th, …: torchtitan's
 /// layer-wise selective checkpointing, `selective_ac_option: N`).
 enum class RecomputeMethod : std::uint8_t { Uniform, Block, Interval };
-enum class Schedule : std::uint8_t { OneFOneB, GPipe };
+/// OneFOneB: Megatron's 1F1B (interleaved with VP > 1); GPipe; LoopedBfs: torch's
+/// ScheduleLoopedBFS (breadth-first: every micro-batch of a model chunk before the next chunk).
+enum class Schedule : std::uint8_t { OneFOneB, GPipe, LoopedBfs };
 /// GEMM precision of the linear layers: bf16 / fp16, Transformer Engine's fp8 (a recipe below),
 /// or NVFP4 (TE's NVFP4BlockScaling on Blackwell: E2M1 values with an E4M3 scale per 16 and a
 /// per-tensor fp32 scale; Megatron's --fp4-format e2m1 --fp4-recipe nvfp4).

@@ -252,6 +252,7 @@ class StageBuilder {
   void one_f_one_b();
   void gpipe();
   void interleaved();
+  void looped_bfs();
   std::vector<std::uint32_t> reduce_buckets(std::int64_t chunk, std::uint32_t end_of_backward);
   void finish_iteration();
 

@@ -128,7 +128,10 @@ void StageBuilder::backward(std::int64_t mb, std::int64_t chunk) {
   cur_mb_ = mb;
   const auto c = static_cast<std::size_t>(chunk);
   const std::int64_t run = chunk_backwards_[c]++;
-  const bool reduce = !pp_fsdp_ && (mb == total_mb_ - 1 || p_.fsdp_reduce_every_microbatch);
+  // The chunk's last backward of the iteration (looped BFS runs the backwards in reverse
+  // micro-batch order, so this is a count, not an index).
+  const bool last_of_iteration = run == num_mb_ - 1 && mb_base_ + num_mb_ == total_mb_;
+  const bool reduce = !pp_fsdp_ && (last_of_iteration || p_.fsdp_reduce_every_microbatch);
   const bool alloc_grads = run == 0 || p_.fsdp_reduce_every_microbatch;
   const std::int64_t first = chunk_first_[chunk];
   const std::int64_t last = first + chunk_layers_[chunk] - 1;
@@ -180,7 +183,7 @@ void StageBuilder::backward(std::int64_t mb, std::int64_t chunk) {
   if (pp_fsdp_ && run == num_mb_ - 1) pp_fsdp_reduce(chunk);
   // ZeRO-2: the gradients are sharded, so each micro-batch's are reduce-scattered into the
   // shard (DeepSpeed ZeRO-2); the last micro-batch's in finish_iteration.
-  if (p_.zero() == 2 && p_.dp_cp() > 1 && mb != total_mb_ - 1) reduce_buckets(chunk, chain_);
+  if (p_.zero() == 2 && p_.dp_cp() > 1 && !last_of_iteration) reduce_buckets(chunk, chain_);
 }
 
 /// Non-interleaved 1F1B exactly as Megatron's forward_backward_pipelining_without_interleaving
@@ -236,6 +239,33 @@ void StageBuilder::gpipe() {
     backward(i);
     p2p(!first_, CommRole::PpPrev, false, CommRole::None, i);
   }
+}
+
+/// torch.distributed.pipelining's ScheduleLoopedBFS (torch/distributed/pipelining/schedules.py,
+/// `_calculate_single_rank_operations`: the rank's stages in order, every micro-batch's forward
+/// of one before the next; then the stages in reverse, the micro-batches' backwards in reverse
+/// order), with v = virtual_pipeline_model_parallel_size stages per rank (chunk c of rank r is
+/// stage c·p + r; the last rank's chunk c feeds the first rank's chunk c + 1). As
+/// PipelineScheduleMulti runs it: each forward waits for its input's receive and posts its
+/// output's send, each backward likewise with gradients; the sends are waited for at the end of
+/// the step (blocking sends would deadlock the wrap-around once m ≥ p: the last rank's first
+/// send to the first rank's next chunk waits for all of the first rank's current chunk).
+void StageBuilder::looped_bfs() {
+  const std::int64_t v = p_.vpp(), m = num_mb_;
+  std::vector<std::uint32_t> sends;
+  for (std::int64_t c = 0; c < v; ++c)
+    for (std::int64_t i = 0; i < m; ++i) {
+      if (!(first_ && c == 0)) wait_for(post(false, CommRole::PpPrev, i));
+      forward(i, c);
+      if (!(last_ && c == v - 1)) sends.push_back(post(true, CommRole::PpNext, i));
+    }
+  for (std::int64_t c = v - 1; c >= 0; --c)
+    for (std::int64_t i = m - 1; i >= 0; --i) {
+      if (!(last_ && c == v - 1)) wait_for(post(false, CommRole::PpNext, i));
+      backward(i, c);
+      if (!(first_ && c == 0)) sends.push_back(post(true, CommRole::PpPrev, i));
+    }
+  for (std::uint32_t s : sends) wait_for(s);
 }
 
 /// Interleaved 1F1B as Megatron-Core's forward_backward_pipelining_with_interleaving runs it

@@ -143,7 +143,9 @@ graph::RankProgram StageBuilder::build() {
   // its own micro-batches: the pipeline drains between runs.
   for (mb_base_ = 0; mb_base_ < total_mb_; mb_base_ += num_mb_) {
     std::fill(chunk_backwards_.begin(), chunk_backwards_.end(), 0);
-    if (p_.interleaved())
+    if (p_.schedule == Schedule::LoopedBfs)
+      looped_bfs();
+    else if (p_.interleaved())
       interleaved();
     else if (p_.schedule == Schedule::GPipe)
       gpipe();

@@ -8,7 +8,8 @@
 # at TP 2 · DP 4 and 4 micro-batches (gradients accumulated before the reduce-scatter); the four
 # MoE experiments shrunk as noted below, two of them with the EP overlap (combined 1F1B: Qwen3
 # interleaved with DeepEP and delayed wgrads, Mixtral at PP 1); FSDP under pipeline parallelism
-# (torchtitan's Llama 3.1 405B, DeepSeek-V3 with EP, with EP and HSDP, HSDP), shrunk as noted below.
+# (torchtitan's Llama 3.1 405B, with looped BFS and accumulation runs, DeepSeek-V3 with EP, with EP
+# and HSDP, HSDP), shrunk as noted below.
 # The flow model (network.model: flow): Llama 3 70B on 64 GPUs over a 1:4 oversubscribed fabric
 # with what-ifs (a slow GPU, a degraded NIC, a failed leaf uplink, extra spine latency, a late
 # data loader), and Mixtral 8x7B whose expert all-to-alls cross nodes.
@@ -20,7 +21,7 @@ set -euo pipefail
 bin=$1; repo=$2
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-for exp in quickstart llama3-8b-hf gpt3-175b-1024 llama3-405b-16k llama3-405b-8k quickstart-vpp llama3-70b-1k llama3-405b-128k-cp16 llama3-8b-fsdp llama3-8b-hsdp deepseek-v3-2k mixtral-8x7b-1k mixtral-8x22b-1k qwen3-235b-1k mixtral-allgather qwen3-ep-overlap mixtral-ep-overlap qwen3-host-bound llama3-70b-flow mixtral-flow llama3-405b-torchtitan-fsdp-tp8-pp8 deepseek-v3-fsdp-ep64 deepseek-v3-hsdp-ep llama3-70b-hsdp-pp-1k; do
+for exp in quickstart llama3-8b-hf gpt3-175b-1024 llama3-405b-16k llama3-405b-8k quickstart-vpp llama3-70b-1k llama3-405b-128k-cp16 llama3-8b-fsdp llama3-8b-hsdp deepseek-v3-2k mixtral-8x7b-1k mixtral-8x22b-1k qwen3-235b-1k mixtral-allgather qwen3-ep-overlap mixtral-ep-overlap qwen3-host-bound llama3-70b-flow mixtral-flow llama3-405b-torchtitan-fsdp-tp8-pp8 llama3-405b-looped-bfs deepseek-v3-fsdp-ep64 deepseek-v3-hsdp-ep llama3-70b-hsdp-pp-1k; do
   cfg=$repo/inputs/experiments/$exp.yaml
   set_small=()
   whatif=()
@@ -70,6 +71,10 @@ for exp in quickstart llama3-8b-hf gpt3-175b-1024 llama3-405b-16k llama3-405b-8k
   # groups of 2, 2 replicas) with TP 2 and PP 4 · VP 2.
   [ "$exp" = llama3-405b-torchtitan-fsdp-tp8-pp8 ] && set_small=(--set model.num_layers=16 --set 'parallel.pipeline_layout=Et|(t|)*14tL' --set parallel.tp=2 --set parallel.dp=2 --set cluster.num_gpus=32 --set training.global_batch_size=64 --set run.trace_ranks=[0,28])
   [ "$exp" = deepseek-v3-fsdp-ep64 ] && set_small=(--set model.num_layers=8 --set 'model.moe_layer_freq=([0]*1+[1]*7)' --set parallel.pp=4 --set 'parallel.pipeline_layout=Et|(t|)*6tL' --set parallel.ep=8 --set cluster.num_gpus=64 --set training.global_batch_size=128 --set run.trace_ranks=[0,48])
+  if [ "$exp" = llama3-405b-looped-bfs ]; then  # torch's looped BFS, two accumulation runs of 8
+    cfg=$repo/inputs/experiments/llama3-405b-torchtitan-fsdp-tp8-pp8.yaml
+    set_small=(--set model.num_layers=16 --set 'parallel.pipeline_layout=Et|(t|)*14tL' --set parallel.tp=2 --set parallel.dp=2 --set cluster.num_gpus=32 --set training.global_batch_size=128 --set parallel.schedule=looped_bfs --set training.gradient_accumulation_steps=2 --set run.trace_ranks=[0,28])
+  fi
   if [ "$exp" = deepseek-v3-hsdp-ep ]; then  # HSDP with experts: 2 replicas, expert shards of 2
     cfg=$repo/inputs/experiments/deepseek-v3-fsdp-ep64.yaml
     set_small=(--set model.num_layers=8 --set 'model.moe_layer_freq=([0]*1+[1]*7)' --set parallel.pp=4 --set 'parallel.pipeline_layout=Et|(t|)*6tL' --set parallel.ep=8 --set parallel.fsdp_shard_size=16 --set cluster.num_gpus=128 --set training.global_batch_size=256 --set run.trace_ranks=[0,96])

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <cstdint>
+
 #include "emu/emulation.hpp"
 #include "mpi_helpers.hpp"
 #include "workload/transformer_builder.hpp"
@@ -33,11 +35,13 @@ TEST_P(OptimisticMatchesSequential, OnAMixedTpPpDpJob) {
 TEST_P(OptimisticMatchesSequential, WithForcedStragglers) {
   // Hold back every second partial batch and make batches tiny, so remote events arrive after
   // their receivers have run ahead, and the committed results must not change. METIS cuts
-  // pipelines, so rollbacks must happen there with more than one process. The block partition
-  // gives each process whole model replicas that meet only in DP collectives: stragglers are
-  // possible there (a bucket's arrival late at a CommLP that took the next bucket's), but
-  // whether one happens depends on the processes' relative speed, so this test does not count
-  // them (time_warp_test forces them under block partitions on PHOLD).
+  // pipelines, so rollbacks happen there with more than one process; whether one happens in a
+  // given run still depends on the processes' relative speed (a loaded CI machine once ran a
+  // whole emulation without one), so the run is repeated, up to eight times, until one rolled
+  // back (the total is the same on every process, so all stop together), and every run must
+  // match the sequential one. The block partition gives each process whole model replicas that
+  // meet only in DP collectives: stragglers are possible there, but not counted
+  // (time_warp_test forces them under block partitions on PHOLD).
   const graph::SlicedGraph g = mixed_graph(workload::Recompute::Full);
   EmulationOptions opt;
   opt.trace_ranks = {3};
@@ -47,13 +51,18 @@ TEST_P(OptimisticMatchesSequential, WithForcedStragglers) {
   opt.optimistic.gvt_interval = 100000;
   opt.optimistic.batch_events = 2;
   opt.optimistic.delay_every = 2;
-  const RunResults par = emulate_parallel(g, test_costs(), opt, MPI_COMM_WORLD);
   int size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (size > 1 && GetParam() == "metis") {
-    EXPECT_GT(par.engine.events_rolled_back, 0u);
+  const bool want_rollbacks = size > 1 && GetParam() == "metis";
+  std::uint64_t rolled_back = 0;
+  for (int attempt = 0; attempt < (want_rollbacks ? 8 : 1) && rolled_back == 0; ++attempt) {
+    const RunResults par = emulate_parallel(g, test_costs(), opt, MPI_COMM_WORLD);
+    rolled_back = par.engine.events_rolled_back;
+    if (world_rank() == 0) expect_identical(seq, par);
   }
-  if (world_rank() == 0) expect_identical(seq, par);
+  if (want_rollbacks) {
+    EXPECT_GT(rolled_back, 0u);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Partitions, OptimisticMatchesSequential,

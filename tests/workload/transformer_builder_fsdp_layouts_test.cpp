@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <tuple>
 #include <vector>
 
 #include "workload/accounting.hpp"
@@ -201,6 +202,45 @@ TEST(FsdpLayouts, GradientAccumulationStepsRunTheScheduleOncePerStep) {
   const std::vector<std::pair<int, int>> want{{0, 0}, {1, 0}, {0, 1}, {1, 1},
                                               {2, 0}, {3, 0}, {2, 1}, {3, 1}};
   EXPECT_EQ(order, want);
+}
+
+TEST(FsdpLayouts, LoopedBfsRunsEveryMicroBatchOfAChunkBeforeTheNext) {
+  // torch's ScheduleLoopedBFS on PP 2 × VP 2 (4 layers, one per virtual stage: stage 0 holds
+  // layers 0 and 2), DP 2, two micro-batches: stage 0 runs F(0, L0) F(1, L0) F(0, L2) F(1, L2),
+  // then B(1, L2) B(0, L2) B(1, L0) B(0, L0) (stages reversed, micro-batches reversed). Under
+  // FSDP with PP each chunk gathers in its first forward (micro-batch 0) and reduces after its
+  // last backward, which here is micro-batch 0's: every gather and reduce-scatter is in
+  // micro-batch 0, 2 N_s and 4 N_s in all.
+  Job s = small(1, 2, 2);
+  s.p.virtual_pipeline_model_parallel_size = 2;
+  s.p.schedule = Schedule::LoopedBfs;
+  s.t.global_batch_size = 4;
+  fsdp_under_pp(s);
+  const graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
+  std::vector<std::tuple<int, int, int>> order;  // (micro-batch, layer, 0 forward / 1 backward)
+  for (const graph::Op& op : g.templates[0].ops) {
+    if (op.layer == 0xFFFF || op.microbatch == graph::kNoIndex) continue;
+    if (op.phase != graph::Phase::Forward && op.phase != graph::Phase::Backward) continue;
+    if (graph::is_communication(op.kind)) continue;
+    const std::tuple<int, int, int> k{op.microbatch, op.layer,
+                                      op.phase == graph::Phase::Backward ? 1 : 0};
+    if (order.empty() || order.back() != k) order.push_back(k);
+  }
+  const std::vector<std::tuple<int, int, int>> want{{0, 0, 0}, {1, 0, 0}, {0, 2, 0}, {1, 2, 0},
+                                                    {1, 2, 1}, {0, 2, 1}, {1, 0, 1}, {0, 0, 1}};
+  EXPECT_EQ(order, want);
+  for (std::int64_t stage = 0; stage < 2; ++stage) {
+    SCOPED_TRACE(stage);
+    const graph::RankProgram& t = g.templates[static_cast<std::size_t>(stage)];
+    const double n = parameters_on_rank(s.m, s.p, stage);
+    std::vector<int> gather_mbs, reduce_mbs;
+    const Collectives c = collectives(t, graph::CommRole::Dp, &gather_mbs, &reduce_mbs);
+    EXPECT_DOUBLE_EQ(c.forward_gather, 2 * n);
+    EXPECT_DOUBLE_EQ(c.reduce_scatter, 4 * n);
+    for (int mb : gather_mbs) EXPECT_EQ(mb, 0);
+    for (int mb : reduce_mbs) EXPECT_EQ(mb, 0);
+    activation_peak(t);
+  }
 }
 
 TEST(FsdpLayouts, InterleavedChunksGatherAtTheirFirstForwardAndReduceAtTheirLastBackward) {
