@@ -43,6 +43,11 @@ struct CostSpec {
   std::string profile;
 };
 
+/// The largest world an experiment may name (cluster.num_gpus, and TP·CP·PP·DP): 2^24 GPUs,
+/// 128 times the 131,072 the engines are benchmarked at (docs/engine.md). Ranks are 32-bit in
+/// the graph; the bound keeps every product of parallel sizes far inside int64.
+inline constexpr std::int64_t kMaxWorld = std::int64_t{1} << 24;
+
 struct ExperimentConfig {
   std::string path;  ///< the YAML file it was read from
   workload::ModelSpec model;

@@ -201,6 +201,28 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
   }
 
   // World size: DP is derived from the GPU count when omitted, the GPU count from TP·CP·PP·DP.
+  // Bounded by kMaxWorld, checked before any product (ranks are 32-bit in the graph; past 2^31
+  // the rank tables alone would not fit a machine: a 2^32-GPU world segfaulted, 2^31 ended in
+  // bad_alloc).
+  if (cl.num_gpus > kMaxWorld)
+    throw_input(
+        "{}: cluster.num_gpus={} exceeds the largest world scalescope models ({} = 2^24 "
+        "GPUs)",
+        f, cl.num_gpus, kMaxWorld);
+  for (const auto& [key, v] :
+       {std::pair<const char*, std::int64_t>{"tensor_model_parallel_size", tp},
+        {"context_parallel_size", cp},
+        {"pipeline_model_parallel_size", pp},
+        {"data_parallel_size", p.dp()}})
+    if (v > kMaxWorld)
+      throw_input("{}: parallel.{}={} exceeds the largest world scalescope models ({} GPUs)", f,
+                  key, v, kMaxWorld);
+  if (tp * cp > kMaxWorld || tp * cp * pp > kMaxWorld || tp * cp * pp * p.dp() > kMaxWorld)
+    throw_input(
+        "{}: parallel.tensor_model_parallel_size·context_parallel_size·"
+        "pipeline_model_parallel_size·data_parallel_size exceeds the largest world "
+        "scalescope models ({} GPUs)",
+        f, kMaxWorld);
   const bool has_dp = get(t.at("parallel"), "data_parallel_size") != nullptr;
   const bool has_gpus = cl.num_gpus > 0;
   if (!has_dp && !has_gpus)

@@ -4,11 +4,15 @@
 // the Megatron equivalents follow Megatron-LM's tools/checkpoint/loader_llama_mistral.py and
 // Megatron-Bridge's DeepSeek / Qwen3 / Mixtral providers.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
+#include <array>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <string_view>
 
 #include "core/error.hpp"
 #include "io/config.hpp"
@@ -80,8 +84,33 @@ YAML::Node hf_model_keys(const std::string& path) {
   }
   if (!j.is_object()) throw_input("{}: expected a JSON object", path);
 
+  // The model types whose modeling file this reader follows; any other architecture (Gemma's
+  // norms and embeddings scaling, GPT-NeoX's parallel residual, ...) would be read as Llama
+  // without a word.
+  static constexpr std::array<std::string_view, 9> kKnown = {
+      "llama", "mistral",   "mixtral",     "qwen2",      "qwen2_moe",
+      "qwen3", "qwen3_moe", "deepseek_v2", "deepseek_v3"};
+  const std::optional<std::string> type_of = get_string(j, path, "model_type");
+  if (!type_of) throw_input("{}: model_type: missing (known: {})", path, fmt::join(kKnown, ", "));
+  if (std::find(kKnown.begin(), kKnown.end(), *type_of) == kKnown.end())
+    throw_input(
+        "{}: model_type: '{}' is not a model type this reader knows ({}); describe the "
+        "model with model: keys instead",
+        path, *type_of, fmt::join(kKnown, ", "));
+  // Sliding-window attention (Mistral 7B v0.1's sliding_window: 4096; Qwen's use_sliding_window)
+  // is not modelled: every layer attends to the whole sequence here.
+  const json* window = find(j, "sliding_window");
+  const bool windowed = (window != nullptr && !window->is_null() &&
+                         (*type_of == "mistral" || *type_of == "mixtral")) ||
+                        get_bool(j, path, "use_sliding_window").value_or(false);
+  if (windowed)
+    throw_input(
+        "{}: sliding_window: sliding-window attention is not modelled (every layer would "
+        "attend to the whole sequence)",
+        path);
+
   YAML::Node m(YAML::NodeType::Map);
-  if (auto name = get_string(j, path, "model_type")) m["name"] = *name;
+  m["name"] = *type_of;
   m["num_layers"] = require_int(j, path, "num_hidden_layers");
   m["hidden_size"] = require_int(j, path, "hidden_size");
   if (auto ffn = get_int(j, path, "intermediate_size")) m["ffn_hidden_size"] = *ffn;
@@ -94,15 +123,17 @@ YAML::Node hf_model_keys(const std::string& path) {
   if (auto s = get_int(j, path, "max_position_embeddings")) m["seq_length"] = *s;
   // LlamaConfig / MistralConfig / Qwen2Config all default tie_word_embeddings to false.
   m["untie_embeddings"] = !get_bool(j, path, "tie_word_embeddings").value_or(false);
-  // The three families use a gated MLP, act_fn(gate(x)) * up(x); with SiLU that is SwiGLU,
-  // Megatron's --swiglu. Any other activation is read as the plain (GPT) MLP.
-  const std::string act = get_string(j, path, "hidden_act").value_or("silu");
-  m["gated_linear_unit"] = act == "silu" || act == "swish";
+  // Every known family's MLP is gated whatever hidden_act is: LlamaMLP.forward is
+  // down_proj(act_fn(gate_proj(x)) * up_proj(x)) (huggingface/transformers@0022728
+  // src/transformers/models/llama/modeling_llama.py), and MistralMLP, MixtralBlockSparseTop2MLP
+  // (w2(act(w1(x)) * w3(x))), Qwen2MLP, Qwen3MLP and DeepseekV3MLP have the same form. With SiLU
+  // it is SwiGLU (Megatron's --swiglu); another activation has the same GEMMs.
+  m["gated_linear_unit"] = true;
   // attention_bias / mlp_bias (Llama) put biases on the linear layers. Qwen2 and Qwen2-MoE have
   // a bias on Q, K and V only (modeling_qwen2.py: q/k/v_proj bias=True, o_proj bias=False;
   // Megatron's --add-qkv-bias); Qwen3 and Qwen3-MoE none, but an RMSNorm over each query and
   // key head (modeling_qwen3.py q_norm, k_norm over head_dim; Megatron's --qk-layernorm).
-  const std::string type = get_string(j, path, "model_type").value_or("");
+  const std::string& type = *type_of;
   m["add_bias_linear"] = get_bool(j, path, "attention_bias").value_or(false) ||
                          get_bool(j, path, "mlp_bias").value_or(false);
   m["add_qkv_bias"] = type == "qwen2" || type == "qwen2_moe";

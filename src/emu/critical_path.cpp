@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "core/error.hpp"
 
@@ -222,6 +223,32 @@ class Walker {
   std::map<const RankClass*, std::vector<std::vector<std::uint32_t>>> tables_;
 };
 
+/// Keeps the walk finite. Time never increases along the walk, but at one instant it can circle:
+/// an eager ring (MSCCL's custom all-reduce, with no host issue time) has every rank's transfer
+/// arrive at the same time t as its partner's, so the walk could go round the ring forever at t.
+/// A transfer's arrival that jumps to an op the walk already jumped to at this same instant is
+/// replaced by the latest strictly earlier arrival (what was on the path before the circle);
+/// none ends the walk. Each (rank, op) is a jump target at most once per instant and local
+/// steps go to earlier ops of a rank, so the walk ends.
+class CycleGuard {
+ public:
+  bool repeats(const Arrival& a) const {
+    return a.t == t_ &&
+           seen_.count({static_cast<std::uint32_t>(a.rank), static_cast<std::uint32_t>(a.op)}) != 0;
+  }
+  void record(const Arrival& a) {
+    if (a.t != t_) {
+      seen_.clear();
+      t_ = a.t;
+    }
+    seen_.insert({static_cast<std::uint32_t>(a.rank), static_cast<std::uint32_t>(a.op)});
+  }
+
+ private:
+  SimTime t_ = -1;
+  std::set<std::pair<std::uint32_t, std::uint32_t>> seen_;
+};
+
 /// The op of rank r that finishes last (the lowest index on a tie).
 Token last_op(std::uint32_t r, const RankTimes& rt) {
   Token tok{0, r, 0, Mode::AtFinish};
@@ -249,12 +276,18 @@ CriticalPath critical_path(const graph::SlicedGraph& g, std::uint32_t last_rank,
   std::vector<PathSegment> out;
   Token tok = last_op(last_rank, times(last_rank));
   const auto all = [](std::uint32_t) { return true; };
+  CycleGuard guard;
   for (;;) {
     Query q;
     tok = w.local(tok, out, q);
     if (tok.mode == Mode::Done) break;
-    const Arrival a = w.arrivals(q, tok.t, all);
+    Arrival a = w.arrivals(q, tok.t, all);
     SCALESCOPE_EXPECTS(a.rank >= 0);
+    if (guard.repeats(a)) {
+      a = w.arrivals(q, tok.t - 1, all);
+      if (a.rank < 0) break;
+    }
+    guard.record(a);
     Walker::add(out, a.t, tok.t, tok.rank, tok.op, q.kind());
     tok = {a.t, static_cast<std::uint32_t>(a.rank), static_cast<std::uint32_t>(a.op),
            Mode::AtReady};
@@ -271,6 +304,7 @@ CriticalPath critical_path(const graph::SlicedGraph& g, std::uint32_t last_rank,
   const auto mine = [&](std::uint32_t r) { return owner[r] == static_cast<std::uint32_t>(me); };
   Walker w(g, times);
   std::vector<PathSegment> out;
+  CycleGuard guard;
   Token tok;
   if (mine(last_rank)) tok = last_op(last_rank, times(last_rank));
   MPI_Bcast(&tok, sizeof tok, MPI_BYTE, static_cast<int>(owner[last_rank]), comm);
@@ -282,14 +316,24 @@ CriticalPath critical_path(const graph::SlicedGraph& g, std::uint32_t last_rank,
     MPI_Bcast(&tok, sizeof tok, MPI_BYTE, root, comm);
     if (tok.mode == Mode::Done) break;
     MPI_Bcast(&q, sizeof q, MPI_BYTE, root, comm);
-    // Each process's latest arrival among the members it owns; the latest of all wins.
-    const Arrival local = w.arrivals(q, tok.t, mine);
-    std::vector<Arrival> all(static_cast<std::size_t>(size));
-    MPI_Allgather(&local, sizeof local, MPI_BYTE, all.data(), sizeof local, MPI_BYTE, comm);
-    Arrival best;
-    for (const Arrival& a : all)
-      if (a.rank >= 0 && a.better_than(best)) best = a;
+    // Each process's latest arrival among the members it owns; the latest of all wins (every
+    // process holds the same best, so the cycle guard decides alike everywhere).
+    const auto latest = [&](SimTime until) {
+      const Arrival local = w.arrivals(q, until, mine);
+      std::vector<Arrival> all(static_cast<std::size_t>(size));
+      MPI_Allgather(&local, sizeof local, MPI_BYTE, all.data(), sizeof local, MPI_BYTE, comm);
+      Arrival best;
+      for (const Arrival& a : all)
+        if (a.rank >= 0 && a.better_than(best)) best = a;
+      return best;
+    };
+    Arrival best = latest(tok.t);
     SCALESCOPE_EXPECTS(best.rank >= 0);
+    if (guard.repeats(best)) {
+      best = latest(tok.t - 1);
+      if (best.rank < 0) break;
+    }
+    guard.record(best);
     if (me == root) Walker::add(out, best.t, tok.t, tok.rank, tok.op, q.kind());
     tok = {best.t, static_cast<std::uint32_t>(best.rank), static_cast<std::uint32_t>(best.op),
            Mode::AtReady};

@@ -116,6 +116,21 @@ with h5py.File(f"{d}/ring1/results.h5") as fa, h5py.File(f"{d}/ring2/results.h5"
         assert np.array_equal(fa["ranks"][k][()], fb["ranks"][k][()]), f"ring: /ranks/{k}"
 print(f"MSCCL ring: {t[0] * 1e6:.1f} us, np 2 and graph.h5 identical")
 PY
+# With no host issue time every rank's eager ring transfer arrives at the same instant as its
+# partner's: the critical-path walk once circled the ring forever there (host_launch_us < 3 µs,
+# either preset). It must end, and its segments must fit in the iteration.
+for preset in dgx-h100 dgx-a100; do
+  for h in 0 1 2; do
+    timeout 60 "$bin" run --chakra "$ring" --set cluster.preset=$preset \
+      --set cluster.host_launch_us=$h -o "$tmp/ring_h$h-$preset" --quiet
+    /usr/bin/python3 - "$tmp/ring_h$h-$preset/summary.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+t, cp = s["iteration_time_s"], sum(s["critical_path"]["totals_s"].values())
+assert t > 0 and 0 < cp <= t * (1 + 1e-9), (t, cp)
+PY
+  done
+done
 if "$bin" run --chakra "$ring" --set run.p2p=rendezvous -o "$tmp/ring_rv" --quiet 2>"$tmp/err"; then
   echo "the ring replayed with rendezvous sends" >&2; exit 1
 fi

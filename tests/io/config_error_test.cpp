@@ -128,6 +128,10 @@ TEST(ConfigError, EveryBadInputNamesFileAndKey) {
       {Yaml().set("parallel", "fsdp", "true").set("parallel", "reshard_after_forward", "true"),
        "parallel.reshard_after_forward"},
       {Yaml().set("parallel", "schedule", "ZBVZeroBubble"), "parallel.schedule"},
+      // Worlds past 2^24 GPUs (2^32 segfaulted, 2^31 ended in bad_alloc).
+      {Yaml().set("cluster", "num_gpus", "4294967296").drop("parallel", "dp"),
+       "cluster.num_gpus=4294967296 exceeds"},
+      {Yaml().set("parallel", "dp", "9223372036854775807"), "parallel.data_parallel_size"},
       // Gradient-accumulation runs of the schedule: m = 4 / (1 · 2) = 2 micro-batches.
       {Yaml().set("training", "gradient_accumulation_steps", "3"),
        "training.gradient_accumulation_steps"},
