@@ -22,4 +22,20 @@ inline double ns_to_seconds(SimTime t) {
   return static_cast<double>(t) * 1e-9;
 }
 
+/// The longest one op or transfer may take (10^6 s, 11.6 days) and the latest simulated time
+/// (2^62 ns, 146 years). Past them a duration or a clock would wrap or saturate int64 and give a
+/// silent wrong answer (an efficiency of 1e-15 once reported 92 % MFU): they are the consequence
+/// of cost inputs outside what the model covers, and the callers refuse them as input errors
+/// naming those inputs (cost::CostModel, emu::RankLP, the what-ifs, the fabric).
+inline constexpr double kMaxDurationSeconds = 1e6;
+inline constexpr SimTime kTimeLimit = SimTime{1} << 62;
+
+/// A duration in seconds as nanoseconds, or false when it is not a finite value in
+/// [0, kMaxDurationSeconds].
+inline bool duration_ns(double seconds, SimTime& out) {
+  if (!(seconds >= 0 && seconds <= kMaxDurationSeconds)) return false;
+  out = seconds_to_ns(seconds);
+  return true;
+}
+
 }  // namespace scalescope

@@ -70,9 +70,15 @@ CostModel::CostModel(const ClusterSpec& cluster, const NetworkOptions& network)
   if (cluster_.host_launch_us) kernel_.host_launch_us = *cluster_.host_launch_us;
   require_non_negative(kernel_.kernel_overhead_us, "kernel_overhead_us");
   require_non_negative(kernel_.host_launch_us, "host_launch_us");
-  require_positive(kernel_.gemm_efficiency, "gemm_efficiency");
-  require_positive(kernel_.attention_efficiency, "attention_efficiency");
-  require_positive(kernel_.hbm_efficiency, "hbm_efficiency");
+  // Sustained fractions of a rate: (0, 1], as docs/config.md states them.
+  for (const auto& [v, key] : {std::pair{kernel_.gemm_efficiency, "gemm_efficiency"},
+                               std::pair{kernel_.attention_efficiency, "attention_efficiency"},
+                               std::pair{kernel_.hbm_efficiency, "hbm_efficiency"}})
+    if (!(v > 0 && v <= 1)) throw_input("cluster.{} must be in (0, 1], got {}", key, v);
+  if (cluster_.norm_activation_efficiency &&
+      !(*cluster_.norm_activation_efficiency > 0 && *cluster_.norm_activation_efficiency <= 1))
+    throw_input("cluster.norm_activation_efficiency must be in (0, 1], got {}",
+                *cluster_.norm_activation_efficiency);
   if (cluster_.nic_bus_efficiency) {
     if (!(*cluster_.nic_bus_efficiency > 0 && *cluster_.nic_bus_efficiency <= 1))
       throw_input("cluster.nic_bus_efficiency must be in (0, 1], got {}",
@@ -90,12 +96,34 @@ CostModel::CostModel(const ClusterSpec& cluster, const NetworkOptions& network)
         cluster_.nic_bandwidth_Gbps * units::kGbitToBytes * network_.p2p_nic_efficiency);
 }
 
+SimTime CostModel::to_ns(double seconds, std::string_view what) const {
+  SimTime ns = 0;
+  if (!duration_ns(seconds, ns))
+    throw_input(
+        "{} would take {} s (the model covers up to {} s an op): the cost inputs are outside "
+        "what it covers (cluster.gemm_efficiency={}, attention_efficiency={}, hbm_efficiency={}, "
+        "compute_efficiency={}, nvlink_bandwidth_GBps={}, nic_bandwidth_Gbps={}, "
+        "nvlink_latency_us={}, nic_latency_us={}, host_launch_us={})",
+        what, seconds, kMaxDurationSeconds, kernel_.gemm_efficiency, kernel_.attention_efficiency,
+        kernel_.hbm_efficiency, cluster_.compute_efficiency, cluster_.nvlink_bandwidth_GBps,
+        cluster_.nic_bandwidth_Gbps, cluster_.nvlink_latency_us, cluster_.nic_latency_us,
+        kernel_.host_launch_us);
+  return ns;
+}
+
 SimTime CostModel::compute_ns(const graph::Op& op) const {
-  return seconds_to_ns(compute_seconds(*gpu_, kernel_, op) / cluster_.compute_efficiency);
+  const double s = compute_seconds(*gpu_, kernel_, op) / cluster_.compute_efficiency;
+  SimTime ns = 0;
+  if (duration_ns(s, ns)) return ns;
+  return to_ns(s, fmt::format("op '{}' ({} FLOPs, {} bytes)", graph::op_name(op.name), op.flops,
+                              op.mem_bytes));
 }
 
 SimTime CostModel::host_ns(const graph::Op& op) const {
-  return seconds_to_ns(host_seconds(kernel_, op));
+  const double s = host_seconds(kernel_, op);
+  SimTime ns = 0;
+  if (duration_ns(s, ns)) return ns;
+  return to_ns(s, fmt::format("the host issue of op '{}'", graph::op_name(op.name)));
 }
 
 std::uint32_t CostModel::comm_kernel_sms(const graph::Op& op, const CommShape& shape) const {
@@ -175,7 +203,10 @@ SimTime CostModel::collective_ns(graph::OpKind kind, double bytes, const CommSha
   // A one-member communicator, or nothing to move: NCCL returns without communicating.
   if (shape.ranks <= 1 || !(bytes > 0)) return 0;
   if (kind == graph::OpKind::AllToAll) return all_to_all_ns(bytes, shape);
-  return seconds_to_ns(collective_estimate(kind, bytes, shape).time_us * 1e-6);
+  const double s = collective_estimate(kind, bytes, shape).time_us * 1e-6;
+  SimTime ns = 0;
+  if (duration_ns(s, ns)) return ns;
+  return to_ns(s, fmt::format("a {}-rank collective of {} bytes", shape.ranks, bytes));
 }
 
 SimTime CostModel::all_to_all_ns(double bytes, const CommShape& shape) const {
@@ -209,7 +240,10 @@ double CostModel::exchange_seconds(double inter, double intra, const CommShape* 
 SimTime CostModel::exchange_ns(const CommShape& shape, double inter, double intra,
                                bool flex) const {
   const double latency_us = shape.nodes > 1 ? cluster_.nic_latency_us : cluster_.nvlink_latency_us;
-  return seconds_to_ns(latency_us * 1e-6 + exchange_seconds(inter, intra, flex ? &shape : nullptr));
+  const double s = latency_us * 1e-6 + exchange_seconds(inter, intra, flex ? &shape : nullptr);
+  SimTime ns = 0;
+  if (duration_ns(s, ns)) return ns;
+  return to_ns(s, fmt::format("a {}-rank exchange of {} bytes", shape.ranks, inter + intra));
 }
 
 // HybridEP (deepseek-ai/DeepEP@17cfb81, branch hybrid-ep, docs/README_Hybrid-EP.md, "Kernel
@@ -304,7 +338,9 @@ SimTime CostModel::p2p_ns(double bytes, bool same_node) const {
                              : cluster_.nic_latency_us * 1e-6 +
                                    bytes / (cluster_.nic_bandwidth_Gbps * units::kGbitToBytes *
                                             network_.p2p_nic_efficiency);
-  return seconds_to_ns(seconds);
+  SimTime ns = 0;
+  if (duration_ns(seconds, ns)) return ns;
+  return to_ns(seconds, fmt::format("a point-to-point transfer of {} bytes", bytes));
 }
 
 FlowRequest CostModel::flow_request(const graph::Op& op, const CommShape& shape) const {

@@ -4,6 +4,7 @@
 /// Knows the graph's Op, never the workload or the engine.
 #include <cstdint>
 #include <memory>
+#include <string_view>
 
 #include "core/sim_time.hpp"
 #include "cost/cluster_spec.hpp"
@@ -67,6 +68,9 @@ class CostModel {
 
   /// Duration of a compute op (kind not a communication) on one GPU.
   SimTime compute_ns(const graph::Op& op) const;
+  /// `seconds` as simulated time, or the one-line input error naming `what` and the cost inputs
+  /// when it is not a finite duration the model covers (kMaxDurationSeconds).
+  SimTime to_ns(double seconds, std::string_view what) const;
   /// Host time to issue op `op` (any kind): its kernel launches times host_launch_us; 0 when the
   /// host is not modelled.
   SimTime host_ns(const graph::Op& op) const;

@@ -18,6 +18,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/error.hpp"
+#include "core/sim_time.hpp"
 #include "cost/max_min.hpp"
 #include "cost/topology.hpp"
 #include "emu/messages.hpp"
@@ -79,7 +81,15 @@ class FabricLP final : public pdes::LogicalProcess {
   LinkUse link_use(cost::LinkId l, std::uint32_t skip) const;
   /// Sets the finish of a flow whose rate the fast path or a solve (re)set at `now`.
   void set_finish(Flow& f, SimTime now) {
-    f.finish = now + static_cast<SimTime>(std::ceil(f.left / f.var.rate));
+    const double dt = std::ceil(f.left / f.var.rate);
+    // A link bandwidth near 0 (a degraded_nic factor of 1e-15 once made the iteration faster:
+    // the finish wrapped int64) is refused, not wrapped.
+    if (!(dt <= kMaxDurationSeconds * 1e9) || now > kTimeLimit) [[unlikely]]
+      throw_input(
+          "the flow model: a transfer of {:.3g} bytes left at {:.3g} bytes/ns would take {:.3g} "
+          "s, beyond the {} s the model covers (a degraded_nic factor or a bandwidth near 0)",
+          f.left, f.var.rate, dt * 1e-9, kMaxDurationSeconds);
+    f.finish = now + static_cast<SimTime>(dt);
   }
   void schedule_wake(pdes::Context& ctx);
   void link_users_add(std::uint32_t slot);

@@ -135,6 +135,13 @@ void RankLP::advance(unsigned check, pdes::Context& ctx) {
         const SimTime issued = issue_time(i);
         if (issued == kTimeUnknown) break;
         const SimTime t = std::max({ready, stream_free(s), issued});
+        // Durations are at most kMaxDurationSeconds each (cost::CostModel); a clock past
+        // kTimeLimit would wrap int64 a few thousand such ops later.
+        if (t > kTimeLimit) [[unlikely]]
+          throw_input(
+              "rank {}: simulated time passed {:.3g} s at op {}: the cost inputs make the "
+              "iteration longer than the model covers (2^62 ns)",
+              rank_, ns_to_seconds(t), i);
         if (s != 0) {
           if (traced_) time_[start_slot(s, cursor_[s])] = t;
           issue_comm(i, s, t, ctx);

@@ -109,8 +109,13 @@ void apply_whatifs_to_ranks(const std::vector<WhatIf>& whatifs, const graph::Sli
         const graph::RankProgram& p = g.program_of(r);
         std::vector<SimTime>& d = durations_of(r);
         for (std::size_t i = 0; i < d.size(); ++i)
-          if (!graph::is_communication(p.ops[i].kind))
-            d[i] = static_cast<SimTime>(std::llround(static_cast<double>(d[i]) * w.factor));
+          if (!graph::is_communication(p.ops[i].kind) &&
+              !duration_ns(static_cast<double>(d[i]) * 1e-9 * w.factor, d[i]))
+            throw_input(
+                "whatif '{}': factor {} makes op {} of rank {} take {:.3g} s, beyond the "
+                "{} s an op the model covers",
+                w.text, w.factor, i, r, static_cast<double>(d[i]) * 1e-9 * w.factor,
+                kMaxDurationSeconds);
       }
     } else if (w.kind == WhatIf::Kind::SlowDataLoader) {
       for (std::uint32_t r : w.ranks) {
@@ -124,7 +129,11 @@ void apply_whatifs_to_ranks(const std::vector<WhatIf>& whatifs, const graph::Sli
         std::vector<SimTime>& d = durations_of(r);
         for (std::size_t i = 0; i < d.size(); ++i)
           if (!graph::is_communication(p.ops[i].kind)) {
-            d[i] += static_cast<SimTime>(std::llround(w.delay_us * 1e3));
+            SimTime delay = 0;
+            if (!duration_ns(w.delay_us * 1e-6, delay))
+              throw_input("whatif '{}': delay_us={} is beyond the {} s the model covers", w.text,
+                          w.delay_us, kMaxDurationSeconds);
+            d[i] += delay;
             break;
           }
       }

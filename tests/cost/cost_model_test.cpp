@@ -582,3 +582,47 @@ TEST(CostModel, GroupLimitedRoutingReachesFewerNodes) {
 
 }  // namespace
 }  // namespace scalescope::cost
+
+namespace scalescope::cost {
+namespace {
+
+TEST(CostModel, DurationsPastTheModelledRangeAreInputErrorsNamingTheKeys) {
+  // Issue 38: at gemm_efficiency 1e-15 a 4096³ bf16 GEMM (2·4096³ ≈ 1.4e11 FLOPs) would take
+  // ≈ 1.4e11 / (1e-15 · ~1e15 FLOP/s) ≈ 1.4e11 s, past the 10^6 s an op may take; its
+  // nanoseconds would wrap int64 (it once gave 92 % MFU). The error names the op and the key.
+  ClusterSpec c = a100();
+  c.gemm_efficiency = 1e-15;
+  const CostModel m(c);
+  graph::Op op;
+  op.kind = OpKind::Gemm;
+  op.name = graph::OpName::QkvGemm;
+  op.shape = {4096, 4096, 4096};
+  op.flops = 2.0 * 4096 * 4096 * 4096;
+  op.mem_bytes = 3 * 2.0 * 4096 * 4096;
+  try {
+    (void)m.compute_ns(op);
+    FAIL() << "no InputError";
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("qkv_gemm"), std::string::npos) << what;
+    EXPECT_NE(what.find("cluster.gemm_efficiency=1e-15"), std::string::npos) << what;
+  }
+  // A latency of 10^15 µs (10^9 s) on a point-to-point transfer, likewise.
+  ClusterSpec l = a100();
+  l.nic_latency_us = 1e15;
+  EXPECT_THROW((void)CostModel(l).p2p_ns(1e6, false), InputError);
+  // Efficiencies are fractions: (0, 1].
+  ClusterSpec f = a100();
+  f.hbm_efficiency = 1.5;
+  EXPECT_NE(message_of(f).find("cluster.hbm_efficiency must be in (0, 1]"), std::string::npos);
+  // At the edge: 10^6 s converts, a hair more does not.
+  SimTime ns = 0;
+  EXPECT_TRUE(duration_ns(kMaxDurationSeconds, ns));
+  EXPECT_EQ(ns, SimTime{1'000'000'000'000'000});
+  EXPECT_FALSE(duration_ns(kMaxDurationSeconds * (1 + 1e-12), ns));
+  EXPECT_FALSE(duration_ns(std::nan(""), ns));
+  EXPECT_FALSE(duration_ns(-1e-9, ns));
+}
+
+}  // namespace
+}  // namespace scalescope::cost

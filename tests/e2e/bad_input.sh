@@ -35,6 +35,18 @@ megatron_args: --num-layers 4 --tensor-parallel 2
 cluster: {preset: dgx-h100, num_gpus: 8}
 YAML
 expect_error unknown_key "bogus_key" run "$tmp/unknown-key.yaml"
+# Simulated time that would wrap or saturate int64 (issue 38): each was a silent wrong answer
+# (92 % MFU at gemm_efficiency 1e-15, a negative time at 1e-12, a faster iteration with a NIC
+# degraded 1e15-fold, a saturated 9.0e9 s).
+expect_error time_gemm_efficiency "cluster.gemm_efficiency=1e-15" run "$qs" --set cluster.gemm_efficiency=1e-15
+expect_error time_gemm_efficiency_12 "cluster.gemm_efficiency=1e-12" run "$qs" --set cluster.gemm_efficiency=1e-12
+expect_error time_nic_latency "nic_latency_us=1000000000000000" run "$qs" --set cluster.nic_latency_us=1e15
+expect_error time_slow_gpu "factor 1e+30" run "$qs" --whatif 'slow_gpu: {ranks: [1], factor: 1e30}'
+expect_error time_slow_dataloader "delay_us=1000000000000000 is beyond" run "$qs" --whatif 'slow_dataloader: {ranks: [1], delay_us: 1e15}'
+expect_error time_degraded_nic_flow "degraded_nic factor" run "$repo/inputs/experiments/llama3-70b-1k.yaml" \
+  --set training.global_batch_size=16 --set cluster.num_gpus=64 --set parallel.dp=2 \
+  --set run.trace_ranks=[0,56] --set network.model=flow --whatif 'degraded_nic: {nodes: [2], factor: 1e-15}'
+expect_error world_2_32 "cluster.num_gpus=4294967296 exceeds" run "$qs" --set cluster.num_gpus=4294967296 --set parallel.dp=536870912
 mx=$repo/inputs/experiments/mixtral-8x7b-1k.yaml
 expect_error moe_pattern_length "model.moe_layer_freq" run "$mx" --set 'model.moe_layer_freq=([0]*2+[1]*20)'
 expect_error moe_ep_divides_experts "expert_model_parallel_size=3" run "$mx" --set parallel.ep=3
