@@ -78,6 +78,33 @@ ChakraImport read_chakra(const std::string& prefix, const ChakraReadOptions& opt
   } else {
     for (std::uint32_t r = 0; fs::exists(rank_file(prefix, r)); ++r)
       files.push_back(rank_file(prefix, r));
+    // The world is the rank files PREFIX.<r>.et there are; a gap (PREFIX.3.et missing beside
+    // .4 … .7) or a second spelling of a rank (PREFIX.03.et) would silently change it.
+    const fs::path p(prefix);
+    const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+    const std::string stem = p.filename().string() + ".";
+    std::set<std::uint64_t> seen;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.size() <= stem.size() + 3 || name.rfind(stem, 0) != 0 ||
+          name.compare(name.size() - 3, 3, ".et") != 0)
+        continue;
+      const std::string digits = name.substr(stem.size(), name.size() - stem.size() - 3);
+      if (digits.empty() || digits.size() > 9 ||
+          !std::all_of(digits.begin(), digits.end(),
+                       [](char ch) { return ch >= '0' && ch <= '9'; }))
+        continue;
+      const std::uint64_t r = std::stoull(digits);
+      if (!seen.insert(r).second)
+        throw_input("{}: rank {} has two files ({} and another spelling)", prefix, r,
+                    e.path().string());
+      if (r >= files.size())
+        throw_input(
+            "{}: rank file {} is missing (there is {}): a trace has a file for every "
+            "rank 0 … N − 1",
+            prefix, rank_file(prefix, static_cast<std::uint32_t>(files.size())), e.path().string());
+    }
   }
   if (files.empty())
     throw_input("{}: no Chakra ET files ({} does not exist)", prefix, rank_file(prefix, 0));

@@ -147,4 +147,13 @@ test "$(wc -l < "$tmp/err")" -eq 1
 grep -q "t.0.et" "$tmp/err"
 grep -q "truncated" "$tmp/err"
 test ! -e "$tmp/bad_out"
+# A missing rank file: with .3.et gone beside .4 … .7 the trace once ran as 3 ranks, no word.
+mkdir -p "$tmp/gap"
+for r in 0 1 2 4 5 6 7; do cp "$fixtures/all_reduce-8npus-1MB/all_reduce.$r.et" "$tmp/gap/t.$r.et"; done
+if "$bin" run --chakra "$tmp/gap/t" -o "$tmp/gap_out" --quiet 2> "$tmp/err"; then
+  echo "a trace with a missing rank file was accepted" >&2; exit 1
+fi
+test "$(wc -l < "$tmp/err")" -eq 1
+grep -q "rank file .*t.3.et is missing" "$tmp/err"
+test ! -e "$tmp/gap_out"
 echo ok
