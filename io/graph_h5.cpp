@@ -127,10 +127,44 @@ void check_offsets(const h5::Group& g, const std::string& name,
     fail_at(g, name, fmt::format("ends at {} but there are {} values", offsets.back(), num_values));
 }
 
+/// The largest byte count a graph value may hold (2^50 B, 1 PiB): a value past it is a corrupt
+/// or hand-edited file, and sums of such values could wrap int64 (an 8 EiB peak was once
+/// reported with fits: true).
+constexpr std::int64_t kMaxBytes = std::int64_t{1} << 50;
+
 /// A template's attributes (name, static memory), without its ops.
 void read_template_header(const h5::Group& t, RankProgram& p) {
   p.name = t.string_attribute("name");
   p.static_memory = t.attribute<std::int64_t>("static_memory");
+  if (p.static_memory < 0 || p.static_memory > kMaxBytes)
+    fail_at(
+        t, "static_memory",
+        fmt::format("{} is outside [0, 2^50] bytes (the memory a rank holds)", p.static_memory));
+}
+
+/// Every FLOP and byte count finite and ≥ 0; memory deltas within [0, 2^50] B, and the live
+/// memory they add up to never negative nor past 2^50 B in issue order.
+void check_values(const h5::Group& t, const RankProgram& p) {
+  std::int64_t live = p.static_memory;
+  for (std::size_t i = 0; i < p.ops.size(); ++i) {
+    const Op& op = p.ops[i];
+    for (const auto& [name, v] :
+         {std::pair{"flops", op.flops}, std::pair{"mem_bytes", op.mem_bytes},
+          std::pair{"comm_bytes", op.comm_bytes}})
+      if (!(v >= 0 && v < 1e30))
+        fail_at(t, name, fmt::format("row {} is {}, not a finite count ≥ 0", i, v));
+    for (const auto& [name, v] :
+         {std::pair{"mem_alloc", op.mem_alloc}, std::pair{"mem_free", op.mem_free},
+          std::pair{"mem_transient", op.mem_transient}})
+      if (v < 0 || v > kMaxBytes)
+        fail_at(t, name, fmt::format("row {} is {}, outside [0, 2^50] bytes", i, v));
+    live += op.mem_alloc;
+    if (live + op.mem_transient > kMaxBytes)
+      fail_at(t, "mem_alloc",
+              fmt::format("the live memory passes 2^50 bytes at row {} (a corrupt graph)", i));
+    live -= op.mem_free;
+    if (live < 0) fail_at(t, "mem_free", fmt::format("row {} frees more than is allocated", i));
+  }
 }
 
 /// A template's ops and dependencies.
@@ -207,6 +241,7 @@ void read_template_ops(const h5::Group& t, RankProgram& p) {
   }
   p.dep_offsets = std::move(dep_offsets);
   p.deps = std::move(deps);
+  check_values(t, p);
 }
 
 RankProgram read_template(const h5::Group& templates, std::uint32_t k) {

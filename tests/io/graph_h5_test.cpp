@@ -1,8 +1,10 @@
 // graph.h5: exact round trip of a hand-built sliced graph, and one-line IoErrors for missing,
 // truncated and corrupted files.
 #include <gtest/gtest.h>
+
 #include <hdf5.h>
 #include <unistd.h>
+#include <cmath>
 
 #include <algorithm>
 #include <filesystem>
@@ -83,7 +85,7 @@ graph::SlicedGraph make_graph() {
   Op adam = make_op(OpKind::Optimizer, Stream::Compute, OpName::OptimizerStep, Phase::Optimizer);
   adam.mem_bytes = 1e9;
   adam.flops = 0.1;
-  adam.mem_transient = -7;  // not meaningful; checks the sign survives
+  adam.mem_transient = 7;
   s0.add(adam, {4});
   s0.finalize();
 
@@ -321,6 +323,25 @@ TEST_F(GraphH5, InconsistentSizesAreRejected) {
   overwrite<std::uint32_t>(path, "/templates/0/dep_offsets", 6, 99, H5T_NATIVE_UINT32);
   const std::string msg = read_error(path);
   EXPECT_NE(msg.find("/templates/0/dep_offsets: ends at 99"), std::string::npos) << msg;
+}
+
+TEST_F(GraphH5, ValuesOutsideTheirRangeAreRejected) {
+  // Issue 38: an 8 EiB allocation was replayed and reported with fits: true, NaN FLOPs reached
+  // the cost model. Each is now an IoError naming the dataset and row.
+  const auto bad = [&](const char* dataset, auto value, hid_t type, const char* want) {
+    const std::string path = file("graph.h5");
+    write_graph_h5(make_graph(), path);
+    overwrite(path, dataset, 0, value, type);
+    const std::string msg = read_error(path);
+    EXPECT_NE(msg.find(want), std::string::npos) << msg;
+  };
+  bad("/templates/0/mem_alloc", std::int64_t{1} << 62, H5T_NATIVE_INT64,
+      "/templates/0/mem_alloc: row 0 is 4611686018427387904, outside [0, 2^50] bytes");
+  bad("/templates/0/mem_alloc", std::int64_t{-5}, H5T_NATIVE_INT64,
+      "/templates/0/mem_alloc: row 0 is -5, outside [0, 2^50] bytes");
+  bad("/templates/0/flops", std::nan(""), H5T_NATIVE_DOUBLE,
+      "/templates/0/flops: row 0 is nan, not a finite count");
+  bad("/templates/0/comm_bytes", -1.0, H5T_NATIVE_DOUBLE, "/templates/0/comm_bytes: row 0 is -1");
 }
 
 TEST_F(GraphH5, UnsupportedFormatVersionIsRejected) {
