@@ -127,6 +127,7 @@ int run_chakra(const MpiWorld& mpi, const graph::SlicedGraph& g,
                const std::map<std::uint32_t, std::vector<std::int64_t>>& durations,
                io::ExperimentConfig& c, const std::string& out_override, bool quiet) {
   if (!out_override.empty()) c.run.output = out_override;
+  check_output_dir(c.run.output);
   if (g.world_size != static_cast<std::uint32_t>(c.parallel.world()))
     throw_input("{}: the trace has {} ranks but the configuration has {} GPUs", c.path,
                 g.world_size, c.parallel.world());

@@ -2,7 +2,10 @@
 // the graph, completing and checking the summary, the replay setup, writing the result files.
 #include "app/pipeline.hpp"
 
+#include <signal.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <charconv>
@@ -252,6 +255,42 @@ fs::path staging_dir(const fs::path& dir, long pid) {
 }
 
 }  // namespace
+
+void check_output_dir(const fs::path& dir) {
+  if (dir.empty()) throw_input("run.output: empty (the directory the results go to)");
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+    throw_input("{}: run.output names a file, not a directory", dir.string());
+  // Staging directories of processes that died (DIR.partial-PID whose PID is gone here and
+  // that nobody wrote to for ten minutes: on a shared file system the PID may be another
+  // node's) are removed.
+  const fs::path parent = dir.has_parent_path() ? dir.parent_path() : fs::path(".");
+  const std::string stem = dir.filename().string() + ".partial-";
+  for (const auto& e : fs::directory_iterator(parent, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(stem, 0) != 0) continue;
+    const std::string digits = name.substr(stem.size());
+    if (digits.empty() || digits.size() > 9 ||
+        !std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
+      continue;
+    const long pid = std::stol(digits);
+    const auto age = fs::file_time_type::clock::now() - fs::last_write_time(e.path(), ec);
+    if (!ec && age > std::chrono::minutes(10) && pid != ::getpid() &&
+        ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+      std::error_code rm;
+      fs::remove_all(e.path(), rm);
+    }
+  }
+  // The staging directory beside DIR is where the results are written first: create it (and
+  // its parents) and remove it again, so a directory that cannot be written is said now, not
+  // after the whole replay.
+  const fs::path probe = staging_dir(dir, ::getpid());
+  fs::create_directories(probe, ec);
+  if (ec || !fs::is_directory(probe))
+    throw_input("{}: run.output cannot be written ({}): checked before the replay", dir.string(),
+                ec ? ec.message() : "not a directory");
+  fs::remove_all(probe, ec);
+}
 
 void write_outputs(const emu::RunResults& r, const fs::path& dir, const ResultsExtra& extra) {
   const fs::path stage = staging_dir(dir, ::getpid());

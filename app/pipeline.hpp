@@ -85,6 +85,11 @@ using ResultsExtra = std::function<void(const std::string& results_h5)>;
 
 /// Writes the three result files into a staging directory beside DIR, then moves them in, so
 /// DIR never holds a mix of old and new or half-written files.
+/// Before any work: DIR (run.output) can be written (its staging directory beside it is
+/// created and removed again), and staging directories of dead processes beside it are
+/// removed; otherwise a one-line input error naming DIR.
+void check_output_dir(const std::filesystem::path& dir);
+
 void write_outputs(const emu::RunResults& r, const std::filesystem::path& dir,
                    const ResultsExtra& extra = {});
 /// write_outputs for a distributed run, collective over `comm`: results.h5 is written by every

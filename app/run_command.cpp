@@ -66,6 +66,7 @@ int run_command(const MpiWorld& mpi, const std::string& config_path, const std::
     replayed = io::read_sandbox_group(replay_path, &stored_ranks);
     if (c.run.sandbox_ranks.empty()) c.run.sandbox_ranks = stored_ranks;
   }
+  if (mpi.rank() == 0) check_output_dir(c.run.output);
   const bool optimistic = c.run.engine == "optimistic";
   if (!optimistic && mpi.size() > 1)
     throw_input(

@@ -119,4 +119,23 @@ expect_error replicas_slow_gpu "run.replicas: representative: ranks with their o
 head -c $(( $(stat -c %s "$tmp/graph.h5") / 2 )) "$tmp/graph.h5" >"$tmp/truncated.h5"
 expect_error truncated_graph "truncated.h5" run "$qs" --graph "$tmp/truncated.h5"
 expect_error missing_graph "absent.h5" run "$qs" --graph "$tmp/absent.h5"
+
+# The output directory is checked before the replay (it was found unwritable only after it),
+# and a dead process's staging directory beside it is removed.
+touch "$tmp/a-file"
+if "$bin" run "$qs" -o "$tmp/a-file/out" --quiet 2>"$tmp/stderr"; then
+  echo "FAIL output_unwritable: exit 0"; fail=1
+elif [ "$(wc -l <"$tmp/stderr")" -ne 1 ] || ! grep -q "a-file/out: run.output cannot be written" "$tmp/stderr"; then
+  echo "FAIL output_unwritable: $(cat "$tmp/stderr")"; fail=1
+else
+  echo "ok   output_unwritable: $(cat "$tmp/stderr")"
+fi
+mkdir -p "$tmp/stale/out.partial-999999999"
+touch -d '1 hour ago' "$tmp/stale/out.partial-999999999"
+"$bin" run "$qs" -o "$tmp/stale/out" --quiet || { echo "FAIL stale_partial run"; fail=1; }
+if [ -e "$tmp/stale/out.partial-999999999" ]; then
+  echo "FAIL stale_partial: the dead process's staging directory is still there"; fail=1
+else
+  echo "ok   stale_partial: removed"
+fi
 exit $fail
