@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <set>
 #include <tuple>
 #include <vector>
 
@@ -74,6 +75,27 @@ Job fsdp_moe_job(std::int64_t dp, std::int64_t ep, std::int64_t shard = 0) {
 std::vector<std::uint32_t> members(const graph::SlicedGraph& g, graph::CommRole role) {
   const auto c = static_cast<std::uint32_t>(g.comm_of(0, role));
   return {g.comms.members_begin(c), g.comms.members_end(c)};
+}
+
+/// Each stage of a two-stage FSDP-under-PP job: `runs` gathers of all its units (2 · N_s each,
+/// none in a backward) and `runs` reduce-scatters (4 · N_s each), the gathers in micro-batches
+/// `gather_mbs`, the reduce-scatters in `reduce_mbs`; every byte gathered or accumulated freed
+/// again by the end.
+void expect_stage_traffic(const Job& s, const graph::SlicedGraph& g, double runs,
+                          const std::set<int>& gather_mbs, const std::set<int>& reduce_mbs) {
+  for (std::int64_t stage = 0; stage < 2; ++stage) {
+    SCOPED_TRACE(stage);
+    const graph::RankProgram& t = g.templates[static_cast<std::size_t>(stage)];
+    const double n = parameters_on_rank(s.m, s.p, stage);
+    std::vector<int> gathers, reduces;
+    const Collectives c = collectives(t, graph::CommRole::Dp, &gathers, &reduces);
+    EXPECT_DOUBLE_EQ(c.forward_gather, runs * 2 * n);
+    EXPECT_DOUBLE_EQ(c.backward_gather, 0);
+    EXPECT_DOUBLE_EQ(c.reduce_scatter, runs * 4 * n);
+    for (int mb : gathers) EXPECT_TRUE(gather_mbs.count(mb)) << mb;
+    for (int mb : reduces) EXPECT_TRUE(reduce_mbs.count(mb)) << mb;
+    activation_peak(t);
+  }
 }
 
 TEST(FsdpLayouts, PipelineStagesGatherOnceAStepAndReduceAfterTheirLastBackward) {
@@ -179,18 +201,7 @@ TEST(FsdpLayouts, GradientAccumulationStepsRunTheScheduleOncePerStep) {
   ASSERT_EQ(s.t.microbatches_per_run(2), 2);
   fsdp_under_pp(s);
   const graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
-  for (std::int64_t stage = 0; stage < 2; ++stage) {
-    SCOPED_TRACE(stage);
-    const graph::RankProgram& t = g.templates[static_cast<std::size_t>(stage)];
-    const double n = parameters_on_rank(s.m, s.p, stage);
-    std::vector<int> gather_mbs, reduce_mbs;
-    const Collectives c = collectives(t, graph::CommRole::Dp, &gather_mbs, &reduce_mbs);
-    EXPECT_DOUBLE_EQ(c.forward_gather, 2 * 2 * n);
-    EXPECT_DOUBLE_EQ(c.reduce_scatter, 2 * 4 * n);
-    for (int mb : gather_mbs) EXPECT_TRUE(mb == 0 || mb == 2) << mb;
-    for (int mb : reduce_mbs) EXPECT_TRUE(mb == 1 || mb == 3) << mb;
-    activation_peak(t);
-  }
+  expect_stage_traffic(s, g, 2, {0, 2}, {1, 3});
   // Stage 0's order of its forward and backward ops by micro-batch: F0 F1 B0 B1 F2 F3 B2 B3.
   std::vector<std::pair<int, int>> order;  // (micro-batch, 0 forward / 1 backward)
   for (const graph::Op& op : g.templates[0].ops) {
@@ -229,18 +240,7 @@ TEST(FsdpLayouts, LoopedBfsRunsEveryMicroBatchOfAChunkBeforeTheNext) {
   const std::vector<std::tuple<int, int, int>> want{{0, 0, 0}, {1, 0, 0}, {0, 2, 0}, {1, 2, 0},
                                                     {1, 2, 1}, {0, 2, 1}, {1, 0, 1}, {0, 0, 1}};
   EXPECT_EQ(order, want);
-  for (std::int64_t stage = 0; stage < 2; ++stage) {
-    SCOPED_TRACE(stage);
-    const graph::RankProgram& t = g.templates[static_cast<std::size_t>(stage)];
-    const double n = parameters_on_rank(s.m, s.p, stage);
-    std::vector<int> gather_mbs, reduce_mbs;
-    const Collectives c = collectives(t, graph::CommRole::Dp, &gather_mbs, &reduce_mbs);
-    EXPECT_DOUBLE_EQ(c.forward_gather, 2 * n);
-    EXPECT_DOUBLE_EQ(c.reduce_scatter, 4 * n);
-    for (int mb : gather_mbs) EXPECT_EQ(mb, 0);
-    for (int mb : reduce_mbs) EXPECT_EQ(mb, 0);
-    activation_peak(t);
-  }
+  expect_stage_traffic(s, g, 1, {0}, {0});
 }
 
 TEST(FsdpLayouts, InterleavedChunksGatherAtTheirFirstForwardAndReduceAtTheirLastBackward) {
@@ -256,19 +256,7 @@ TEST(FsdpLayouts, InterleavedChunksGatherAtTheirFirstForwardAndReduceAtTheirLast
   ASSERT_EQ(s.t.num_microbatches(2), 4);
   fsdp_under_pp(s);
   const graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
-  for (std::int64_t stage = 0; stage < 2; ++stage) {
-    SCOPED_TRACE(stage);
-    const graph::RankProgram& t = g.templates[static_cast<std::size_t>(stage)];
-    const double n = parameters_on_rank(s.m, s.p, stage);
-    std::vector<int> gather_mbs, reduce_mbs;
-    const Collectives c = collectives(t, graph::CommRole::Dp, &gather_mbs, &reduce_mbs);
-    EXPECT_DOUBLE_EQ(c.forward_gather, 2 * n);
-    EXPECT_DOUBLE_EQ(c.backward_gather, 0);
-    EXPECT_DOUBLE_EQ(c.reduce_scatter, 4 * n);
-    for (int mb : gather_mbs) EXPECT_EQ(mb, 0);
-    for (int mb : reduce_mbs) EXPECT_EQ(mb, 3);
-    activation_peak(t);
-  }
+  expect_stage_traffic(s, g, 1, {0}, {3});
   // The last stage: its output layer's reduction (layer unset) is chunk 1's, issued before the
   // reduction of chunk 0's layer (layer 1 on stage 1: layers 0, 2 on stage 0; 1, 3 on stage 1).
   std::vector<int> layers;
