@@ -30,12 +30,17 @@ inline double ns_to_seconds(SimTime t) {
 inline constexpr double kMaxDurationSeconds = 1e6;
 inline constexpr SimTime kTimeLimit = SimTime{1} << 62;
 
-/// A duration in seconds as nanoseconds, or false when it is not a finite value in
-/// [0, kMaxDurationSeconds].
-inline bool duration_ns(double seconds, SimTime& out) {
-  if (!(seconds >= 0 && seconds <= kMaxDurationSeconds)) return false;
-  out = seconds_to_ns(seconds);
+/// A duration given in (fractional) nanoseconds, rounded as seconds_to_ns rounds, or false when
+/// it is not a finite value in [0, kMaxDurationSeconds].
+inline bool ns_duration(double ns, SimTime& out) {
+  if (!(ns >= 0 && ns <= kMaxDurationSeconds * 1e9)) return false;
+  out = static_cast<SimTime>(std::llround(ns));
   return true;
+}
+
+/// A duration in seconds as nanoseconds (seconds_to_ns), or false as ns_duration.
+inline bool duration_ns(double seconds, SimTime& out) {
+  return ns_duration(seconds * 1e9, out);
 }
 
 }  // namespace scalescope

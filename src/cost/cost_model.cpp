@@ -96,34 +96,30 @@ CostModel::CostModel(const ClusterSpec& cluster, const NetworkOptions& network)
         cluster_.nic_bandwidth_Gbps * units::kGbitToBytes * network_.p2p_nic_efficiency);
 }
 
-SimTime CostModel::to_ns(double seconds, std::string_view what) const {
-  SimTime ns = 0;
-  if (!duration_ns(seconds, ns))
-    throw_input(
-        "{} would take {} s (the model covers up to {} s an op): the cost inputs are outside "
-        "what it covers (cluster.gemm_efficiency={}, attention_efficiency={}, hbm_efficiency={}, "
-        "compute_efficiency={}, nvlink_bandwidth_GBps={}, nic_bandwidth_Gbps={}, "
-        "nvlink_latency_us={}, nic_latency_us={}, host_launch_us={})",
-        what, seconds, kMaxDurationSeconds, kernel_.gemm_efficiency, kernel_.attention_efficiency,
-        kernel_.hbm_efficiency, cluster_.compute_efficiency, cluster_.nvlink_bandwidth_GBps,
-        cluster_.nic_bandwidth_Gbps, cluster_.nvlink_latency_us, cluster_.nic_latency_us,
-        kernel_.host_launch_us);
-  return ns;
+void CostModel::out_of_range(double seconds, std::string_view what) const {
+  throw_input(
+      "{} would take {} s (the model covers up to {} s an op): the cost inputs are outside "
+      "what it covers (cluster.gemm_efficiency={}, attention_efficiency={}, hbm_efficiency={}, "
+      "compute_efficiency={}, nvlink_bandwidth_GBps={}, nic_bandwidth_Gbps={}, "
+      "nvlink_latency_us={}, nic_latency_us={}, host_launch_us={})",
+      what, seconds, kMaxDurationSeconds, kernel_.gemm_efficiency, kernel_.attention_efficiency,
+      kernel_.hbm_efficiency, cluster_.compute_efficiency, cluster_.nvlink_bandwidth_GBps,
+      cluster_.nic_bandwidth_Gbps, cluster_.nvlink_latency_us, cluster_.nic_latency_us,
+      kernel_.host_launch_us);
 }
 
 SimTime CostModel::compute_ns(const graph::Op& op) const {
   const double s = compute_seconds(*gpu_, kernel_, op) / cluster_.compute_efficiency;
-  SimTime ns = 0;
-  if (duration_ns(s, ns)) return ns;
-  return to_ns(s, fmt::format("op '{}' ({} FLOPs, {} bytes)", graph::op_name(op.name), op.flops,
-                              op.mem_bytes));
+  return to_ns(s, [&] {
+    return fmt::format("op '{}' ({} FLOPs, {} bytes)", graph::op_name(op.name), op.flops,
+                       op.mem_bytes);
+  });
 }
 
 SimTime CostModel::host_ns(const graph::Op& op) const {
   const double s = host_seconds(kernel_, op);
-  SimTime ns = 0;
-  if (duration_ns(s, ns)) return ns;
-  return to_ns(s, fmt::format("the host issue of op '{}'", graph::op_name(op.name)));
+  return to_ns(s,
+               [&] { return fmt::format("the host issue of op '{}'", graph::op_name(op.name)); });
 }
 
 std::uint32_t CostModel::comm_kernel_sms(const graph::Op& op, const CommShape& shape) const {
@@ -204,9 +200,8 @@ SimTime CostModel::collective_ns(graph::OpKind kind, double bytes, const CommSha
   if (shape.ranks <= 1 || !(bytes > 0)) return 0;
   if (kind == graph::OpKind::AllToAll) return all_to_all_ns(bytes, shape);
   const double s = collective_estimate(kind, bytes, shape).time_us * 1e-6;
-  SimTime ns = 0;
-  if (duration_ns(s, ns)) return ns;
-  return to_ns(s, fmt::format("a {}-rank collective of {} bytes", shape.ranks, bytes));
+  return to_ns(s,
+               [&] { return fmt::format("a {}-rank collective of {} bytes", shape.ranks, bytes); });
 }
 
 SimTime CostModel::all_to_all_ns(double bytes, const CommShape& shape) const {
@@ -241,9 +236,8 @@ SimTime CostModel::exchange_ns(const CommShape& shape, double inter, double intr
                                bool flex) const {
   const double latency_us = shape.nodes > 1 ? cluster_.nic_latency_us : cluster_.nvlink_latency_us;
   const double s = latency_us * 1e-6 + exchange_seconds(inter, intra, flex ? &shape : nullptr);
-  SimTime ns = 0;
-  if (duration_ns(s, ns)) return ns;
-  return to_ns(s, fmt::format("a {}-rank exchange of {} bytes", shape.ranks, inter + intra));
+  return to_ns(
+      s, [&] { return fmt::format("a {}-rank exchange of {} bytes", shape.ranks, inter + intra); });
 }
 
 // HybridEP (deepseek-ai/DeepEP@17cfb81, branch hybrid-ep, docs/README_Hybrid-EP.md, "Kernel
@@ -338,9 +332,8 @@ SimTime CostModel::p2p_ns(double bytes, bool same_node) const {
                              : cluster_.nic_latency_us * 1e-6 +
                                    bytes / (cluster_.nic_bandwidth_Gbps * units::kGbitToBytes *
                                             network_.p2p_nic_efficiency);
-  SimTime ns = 0;
-  if (duration_ns(seconds, ns)) return ns;
-  return to_ns(seconds, fmt::format("a point-to-point transfer of {} bytes", bytes));
+  return to_ns(seconds,
+               [&] { return fmt::format("a point-to-point transfer of {} bytes", bytes); });
 }
 
 FlowRequest CostModel::flow_request(const graph::Op& op, const CommShape& shape) const {

@@ -68,9 +68,15 @@ class CostModel {
 
   /// Duration of a compute op (kind not a communication) on one GPU.
   SimTime compute_ns(const graph::Op& op) const;
-  /// `seconds` as simulated time, or the one-line input error naming `what` and the cost inputs
-  /// when it is not a finite duration the model covers (kMaxDurationSeconds).
-  SimTime to_ns(double seconds, std::string_view what) const;
+  /// `seconds` as simulated time, or the one-line input error naming what `what()` returns (a
+  /// description of the op or transfer, made only then) and the cost inputs when it is not a
+  /// finite duration the model covers (kMaxDurationSeconds).
+  template <class What>
+  SimTime to_ns(double seconds, const What& what) const {
+    SimTime ns = 0;
+    if (!duration_ns(seconds, ns)) out_of_range(seconds, what());
+    return ns;
+  }
   /// Host time to issue op `op` (any kind): its kernel launches times host_launch_us; 0 when the
   /// host is not modelled.
   SimTime host_ns(const graph::Op& op) const;
@@ -119,6 +125,7 @@ class CostModel {
   const NetworkOptions& network() const { return network_; }
 
  private:
+  [[noreturn]] void out_of_range(double seconds, std::string_view what) const;
   /// NVLink × efficiency: the ring bus bandwidth inside a node.
   double intra_bus_bandwidth_GBps() const;
   /// NICs of a node a communicator of `shape` uses: its members' share of the node's NICs.

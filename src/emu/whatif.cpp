@@ -110,7 +110,7 @@ void apply_whatifs_to_ranks(const std::vector<WhatIf>& whatifs, const graph::Sli
         std::vector<SimTime>& d = durations_of(r);
         for (std::size_t i = 0; i < d.size(); ++i)
           if (!graph::is_communication(p.ops[i].kind) &&
-              !duration_ns(static_cast<double>(d[i]) * 1e-9 * w.factor, d[i]))
+              !ns_duration(static_cast<double>(d[i]) * w.factor, d[i]))
             throw_input(
                 "whatif '{}': factor {} makes op {} of rank {} take {:.3g} s, beyond the "
                 "{} s an op the model covers",
@@ -130,7 +130,7 @@ void apply_whatifs_to_ranks(const std::vector<WhatIf>& whatifs, const graph::Sli
         for (std::size_t i = 0; i < d.size(); ++i)
           if (!graph::is_communication(p.ops[i].kind)) {
             SimTime delay = 0;
-            if (!duration_ns(w.delay_us * 1e-6, delay))
+            if (!ns_duration(w.delay_us * 1e3, delay))
               throw_input("whatif '{}': delay_us={} is beyond the {} s the model covers", w.text,
                           w.delay_us, kMaxDurationSeconds);
             d[i] += delay;

@@ -270,15 +270,17 @@ double largest_layer_on_stage(const ModelSpec& m, const ParallelPlan& p, std::in
   });
   return largest;
 }
-/// The root unit: what the layer units leave (embedding, final norm, output layer).
-double root_unit_on_stage(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage) {
-  double layers = 0;
-  for_each_layer_on_stage(m, p, stage, [&](std::int64_t l) {
-    layers += m.moe() ? layer_parameters_on_rank(m, p, l).total() : layer_parameters_on_rank(m, p);
-  });
-  return parameters_on_rank(m, p, stage) - layers;
-}
 }  // namespace
+
+double root_unit_on_stage(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage) {
+  if (!m.moe())
+    return parameters_on_rank(m, p, stage) -
+           layer_parameters_on_rank(m, p) * static_cast<double>(layers_on_stage(m, p, stage));
+  double root = parameters_on_rank(m, p, stage);
+  for_each_layer_on_stage(
+      m, p, stage, [&](std::int64_t l) { root -= layer_parameters_on_rank(m, p, l).total(); });
+  return root;
+}
 
 std::int64_t zero3_unsharded_param_bytes(const ModelSpec& m, const ParallelPlan& p,
                                          std::int64_t stage) {

@@ -91,6 +91,10 @@ std::int64_t static_memory_bytes(const ModelSpec& m, const ParallelPlan& p, std:
 /// reshard_after_forward. 0 otherwise.
 std::int64_t zero3_unsharded_param_bytes(const ModelSpec& m, const ParallelPlan& p,
                                          std::int64_t stage);
+/// ZeRO-3 / FSDP's root unit on a rank of `stage`: what the layer units leave (embedding, final
+/// norm, output layer); with experts the layers' units differ (dense layers, MTP) and are
+/// subtracted one by one.
+double root_unit_on_stage(const ModelSpec& m, const ParallelPlan& p, std::int64_t stage);
 /// ZeRO-3 / FSDP: unsharded gradients live at the peak: the root's and one layer's until their
 /// reduce-scatter, or every parameter's when micro-batches accumulate before the reduction.
 std::int64_t zero3_unsharded_grad_bytes(const ModelSpec& m, const ParallelPlan& p,

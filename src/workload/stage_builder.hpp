@@ -183,9 +183,10 @@ class StageBuilder {
   /// Layer `layer`'s unit; −1 the root unit of model chunk `chunk` (embedding, final norm,
   /// output layer: the part of the root that chunk holds).
   Unit unit_of(std::int64_t layer, std::int64_t chunk = 0) const;
-  /// A gathered layer unit's bytes: bf16, its linear weights in fp8 with fp8_fsdp_gather_.
-  double gathered_layer_bytes(std::int64_t layer) const {
-    return 2 * unit_of(layer).total() - layer_linear_;
+  /// The bytes unit `u` of `layer` (−1 a root) gathers over DP × CP: its dense part in bf16,
+  /// a layer's linear weights in fp8 with fp8_fsdp_gather_.
+  double gathered_dense_bytes(std::int64_t layer, const Unit& u) const {
+    return 2 * u.dense - (layer >= 0 ? layer_linear_ : 0.0);
   }
   void unit_reduce(std::int64_t layer, const Unit& u);
   void free_unit(std::int64_t layer, std::int64_t chunk = 0);

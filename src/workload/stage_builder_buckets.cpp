@@ -124,13 +124,13 @@ StageBuilder::Unit StageBuilder::unit_of(std::int64_t layer, std::int64_t chunk)
 }
 
 /// ZeRO-3: all-gather of unit `layer`'s bf16 parameters (−1: chunk `chunk`'s root unit) over
-/// DP × CP (S = 2 · unit parameters, the gathered tensor; gathered_layer_bytes for a layer), its
+/// DP × CP (S = 2 · unit parameters, the gathered tensor; gathered_dense_bytes), its
 /// experts' over expert DP after it, into buffers allocated when they are issued; issued after
 /// the chain. Returns the last gather.
 std::uint32_t StageBuilder::unit_gather(std::int64_t layer, Phase phase, std::int64_t chunk) {
   const std::int64_t saved = std::exchange(cur_layer_, layer);
   const Unit u = unit_of(layer, chunk);
-  const double bytes = 2 * u.dense - (layer >= 0 ? layer_linear_ : 0.0);
+  const double bytes = gathered_dense_bytes(layer, u);
   Op op = collective(OpKind::AllGather, CommRole::Dp, OpName::DpAllGather, phase, bytes);
   op.mem_alloc = static_cast<std::int64_t>(std::ceil(bytes));
   std::vector<std::uint32_t> deps;
@@ -149,7 +149,7 @@ std::uint32_t StageBuilder::unit_gather(std::int64_t layer, Phase phase, std::in
 /// Frees what unit_gather allocated for the unit, when the chain's last op is issued.
 void StageBuilder::free_unit(std::int64_t layer, std::int64_t chunk) {
   const Unit u = unit_of(layer, chunk);
-  free_at_chain(2 * u.dense - (layer >= 0 ? layer_linear_ : 0.0));
+  free_at_chain(gathered_dense_bytes(layer, u));
   if (u.expert > 0) free_at_chain(2 * u.expert);
 }
 

@@ -52,13 +52,7 @@ StageBuilder::StageBuilder(const ModelSpec& m, const ParallelPlan& p, const Trai
       m.capture && p.zero() >= 3 && p.fp8_param_gather && t.precision == Precision::Fp8;
   if (fp8_fsdp_gather_)
     layer_linear_ = linear_parameters_on_rank(m, p, stage) / static_cast<double>(layers_);
-  root_unit_ = parameters_on_rank(m, p, stage) - layer_unit_ * static_cast<double>(layers_);
-  if (m.moe()) {  // layer units differ (dense layers, MTP): the root is what they leave
-    root_unit_ = parameters_on_rank(m, p, stage);
-    for (std::int64_t c = 0; c < p.vpp(); ++c)
-      for (std::int64_t l = chunk_first_[c]; l < chunk_first_[c] + chunk_layers_[c]; ++l)
-        root_unit_ -= layer_parameters_on_rank(m, p, l).total();
-  }
+  root_unit_ = root_unit_on_stage(m, p, stage);
   // FSDP under torch.distributed.pipelining's stage, which reduces once a step; with
   // fsdp_reduce_every_microbatch (FSDP wrapped inside the stage's module, FSDP2's defaults)
   // each backward reshards and reduces as without PP.

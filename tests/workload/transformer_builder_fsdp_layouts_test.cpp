@@ -98,6 +98,21 @@ void expect_stage_traffic(const Job& s, const graph::SlicedGraph& g, double runs
   }
 }
 
+/// The order of a template's forward and backward layer computations: (micro-batch, layer or 0
+/// without `by_layer`, 0 forward / 1 backward), consecutive repeats merged.
+std::vector<std::tuple<int, int, int>> layer_steps(const graph::RankProgram& t, bool by_layer) {
+  std::vector<std::tuple<int, int, int>> order;
+  for (const graph::Op& op : t.ops) {
+    if (op.layer == 0xFFFF || op.microbatch == graph::kNoIndex) continue;
+    if (op.phase != graph::Phase::Forward && op.phase != graph::Phase::Backward) continue;
+    if (graph::is_communication(op.kind)) continue;
+    const std::tuple<int, int, int> k{op.microbatch, by_layer ? op.layer : 0,
+                                      op.phase == graph::Phase::Backward ? 1 : 0};
+    if (order.empty() || order.back() != k) order.push_back(k);
+  }
+  return order;
+}
+
 TEST(FsdpLayouts, PipelineStagesGatherOnceAStepAndReduceAfterTheirLastBackward) {
   // Two stages (PP 2) of two layers each, DP 2, two micro-batches (global batch 4 = 1 · 2 · 2).
   // Stage s holds N_s parameters: its two layers (P each) and its root R_s = N_s − 2P (stage 0
@@ -203,16 +218,9 @@ TEST(FsdpLayouts, GradientAccumulationStepsRunTheScheduleOncePerStep) {
   const graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
   expect_stage_traffic(s, g, 2, {0, 2}, {1, 3});
   // Stage 0's order of its forward and backward ops by micro-batch: F0 F1 B0 B1 F2 F3 B2 B3.
-  std::vector<std::pair<int, int>> order;  // (micro-batch, 0 forward / 1 backward)
-  for (const graph::Op& op : g.templates[0].ops) {
-    if (op.microbatch == graph::kNoIndex || op.layer == 0xFFFF) continue;
-    if (op.phase != graph::Phase::Forward && op.phase != graph::Phase::Backward) continue;
-    const std::pair<int, int> k{op.microbatch, op.phase == graph::Phase::Backward ? 1 : 0};
-    if (order.empty() || order.back() != k) order.push_back(k);
-  }
-  const std::vector<std::pair<int, int>> want{{0, 0}, {1, 0}, {0, 1}, {1, 1},
-                                              {2, 0}, {3, 0}, {2, 1}, {3, 1}};
-  EXPECT_EQ(order, want);
+  const std::vector<std::tuple<int, int, int>> want{{0, 0, 0}, {1, 0, 0}, {0, 0, 1}, {1, 0, 1},
+                                                    {2, 0, 0}, {3, 0, 0}, {2, 0, 1}, {3, 0, 1}};
+  EXPECT_EQ(layer_steps(g.templates[0], false), want);
 }
 
 TEST(FsdpLayouts, LoopedBfsRunsEveryMicroBatchOfAChunkBeforeTheNext) {
@@ -228,18 +236,9 @@ TEST(FsdpLayouts, LoopedBfsRunsEveryMicroBatchOfAChunkBeforeTheNext) {
   s.t.global_batch_size = 4;
   fsdp_under_pp(s);
   const graph::SlicedGraph g = build_graph(s.m, s.p, s.t);
-  std::vector<std::tuple<int, int, int>> order;  // (micro-batch, layer, 0 forward / 1 backward)
-  for (const graph::Op& op : g.templates[0].ops) {
-    if (op.layer == 0xFFFF || op.microbatch == graph::kNoIndex) continue;
-    if (op.phase != graph::Phase::Forward && op.phase != graph::Phase::Backward) continue;
-    if (graph::is_communication(op.kind)) continue;
-    const std::tuple<int, int, int> k{op.microbatch, op.layer,
-                                      op.phase == graph::Phase::Backward ? 1 : 0};
-    if (order.empty() || order.back() != k) order.push_back(k);
-  }
   const std::vector<std::tuple<int, int, int>> want{{0, 0, 0}, {1, 0, 0}, {0, 2, 0}, {1, 2, 0},
                                                     {1, 2, 1}, {0, 2, 1}, {1, 0, 1}, {0, 0, 1}};
-  EXPECT_EQ(order, want);
+  EXPECT_EQ(layer_steps(g.templates[0], true), want);
   expect_stage_traffic(s, g, 1, {0}, {0});
 }
 
