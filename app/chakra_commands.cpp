@@ -81,8 +81,8 @@ io::ExperimentConfig chakra_config(const std::string& prefix, std::uint32_t rank
       "{}"
       "run: {{output: out/chakra, trace_ranks: [0], p2p: {}}}\n",
       origin, ranks, ranks, cluster, foreign ? "eager" : "rendezvous");
-  io::ExperimentConfig c = load_config({}, &meta, overrides, {});
-  c.path = prefix;
+  refuse_program_overrides(overrides, prefix);
+  io::ExperimentConfig c = load_config({}, &meta, overrides, {}, prefix);
   c.resolved_yaml = origin +
                     "\n# model, parallel and training are placeholders: the programs come from "
                     "the trace\n" +
@@ -180,7 +180,7 @@ int run_chakra(const MpiWorld& mpi, const graph::SlicedGraph& g,
 int export_chakra_command(const std::string& graph_path, const std::string& prefix, bool classes,
                           bool metadata_node) {
   const graph::SlicedGraph g = io::read_graph_h5(graph_path);
-  const io::ExperimentConfig c = load_config({}, &g, {}, {});
+  const io::ExperimentConfig c = load_config({}, &g, {}, {}, graph_path);
   const cost::CostModel cost(c.cluster);
   const emu::Costs costs = emu::costs_of(cost);
   io::ChakraWriteOptions wo;

@@ -23,6 +23,10 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <yaml-cpp/yaml.h>
+
 #include "core/error.hpp"
 #include "cost/gpu.hpp"
 #include "io/chrome_trace.hpp"
@@ -41,22 +45,90 @@ namespace fs = std::filesystem;
 /// The configuration a run uses: from CONFIG, or the one embedded in graph.h5.
 io::ExperimentConfig load_config(const std::string& config_path, const graph::SlicedGraph* g,
                                  const std::vector<std::string>& overrides,
-                                 const std::string& megatron_args) {
+                                 const std::string& megatron_args, const std::string& label) {
   if (g == nullptr) return io::load_experiment(config_path, overrides, megatron_args);
-  // The graph carries its resolved configuration; load it from a private temporary file.
-  fs::path tmp =
+  // The graph carries its resolved configuration; load it from a private temporary file, whose
+  // name the messages then give as `label` (the user's graph.h5 or trace).
+  const fs::path tmp =
       fs::temp_directory_path() / ("scalescope-config-" + std::to_string(::getpid()) + ".yaml");
   {
     std::ofstream f(tmp);
     f << g->config_text;
   }
+  const std::string shown = label.empty() ? "the stored configuration"
+                                          : label + " (its stored configuration)";
   try {
     io::ExperimentConfig c = io::load_experiment(tmp.string(), overrides, megatron_args);
     fs::remove(tmp);
+    c.path = label.empty() ? c.path : label;
     return c;
+  } catch (const InputError& e) {
+    fs::remove(tmp);
+    std::string message = e.what();
+    for (std::size_t at = 0; (at = message.find(tmp.string(), at)) != std::string::npos;
+         at += shown.size())
+      message.replace(at, tmp.string().size(), shown);
+    throw InputError(message);
   } catch (...) {
     fs::remove(tmp);
     throw;
+  }
+}
+
+namespace {
+
+/// The keys of `section` in a resolved configuration, flattened ("key" → its YAML text).
+std::map<std::string, std::string> section_values(const YAML::Node& root, const char* section) {
+  std::map<std::string, std::string> out;
+  if (const YAML::Node s = root[section]; s && s.IsMap())
+    for (const auto& kv : s) out[kv.first.Scalar()] = YAML::Dump(kv.second);
+  return out;
+}
+
+}  // namespace
+
+void check_graph_config(const io::ExperimentConfig& c, const std::string& graph_config,
+                        const std::string& graph_path) {
+  const YAML::Node ran = YAML::Load(c.resolved_yaml);
+  YAML::Node built;
+  try {
+    built = YAML::Load(graph_config);
+  } catch (const YAML::Exception& e) {
+    throw_input("{}: its stored configuration does not parse: {}", graph_path, e.what());
+  }
+  std::vector<std::string> differ;
+  for (const char* section : {"model", "parallel", "training"}) {
+    const auto a = section_values(built, section);
+    const auto b = section_values(ran, section);
+    std::set<std::string> keys;
+    for (const auto& kv : a) keys.insert(kv.first);
+    for (const auto& kv : b) keys.insert(kv.first);
+    for (const std::string& k : keys) {
+      // Applied after the replay (app/pipeline.cpp add_host_iteration), not built into ops.
+      if (std::string_view(section) == "training" && k == "host_iteration_ms") continue;
+      const auto x = a.find(k);
+      const auto y = b.find(k);
+      const std::string was = x == a.end() ? "unset" : x->second;
+      const std::string now = y == b.end() ? "unset" : y->second;
+      if (was != now) differ.push_back(fmt::format("{}.{}={} (graph: {})", section, k, now, was));
+    }
+  }
+  if (!differ.empty())
+    throw_input(
+        "{}: {} {} not apply to a stored graph, which was built with other model / parallel / "
+        "training keys; rebuild it (scalescope graph) or drop the key{}",
+        c.path, fmt::join(differ, ", "), differ.size() == 1 ? "does" : "do",
+        differ.size() == 1 ? "" : "s");
+}
+
+void refuse_program_overrides(const std::vector<std::string>& overrides, const std::string& what) {
+  for (const std::string& o : overrides) {
+    const std::string section = o.substr(0, o.find('.'));
+    if (section == "model" || section == "parallel" || section == "training")
+      throw_input(
+          "{}: --set {} does not apply to a Chakra trace (its programs come from the trace; only "
+          "cluster, network and run keys do)",
+          what, o);
   }
 }
 
@@ -91,6 +163,8 @@ void add_host_iteration(std::vector<emu::RankResult>& ranks, emu::Summary& s,
 /// The workload's figures alone (complete_summary without the host-iteration pass).
 void fill_summary(emu::RunResults& r, const io::ExperimentConfig& c) {
   const workload::RankLayout lay = workload::layout_of(c.parallel);
+  // The configuration that ran (a stored graph's own may name another cluster or run keys).
+  r.config_text = c.resolved_yaml;
   emu::Summary& s = r.summary;
   s.model_name = c.model.name;
   s.software_stack = c.training.stack;

@@ -22,10 +22,21 @@
 
 namespace scalescope::app {
 
-/// The configuration a run uses: from CONFIG, or the one embedded in graph.h5 (`g`).
+/// The configuration a run uses: from CONFIG, or the one embedded in graph.h5 (`g`), which
+/// messages and ExperimentConfig::path name as `label` (the graph file or trace).
 io::ExperimentConfig load_config(const std::string& config_path, const graph::SlicedGraph* g,
                                  const std::vector<std::string>& overrides,
-                                 const std::string& megatron_args);
+                                 const std::string& megatron_args, const std::string& label = {});
+
+/// A stored graph replays with the model, parallel and training keys it was built with: refuses
+/// (one line naming each key, its value and the graph's) a configuration `c` whose resolved keys
+/// there differ from the graph's stored configuration, training.host_iteration_ms aside (applied
+/// after the replay).
+void check_graph_config(const io::ExperimentConfig& c, const std::string& graph_config,
+                        const std::string& graph_path);
+
+/// A Chakra trace holds the programs: refuses a `--set` of a model, parallel or training key.
+void refuse_program_overrides(const std::vector<std::string>& overrides, const std::string& what);
 
 /// The sliced execution graph of a configuration.
 graph::SlicedGraph build(const io::ExperimentConfig& c);

@@ -43,8 +43,8 @@ int run_command(const MpiWorld& mpi, const std::string& config_path, const std::
     graph::SlicedGraph meta;
     meta.config_text = io::read_graph_config_text(graph_path);
     if (is_chakra_config(meta.config_text)) {
-      io::ExperimentConfig c = load_config({}, &meta, overrides, {});
-      c.path = graph_path;
+      refuse_program_overrides(overrides, graph_path);
+      io::ExperimentConfig c = load_config({}, &meta, overrides, {}, graph_path);
       const graph::SlicedGraph g = io::read_graph_h5(graph_path);
       return run_chakra(mpi, g, io::read_graph_durations_h5(graph_path), c, out_override, quiet);
     }
@@ -54,8 +54,11 @@ int run_command(const MpiWorld& mpi, const std::string& config_path, const std::
   } else {
     graph::SlicedGraph meta;
     meta.config_text = io::read_graph_config_text(graph_path);
-    loaded = load_config(config_path, &meta, overrides, megatron_args);
+    loaded = load_config(config_path, &meta, overrides, megatron_args, graph_path);
   }
+  // A stored graph holds the programs: keys that would change them cannot apply.
+  if (!graph_path.empty())
+    check_graph_config(*loaded, io::read_graph_config_text(graph_path), graph_path);
   io::ExperimentConfig& c = *loaded;
   if (!out_override.empty()) c.run.output = out_override;
   if (!sandbox.empty()) c.run.sandbox_ranks = sandbox;

@@ -102,6 +102,14 @@ std::string pytorch_capture(const Section& inline_keys, const Value& v, const Se
   if (colon == std::string::npos || colon == 0 || colon + 1 == spec.size())
     fail(v, key,
          factory ? "expected path/to/file.py:FUNCTION" : "expected path/to/file.py:ClassName");
+  // The name goes into capture.py's command line: a Python name (dotted), nothing a shell reads.
+  const std::string name = spec.substr(colon + 1);
+  const bool identifier =
+      std::all_of(name.begin(), name.end(),
+                  [](unsigned char ch) { return std::isalnum(ch) || ch == '_' || ch == '.'; }) &&
+      !std::isdigit(static_cast<unsigned char>(name.front()));
+  if (!identifier)
+    fail(v, key, fmt::format("'{}' is not a Python {} name", name, factory ? "function" : "class"));
   const fs::path file = fs::path(spec.substr(0, colon)).is_absolute()
                             ? fs::path(spec.substr(0, colon))
                             : base_dir(v) / spec.substr(0, colon);
@@ -144,15 +152,24 @@ std::string pytorch_capture(const Section& inline_keys, const Value& v, const Se
                            : fs::path(home != nullptr ? home : "/tmp") / ".cache" / "scalescope";
   const fs::path out = dir / "captures" / fmt::format("{:016x}.capture.h5", h);
   if (fs::is_regular_file(out)) return out.string();
+#ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
+  fail(v, key, "captures are not run in a fuzzing build");
+#endif
   std::error_code ec;
   fs::create_directories(out.parent_path(), ec);
   const fs::path tmp = out.string() + fmt::format(".tmp{}", static_cast<long>(::getpid()));
-  std::string cmd =
-      fmt::format("/usr/bin/python3 '{}' {}'{}:{}' --seq {} --batch {} -o '{}' >&2",
-                  script.string(), factory ? "--factory " : "", fs::absolute(file).string(),
-                  spec.substr(colon + 1), s, micro_batch, tmp.string());
-  if (!blocks.empty()) cmd += fmt::format(" --blocks '{}'", blocks);
-  if (!args.empty()) cmd += fmt::format(" --args '{}'", args);
+  // Single-quoted for the shell, a quote inside written as '\''.
+  const auto quoted = [](std::string text) {
+    for (std::size_t at = 0; (at = text.find('\'', at)) != std::string::npos; at += 4)
+      text.replace(at, 1, "'\\''");
+    return "'" + text + "'";
+  };
+  std::string cmd = fmt::format(
+      "/usr/bin/python3 {} {}{} --seq {} --batch {} -o {} >&2", quoted(script.string()),
+      factory ? "--factory " : "", quoted(fs::absolute(file).string() + ":" + name), s,
+      micro_batch, quoted(tmp.string()));
+  if (!blocks.empty()) cmd += " --blocks " + quoted(blocks);
+  if (!args.empty()) cmd += " --args " + quoted(args);
   const int rc = std::system(cmd.c_str());
   if (rc != 0 || !fs::is_regular_file(tmp)) {
     fs::remove(tmp, ec);

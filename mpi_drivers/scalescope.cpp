@@ -43,12 +43,22 @@ int main(int argc, char** argv) {
 
   // A Megatron-LM launch line is one argument that starts with "--"; CLI11 would read it as an
   // option, so `--megatron-args "…"` is joined into `--megatron-args=…` first.
+  // An empty line (`--megatron-args "$(cat missing.txt)"`) is refused here: CLI11 would take the
+  // next argument as its value.
   std::vector<std::string> args(argv + 1, argv + argc);
-  for (std::size_t i = 0; i + 1 < args.size(); ++i)
-    if (args[i] == "--megatron-args") {
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--megatron-args" && i + 1 < args.size()) {
       args[i] += "=" + args[i + 1];
       args.erase(args.begin() + static_cast<std::ptrdiff_t>(i) + 1);
     }
+    if (args[i].rfind("--megatron-args=", 0) == 0 &&
+        args[i].find_first_not_of(" \t\n\r", 16) == std::string::npos) {
+      if (mpi.rank() == 0)
+        std::cerr << "scalescope: error: --megatron-args: the launch line is empty (was the file "
+                     "or variable it came from empty?)\n";
+      return 1;
+    }
+  }
   std::reverse(args.begin(), args.end());  // CLI11 takes the arguments in reverse order
 
   const char* launch_help =

@@ -460,6 +460,8 @@ def hybrid_note(s):
 def run_page(path):
     s = load_json(os.path.join(path, "summary.json"))
     with sr.Results(os.path.join(path, "results.h5")) as res:
+        # Both files are read for the page: they must be of one run, and undamaged.
+        res.check_summary_json(s, os.path.join(path, "summary.json"))
         model, source, facts = experiment_facts(res.config_text())
         ranks = res.ranks()
         stages = sr.stage_table(ranks)

@@ -53,6 +53,21 @@ DECODING_TABLES = ("stream_names", "op_names", "kind_names", "phase_names")
 NONE_U16 = 65535  # layer / microbatch not set
 
 
+# Range checks on what results.h5 holds (issue 38): simulated time is int64 nanoseconds below
+# 2^62 (src/core/sim_time.hpp kTimeLimit), memory below 2^50 bytes (io/graph_h5.cpp kMaxBytes),
+# worlds at most 2^24 ranks (io::kMaxWorld).
+TIME_LIMIT_NS = 2 ** 62
+MAX_BYTES = 2 ** 50
+MAX_WORLD = 2 ** 24
+MEMORY_COLUMNS = ("peak_memory_bytes", "static_memory_bytes")
+# What summary.json must hold for the report, and the figures results.h5 repeats.
+SUMMARY_JSON_KEYS = ("world_size", "iteration_time_s", "tokens_per_s", "model_tflops_per_gpu",
+                     "mfu", "peak_memory_bytes", "peak_memory_bytes_by_pp_stage", "model", "gpu",
+                     "engine", "time_breakdown_s", "time_breakdown_rank")
+SHARED_SUMMARY_KEYS = ("world_size", "iteration_time_s", "tokens_per_s", "model_tflops_per_gpu",
+                       "mfu", "peak_memory_bytes", "peak_memory_bytes_by_pp_stage", "model", "gpu")
+
+
 class ResultsError(Exception):
     """A results file that cannot be read as scalescope's results.h5 (one-line message)."""
 
@@ -175,11 +190,47 @@ class Results:
     # -- the layout of docs/formats.md ---------------------------------------------------------
 
     def summary(self):
-        """/summary attributes (SUMMARY_KEYS) plus peak_memory_bytes_by_pp_stage (a list)."""
+        """/summary attributes (SUMMARY_KEYS) plus peak_memory_bytes_by_pp_stage (a list),
+        range-checked."""
         s = {k: self.attr("summary", k) for k in SUMMARY_KEYS}
         s["peak_memory_bytes_by_pp_stage"] = [
             int(v) for v in self.dataset("summary/peak_memory_bytes_by_pp_stage")]
+        self._check_range("summary", "world_size", s["world_size"], 1, MAX_WORLD)
+        self._check_range("summary", "iteration_time_ns", s["iteration_time_ns"], 0,
+                          TIME_LIMIT_NS)
+        self._check_range("summary", "peak_memory_bytes", s["peak_memory_bytes"], 0, MAX_BYTES)
+        for k in ("iteration_time_s", "tokens_per_s", "model_tflops_per_gpu", "mfu"):
+            self._check_range("summary", k, s[k], 0, float("inf"))
+        if abs(s["iteration_time_s"] - s["iteration_time_ns"] * 1e-9) > 1e-9:
+            raise self._error("summary", f"iteration_time_s {s['iteration_time_s']} is not "
+                              f"iteration_time_ns {s['iteration_time_ns']} in seconds")
         return s
+
+    def _check_range(self, obj, key, value, low, high):
+        try:
+            ok = low <= value <= high  # NaN compares false
+        except TypeError:
+            ok = False
+        if not ok:
+            raise self._error(obj, f"{key}={value} is outside [{low}, {high}]: a damaged file")
+
+    def check_summary_json(self, s, json_path):
+        """Refuses a summary.json `s` that is not of this file's run (or lacks a figure)."""
+        for k in SUMMARY_JSON_KEYS:
+            if k not in s:
+                raise ResultsError(f"{json_path}: no '{k}' (damaged, or written by another "
+                                   "version)")
+        self.check_breakdown()
+        mine = self.summary()
+        for k in SHARED_SUMMARY_KEYS:
+            a, b = mine[k], s[k]
+            if isinstance(a, float) or isinstance(b, float):
+                same = isinstance(b, (int, float)) and abs(a - b) <= 1e-12 * max(abs(a), abs(b))
+            else:
+                same = _plain(a) == b
+            if not same:
+                raise ResultsError(f"{self.path}: /summary {k}={_plain(a)} but {json_path} has "
+                                   f"{b}: the two files are not of one run (or one is damaged)")
 
     def summary_attr_or(self, key, default):
         """A /summary attribute written only by some runs (software_stack, the fp8 peak)."""
@@ -246,7 +297,28 @@ class Results:
         for c, v in cols.items():
             if v.ndim != 1 or len(v) != n:
                 raise self._error(f"ranks/{c}", f"shape {v.shape}, expected ({n},)")
+        # Ranges (the breakdown's identity: check_breakdown).
+        for c, v in cols.items():
+            high = (MAX_BYTES if c in MEMORY_COLUMNS else
+                    n - 1 if c == "pp_stage" else 2 ** 31 if c == "class" else TIME_LIMIT_NS)
+            if n and (not np.issubdtype(v.dtype, np.integer) or v.min() < 0 or v.max() > high):
+                bad = int(np.argmax((v < 0) | (v > high))) if np.issubdtype(
+                    v.dtype, np.integer) else 0
+                raise self._error(f"ranks/{c}", f"rank {bad}: {v[bad]} is outside [0, {high}]: "
+                                  "a damaged file")
         return cols
+
+    def check_breakdown(self):
+        """Refuses /ranks whose time terms do not add up to finish_ns (as the engine writes
+        them; compare.py reads files whose values were moved on purpose, so it does not ask)."""
+        cols = self.ranks()
+        total = np.zeros(len(cols["finish_ns"]), dtype=np.int64)
+        for _, c in BREAKDOWN_TERMS:
+            total += cols[c].astype(np.int64)
+        if not np.array_equal(total, cols["finish_ns"].astype(np.int64)):
+            bad = int(np.argmax(total != cols["finish_ns"]))
+            raise self._error("ranks", f"rank {bad}: the time terms add up to {total[bad]} ns, "
+                              f"not its finish_ns {cols['finish_ns'][bad]}: a damaged file")
 
     def engine(self):
         """/engine attributes plus the derived efficiency and committed_events_per_s."""

@@ -92,6 +92,7 @@ expect_error megatron_no_cluster "a Megatron-LM launch line has no cluster" run 
 expect_error megatron_yaml_key "megatron_args: unknown Megatron-LM option --tensor-parallel" run "$tmp/megatron.yaml"
 expect_error megatron_graph "--expert-model-parallel-size 2': parallel.expert_model_parallel_size: applies to MoE models only" graph --megatron-args "$ml --expert-model-parallel-size 2" "${h100[@]}"
 expect_error megatron_fp32 "trains in fp32" run --megatron-args "${ml% --bf16}" "${h100[@]}"
+expect_error megatron_empty "--megatron-args: the launch line is empty" run --megatron-args "" "${h100[@]}"
 expect_error run_nothing "give an experiment CONFIG" run
 printf 'model: [unclosed\n' >"$tmp/malformed.yaml"
 expect_error malformed_yaml "malformed.yaml" run "$tmp/malformed.yaml"
@@ -119,6 +120,12 @@ expect_error replicas_slow_gpu "run.replicas: representative: ranks with their o
 head -c $(( $(stat -c %s "$tmp/graph.h5") / 2 )) "$tmp/graph.h5" >"$tmp/truncated.h5"
 expect_error truncated_graph "truncated.h5" run "$qs" --graph "$tmp/truncated.h5"
 expect_error missing_graph "absent.h5" run "$qs" --graph "$tmp/absent.h5"
+# Keys a stored graph cannot apply (issue 38: they were dropped without a word), from --set or
+# from the CONFIG file beside --graph; and model keys on a Chakra trace.
+expect_error graph_ignored_set "model.num_layers=4 (graph: 8) does not apply to a stored graph" run --graph "$tmp/graph.h5" --set model.num_layers=4
+sed 's/^  pp: 2/  pp: 4/; s/^  dp: 8/  dp: 4/' "$qs" >"$tmp/pp4.yaml"
+expect_error graph_ignored_file "pp4.yaml: parallel.data_parallel_size=4 (graph: 8), parallel.pipeline_model_parallel_size=4 (graph: 2) do not apply" run "$tmp/pp4.yaml" --graph "$tmp/graph.h5"
+expect_error chakra_ignored_set "--set model.num_layers=2 does not apply to a Chakra trace" run --chakra "$repo/../shared/formats/chakra-fixtures/custom-ring-allreduce-8npus-1MB/custom_allreduce" --set model.num_layers=2
 
 # The output directory is checked before the replay (it was found unwritable only after it),
 # and a dead process's staging directory beside it is removed.

@@ -27,7 +27,7 @@ run() {  # run NAME ARGS...
 run h100
 # The A100 run with a what-if, so summarize also rebuilds summary.json's "whatif" object.
 run a100 --set cluster.preset=dgx-a100 --whatif 'slow_gpu: {ranks: [3], factor: 1.5}'
-(cd "$tmp" && "$bin" run "$qs" -o "$tmp/h100-again" >/dev/null 2>&1) || { bad "run h100-again"; exit 1; }
+(cd "$tmp" && "$bin" run "$qs" -o "$tmp/h100-again" >/dev/null 2>"$tmp/again.err") || { bad "run h100-again: $(cat "$tmp/again.err")"; exit 1; }
 a=$tmp/h100/results.h5; b=$tmp/a100/results.h5
 
 if $py -c 'import matplotlib' 2>/dev/null; then
@@ -264,6 +264,27 @@ expect_error "report.py neither run nor sweep" "neither a run" "$post/report.py"
 expect_error "report.py corrupt summary.json" "summary.json: not JSON" "$post/report.py" "$tmp/broken-run"
 [ ! -e "$tmp/broken-run/report.html" ] && ok "report.py writes nothing on error" ||
   bad "report.py left a report.html after an error"
+# Issue 38: a summary.json without a figure (it was "KeyError: 'engine'"), a results.h5 whose
+# values are out of range or do not add up (they were rendered), and two files of different runs.
+for case in no-engine mixed big-time bad-sum nan-mfu; do cp -r "$tmp/h100" "$tmp/$case"; done
+$py - "$tmp" <<'PY'
+import json, sys, h5py, numpy as np
+d = sys.argv[1]
+s = json.load(open(f"{d}/no-engine/summary.json")); del s["engine"]
+json.dump(s, open(f"{d}/no-engine/summary.json", "w"))
+json.dump(json.load(open(f"{d}/a100/summary.json")), open(f"{d}/mixed/summary.json", "w"))
+with h5py.File(f"{d}/big-time/results.h5", "r+") as f:
+    f["summary"].attrs["iteration_time_ns"] = np.int64(2**63 - 1)
+with h5py.File(f"{d}/bad-sum/results.h5", "r+") as f:
+    c = f["ranks/compute_ns"]; v = c[:]; v[3] += 1; c[...] = v
+with h5py.File(f"{d}/nan-mfu/results.h5", "r+") as f:
+    f["summary"].attrs["mfu"] = np.nan
+PY
+expect_error "report.py summary.json lacks a figure" "summary.json: no 'engine'" "$post/report.py" "$tmp/no-engine"
+expect_error "report.py files of two runs" "the two files are not of one run" "$post/report.py" "$tmp/mixed"
+expect_error "report.py time out of range" "/summary: iteration_time_ns=9223372036854775807 is outside" "$post/report.py" "$tmp/big-time"
+expect_error "report.py terms do not add up" "/ranks: rank 3: the time terms add up to" "$post/report.py" "$tmp/bad-sum"
+expect_error "report.py NaN MFU" "/summary: mfu=nan is outside" "$post/report.py" "$tmp/nan-mfu"
 
 [ $fail -eq 0 ] && echo "all post-processing checks passed"
 exit $fail
