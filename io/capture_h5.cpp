@@ -14,6 +14,18 @@ namespace scalescope::io {
 
 namespace {
 
+/// Bounds on what a capture holds (issue 38): a tensor dimension at most 2^40 and a tensor at
+/// most 2^50 elements (io/graph_h5.cpp's bound on bytes); the sizes in /meta as below.
+constexpr std::int64_t kMaxDim = std::int64_t{1} << 40;
+constexpr double kMaxElements = 1125899906842624.0;  // 2^50
+
+/// A /meta count, in [1, `max`].
+std::int64_t meta_count(const h5::Group& meta, const char* key, std::int64_t max) {
+  const auto v = meta.attribute<std::int64_t>(key);
+  if (v < 1 || v > max) meta.fail(fmt::format("{} = {} is outside [1, {}]", key, v, max));
+  return v;
+}
+
 std::vector<workload::CapturedNode> read_nodes(const h5::Group& g, const std::string& path) {
   const std::vector<std::uint8_t> bytes = g.read<std::uint8_t>("nodes_json");
   nlohmann::json j;
@@ -33,6 +45,18 @@ std::vector<workload::CapturedNode> read_nodes(const h5::Group& g, const std::st
       d.op = n.at("op").get<std::string>();
       d.inputs = n.at("inputs").get<std::vector<std::uint32_t>>();
       d.shapes = n.at("shapes").get<std::vector<std::vector<std::int64_t>>>();
+      for (const auto& shape : d.shapes) {
+        double numel = 1;
+        for (std::int64_t x : shape) {
+          if (x < 0 || x > kMaxDim)
+            throw_input("{}: {}/nodes_json: node {} ('{}'): dimension {} is outside [0, 2^40]",
+                        path, g.path(), out.size(), d.name, x);
+          numel *= static_cast<double>(x);
+        }
+        if (numel > kMaxElements)
+          throw_input("{}: {}/nodes_json: node {} ('{}'): {:.3g} elements is beyond 2^50", path,
+                      g.path(), out.size(), d.name, numel);
+      }
       d.dtypes = n.at("dtypes").get<std::vector<std::string>>();
       d.module = n.value("module", std::string());
       d.param = n.value("param", std::string());
@@ -62,10 +86,10 @@ workload::Capture read_capture_h5(const std::string& path) {
     meta.fail("format_version is not 1 (this build reads capture format 1)");
   workload::Capture c;
   c.model = meta.string_attribute("model");
-  c.num_blocks = meta.attribute<std::int64_t>("num_blocks");
-  c.batch = meta.attribute<std::int64_t>("batch");
-  c.seq = meta.attribute<std::int64_t>("seq");
-  c.vocab_size = meta.attribute<std::int64_t>("vocab_size");
+  c.num_blocks = meta_count(meta, "num_blocks", 1 << 16);
+  c.batch = meta_count(meta, "batch", 1 << 20);
+  c.seq = meta_count(meta, "seq", 1 << 24);
+  c.vocab_size = meta_count(meta, "vocab_size", std::int64_t{1} << 31);
   c.dtype = meta.string_attribute("dtype");
   c.torch_version = meta.string_attribute("torch_version");
   c.blocks_attr = meta.string_attribute("blocks_attr");

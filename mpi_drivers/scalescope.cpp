@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <iostream>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -268,6 +269,12 @@ int main(int argc, char** argv) {
     if (mpi.rank() == 0) std::cerr << "scalescope: error: " << e.what() << "\n";
   } catch (const IoError& e) {
     if (mpi.rank() == 0) std::cerr << "scalescope: error: " << e.what() << "\n";
+  } catch (const std::bad_alloc&) {
+    // Beyond the checked estimates (emu: the replay's per-rank state): still one line.
+    std::cerr << "scalescope: error: out of memory on rank " << mpi.rank()
+              << " (std::bad_alloc): the job needs more memory than this machine has; replay "
+                 "fewer ranks (run.replicas: representative) or use more processes\n";
+    if (mpi.size() > 1) MPI_Abort(MPI_COMM_WORLD, 1);
   } catch (const std::exception& e) {
     std::cerr << "scalescope: internal error (rank " << mpi.rank() << "): " << e.what() << "\n";
     if (mpi.size() > 1) MPI_Abort(MPI_COMM_WORLD, 1);  // the others may wait in a collective

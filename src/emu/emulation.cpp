@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
 
 #include "core/error.hpp"
+#include "core/memory_budget.hpp"
 #include "emu/comm_lp.hpp"
 #include "emu/critical_path.hpp"
 #include "emu/fabric_lp.hpp"
@@ -35,6 +37,22 @@ class DormantLP final : public pdes::LogicalProcess {
 };
 
 /// The LPs of one process (all of them for the sequential engine) and where they record.
+/// Refuses a replay whose per-rank state (`bytes`, for the `ranks` replayed on the busiest of
+/// `processes`) exceeds the memory available (`room`), naming both.
+void check_replay_memory(std::uint64_t bytes, std::uint64_t room, std::uint32_t ranks,
+                         std::uint32_t processes) {
+  if (bytes <= room) return;
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  throw_input(
+      "the replay needs {:.1f} GiB for the state of {} ranks{} (a time slot per op of each "
+      "rank's program), but {:.1f} GiB is available: replay one replica of each group "
+      "(run.replicas: representative), or spread the ranks over more processes (run.engine: "
+      "optimistic under mpirun)",
+      static_cast<double>(bytes) / kGiB, ranks,
+      processes > 1 ? fmt::format(" on one of {} processes", processes) : std::string(),
+      static_cast<double>(room) / kGiB);
+}
+
 struct Instance {
   ModelData data;
   RunResults out;
@@ -50,15 +68,31 @@ struct Instance {
   /// Ranks traced only because a traced rank outside the replayed replica copies them.
   std::vector<std::uint32_t> traced_for_copy;
 
+  /// `budget` is called with the bytes the replay's per-rank state needs before any of it is
+  /// allocated (it throws when they do not fit).
   Instance(const graph::SlicedGraph& g, const Costs& cost, const EmulationOptions& options,
-           const std::vector<std::uint32_t>* owner, std::uint32_t me,
-           const ReplicaMap* replicas = nullptr)
+           const std::vector<std::uint32_t>* owner, std::uint32_t me, const ReplicaMap* replicas,
+           const std::function<void(std::uint64_t bytes, std::uint32_t ranks)>& budget)
       : data(g, cost, options.coalesce_local_ops, &options.class_durations,
              &options.rank_durations),
         reps(replicas) {
     data.eager_p2p = options.eager_p2p;
     if (reps != nullptr) data.active = &reps->active;
     out.config_text = g.config_text;
+    // The per-rank state, counted before it is allocated: a result row per rank of the world,
+    // and per replayed rank its LP, recorder and a time slot per op of its program.
+    {
+      std::uint64_t bytes = std::uint64_t{g.world_size} * (sizeof(RankResult) + sizeof(std::int32_t));
+      std::uint32_t n = 0;
+      for (std::uint32_t r = 0; r < g.world_size; ++r)
+        if ((owner == nullptr || (*owner)[r] == me) && (reps == nullptr || reps->is_active(r))) {
+          ++n;
+          bytes += sizeof(RankLP) + sizeof(RankRecorder) + sizeof(std::size_t) +
+                   (RankLP::slots(data.class_of(r), false) + 8) * sizeof(SimTime);
+        }
+      bytes += std::uint64_t{g.comms.size()} * (sizeof(CommLP) + sizeof(std::int32_t));
+      budget(bytes, n);
+    }
     out.ranks.resize(g.world_size);
     for (std::uint32_t r : options.trace_ranks) {
       if (r >= g.world_size)
@@ -329,7 +363,10 @@ RunResults emulate(const graph::SlicedGraph& g, const Costs& cost,
     throw ContractError("emulate: the sequential engine needs every template of the graph");
   std::optional<ReplicaMap> reps;
   if (options.representative_replicas) reps = representative_replicas(g, cost, options);
-  Instance inst(g, cost, options, nullptr, 0, reps ? &*reps : nullptr);
+  Instance inst(g, cost, options, nullptr, 0, reps ? &*reps : nullptr,
+                [](std::uint64_t bytes, std::uint32_t ranks) {
+                  check_replay_memory(bytes, core::available_memory_bytes(), ranks, 1);
+                });
   std::vector<pdes::LogicalProcess*> lps;
   lps.reserve(inst.index.size());
   for (pdes::LpId id = 0; id < inst.index.size(); ++id) lps.push_back(inst.lp(id));
@@ -475,7 +512,16 @@ DistributedResults emulate_distributed(const graph::SlicedGraph& g, const Costs&
       throw ContractError(
           fmt::format("emulation: process {} needs template {} ('{}'), which was not loaded", me, k,
                       g.templates[k].name));
-  Instance inst(g, cost, options, &owner, static_cast<std::uint32_t>(me), reps ? &*reps : nullptr);
+  // Every process checks its share; all refuse together (the largest need, the least room).
+  Instance inst(g, cost, options, &owner, static_cast<std::uint32_t>(me), reps ? &*reps : nullptr,
+                [&](std::uint64_t bytes, std::uint32_t ranks) {
+                  std::uint64_t need[2] = {bytes, ranks};
+                  std::uint64_t room = core::available_memory_bytes();
+                  MPI_Allreduce(MPI_IN_PLACE, need, 2, MPI_UINT64_T, MPI_MAX, comm);
+                  MPI_Allreduce(MPI_IN_PLACE, &room, 1, MPI_UINT64_T, MPI_MIN, comm);
+                  check_replay_memory(need[0], room, static_cast<std::uint32_t>(need[1]),
+                                      static_cast<std::uint32_t>(size));
+                });
   pdes::OptimisticConfig config = options.optimistic;
   config.progress = options.progress;
   pdes::OptimisticEngine engine(
