@@ -31,7 +31,7 @@ std::vector<workload::CapturedNode> read_nodes(const h5::Group& g, const std::st
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(bytes.begin(), bytes.end());
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
     throw_input("{}: {}/nodes_json: malformed JSON: {}", path, g.path(), e.what());
   }
   if (!j.is_array()) throw_input("{}: {}/nodes_json: expected a list of nodes", path, g.path());
@@ -99,7 +99,7 @@ workload::Capture read_capture_h5(const std::string& path) {
     nlohmann::ordered_json j;  // in the file's order: the first rule that matches applies
     try {
       j = nlohmann::ordered_json::parse(text);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {
       throw_input("{}: /meta tp_plan: malformed JSON: {}", path, e.what());
     }
     if (!j.is_object()) throw_input("{}: /meta tp_plan: expected a mapping", path);

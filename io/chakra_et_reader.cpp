@@ -64,19 +64,24 @@ ChakraImport read_chakra(const std::string& prefix, const ChakraReadOptions& opt
   ctx.opt = &opt;
   std::vector<RawRank> ranks;
   nlohmann::json classes;
-  const bool class_layout = !fs::exists(rank_file(prefix, 0)) && fs::exists(classes_json(prefix));
+  const auto exists = [](const std::string& f) {
+    std::error_code ec;  // a name the system cannot look up (too long) is not there
+    return fs::exists(f, ec);
+  };
+  const bool class_layout = !exists(rank_file(prefix, 0)) && exists(classes_json(prefix));
   std::vector<std::string> files;
   if (class_layout) {
     std::ifstream in(classes_json(prefix));
     classes = nlohmann::json::parse(in, nullptr, false);
     if (classes.is_discarded() || !classes.is_object() ||
         classes.value("format", "") != "scalescope-chakra-classes-1" ||
-        !classes.contains("num_classes"))
+        !classes.contains("num_classes") || !classes["num_classes"].is_number_unsigned() ||
+        classes["num_classes"].get<std::uint64_t>() > (1u << 24))
       throw_input("{}: not a scalescope Chakra class map", classes_json(prefix));
     const auto k = classes["num_classes"].get<std::uint32_t>();
     for (std::uint32_t i = 0; i < k; ++i) files.push_back(class_file(prefix, i));
   } else {
-    for (std::uint32_t r = 0; fs::exists(rank_file(prefix, r)); ++r)
+    for (std::uint32_t r = 0; exists(rank_file(prefix, r)); ++r)
       files.push_back(rank_file(prefix, r));
     // The world is the rank files PREFIX.<r>.et there are; a gap (PREFIX.3.et missing beside
     // .4 … .7) or a second spelling of a rank (PREFIX.03.et) would silently change it.

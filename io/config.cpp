@@ -26,6 +26,11 @@ std::string display(const fs::path& p) {
   return p.lexically_normal().string();
 }
 
+bool is_file(const fs::path& p) noexcept {
+  std::error_code ec;
+  return fs::is_regular_file(p, ec);
+}
+
 /// Parses a whole YAML file; `what` names it in messages ("experiment file", "model preset").
 YAML::Node parse_file(const fs::path& p, std::string_view what) {
   std::ifstream in(p);
@@ -83,7 +88,7 @@ namespace {
 /// Reads the experiment file into sections; its top-level `megatron_args:` string, if any, into
 /// `launch_line`.
 Tree read_experiment(const std::string& path, std::optional<Value>& launch_line) {
-  if (!fs::is_regular_file(path)) throw_input("{}: experiment file not found", path);
+  if (!detail::is_file(path)) throw_input("{}: experiment file not found", path);
   const YAML::Node root = parse_file(path, "experiment file");
   const Origin origin{path, "", true};
   Tree t;
@@ -259,7 +264,7 @@ ExperimentConfig load_experiment(const std::string& path, const std::vector<std:
   if (const Value* v = get(t.at("cost"), "profile")) {
     const std::string file = detail::read_string(*v, "cost.profile");
     const fs::path p = fs::path(file).is_absolute() ? fs::path(file) : base_dir(*v) / file;
-    if (!fs::is_regular_file(p))
+    if (!detail::is_file(p))
       fail(*v, "cost.profile", fmt::format("profile {} not found", display(p)));
     c.cost.profile = fs::absolute(p).lexically_normal().string();
   }

@@ -65,6 +65,9 @@ std::string_view canonical(std::string_view section, std::string_view key, const
 
 // config.cpp
 std::string display(const fs::path& p);
+/// Whether `p` names a regular file; false (not an exception) for a name the system cannot
+/// look up (too long, a loop of links, no permission).
+bool is_file(const fs::path& p) noexcept;
 /// Parses a whole YAML file; `what` names it in messages ("experiment file", "model preset").
 YAML::Node parse_file(const fs::path& p, std::string_view what);
 /// Reads the mapping `map` as the keys of `section` (canonical names, null values dropped).

@@ -113,12 +113,12 @@ std::string pytorch_capture(const Section& inline_keys, const Value& v, const Se
   const fs::path file = fs::path(spec.substr(0, colon)).is_absolute()
                             ? fs::path(spec.substr(0, colon))
                             : base_dir(v) / spec.substr(0, colon);
-  if (!fs::is_regular_file(file)) fail(v, key, fmt::format("file {} not found", display(file)));
+  if (!detail::is_file(file)) fail(v, key, fmt::format("file {} not found", display(file)));
   std::string args;
   if (const Value* a = get(inline_keys, "pytorch_args")) {
     const std::string f = detail::read_string(*a, "model.pytorch_args");
     const fs::path p = fs::path(f).is_absolute() ? fs::path(f) : base_dir(*a) / f;
-    if (!fs::is_regular_file(p))
+    if (!detail::is_file(p))
       fail(*a, "model.pytorch_args", fmt::format("file {} not found", display(p)));
     args = fs::absolute(p).string();
   }
@@ -151,7 +151,7 @@ std::string pytorch_capture(const Section& inline_keys, const Value& v, const Se
                            ? fs::path(xdg) / "scalescope"
                            : fs::path(home != nullptr ? home : "/tmp") / ".cache" / "scalescope";
   const fs::path out = dir / "captures" / fmt::format("{:016x}.capture.h5", h);
-  if (fs::is_regular_file(out)) return out.string();
+  if (detail::is_file(out)) return out.string();
 #ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
   fail(v, key, "captures are not run in a fuzzing build");
 #endif
@@ -171,14 +171,14 @@ std::string pytorch_capture(const Section& inline_keys, const Value& v, const Se
   if (!blocks.empty()) cmd += " --blocks " + quoted(blocks);
   if (!args.empty()) cmd += " --args " + quoted(args);
   const int rc = std::system(cmd.c_str());
-  if (rc != 0 || !fs::is_regular_file(tmp)) {
+  if (rc != 0 || !detail::is_file(tmp)) {
     fs::remove(tmp, ec);
     fail(v, key,
          fmt::format("capturing {} failed (capture.py exit {})", spec,
                      WIFEXITED(rc) ? WEXITSTATUS(rc) : rc));
   }
   fs::rename(tmp, out, ec);
-  if (ec && !fs::is_regular_file(out))
+  if (ec && !detail::is_file(out))
     fail(v, key, fmt::format("cannot store the capture in {}", display(out)));
   return out.string();
 }
@@ -202,7 +202,7 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
   if (const Value* v = get(inline_keys, "hf_config")) {
     const std::string file = detail::read_string(*v, "model.hf_config");
     const fs::path p = fs::path(file).is_absolute() ? fs::path(file) : base_dir(*v) / file;
-    if (!fs::is_regular_file(p))
+    if (!detail::is_file(p))
       fail(*v, "model.hf_config", fmt::format("file {} not found", display(p)));
     sources.hf_config = display(p);
     const YAML::Node hf = detail::hf_model_keys(sources.hf_config);
@@ -238,7 +238,7 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
   if (const Value* v = get(inline_keys, "source")) {
     const std::string file = detail::read_string(*v, "model.source");
     const fs::path p = fs::path(file).is_absolute() ? fs::path(file) : base_dir(*v) / file;
-    if (!fs::is_regular_file(p))
+    if (!detail::is_file(p))
       fail(*v, "model.source", fmt::format("capture {} not found", display(p)));
     capture_path = fs::absolute(p).lexically_normal().string();
   }

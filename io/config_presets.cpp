@@ -26,7 +26,7 @@ fs::path find_preset(const Value& v, std::string_view key, std::string_view kind
   const std::string ext = as_path.extension().string();
   if (name.find('/') != std::string::npos || ext == ".yaml" || ext == ".yml") {
     const fs::path p = as_path.is_absolute() ? as_path : base_dir(v) / as_path;
-    if (!fs::is_regular_file(p)) fail(v, key, fmt::format("preset file {} not found", display(p)));
+    if (!detail::is_file(p)) fail(v, key, fmt::format("preset file {} not found", display(p)));
     return p;
   }
   std::vector<fs::path> candidates = {experiment_dir / ".." / kind / (name + ".yaml"),
@@ -36,7 +36,7 @@ fs::path find_preset(const Value& v, std::string_view key, std::string_view kind
 #endif
   std::vector<std::string> tried;
   for (const fs::path& c : candidates) {
-    if (fs::is_regular_file(c)) return c;
+    if (detail::is_file(c)) return c;
     tried.push_back(display(c));
   }
   fail(v, key, fmt::format("no preset '{}' (looked for {})", name, fmt::join(tried, ", ")));

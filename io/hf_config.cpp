@@ -72,7 +72,8 @@ std::int64_t require_int(const json& j, const std::string& file, const char* key
 namespace detail {
 
 YAML::Node hf_model_keys(const std::string& path) {
-  if (!std::filesystem::is_regular_file(path))
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))
     throw_input("{}: Hugging Face config not found", path);
   std::ifstream in(path);
   if (!in) throw_input("{}: cannot open Hugging Face config", path);
@@ -81,6 +82,8 @@ YAML::Node hf_model_keys(const std::string& path) {
     j = json::parse(in);
   } catch (const json::parse_error& e) {
     throw_input("{}: malformed JSON at byte {}: {}", path, e.byte, e.what());
+  } catch (const json::exception& e) {  // e.g. a number beyond double's range
+    throw_input("{}: unreadable JSON: {}", path, e.what());
   }
   if (!j.is_object()) throw_input("{}: expected a JSON object", path);
 

@@ -135,8 +135,8 @@ cost::Profile read_measured_json(const std::string& path) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw_input("{}: malformed JSON at byte {}: {}", path, e.byte, e.what());
+  } catch (const nlohmann::json::exception& e) {
+    throw_input("{}: malformed JSON: {}", path, e.what());
   }
   const auto str = [&](const nlohmann::json& o, const char* key) -> std::string {
     const auto it = o.find(key);
