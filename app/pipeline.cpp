@@ -33,6 +33,7 @@
 #include "io/collective.hpp"
 #include "io/profile_io.hpp"
 #include "io/results_h5.hpp"
+#include "io/staging.hpp"
 #include "io/summary_json.hpp"
 #include "workload/accounting.hpp"
 #include "workload/memory_plan.hpp"
@@ -319,46 +320,16 @@ void summarize_profile(emu::Summary& s, const io::ExperimentConfig& c, const cos
   s.profile_measured_fraction = sums[1] > 0 ? sums[0] / sums[1] : 0;
 }
 
-namespace {
-
-/// The staging directory beside DIR that the result files are written into before they move in.
-fs::path staging_dir(const fs::path& dir, long pid) {
-  fs::path stage = dir;
-  stage += ".partial-" + std::to_string(pid);
-  return stage;
-}
-
-}  // namespace
-
 void check_output_dir(const fs::path& dir) {
   if (dir.empty()) throw_input("run.output: empty (the directory the results go to)");
   std::error_code ec;
   if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
     throw_input("{}: run.output names a file, not a directory", dir.string());
-  // Staging directories of processes that died (DIR.partial-PID whose PID is gone here and
-  // that nobody wrote to for ten minutes: on a shared file system the PID may be another
-  // node's) are removed.
-  const fs::path parent = dir.has_parent_path() ? dir.parent_path() : fs::path(".");
-  const std::string stem = dir.filename().string() + ".partial-";
-  for (const auto& e : fs::directory_iterator(parent, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind(stem, 0) != 0) continue;
-    const std::string digits = name.substr(stem.size());
-    if (digits.empty() || digits.size() > 9 ||
-        !std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
-      continue;
-    const long pid = std::stol(digits);
-    const auto age = fs::file_time_type::clock::now() - fs::last_write_time(e.path(), ec);
-    if (!ec && age > std::chrono::minutes(10) && pid != ::getpid() &&
-        ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
-      std::error_code rm;
-      fs::remove_all(e.path(), rm);
-    }
-  }
+  io::remove_stale_staging(dir);
   // The staging directory beside DIR is where the results are written first: create it (and
   // its parents) and remove it again, so a directory that cannot be written is said now, not
   // after the whole replay.
-  const fs::path probe = staging_dir(dir, ::getpid());
+  const fs::path probe = io::staging_dir(dir, ::getpid());
   fs::create_directories(probe, ec);
   if (ec || !fs::is_directory(probe))
     throw_input("{}: run.output cannot be written ({}): checked before the replay", dir.string(),
@@ -367,7 +338,7 @@ void check_output_dir(const fs::path& dir) {
 }
 
 void write_outputs(const emu::RunResults& r, const fs::path& dir, const ResultsExtra& extra) {
-  const fs::path stage = staging_dir(dir, ::getpid());
+  const fs::path stage = io::staging_dir(dir, ::getpid());
   fs::remove_all(stage);
   fs::create_directories(stage);
   try {
@@ -393,7 +364,7 @@ void write_outputs(emu::DistributedResults& d, const fs::path& dir, MPI_Comm com
                    const ResultsExtra& extra) {
   long pid = ::getpid();
   MPI_Bcast(&pid, 1, MPI_LONG, 0, comm);  // process 0's staging directory, for everyone
-  const fs::path stage = staging_dir(dir, pid);
+  const fs::path stage = io::staging_dir(dir, pid);
   const bool first = d.process == 0;
   auto clean = [&] {
     std::error_code ec;

@@ -1,5 +1,7 @@
 // Graph → Chakra ET: one file per rank (or per program class), the communicator groups and the
 // class map beside them (docs/architecture.md "Chakra ET in and out").
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -14,6 +16,7 @@
 #include "io/chakra_et.hpp"
 #include "io/chakra_et_internal.hpp"
 #include "io/h5.hpp"
+#include "io/staging.hpp"
 
 namespace scalescope::io {
 
@@ -269,20 +272,33 @@ std::size_t write_chakra(const graph::SlicedGraph& g, const std::string& prefix,
     fs::create_directories(dir, ec);
     if (ec) throw_io("{}: cannot create the directory: {}", dir.string(), ec.message());
   }
-  std::vector<std::string> written;
+  // Every file is written into PREFIX.partial-PID/ and moved beside PREFIX once all are there
+  // (io/staging.hpp): a killed export leaves no rank files under their final names.
+  remove_stale_staging(prefix);
+  const fs::path stage = staging_dir(prefix, ::getpid());
+  {
+    std::error_code ec;
+    fs::remove_all(stage, ec);
+    fs::create_directories(stage, ec);
+    if (ec) throw_io("{}: cannot create the staging directory: {}", stage.string(), ec.message());
+  }
+  const fs::path final_dir = fs::path(prefix).has_parent_path() ? fs::path(prefix).parent_path()
+                                                                 : fs::path(".");
+  const std::string staged = (stage / fs::path(prefix).filename()).string();
+  std::vector<std::string> written;  // file names (in the stage, then beside PREFIX)
   auto put = [&](const std::string& path, const std::string& bytes) {
     write_bytes(path, bytes);
-    written.push_back(path);
+    written.push_back(fs::path(path).filename().string());
   };
   try {
     if (!opt.classes) {
       for (std::uint32_t r = 0; r < g.world_size; ++r) {
         EtFile f = program_file(g, templates[g.rank_class[r]], r, opt);
         f.meta.push_back(EtAttr::int64("ss_rank", r));
-        put(rank_file(prefix, r), encode_chakra(f));
+        put(rank_file(staged, r), encode_chakra(f));
       }
       // ASTRA-sim's --comm-group-configuration: every group the files name.
-      put(comm_groups_json(prefix), all_groups(g).dump() + "\n");
+      put(comm_groups_json(staged), all_groups(g).dump() + "\n");
     } else {
       std::vector<std::int64_t> first(templates.size(), -1);
       for (std::uint32_t r = 0; r < g.world_size; ++r)
@@ -291,7 +307,7 @@ std::size_t write_chakra(const graph::SlicedGraph& g, const std::string& prefix,
         if (first[k] < 0) continue;
         EtFile f = program_file(g, templates[k], static_cast<std::uint32_t>(first[k]), opt);
         f.meta.push_back(EtAttr::int64("ss_class", k));
-        put(class_file(prefix, k), encode_chakra(f));
+        put(class_file(staged, k), encode_chakra(f));
       }
       nlohmann::json j;
       j["format"] = "scalescope-chakra-classes-1";
@@ -309,11 +325,17 @@ std::size_t write_chakra(const graph::SlicedGraph& g, const std::string& prefix,
       }
       j["roles"] = roles;
       j["groups"] = all_groups(g);
-      put(classes_json(prefix), j.dump() + "\n");
+      put(classes_json(staged), j.dump() + "\n");
     }
+    for (const std::string& name : written) fs::rename(stage / name, final_dir / name);
+    fs::remove_all(stage);
+  } catch (const fs::filesystem_error& e) {
+    std::error_code ec;
+    fs::remove_all(stage, ec);
+    throw_io("{}: cannot move the exported files in: {}", prefix, e.what());
   } catch (...) {
     std::error_code ec;
-    for (const auto& p : written) fs::remove(p, ec);
+    fs::remove_all(stage, ec);
     throw;
   }
   return opt.classes ? written.size() : g.world_size;  // the ET files
