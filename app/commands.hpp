@@ -50,7 +50,8 @@ int profile_command(const std::string& config_path, const std::vector<std::strin
 int sweep_command(const MpiWorld& mpi, const std::string& config_path,
                   const std::vector<std::string>& base, const std::string& megatron_args,
                   const std::vector<std::string>& vary, const std::string& search,
-                  const std::string& out, bool replay_unfit, std::size_t top, bool quiet);
+                  const std::string& out, bool replay_unfit, std::size_t top, bool quiet,
+                  bool resume);
 
 /// `scalescope export-chakra graph.h5 PREFIX` (app/chakra_commands.cpp).
 int export_chakra_command(const std::string& graph_path, const std::string& prefix, bool classes,

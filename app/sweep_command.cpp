@@ -106,6 +106,77 @@ explore::Row sweep_point(const std::string& config_path, const std::vector<std::
   return r;
 }
 
+/// The journal of a sweep (DIR/sweep.journal.P.jsonl, one file per reporting process P): a
+/// header line naming the sweep by a fingerprint of what decides its rows, then one row per
+/// finished configuration, flushed as it finishes, so that a killed sweep keeps them and
+/// `--resume` continues it. Removed once sweep.csv and sweep.json are written.
+std::string journal_name(std::size_t process) {
+  return fmt::format("sweep.journal.{}.jsonl", process);
+}
+
+/// What decides a sweep's rows: the base experiment as resolved, the configurations in order,
+/// and whether configurations that do not fit are replayed (FNV-1a, 64 bits, as hex).
+std::string sweep_fingerprint(const std::string& resolved,
+                              const std::vector<std::vector<std::string>>& points,
+                              bool replay_unfit) {
+  std::uint64_t h = 1469598103934665603ull;
+  const auto mix = [&](std::string_view bytes) {
+    for (unsigned char ch : bytes) h = (h ^ ch) * 1099511628211ull;
+    h = (h ^ 0xff) * 1099511628211ull;
+  };
+  mix(resolved);
+  for (const auto& p : points) mix(fmt::format("{}", fmt::join(p, "\n")));
+  mix(replay_unfit ? "replay_unfit" : "");
+  return fmt::format("{:016x}", h);
+}
+
+/// The rows of a journal left in `dir` by an interrupted sweep with this `fingerprint`: by
+/// index. A journal of another sweep is refused (naming the file); a last line cut short by the
+/// kill is dropped.
+std::map<std::size_t, explore::Row> read_journal(const std::filesystem::path& dir,
+                                                 const std::string& fingerprint,
+                                                 const std::vector<std::vector<std::string>>& points) {
+  std::map<std::size_t, explore::Row> done;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("sweep.journal.", 0) != 0) continue;
+    std::ifstream in(e.path());
+    std::string line;
+    bool header = true;
+    while (std::getline(in, line)) {
+      nlohmann::ordered_json j;
+      try {
+        j = nlohmann::ordered_json::parse(line);
+      } catch (const nlohmann::json::exception&) {
+        if (in.peek() == std::char_traits<char>::eof()) break;  // the line the kill cut
+        throw_input("{}: line is not JSON: the journal is damaged", e.path().string());
+      }
+      if (header) {
+        if (!j.is_object() || j.value("fingerprint", "") != fingerprint)
+          throw_input(
+              "{}: the journal is of another sweep (the experiment, its overrides or axes "
+              "changed): run without --resume to start over",
+              e.path().string());
+        header = false;
+        continue;
+      }
+      explore::Row r;
+      try {
+        r = io::sweep_row_from_json(j);
+      } catch (const std::exception& x) {
+        throw_input("{}: a row cannot be read ({}): the journal is damaged", e.path().string(),
+                    x.what());
+      }
+      if (r.index >= points.size() || r.overrides != points[r.index])
+        throw_input("{}: row {} is not this sweep's configuration {}", e.path().string(),
+                    r.index, r.index);
+      done[r.index] = std::move(r);
+    }
+  }
+  return done;
+}
+
 }  // namespace
 
 /// `scalescope sweep`: every configuration of the axes' product (or of the parallel-layout
@@ -116,7 +187,8 @@ explore::Row sweep_point(const std::string& config_path, const std::vector<std::
 int sweep_command(const MpiWorld& mpi, const std::string& config_path,
                   const std::vector<std::string>& base, const std::string& megatron_args,
                   const std::vector<std::string>& vary, const std::string& search,
-                  const std::string& out, bool replay_unfit, std::size_t top, bool quiet) {
+                  const std::string& out, bool replay_unfit, std::size_t top, bool quiet,
+                  bool resume) {
   if (config_path.empty() && megatron_args.empty())
     throw_input("scalescope sweep: give an experiment CONFIG or --megatron-args \"…\"");
   // The base experiment must load on its own: its errors are the user's, not a row's.
@@ -149,6 +221,16 @@ int sweep_command(const MpiWorld& mpi, const std::string& config_path,
         "scalescope sweep: give --vary key=v1,v2,…, --search parallel or a sweep: section in "
         "the experiment file");
   const std::vector<std::vector<std::string>> points = explore::expand(axes);
+  // The journal: finished rows of an interrupted run of the same sweep (--resume), else none.
+  const std::string fingerprint = sweep_fingerprint(c0.resolved_yaml, points, replay_unfit);
+  std::map<std::size_t, explore::Row> done;
+  if (resume) done = read_journal(out, fingerprint, points);
+  std::vector<std::size_t> todo;
+  for (std::size_t i = 0; i < points.size(); ++i)
+    if (done.count(i) == 0) todo.push_back(i);
+  if (resume && !quiet && mpi.rank() == 0)
+    std::cerr << fmt::format("resuming: {} of {} configurations were finished\n", done.size(),
+                             points.size());
 
   // This process's share: with fewer processes than configurations, every procs-th one on the
   // sequential engine; with more, one configuration per group of processes (process p in group
@@ -156,19 +238,42 @@ int sweep_command(const MpiWorld& mpi, const std::string& config_path,
   // one JSON text each (a group's rows from its first process).
   const auto me = static_cast<std::size_t>(mpi.rank());
   const auto procs = static_cast<std::size_t>(mpi.size());
-  const std::size_t n = points.size();
+  const std::size_t n = todo.size();
   std::vector<std::size_t> share;
   MPI_Comm group = MPI_COMM_NULL;
   bool reports = true;
-  if (procs > n) {
+  if (n == 0) {
+    reports = false;  // every configuration was in the journal
+  } else if (procs > n) {
     MPI_Comm_split(MPI_COMM_WORLD, static_cast<int>(me % n), static_cast<int>(me), &group);
     int size = 1;
     MPI_Comm_size(group, &size);
     if (size == 1) MPI_Comm_free(&group);  // a group of one: the sequential engine
-    share.push_back(me % n);
+    share.push_back(todo[me % n]);
     reports = me < n;
   } else {
-    for (std::size_t i = me; i < n; i += procs) share.push_back(i);
+    for (std::size_t i = me; i < n; i += procs) share.push_back(todo[i]);
+  }
+  // This process's journal (a fresh sweep first removes any left in DIR).
+  const std::filesystem::path journal = std::filesystem::path(out) / journal_name(me);
+  std::error_code out_ec;
+  const bool created_out = !std::filesystem::exists(out, out_ec);
+  const auto remove_journals = [&] {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(out, ec))
+      if (e.path().filename().string().rfind("sweep.journal.", 0) == 0)
+        std::filesystem::remove(e.path(), ec);
+  };
+  if (!resume && me == 0) remove_journals();
+  MPI_Barrier(MPI_COMM_WORLD);
+  std::ofstream log;
+  if (reports) {
+    std::error_code ec;
+    std::filesystem::create_directories(out, ec);
+    const bool fresh = !std::filesystem::exists(journal, ec);
+    log.open(journal, std::ios::app);
+    if (!log) throw_io("{}: cannot write the sweep's journal", journal.string());
+    if (fresh) log << nlohmann::ordered_json{{"fingerprint", fingerprint}}.dump() << "\n" << std::flush;
   }
   // An unreadable file (cost.profile, a capture) stops this process's share; the error travels
   // with the rows, so no process is left waiting in the gather, and process 0 reports it.
@@ -193,6 +298,7 @@ int sweep_command(const MpiWorld& mpi, const std::string& config_path,
           r.replayed ? fmt::format("{:.4f} s", r.iteration_time_s) : explore::status_name(r.status),
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     mine.push_back(io::sweep_row_json(r));
+    log << mine.back().dump() << "\n" << std::flush;
   }
   if (group != MPI_COMM_NULL) MPI_Comm_free(&group);
   const std::string text = nlohmann::ordered_json{{"rows", mine}, {"error", error}}.dump();
@@ -209,10 +315,17 @@ int sweep_command(const MpiWorld& mpi, const std::string& config_path,
               MPI_COMM_WORLD);
   if (me != 0) return 0;
   std::vector<explore::Row> rows(points.size());
+  for (auto& [i, r] : done) rows[i] = std::move(r);
   for (std::size_t p = 0; p < procs; ++p) {
     const auto payload = nlohmann::ordered_json::parse(
         all.substr(static_cast<std::size_t>(displs[p]), static_cast<std::size_t>(lens[p])));
-    if (const std::string e = payload.at("error").get<std::string>(); !e.empty()) throw_io("{}", e);
+    if (const std::string e = payload.at("error").get<std::string>(); !e.empty()) {
+      // An error of the input repeats on a resume: the journal goes, and a DIR made for it.
+      remove_journals();
+      std::error_code ec;
+      if (created_out) std::filesystem::remove(out, ec);  // only if empty
+      throw_io("{}", e);
+    }
     for (const auto& j : payload.at("rows")) {
       explore::Row r = io::sweep_row_from_json(j);
       rows[r.index] = std::move(r);
@@ -220,6 +333,7 @@ int sweep_command(const MpiWorld& mpi, const std::string& config_path,
   }
   const std::vector<std::size_t> order = explore::rank_rows(rows);
   io::write_sweep(out, c0.path, axes, rows, order);
+  remove_journals();  // the table is written: the journals are no longer needed
   if (!quiet) {
     std::cout << io::format_sweep_table(rows, order, top);
     const explore::Row& best = rows[order.front()];

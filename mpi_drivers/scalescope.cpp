@@ -10,6 +10,7 @@
 //   scalescope graph --chakra PREFIX -o graph.h5 [--comm-groups groups.json] [--expand dp=N]
 //   scalescope memory [CONFIG] [--megatron-args "…"] [--set key.path=value]...
 //   scalescope sweep [CONFIG] [--set …]... [--vary key.path=v1,v2,…]... [--search parallel]
+//                    [--resume]
 //                  [-o DIR] [--replay-unfit] [--top N]
 //   scalescope profile CONFIG [--list ops.json] [--backend host|cuda] [-o profile.h5]
 //   scalescope capture path/to/file.py:Class [--args A.yaml] [--seq N] -o capture.h5
@@ -183,7 +184,7 @@ int main(int argc, char** argv) {
 
   std::string sweep_config, sweep_search, sweep_out = "out/sweep";
   std::vector<std::string> sweep_overrides, sweep_vary;
-  bool sweep_replay_unfit = false;
+  bool sweep_replay_unfit = false, sweep_resume = false;
   std::size_t sweep_top = 20;
   auto* scmd = app.add_subcommand(
       "sweep", "Run every configuration of a sweep and rank them (sweep.csv, sweep.json)");
@@ -199,6 +200,9 @@ int main(int argc, char** argv) {
   scmd->add_flag("--replay-unfit", sweep_replay_unfit,
                  "Replay configurations that do not fit in memory too");
   scmd->add_option("--top", sweep_top, "Rows printed (default 20; 0: all)");
+  scmd->add_flag("--resume", sweep_resume,
+                 "Continue an interrupted sweep of the same configurations in the same directory "
+                 "(its finished points are kept as they finish)");
   scmd->add_flag("-q,--quiet", quiet, "Print nothing on success");
 
   std::string report_dir, report_out;
@@ -218,7 +222,8 @@ int main(int argc, char** argv) {
                                         export_metadata_node);
     if (*scmd)
       return app::sweep_command(mpi, sweep_config, sweep_overrides, megatron_args, sweep_vary,
-                                sweep_search, sweep_out, sweep_replay_unfit, sweep_top, quiet);
+                                sweep_search, sweep_out, sweep_replay_unfit, sweep_top, quiet,
+                                sweep_resume);
     if (*bcmd)
       return app::chakra_microbench_command(bench_kind, bench_prefix, bench_ranks, bench_bytes);
     if (*rcmd) return app::report_command(report_dir, report_out);

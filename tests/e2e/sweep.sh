@@ -90,3 +90,27 @@ assert float(m2["16"]["iteration_time_s"]) > 0
 assert m2["16"]["peak_memory_gib"] == m1["16"]["peak_memory_gib"]  # templates = replay
 print("ok")
 PY
+# A killed sweep keeps the configurations it finished (issue 38: it kept none): each is in the
+# journal as it finishes; --resume replays only the others and gives the table of an
+# uninterrupted sweep, byte for byte; a journal of another sweep is refused.
+"$bin" sweep "$qs" "${axes[@]}" -q -o "$tmp/k" &
+pid=$!
+rows=0
+for _ in $(seq 1 3000); do
+  rows=$( (cat "$tmp"/k/sweep.journal.*.jsonl 2>/dev/null || true) | wc -l)
+  [ "$rows" -ge 3 ] && break
+  sleep 0.01
+done
+kill -9 "$pid"; wait "$pid" 2>/dev/null || true
+if [ "$rows" -lt 3 ]; then echo "the sweep's journal never held a finished row" >&2; exit 1; fi
+test ! -e "$tmp/k/sweep.csv"
+"$bin" sweep "$qs" "${axes[@]}" -q -o "$tmp/k" --resume 2>"$tmp/resume.err"
+grep -q "resuming: [1-9] of 6 configurations were finished" "$tmp/resume.err"
+cmp "$tmp/s1/sweep.csv" "$tmp/k/sweep.csv"
+cmp "$tmp/s1/sweep.json" "$tmp/k/sweep.json"
+test -z "$(ls "$tmp"/k/sweep.journal.* 2>/dev/null)"
+printf '{"fingerprint": "0000000000000000"}\n' >"$tmp/k/sweep.journal.0.jsonl"
+if "$bin" sweep "$qs" "${axes[@]}" -q -o "$tmp/k" --resume 2>"$tmp/resume.err"; then
+  echo "a journal of another sweep was accepted" >&2; exit 1
+fi
+grep -q "sweep.journal.0.jsonl: the journal is of another sweep" "$tmp/resume.err"
