@@ -7,7 +7,8 @@ pkgs=(build-essential cmake pkg-config
   libgtest-dev libbenchmark-dev libmetis-dev libtrilinos-kokkos-dev libprotobuf-dev protobuf-compiler
   python3-h5py python3-numpy python3-matplotlib python3-yaml python3-torch
   chromium chromium-driver python3-selenium fonts-liberation
-  slurmctld slurmd slurm-client munge libpmix2)
+  slurmctld slurmd slurm-client munge libpmix2
+  clang libclang-rt-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
