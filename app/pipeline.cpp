@@ -27,6 +27,7 @@
 #include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
 
+#include "app/chakra.hpp"
 #include "core/error.hpp"
 #include "cost/gpu.hpp"
 #include "io/chrome_trace.hpp"
@@ -47,7 +48,18 @@ namespace fs = std::filesystem;
 io::ExperimentConfig load_config(const std::string& config_path, const graph::SlicedGraph* g,
                                  const std::vector<std::string>& overrides,
                                  const std::string& megatron_args, const std::string& label) {
-  if (g == nullptr) return io::load_experiment(config_path, overrides, megatron_args);
+  if (g == nullptr) {
+    // The recorded configuration of a Chakra replay names placeholders, not the trace's programs.
+    std::ifstream in(config_path);
+    std::string first;
+    if (!config_path.empty() && std::getline(in, first) && is_chakra_config(first))
+      throw_input(
+          "{}: the configuration of a Chakra trace replay (its model, parallel and training "
+          "sections are placeholders): replay the trace itself (scalescope run --chakra PREFIX "
+          "--set cluster.…)",
+          config_path);
+    return io::load_experiment(config_path, overrides, megatron_args);
+  }
   // The graph carries its resolved configuration; load it from a private temporary file, whose
   // name the messages then give as `label` (the user's graph.h5 or trace).
   const fs::path tmp =
