@@ -3,6 +3,7 @@
 #include "cost/cost_model.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 
 #include "core/error.hpp"
@@ -206,7 +207,35 @@ SimTime CostModel::collective_ns(graph::OpKind kind, double bytes, const CommSha
 
 SimTime CostModel::all_to_all_ns(double bytes, const CommShape& shape) const {
   const ExchangeBytes x = all_to_all_bytes(bytes, shape);
-  return exchange_ns(shape, x.inter, x.intra);
+  return std::max(exchange_ns(shape, x.inter, x.intra), a2a_latency_chain_ns(shape));
+}
+
+std::uint32_t CostModel::p2p_channels(const CommShape& shape) const {
+  NcclTopoBudget b;
+  b.arch = arch_;
+  b.nvlink_GBps = cluster_.nvlink_bandwidth_GBps;
+  b.nodes = shape.nodes;
+  if (shape.nodes > 1) {
+    b.nic_GBps = cluster_.nic_bandwidth_Gbps / 8.0;
+    b.nics = nics_used(shape);
+  }
+  const std::uint32_t c = std::clamp<std::uint32_t>(nccl_ring_channels(b), 1, 64);
+  return std::bit_ceil(c);
+}
+
+SimTime CostModel::a2a_latency_chain_ns(const CommShape& shape) const {
+  if (shape.ranks <= 1) return 0;
+  const std::uint64_t per_node = std::min<std::uint64_t>(shape.ranks_per_node, shape.ranks);
+  const std::uint64_t batches_per_group = (per_node + 7) / 8;
+  if (shape.nodes <= 1) {
+    const std::uint64_t batches = (per_node - 1 + 7) / 8;
+    return to_ns(static_cast<double>(batches + 1) * cluster_.nvlink_latency_us * 1e-6,
+                 [&] { return fmt::format("a {}-rank all-to-all", shape.ranks); });
+  }
+  const std::uint64_t c = p2p_channels(shape);
+  const std::uint64_t remote = (std::uint64_t{shape.nodes} - 1 + c - 1) / c * batches_per_group;
+  return to_ns(static_cast<double>(remote + 1) * cluster_.nic_latency_us * 1e-6,
+               [&] { return fmt::format("a {}-rank all-to-all", shape.ranks); });
 }
 
 ExchangeBytes CostModel::all_to_all_bytes(double bytes, const CommShape& shape) const {
@@ -287,8 +316,9 @@ double nodes_reached(double items, double nodes, double k) {
 SimTime CostModel::ep_dispatch_ns(double bytes, std::uint32_t copies, std::uint32_t experts,
                                   const CommShape& shape, std::uint32_t groups) const {
   if (shape.ranks <= 1 || !(bytes > 0)) return 0;
+  if (copies == 0 || experts == 0) return all_to_all_ns(bytes, shape);  // NCCL's all-to-all
   const ExchangeBytes x = ep_dispatch_bytes(bytes, copies, experts, shape, groups);
-  return exchange_ns(shape, x.inter, x.intra, copies > 0 && experts > 0);
+  return exchange_ns(shape, x.inter, x.intra, true);
 }
 
 ExchangeBytes CostModel::ep_dispatch_bytes(double bytes, std::uint32_t copies,
@@ -359,6 +389,10 @@ FlowRequest CostModel::flow_request(const graph::Op& op, const CommShape& shape)
     r.flow_bytes = x.inter / std::max(1.0, n - g);
     r.alone_ns = 1e9 * exchange_seconds(x.inter, x.intra, op.shape[0] > 0 ? &shape : nullptr);
     r.latency_ns = cluster_.nic_latency_us * 1e3;
+    // NCCL's all-to-all alone is never faster than its batches' latency chain.
+    if (op.shape[0] == 0)
+      r.latency_ns = std::max(r.latency_ns,
+                              static_cast<double>(a2a_latency_chain_ns(shape)) - r.alone_ns);
     if (!(r.flow_bytes > 0)) r.flow_bytes = bytes / n;  // guard: nothing leaves the node
     return r;
   }

@@ -85,8 +85,23 @@ class CostModel {
   SimTime collective_ns(graph::OpKind kind, double bytes, const CommShape& shape) const;
   /// One point-to-point transfer between two GPUs.
   /// All-to-all of `bytes` per member (the send buffer, nccl-tests' size): NVLink for the
-  /// members on the node, the GPU's NIC share for the rest, whichever is slower, plus a latency.
+  /// members on the node, the GPU's NIC share for the rest, whichever is slower, plus a latency;
+  /// never less than the latency chain of NCCL's point-to-point batches (a2a_latency_chain_ns).
   SimTime all_to_all_ns(double bytes, const CommShape& shape) const;
+  /// NCCL's point-to-point channels for a communicator of `shape`: its collective channels
+  /// (nccl_ring_channels) capped at NCCL_MAX_P2P_NCHANNELS = 64 and rounded up to a power of two
+  /// (src/graph/paths.cc:837-848, 864-866 at v2.27.7-1, 593de54e).
+  std::uint32_t p2p_channels(const CommShape& shape) const;
+  /// The lower bound an all-to-all's peers set (docs/cost-model.md §2.5): NCCL 2.27 gives each
+  /// remote node's ranks_per_node peers one round group on one channel (channel.h:19-29,
+  /// init.cc:1111-1139), groups dealt round-robin over the p2p channels, and runs a channel's
+  /// batches of at most 8 peers (NCCL_MAX_DEV_WORK_P2P_PER_BATCH, device.h:369) one after the
+  /// other, each ending when its receives have arrived (device/common.h:385-399,
+  /// device/sendrecv.h); the first send waits for the receiver's ready-to-receive message
+  /// (transport/net_ib.cc:2122-2130). So the busiest channel's batches to other nodes,
+  /// ⌈(nodes − 1)/C⌉ · ⌈ranks_per_node / 8⌉, plus one, each take at least the NIC latency (on
+  /// one node: its ⌈(ranks_per_node − 1)/8⌉ batches, plus one, the NVLink latency).
+  SimTime a2a_latency_chain_ns(const CommShape& shape) const;
   /// An MoE dispatch or combine through DeepEP's normal kernels (Megatron's flex dispatcher):
   /// `bytes` as all_to_all_ns (this rank's `copies` copies of each token), `experts` spread
   /// evenly over the group's ranks. A token is sent once per rank holding one of its experts,

@@ -449,6 +449,36 @@ TEST(CostModel, AllToAllIsTheSlowerOfNvlinkAndNicShares) {
               1.5e3 + S * 7 / 8 / (300e9 * 0.88) * 1e9, 1.0);
 }
 
+TEST(CostModel, AllToAllOverManyPeersIsNeverFasterThanItsLowerBound) {
+  // 1,024 ranks = 128 DGX H100 nodes of 8 (one 400 Gb/s NIC a GPU, NIC latency 3 µs here, NVLink
+  // 1.5 µs), 1 MiB per member: 1 KiB to each peer (issue 38: ASTRA-sim's generated case, which
+  // replayed in 34.8 µs). Two bounds, derived by hand:
+  // - NIC injection at full line rate: 1,016 of the 1,024 KiB leave the node through the GPU's
+  //   50e9 B/s NIC: 1,040,384 / 50e9 = 20.81 µs, plus one NIC latency: 23.81 µs.
+  // - NCCL's batches (v2.27.7): C = 16 p2p channels (DGX H100 across nodes: 16 collective
+  //   channels, NcclTuner.RingChannels; already a power of two), each remote node's 8 ranks one
+  //   batch on channel (node mod 16), batches of a channel one after another: ⌈127/16⌉ = 8
+  //   batches, plus the first ready-to-receive message, 9 × 3 µs = 27 µs.
+  ClusterSpec c = cluster("H100", 450, 400);
+  const CostModel m(c);
+  const CommShape s = shape(1024, 128, 8);
+  EXPECT_EQ(m.p2p_channels(s), 16U);
+  EXPECT_EQ(m.a2a_latency_chain_ns(s), 27000);
+  const double injection_ns = 3e3 + kMiB * 1016 / 1024 / 50e9 * 1e9;
+  for (double bytes = 1024; bytes <= 1 * kGiB; bytes *= 4) {
+    const auto t = static_cast<double>(m.collective_ns(OpKind::AllToAll, bytes, s));
+    EXPECT_GE(t, 27000.0) << bytes;
+    EXPECT_GE(t, 3e3 + bytes * 1016 / 1024 / 50e9 * 1e9) << bytes;
+  }
+  // At 1 MiB the chain sets the time (the wire at the point-to-point efficiency 0.96 takes
+  // 3 + 20.81 / 0.96 = 24.68 µs): 27 µs, where the bandwidth model alone gave 24.68.
+  EXPECT_GT(27000.0, injection_ns);
+  EXPECT_EQ(m.collective_ns(OpKind::AllToAll, kMiB, s), 27000);
+  // On one node of 8: its 7 peers are one batch, plus the handshake: 2 × 1.5 µs for a tiny
+  // buffer.
+  EXPECT_EQ(m.collective_ns(OpKind::AllToAll, 64, shape(8, 1, 8)), 3000);
+}
+
 TEST(CostModel, FlexDispatchSendsATokenOncePerNode) {
   // DeepEP (Megatron's flex dispatcher): 16 EP ranks on 2 nodes of 8 (a100(): 200 Gb/s NICs at
   // 0.96, 3 µs), top-2 of 8 experts, 4 a node. A token misses the other node with probability

@@ -86,6 +86,14 @@ e = json.load(open(f"{d}/expanded/summary.json"))["iteration_time_s"]
 r8 = json.load(open(f"{d}/all_reduce8.np1/summary.json"))["iteration_time_s"]
 assert e == r8, (e, r8)
 print("expand dp=8 of one rank = the 8-rank all-reduce:", e)
+# The 1,024-rank all-to-all of 1 MiB (1 KiB a peer; issue 38: it replayed in 34.8 us) is never
+# faster than its lower bound on dgx-h100 (NIC latency 5 us, 400 Gb/s a GPU), derived by hand:
+# NIC injection 5 + 1,040,384 B / 50e9 B/s = 25.8 us; NCCL's batches (16 p2p channels across
+# DGX H100 nodes, each remote node's 8 ranks one batch, a channel's batches in turn): ceil(127/16)
+# = 8 batches plus the first ready-to-receive, 9 x 5 us = 45 us.
+a2a = json.load(open(f"{d}/all_to_all1024.np1/summary.json"))["iteration_time_s"]
+assert a2a >= 45e-6 and a2a >= 25.8e-6, a2a
+print(f"1,024-rank all-to-all of 1 MiB: {a2a * 1e6:.1f} us >= its 45 us lower bound")
 PY
 
 fixtures=$repo/../shared/formats/chakra-fixtures
