@@ -3,8 +3,8 @@
 // override per line ("section.key=value"), so the shipped experiments are seeds as they are.
 // load_experiment must return or throw InputError / IoError (fuzz_common.hpp).
 #include <cstdint>
-#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -24,16 +24,19 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       rest = eol == std::string_view::npos ? std::string_view() : rest.substr(eol + 1);
     }
   }
-  // Beside the shipped experiments (their relative preset and config paths resolve as there);
-  // .gitignore keeps such files out.
-  static const std::string path = std::string(SCALESCOPE_SOURCE_DIR) +
-                                  "/inputs/experiments/.fuzz-" + std::to_string(::getpid()) +
-                                  ".yaml";
-  static const bool cleanup = [] {
-    std::atexit([] { std::remove(path.c_str()); });
-    return true;
+  // In a scratch tree whose inputs/ folders link to the shipped ones, so that the experiments'
+  // relative paths (../hf/…, ../models/…) resolve as they do beside them.
+  static const std::string path = [] {
+    const std::filesystem::path root = scalescope::fuzz::scratch("-inputs");
+    const std::filesystem::path inputs = std::filesystem::path(SCALESCOPE_SOURCE_DIR) / "inputs";
+    std::error_code ec;
+    std::filesystem::create_directories(root / "experiments", ec);
+    for (const auto& e : std::filesystem::directory_iterator(inputs, ec))
+      if (e.path().filename() != "experiments")
+        std::filesystem::create_directory_symlink(e.path(), root / e.path().filename(), ec);
+    std::atexit([] { std::filesystem::remove_all(scalescope::fuzz::scratch("-inputs")); });
+    return (root / "experiments" / "fuzz.yaml").string();
   }();
-  (void)cleanup;
   scalescope::fuzz::write_file(path, text.substr(0, mark));
   scalescope::fuzz::expect_checked([&] {
     for (const std::string& o : overrides) scalescope::io::check_override(o, path);
