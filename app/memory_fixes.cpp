@@ -5,7 +5,11 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 
 #include "core/error.hpp"
@@ -102,9 +106,25 @@ std::vector<MemoryFix> memory_fixes(const std::string& config_path,
 void add_memory_fixes(emu::Summary& s, const std::string& config_path,
                       const std::vector<std::string>& overrides, const std::string& megatron_args,
                       const io::ExperimentConfig& c, bool quiet) {
-  // A run from graph.h5 alone has no configuration to change and reload.
-  if (s.memory_fits || (config_path.empty() && megatron_args.empty())) return;
-  const std::vector<MemoryFix> fixes = memory_fixes(config_path, overrides, megatron_args, c);
+  if (s.memory_fits) return;
+  std::vector<MemoryFix> fixes;
+  if (config_path.empty() && megatron_args.empty()) {
+    // A run from graph.h5 alone: the changes are tried on the configuration that ran (the
+    // graph's own, with the run's keys), from a private temporary copy.
+    const std::filesystem::path tmp =
+        std::filesystem::temp_directory_path() /
+        ("scalescope-fixes-" + std::to_string(::getpid()) + ".yaml");
+    std::ofstream(tmp) << c.resolved_yaml;
+    try {
+      fixes = memory_fixes(tmp.string(), {}, {}, c);
+    } catch (...) {
+      std::filesystem::remove(tmp);
+      throw;
+    }
+    std::filesystem::remove(tmp);
+  } else {
+    fixes = memory_fixes(config_path, overrides, megatron_args, c);
+  }
   for (const MemoryFix& f : fixes) {
     s.memory_fix_sets.push_back(f.sets);
     s.memory_fix_total_bytes.push_back(f.total_bytes);

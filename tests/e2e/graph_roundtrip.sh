@@ -56,3 +56,19 @@ with h5py.File(f"{d}/a100/results.h5") as x, h5py.File(f"{d}/rerun/results.h5") 
         assert np.array_equal(x["ranks"][k][:], y["ranks"][k][:]), k
 print("ok: recorded configuration round trip", a["iteration_time_s"], "s")
 PY
+
+# A job that does not fit: run --graph proposes the changes run CONFIG proposes (they are tried
+# on the configuration that ran; a run of a stored graph once proposed none).
+oom=(--set model.seq_length=65536 --set training.micro_batch_size=4 --set parallel.recompute=none)
+"$bin" run "$qs" "${oom[@]}" -o "$tmp/oom-direct" --quiet 2>/dev/null
+"$bin" graph "$qs" "${oom[@]}" -o "$tmp/oom.h5" >/dev/null
+"$bin" run --graph "$tmp/oom.h5" -o "$tmp/oom-graph" --quiet 2>/dev/null
+/usr/bin/python3 - "$tmp" <<'PY'
+import json, sys
+d = sys.argv[1]
+a = json.load(open(f"{d}/oom-direct/summary.json"))["memory"]
+b = json.load(open(f"{d}/oom-graph/summary.json"))["memory"]
+assert not a["fits"] and a.get("fixes"), a
+assert a["fixes"] == b.get("fixes"), (a.get("fixes"), b.get("fixes"))
+print("ok: run --graph proposes the same", len(a["fixes"]), "memory fixes")
+PY
