@@ -128,6 +128,11 @@ std::uint32_t CostModel::comm_kernel_sms(const graph::Op& op, const CommShape& s
   // DeepEP's dispatch (flex) and TE userbuffers' collectives: their SMs are charged on the GEMMs
   // beside them (Op::comm_sms), not here.
   if ((op.kind == graph::OpKind::AllToAll && op.shape[0] > 0) || op.comm_sms > 0) return 0;
+  return std::min<std::uint32_t>(nccl_ring_channels(topo_budget(shape)),
+                                 static_cast<std::uint32_t>(gpu_->sms));
+}
+
+NcclTopoBudget CostModel::topo_budget(const CommShape& shape) const {
   NcclTopoBudget b;
   b.arch = arch_;
   b.nvlink_GBps = cluster_.nvlink_bandwidth_GBps;
@@ -136,7 +141,7 @@ std::uint32_t CostModel::comm_kernel_sms(const graph::Op& op, const CommShape& s
     b.nic_GBps = cluster_.nic_bandwidth_Gbps / 8.0;
     b.nics = nics_used(shape);
   }
-  return std::min<std::uint32_t>(nccl_ring_channels(b), static_cast<std::uint32_t>(gpu_->sms));
+  return b;
 }
 
 double CostModel::intra_bus_bandwidth_GBps() const {
@@ -211,15 +216,7 @@ SimTime CostModel::all_to_all_ns(double bytes, const CommShape& shape) const {
 }
 
 std::uint32_t CostModel::p2p_channels(const CommShape& shape) const {
-  NcclTopoBudget b;
-  b.arch = arch_;
-  b.nvlink_GBps = cluster_.nvlink_bandwidth_GBps;
-  b.nodes = shape.nodes;
-  if (shape.nodes > 1) {
-    b.nic_GBps = cluster_.nic_bandwidth_Gbps / 8.0;
-    b.nics = nics_used(shape);
-  }
-  const std::uint32_t c = std::clamp<std::uint32_t>(nccl_ring_channels(b), 1, 64);
+  const std::uint32_t c = std::clamp<std::uint32_t>(nccl_ring_channels(topo_budget(shape)), 1, 64);
   return std::bit_ceil(c);
 }
 

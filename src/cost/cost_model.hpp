@@ -145,6 +145,8 @@ class CostModel {
   double intra_bus_bandwidth_GBps() const;
   /// NICs of a node a communicator of `shape` uses: its members' share of the node's NICs.
   double nics_used(const CommShape& shape) const;
+  /// What NCCL's ring graph search sees of a communicator of `shape` (nccl_ring_channels).
+  NcclTopoBudget topo_budget(const CommShape& shape) const;
   /// An exchange in which `intra` bytes per member cross NVLink to the members on its node while
   /// `inter` bytes leave through the GPU's share of the node's NICs, both at once: the slower
   /// side plus one link latency (all_to_all_ns, ep_dispatch_ns).

@@ -8,23 +8,24 @@ qs=$repo/inputs/experiments/quickstart.yaml
 "$bin" graph "$qs" -o "$tmp/graph.h5" >/dev/null
 "$bin" run --graph "$tmp/graph.h5" -o "$tmp/replayed" --quiet
 "$bin" run "$qs" --graph "$tmp/graph.h5" -o "$tmp/replayed2" --quiet
-/usr/bin/python3 - "$tmp" <<'PY'
+# same_run A B...: runs B... have run A's summary (wall times aside), /ranks and timelines.
+cat >"$tmp/same_run.py" <<'PY'
 import json, sys, h5py, numpy as np
-d = sys.argv[1]
 def summary(p):
     s = json.load(open(p))
     s["engine"].pop("wall_s"); s["engine"].pop("committed_events_per_s", None)
     return s
-a = summary(f"{d}/direct/summary.json")
-for other in ("replayed", "replayed2"):
-    assert a == summary(f"{d}/{other}/summary.json"), other
-    with h5py.File(f"{d}/direct/results.h5") as x, h5py.File(f"{d}/{other}/results.h5") as y:
+a = sys.argv[1]
+for b in sys.argv[2:]:
+    assert summary(f"{a}/summary.json") == summary(f"{b}/summary.json"), b
+    with h5py.File(f"{a}/results.h5") as x, h5py.File(f"{b}/results.h5") as y:
         for k in x["ranks"]:
-            assert np.array_equal(x["ranks"][k][:], y["ranks"][k][:]), k
-        for r in x["timeline"]:
-            assert np.array_equal(x["timeline"][r][:], y["timeline"][r][:]), r
-print("ok")
+            assert np.array_equal(x["ranks"][k][:], y["ranks"][k][:]), (b, k)
+        for r in x.get("timeline", {}):
+            assert np.array_equal(x["timeline"][r][:], y["timeline"][r][:]), (b, r)
+print("ok:", " ".join(sys.argv[2:]), "= ", a)
 PY
+/usr/bin/python3 "$tmp/same_run.py" "$tmp/direct" "$tmp/replayed" "$tmp/replayed2"
 
 # The recorded configuration reproduces the run (issue 38): a graph built for dgx-h100 replayed on
 # dgx-a100 records the A100 cluster (it used to record the graph's H100 one, whose re-run gave
@@ -41,21 +42,7 @@ assert "gpu: A100-SXM4-80GB" in text, "recorded configuration is not the A100 on
 open(f"{d}/recorded.yaml", "w").write(text)
 PY
 "$bin" run "$tmp/recorded.yaml" -o "$tmp/rerun" --quiet
-/usr/bin/python3 - "$tmp" <<'PY'
-import json, sys, h5py, numpy as np
-d = sys.argv[1]
-def summary(p):
-    s = json.load(open(p))
-    s["engine"].pop("wall_s"); s["engine"].pop("committed_events_per_s", None)
-    return s
-a, b = summary(f"{d}/a100/summary.json"), summary(f"{d}/rerun/summary.json")
-assert a["gpu"] == "A100-SXM4-80GB", a["gpu"]
-assert a == b, "the recorded configuration does not reproduce the run"
-with h5py.File(f"{d}/a100/results.h5") as x, h5py.File(f"{d}/rerun/results.h5") as y:
-    for k in x["ranks"]:
-        assert np.array_equal(x["ranks"][k][:], y["ranks"][k][:]), k
-print("ok: recorded configuration round trip", a["iteration_time_s"], "s")
-PY
+/usr/bin/python3 "$tmp/same_run.py" "$tmp/a100" "$tmp/rerun"
 
 # A job that does not fit: run --graph proposes the changes run CONFIG proposes (they are tried
 # on the configuration that ran; a run of a stored graph once proposed none).
