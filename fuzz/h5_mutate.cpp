@@ -153,10 +153,14 @@ void resize_dataset(hid_t file, const std::string& path, std::size_t n) {
     if (rank < 1) return;
     dims.resize(static_cast<std::size_t>(rank));
     H5Sget_simple_extent_dims(t.space, dims.data(), nullptr);
-    row = t.count / (dims[0] == 0 ? 1 : dims[0]) * t.elem;
+    row = t.elem;  // one row: the elements of every dimension but the first
+    for (std::size_t d = 1; d < dims.size(); ++d) row *= static_cast<std::size_t>(dims[d]);
     type = H5Tcopy(t.type);
   }
-  if (row == 0) row = H5Tget_size(type);
+  if (row == 0) {
+    H5Tclose(type);
+    return;
+  }
   std::vector<unsigned char> grown(n * row, 0);
   for (std::size_t i = 0; i < n; ++i) {
     const std::size_t from = bytes.empty() ? 0 : std::min(i * row, bytes.size() - row);
