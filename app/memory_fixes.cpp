@@ -111,9 +111,8 @@ void add_memory_fixes(emu::Summary& s, const std::string& config_path,
   if (config_path.empty() && megatron_args.empty()) {
     // A run from graph.h5 alone: the changes are tried on the configuration that ran (the
     // graph's own, with the run's keys), from a private temporary copy.
-    const std::filesystem::path tmp =
-        std::filesystem::temp_directory_path() /
-        ("scalescope-fixes-" + std::to_string(::getpid()) + ".yaml");
+    const std::filesystem::path tmp = std::filesystem::temp_directory_path() /
+                                      ("scalescope-fixes-" + std::to_string(::getpid()) + ".yaml");
     std::ofstream(tmp) << c.resolved_yaml;
     try {
       fixes = memory_fixes(tmp.string(), {}, {}, c);

@@ -68,8 +68,8 @@ io::ExperimentConfig load_config(const std::string& config_path, const graph::Sl
     std::ofstream f(tmp);
     f << g->config_text;
   }
-  const std::string shown = label.empty() ? "the stored configuration"
-                                          : label + " (its stored configuration)";
+  const std::string shown =
+      label.empty() ? "the stored configuration" : label + " (its stored configuration)";
   try {
     io::ExperimentConfig c = io::load_experiment(tmp.string(), overrides, megatron_args);
     fs::remove(tmp);

@@ -133,9 +133,9 @@ std::string sweep_fingerprint(const std::string& resolved,
 /// The rows of a journal left in `dir` by an interrupted sweep with this `fingerprint`: by
 /// index. A journal of another sweep is refused (naming the file); a last line cut short by the
 /// kill is dropped.
-std::map<std::size_t, explore::Row> read_journal(const std::filesystem::path& dir,
-                                                 const std::string& fingerprint,
-                                                 const std::vector<std::vector<std::string>>& points) {
+std::map<std::size_t, explore::Row> read_journal(
+    const std::filesystem::path& dir, const std::string& fingerprint,
+    const std::vector<std::vector<std::string>>& points) {
   std::map<std::size_t, explore::Row> done;
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
@@ -169,8 +169,8 @@ std::map<std::size_t, explore::Row> read_journal(const std::filesystem::path& di
                     x.what());
       }
       if (r.index >= points.size() || r.overrides != points[r.index])
-        throw_input("{}: row {} is not this sweep's configuration {}", e.path().string(),
-                    r.index, r.index);
+        throw_input("{}: row {} is not this sweep's configuration {}", e.path().string(), r.index,
+                    r.index);
       done[r.index] = std::move(r);
     }
   }
@@ -273,7 +273,8 @@ int sweep_command(const MpiWorld& mpi, const std::string& config_path,
     const bool fresh = !std::filesystem::exists(journal, ec);
     log.open(journal, std::ios::app);
     if (!log) throw_io("{}: cannot write the sweep's journal", journal.string());
-    if (fresh) log << nlohmann::ordered_json{{"fingerprint", fingerprint}}.dump() << "\n" << std::flush;
+    if (fresh)
+      log << nlohmann::ordered_json{{"fingerprint", fingerprint}}.dump() << "\n" << std::flush;
   }
   // An unreadable file (cost.profile, a capture) stops this process's share; the error travels
   // with the rows, so no process is left waiting in the gather, and process 0 reports it.

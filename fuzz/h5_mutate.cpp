@@ -45,26 +45,66 @@ std::array<unsigned char, 8> boundary(unsigned pick) {
   double d = 0;
   bool is_double = false;
   switch (pick % 20) {
-    case 0: i = 0; break;
-    case 1: i = -1; break;
-    case 2: i = 1; break;
-    case 3: i = std::int64_t{1} << 31; break;
-    case 4: i = std::int64_t{1} << 32; break;
-    case 5: i = std::numeric_limits<std::int64_t>::max(); break;
-    case 6: i = std::numeric_limits<std::int64_t>::min(); break;
-    case 7: i = (std::int64_t{1} << 50) + 1; break;
-    case 8: i = 0xffff; break;
-    case 9: i = 255; break;
-    case 10: d = std::numeric_limits<double>::quiet_NaN(), is_double = true; break;
-    case 11: d = std::numeric_limits<double>::infinity(), is_double = true; break;
-    case 12: d = -std::numeric_limits<double>::infinity(), is_double = true; break;
-    case 13: d = 1e300, is_double = true; break;
-    case 14: d = -1.0, is_double = true; break;
-    case 15: d = 1e-320, is_double = true; break;
-    case 16: d = 9.3e18, is_double = true; break;
-    case 17: d = -0.0, is_double = true; break;
-    case 18: i = 0x7fffffff; break;
-    default: i = 0xffffffff; break;
+    case 0:
+      i = 0;
+      break;
+    case 1:
+      i = -1;
+      break;
+    case 2:
+      i = 1;
+      break;
+    case 3:
+      i = std::int64_t{1} << 31;
+      break;
+    case 4:
+      i = std::int64_t{1} << 32;
+      break;
+    case 5:
+      i = std::numeric_limits<std::int64_t>::max();
+      break;
+    case 6:
+      i = std::numeric_limits<std::int64_t>::min();
+      break;
+    case 7:
+      i = (std::int64_t{1} << 50) + 1;
+      break;
+    case 8:
+      i = 0xffff;
+      break;
+    case 9:
+      i = 255;
+      break;
+    case 10:
+      d = std::numeric_limits<double>::quiet_NaN(), is_double = true;
+      break;
+    case 11:
+      d = std::numeric_limits<double>::infinity(), is_double = true;
+      break;
+    case 12:
+      d = -std::numeric_limits<double>::infinity(), is_double = true;
+      break;
+    case 13:
+      d = 1e300, is_double = true;
+      break;
+    case 14:
+      d = -1.0, is_double = true;
+      break;
+    case 15:
+      d = 1e-320, is_double = true;
+      break;
+    case 16:
+      d = 9.3e18, is_double = true;
+      break;
+    case 17:
+      d = -0.0, is_double = true;
+      break;
+    case 18:
+      i = 0x7fffffff;
+      break;
+    default:
+      i = 0xffffffff;
+      break;
   }
   std::array<unsigned char, 8> b{};
   if (is_double)
@@ -127,8 +167,9 @@ void replace_string(const Target& t, std::size_t element, const std::string& tex
   const hid_t mem = H5Tcopy(H5T_C_S1);
   H5Tset_size(mem, H5T_VARIABLE);
   H5Tset_cset(mem, H5Tget_cset(t.type));
-  const bool read = (t.attr ? H5Aread(t.obj, mem, strings.data())
-                            : H5Dread(t.obj, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, strings.data())) >= 0;
+  const bool read =
+      (t.attr ? H5Aread(t.obj, mem, strings.data())
+              : H5Dread(t.obj, mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, strings.data())) >= 0;
   if (read) {
     std::vector<char*> edited = strings;
     edited[element % t.count] = const_cast<char*>(text.c_str());
@@ -169,8 +210,8 @@ void resize_dataset(hid_t file, const std::string& path, std::size_t n) {
   H5Ldelete(file, path.c_str(), H5P_DEFAULT);
   dims[0] = n;
   const hid_t space = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
-  const hid_t d = H5Dcreate2(file, path.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT,
-                             H5P_DEFAULT);
+  const hid_t d =
+      H5Dcreate2(file, path.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   if (d >= 0) {
     if (n > 0) H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, grown.data());
     H5Dclose(d);

@@ -11,11 +11,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   static const std::string json = scalescope::fuzz::scratch("-config.json");
   static const std::string experiment = scalescope::fuzz::scratch("-hf.yaml");
   static const bool once = [] {
-    scalescope::fuzz::write_file(experiment,
-                                 "model:\n  hf_config: " + json +
-                                     "\n  seq_length: 4096\nparallel: {tp: 8, dp: 2}\n"
-                                     "training: {global_batch_size: 16}\n"
-                                     "cluster: {preset: dgx-h100, num_gpus: 16}\n");
+    scalescope::fuzz::write_file(experiment, "model:\n  hf_config: " + json +
+                                                 "\n  seq_length: 4096\nparallel: {tp: 8, dp: 2}\n"
+                                                 "training: {global_batch_size: 16}\n"
+                                                 "cluster: {preset: dgx-h100, num_gpus: 16}\n");
     return true;
   }();
   (void)once;

@@ -12,8 +12,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string text(reinterpret_cast<const char*>(data), size);
   scalescope::fuzz::expect_checked(
       [&] { (void)scalescope::io::detail::parse_megatron_args(text, "--megatron-args"); });
-  scalescope::fuzz::expect_checked([&] {
-    (void)scalescope::io::load_experiment("", {"cluster.preset=dgx-h100"}, text);
-  });
+  scalescope::fuzz::expect_checked(
+      [&] { (void)scalescope::io::load_experiment("", {"cluster.preset=dgx-h100"}, text); });
   return 0;
 }

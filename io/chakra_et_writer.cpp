@@ -282,8 +282,8 @@ std::size_t write_chakra(const graph::SlicedGraph& g, const std::string& prefix,
     fs::create_directories(stage, ec);
     if (ec) throw_io("{}: cannot create the staging directory: {}", stage.string(), ec.message());
   }
-  const fs::path final_dir = fs::path(prefix).has_parent_path() ? fs::path(prefix).parent_path()
-                                                                 : fs::path(".");
+  const fs::path final_dir =
+      fs::path(prefix).has_parent_path() ? fs::path(prefix).parent_path() : fs::path(".");
   const std::string staged = (stage / fs::path(prefix).filename()).string();
   std::vector<std::string> written;  // file names (in the stage, then beside PREFIX)
   auto put = [&](const std::string& path, const std::string& bytes) {

@@ -164,10 +164,10 @@ std::string pytorch_capture(const Section& inline_keys, const Value& v, const Se
       text.replace(at, 1, "'\\''");
     return "'" + text + "'";
   };
-  std::string cmd = fmt::format(
-      "/usr/bin/python3 {} {}{} --seq {} --batch {} -o {} >&2", quoted(script.string()),
-      factory ? "--factory " : "", quoted(fs::absolute(file).string() + ":" + name), s,
-      micro_batch, quoted(tmp.string()));
+  std::string cmd =
+      fmt::format("/usr/bin/python3 {} {}{} --seq {} --batch {} -o {} >&2", quoted(script.string()),
+                  factory ? "--factory " : "", quoted(fs::absolute(file).string() + ":" + name), s,
+                  micro_batch, quoted(tmp.string()));
   if (!blocks.empty()) cmd += " --blocks " + quoted(blocks);
   if (!args.empty()) cmd += " --args " + quoted(args);
   const int rc = std::system(cmd.c_str());

@@ -50,7 +50,8 @@ inline std::uint64_t available_memory_bytes() {
   std::uint64_t avail = detail::proc_kib("/proc/meminfo", "MemAvailable");
   const std::uint64_t cg_max = detail::cgroup_value("/sys/fs/cgroup/memory.max");
   const std::uint64_t cg_now = detail::cgroup_value("/sys/fs/cgroup/memory.current");
-  if (cg_max != kNone && cg_now != kNone) avail = std::min(avail, cg_max > cg_now ? cg_max - cg_now : 0);
+  if (cg_max != kNone && cg_now != kNone)
+    avail = std::min(avail, cg_max > cg_now ? cg_max - cg_now : 0);
   const std::uint64_t vm = detail::proc_kib("/proc/self/status", "VmSize");
   for (int resource : {RLIMIT_AS, RLIMIT_DATA}) {
     rlimit lim{};

@@ -388,8 +388,8 @@ FlowRequest CostModel::flow_request(const graph::Op& op, const CommShape& shape)
     r.latency_ns = cluster_.nic_latency_us * 1e3;
     // NCCL's all-to-all alone is never faster than its batches' latency chain.
     if (op.shape[0] == 0)
-      r.latency_ns = std::max(r.latency_ns,
-                              static_cast<double>(a2a_latency_chain_ns(shape)) - r.alone_ns);
+      r.latency_ns =
+          std::max(r.latency_ns, static_cast<double>(a2a_latency_chain_ns(shape)) - r.alone_ns);
     if (!(r.flow_bytes > 0)) r.flow_bytes = bytes / n;  // guard: nothing leaves the node
     return r;
   }

@@ -82,7 +82,8 @@ struct Instance {
     // The per-rank state, counted before it is allocated: a result row per rank of the world,
     // and per replayed rank its LP, recorder and a time slot per op of its program.
     {
-      std::uint64_t bytes = std::uint64_t{g.world_size} * (sizeof(RankResult) + sizeof(std::int32_t));
+      std::uint64_t bytes =
+          std::uint64_t{g.world_size} * (sizeof(RankResult) + sizeof(std::int32_t));
       std::uint32_t n = 0;
       for (std::uint32_t r = 0; r < g.world_size; ++r)
         if ((owner == nullptr || (*owner)[r] == me) && (reps == nullptr || reps->is_active(r))) {
