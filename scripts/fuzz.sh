@@ -55,9 +55,11 @@ for t in "${targets[@]}"; do
   start=$(date +%s)
   set +e
   # shellcheck disable=SC2046
+  committed=()  # fuzz/corpus/TARGET, where git holds any file for it
+  [[ -d $root/fuzz/corpus/$t ]] && committed=("$root/fuzz/corpus/$t")
   "$bin" -max_total_time="$time_s" -runs="$runs" -max_len=65536 -rss_limit_mb=4096 -timeout=30 \
-    -print_final_stats=1 -artifact_prefix="$fuzz/crashes/$t-" "$work" "$root/fuzz/corpus/$t" \
-    $(seeds "$t") >"$log" 2>&1
+    -print_final_stats=1 -artifact_prefix="$fuzz/crashes/$t-" "$work" \
+    ${committed[@]+"${committed[@]}"} $(seeds "$t") >"$log" 2>&1
   rc=$?
   set -e
   secs=$(($(date +%s) - start))
