@@ -169,8 +169,8 @@ std::map<std::size_t, explore::Row> read_journal(
                     x.what());
       }
       if (r.index >= points.size() || r.overrides != points[r.index])
-        throw_input("{}: row {} is not this sweep's configuration {}", e.path().string(), r.index,
-                    r.index);
+        throw_input("{}: row {} is not configuration {} of this sweep: the journal is damaged",
+                    e.path().string(), r.index, r.index);
       done[r.index] = std::move(r);
     }
   }
