@@ -5,11 +5,7 @@
 
 #include <fmt/format.h>
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 
 #include "core/error.hpp"
@@ -110,17 +106,9 @@ void add_memory_fixes(emu::Summary& s, const std::string& config_path,
   std::vector<MemoryFix> fixes;
   if (config_path.empty() && megatron_args.empty()) {
     // A run from graph.h5 alone: the changes are tried on the configuration that ran (the
-    // graph's own, with the run's keys), from a private temporary copy.
-    const std::filesystem::path tmp = std::filesystem::temp_directory_path() /
-                                      ("scalescope-fixes-" + std::to_string(::getpid()) + ".yaml");
-    std::ofstream(tmp) << c.resolved_yaml;
-    try {
-      fixes = memory_fixes(tmp.string(), {}, {}, c);
-    } catch (...) {
-      std::filesystem::remove(tmp);
-      throw;
-    }
-    std::filesystem::remove(tmp);
+    // graph's own, with the run's keys).
+    with_config_file(c.resolved_yaml,
+                     [&](const std::string& path) { fixes = memory_fixes(path, {}, {}, c); });
   } else {
     fixes = memory_fixes(config_path, overrides, megatron_args, c);
   }

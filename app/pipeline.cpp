@@ -62,30 +62,37 @@ io::ExperimentConfig load_config(const std::string& config_path, const graph::Sl
   }
   // The graph carries its resolved configuration; load it from a private temporary file, whose
   // name the messages then give as `label` (the user's graph.h5 or trace).
-  const fs::path tmp =
-      fs::temp_directory_path() / ("scalescope-config-" + std::to_string(::getpid()) + ".yaml");
-  {
-    std::ofstream f(tmp);
-    f << g->config_text;
-  }
   const std::string shown =
       label.empty() ? "the stored configuration" : label + " (its stored configuration)";
-  try {
-    io::ExperimentConfig c = io::load_experiment(tmp.string(), overrides, megatron_args);
-    fs::remove(tmp);
-    c.path = label.empty() ? c.path : label;
-    return c;
-  } catch (const InputError& e) {
-    fs::remove(tmp);
-    std::string message = e.what();
-    for (std::size_t at = 0; (at = message.find(tmp.string(), at)) != std::string::npos;
-         at += shown.size())
-      message.replace(at, tmp.string().size(), shown);
-    throw InputError(message);
-  } catch (...) {
-    fs::remove(tmp);
-    throw;
-  }
+  io::ExperimentConfig c;
+  with_config_file(g->config_text, [&](const std::string& tmp) {
+    try {
+      c = io::load_experiment(tmp, overrides, megatron_args);
+    } catch (const InputError& e) {
+      std::string message = e.what();
+      for (std::size_t at = 0; (at = message.find(tmp, at)) != std::string::npos;
+           at += shown.size())
+        message.replace(at, tmp.size(), shown);
+      throw InputError(message);
+    }
+  });
+  if (!label.empty()) c.path = label;
+  return c;
+}
+
+void with_config_file(const std::string& text,
+                      const std::function<void(const std::string& path)>& body) {
+  const fs::path tmp =
+      fs::temp_directory_path() / ("scalescope-config-" + std::to_string(::getpid()) + ".yaml");
+  std::ofstream(tmp) << text;
+  struct Remove {
+    const fs::path& path;
+    ~Remove() {
+      std::error_code ec;
+      fs::remove(path, ec);
+    }
+  } remove{tmp};
+  body(tmp.string());
 }
 
 namespace {

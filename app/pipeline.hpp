@@ -28,6 +28,11 @@ io::ExperimentConfig load_config(const std::string& config_path, const graph::Sl
                                  const std::vector<std::string>& overrides,
                                  const std::string& megatron_args, const std::string& label = {});
 
+/// Runs `body` with the path of a private temporary file (TMPDIR/scalescope-config-PID.yaml)
+/// holding the configuration `text`; the file is removed afterwards, also when body throws.
+void with_config_file(const std::string& text,
+                      const std::function<void(const std::string& path)>& body);
+
 /// A stored graph replays with the model, parallel and training keys it was built with: refuses
 /// (one line naming each key, its value and the graph's) a configuration `c` whose resolved keys
 /// there differ from the graph's stored configuration, training.host_iteration_ms aside (applied

@@ -38,27 +38,22 @@ int run_command(const MpiWorld& mpi, const std::string& config_path, const std::
   // The configuration first (from CONFIG, or the one graph.h5 carries): the engine decides how
   // the graph is read.
   std::optional<io::ExperimentConfig> loaded;
-  if (config_path.empty() && !graph_path.empty() && megatron_args.empty()) {
-    // A graph imported from Chakra traces replays with its trace durations.
-    graph::SlicedGraph meta;
-    meta.config_text = io::read_graph_config_text(graph_path);
-    if (is_chakra_config(meta.config_text)) {
-      refuse_program_overrides(overrides, graph_path);
-      io::ExperimentConfig c = load_config({}, &meta, overrides, {}, graph_path);
-      const graph::SlicedGraph g = io::read_graph_h5(graph_path);
-      return run_chakra(mpi, g, io::read_graph_durations_h5(graph_path), c, out_override, quiet);
-    }
+  graph::SlicedGraph meta;  // a stored graph's configuration, read once
+  if (!graph_path.empty()) meta.config_text = io::read_graph_config_text(graph_path);
+  // A graph imported from Chakra traces replays with its trace durations.
+  if (config_path.empty() && !graph_path.empty() && megatron_args.empty() &&
+      is_chakra_config(meta.config_text)) {
+    refuse_program_overrides(overrides, graph_path);
+    io::ExperimentConfig c = load_config({}, &meta, overrides, {}, graph_path);
+    const graph::SlicedGraph g = io::read_graph_h5(graph_path);
+    return run_chakra(mpi, g, io::read_graph_durations_h5(graph_path), c, out_override, quiet);
   }
-  if (!config_path.empty() || graph_path.empty()) {
+  if (!config_path.empty() || graph_path.empty())
     loaded = load_config(config_path, nullptr, overrides, megatron_args);
-  } else {
-    graph::SlicedGraph meta;
-    meta.config_text = io::read_graph_config_text(graph_path);
+  else
     loaded = load_config(config_path, &meta, overrides, megatron_args, graph_path);
-  }
   // A stored graph holds the programs: keys that would change them cannot apply.
-  if (!graph_path.empty())
-    check_graph_config(*loaded, io::read_graph_config_text(graph_path), graph_path);
+  if (!graph_path.empty()) check_graph_config(*loaded, meta.config_text, graph_path);
   io::ExperimentConfig& c = *loaded;
   if (!out_override.empty()) c.run.output = out_override;
   if (!sandbox.empty()) c.run.sandbox_ranks = sandbox;

@@ -39,78 +39,44 @@ herr_t collect(hid_t root, const char* name, const H5O_info_t* info, void* op) {
   return 0;
 }
 
+/// One boundary value: an integer, or a double.
+struct Boundary {
+  bool is_double;
+  std::int64_t i;
+  double d;
+};
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr std::array<Boundary, 20> kBoundaries = {{
+    {false, 0, 0},
+    {false, -1, 0},
+    {false, 1, 0},
+    {false, std::int64_t{1} << 31, 0},
+    {false, std::int64_t{1} << 32, 0},
+    {false, std::numeric_limits<std::int64_t>::max(), 0},
+    {false, std::numeric_limits<std::int64_t>::min(), 0},
+    {false, (std::int64_t{1} << 50) + 1, 0},
+    {false, 0xffff, 0},
+    {false, 255, 0},
+    {true, 0, std::numeric_limits<double>::quiet_NaN()},
+    {true, 0, kInf},
+    {true, 0, -kInf},
+    {true, 0, 1e300},
+    {true, 0, -1.0},
+    {true, 0, 1e-320},
+    {true, 0, 9.3e18},
+    {true, 0, -0.0},
+    {false, 0x7fffffff, 0},
+    {false, 0xffffffff, 0},
+}};
+
 /// The boundary values an edit writes, as 8 raw bytes (the low bytes for narrower elements).
 std::array<unsigned char, 8> boundary(unsigned pick) {
-  std::int64_t i = 0;
-  double d = 0;
-  bool is_double = false;
-  switch (pick % 20) {
-    case 0:
-      i = 0;
-      break;
-    case 1:
-      i = -1;
-      break;
-    case 2:
-      i = 1;
-      break;
-    case 3:
-      i = std::int64_t{1} << 31;
-      break;
-    case 4:
-      i = std::int64_t{1} << 32;
-      break;
-    case 5:
-      i = std::numeric_limits<std::int64_t>::max();
-      break;
-    case 6:
-      i = std::numeric_limits<std::int64_t>::min();
-      break;
-    case 7:
-      i = (std::int64_t{1} << 50) + 1;
-      break;
-    case 8:
-      i = 0xffff;
-      break;
-    case 9:
-      i = 255;
-      break;
-    case 10:
-      d = std::numeric_limits<double>::quiet_NaN(), is_double = true;
-      break;
-    case 11:
-      d = std::numeric_limits<double>::infinity(), is_double = true;
-      break;
-    case 12:
-      d = -std::numeric_limits<double>::infinity(), is_double = true;
-      break;
-    case 13:
-      d = 1e300, is_double = true;
-      break;
-    case 14:
-      d = -1.0, is_double = true;
-      break;
-    case 15:
-      d = 1e-320, is_double = true;
-      break;
-    case 16:
-      d = 9.3e18, is_double = true;
-      break;
-    case 17:
-      d = -0.0, is_double = true;
-      break;
-    case 18:
-      i = 0x7fffffff;
-      break;
-    default:
-      i = 0xffffffff;
-      break;
-  }
+  const Boundary& v = kBoundaries[pick % kBoundaries.size()];
   std::array<unsigned char, 8> b{};
-  if (is_double)
-    std::memcpy(b.data(), &d, 8);
+  if (v.is_double)
+    std::memcpy(b.data(), &v.d, 8);
   else
-    std::memcpy(b.data(), &i, 8);
+    std::memcpy(b.data(), &v.i, 8);
   return b;
 }
 

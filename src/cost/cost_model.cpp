@@ -223,15 +223,14 @@ std::uint32_t CostModel::p2p_channels(const CommShape& shape) const {
 SimTime CostModel::a2a_latency_chain_ns(const CommShape& shape) const {
   if (shape.ranks <= 1) return 0;
   const std::uint64_t per_node = std::min<std::uint64_t>(shape.ranks_per_node, shape.ranks);
-  const std::uint64_t batches_per_group = (per_node + 7) / 8;
-  if (shape.nodes <= 1) {
-    const std::uint64_t batches = (per_node - 1 + 7) / 8;
-    return to_ns(static_cast<double>(batches + 1) * cluster_.nvlink_latency_us * 1e-6,
-                 [&] { return fmt::format("a {}-rank all-to-all", shape.ranks); });
-  }
-  const std::uint64_t c = p2p_channels(shape);
-  const std::uint64_t remote = (std::uint64_t{shape.nodes} - 1 + c - 1) / c * batches_per_group;
-  return to_ns(static_cast<double>(remote + 1) * cluster_.nic_latency_us * 1e-6,
+  const bool one_node = shape.nodes <= 1;
+  const std::uint64_t c = one_node ? 1 : p2p_channels(shape);
+  // The busiest channel's batches: on one node its peers', else the other nodes' groups.
+  const std::uint64_t batches =
+      one_node ? (per_node - 1 + 7) / 8
+               : (std::uint64_t{shape.nodes} - 1 + c - 1) / c * ((per_node + 7) / 8);
+  const double latency_us = one_node ? cluster_.nvlink_latency_us : cluster_.nic_latency_us;
+  return to_ns(static_cast<double>(batches + 1) * latency_us * 1e-6,
                [&] { return fmt::format("a {}-rank all-to-all", shape.ranks); });
 }
 
