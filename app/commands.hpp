@@ -70,10 +70,11 @@ struct CaptureOptions {
   std::string out;
   std::string blocks;
   std::string dtype = "bf16";
-  std::int64_t seq = 4096;
-  std::int64_t batch = 1;
-  std::int64_t tp = 2;  ///< the TP degree the summary lowers the plan at
+  std::int64_t seq = 0;    ///< 0: not given (a factory's example inputs, else 4096)
+  std::int64_t batch = 0;  ///< 0: not given (a factory's example inputs, else 1)
+  std::int64_t tp = 2;     ///< the TP degree the summary lowers the plan at
   bool summary = false;
+  bool same_blocks = false;  ///< blocks that run different ops: cost all as the first
 };
 int capture_command(const CaptureOptions& o);
 

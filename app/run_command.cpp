@@ -97,6 +97,11 @@ int run_command(const MpiWorld& mpi, const std::string& config_path, const std::
       std::cout << fmt::format("tensor-parallel plan ({}):\n{}", c.model.capture_plan.source,
                                workload::describe_tp_plan(c.model.capture_plan));
     if (!c.model.capture_note.empty()) std::cout << "note: " << c.model.capture_note << "\n";
+    if (c.model.capture)
+      std::cout << "note: "
+                << workload::describe_causal_attention(*c.model.capture,
+                                                       c.model.capture_causal_mask)
+                << "\n";
   }
   if (graph->world_size != static_cast<std::uint32_t>(c.parallel.world()))
     throw_input("{}: graph has {} ranks but the configuration has {} GPUs", graph_path,

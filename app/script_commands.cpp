@@ -1,6 +1,7 @@
-// The commands whose front end is a Python script of this checkout, run with Debian's
-// /usr/bin/python3: `capture` (PyTorch's tracer, scripts/capture/capture.py) and `report`
-// (scripts/post/report.py).
+// The commands whose front end is a Python script of this checkout: `capture` (PyTorch's tracer,
+// scripts/capture/capture.py, run by scripts/capture/python: $SCALESCOPE_PYTHON, else the pinned
+// PyTorch 2.x venv, else Debian's /usr/bin/python3) and `report` (scripts/post/report.py, Debian's
+// /usr/bin/python3).
 #include <sys/wait.h>
 
 #include <cstdlib>
@@ -41,13 +42,16 @@ fs::path checkout_script(const std::string& command, const fs::path& relative) {
 int capture_command(const CaptureOptions& o) {
   const fs::path script =
       checkout_script("capture", fs::path("scripts") / "capture" / "capture.py");
+  const fs::path python = checkout_script("capture", fs::path("scripts") / "capture" / "python");
   if (o.model.empty() == o.factory.empty())
     throw_input("scalescope capture: give path/to/file.py:ClassName or --factory FILE:FUNCTION");
-  std::string cmd =
-      fmt::format("/usr/bin/python3 '{}' {}'{}' --seq {} --batch {} --dtype '{}' -o '{}'",
-                  script.string(), o.factory.empty() ? "" : "--factory ",
-                  o.factory.empty() ? o.model : o.factory, o.seq, o.batch, o.dtype, o.out);
+  std::string cmd = fmt::format("'{}' '{}' {}'{}' --dtype '{}' -o '{}'", python.string(),
+                                script.string(), o.factory.empty() ? "" : "--factory ",
+                                o.factory.empty() ? o.model : o.factory, o.dtype, o.out);
+  if (o.seq > 0) cmd += fmt::format(" --seq {}", o.seq);
+  if (o.batch > 0) cmd += fmt::format(" --batch {}", o.batch);
   if (!o.blocks.empty()) cmd += fmt::format(" --blocks '{}'", o.blocks);
+  if (o.same_blocks) cmd += " --same-blocks";
   if (!o.args.empty()) cmd += fmt::format(" --args '{}'", o.args);
   const int code = shell(cmd);
   if (code != 0 || !o.summary) return code;

@@ -93,6 +93,8 @@ workload::Capture read_capture_h5(const std::string& path) {
   c.dtype = meta.string_attribute("dtype");
   c.torch_version = meta.string_attribute("torch_version");
   c.blocks_attr = meta.string_attribute("blocks_attr");
+  if (meta.has_attribute("blocks_differ")) c.blocks_differ = meta.string_attribute("blocks_differ");
+  if (meta.has_attribute("loss")) c.loss = meta.string_attribute("loss");
   // A plan the model file declares (capture.py: a dict of parallelize_module styles).
   if (meta.has_attribute("tp_plan")) {
     const std::string text = meta.string_attribute("tp_plan");
@@ -165,6 +167,9 @@ std::string format_capture_summary(const workload::Capture& c, const workload::T
       "capture of {}: {} blocks ({}), micro-batch {} × {} tokens, hidden {}, "
       "vocabulary {}, PyTorch {}\n",
       c.model, c.num_blocks, c.blocks_attr, c.batch, c.seq, hidden, c.vocab_size, c.torch_version);
+  if (!c.blocks_differ.empty())
+    out += fmt::format("warning: {}; every block is costed as the first (--same-blocks)\n",
+                       c.blocks_differ);
   // The block's ops by how they are costed.
   std::map<workload::AtenClass, int> classes;
   int calls = 0;
@@ -180,6 +185,7 @@ std::string format_capture_summary(const workload::Capture& c, const workload::T
       calls, classes[workload::AtenClass::Gemm], classes[workload::AtenClass::Attention],
       classes[workload::AtenClass::MemoryBound], classes[workload::AtenClass::View],
       classes[workload::AtenClass::Unknown], block_flops);
+  out += workload::describe_causal_attention(c, workload::CausalMask::Auto) + "\n";
   out +=
       fmt::format("tensor-parallel plan ({}):\n{}", plan.source, workload::describe_tp_plan(plan));
   out += "block linear layers:\n";
@@ -210,8 +216,18 @@ std::string format_capture_summary(const workload::Capture& c, const workload::T
   // attention kernel's FLOPs are not GEMM nodes and are not counted on either side).
   const bool fused = workload::capture_has_fused_attention(c);
   const double captured = static_cast<double>(c.num_blocks) * block_flops + gemm_flops(c.outer);
-  const double n =
-      static_cast<double>(c.num_blocks) * gemm_weights(c.block) + gemm_weights(c.outer);
+  // Experts held as 3-D weights: a token goes through top-k of the E experts, so k experts'
+  // weights count once per token.
+  const workload::ExpertWeights ew = workload::capture_expert_weights(c);
+  const double expert_n = static_cast<double>(ew.topk) * ew.weights_per_expert;
+  const double n = static_cast<double>(c.num_blocks) * (gemm_weights(c.block) + expert_n) +
+                   gemm_weights(c.outer);
+  if (!ew.params.empty()) {
+    out += fmt::format("block expert weights (3-D, {} experts, top-{}):\n", ew.experts, ew.topk);
+    for (const auto& [name, shape] : ew.params)
+      out += fmt::format("  {:<40}  {}x{}x{}  {}\n", name, shape[0], shape[1], shape[2],
+                         tp > 1 ? "not sharded: TP and EP of 3-D experts are not lowered yet" : "");
+  }
   const double attention = fused ? 0.0
                                  : 12.0 * static_cast<double>(c.num_blocks) *
                                        static_cast<double>(c.seq) * static_cast<double>(hidden) *
@@ -219,8 +235,10 @@ std::string format_capture_summary(const workload::Capture& c, const workload::T
   const double expected = 6 * n * tokens + attention;
   out += fmt::format(
       "iteration GEMM FLOPs per micro-batch: captured {:.4g}; 6·N·T {:.4g} (N = {:.4g} GEMM "
-      "weights, T = {} tokens){}; captured / expected = {:.4f}\n",
-      captured, 6 * n * tokens, n, tokens,
+      "weights{}, T = {} tokens){}; captured / expected = {:.4f}\n",
+      captured, 6 * n * tokens, n,
+      ew.params.empty() ? "" : fmt::format(", experts' at top-{} of {}", ew.topk, ew.experts),
+      tokens,
       fused ? " (attention fused: not in either)"
             : fmt::format(" + attention 12·L·s·h·T {:.4g}", attention),
       expected > 0 ? captured / expected : 0.0);

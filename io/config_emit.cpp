@@ -72,6 +72,8 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
                                        : "blocks");
     out << YAML::Key << "outer" << YAML::Value << (m.capture_outer ? "captured" : "builder");
     out << YAML::Key << "sdpa" << YAML::Value << (m.capture_sdpa_flash ? "flash" : "cudnn");
+    out << YAML::Key << "causal_mask" << YAML::Value
+        << workload::causal_mask_name(m.capture_causal_mask);
   }
   if (m.moe()) {
     out << YAML::Key << "num_experts" << YAML::Value << m.num_experts;

@@ -146,8 +146,8 @@ Keys concat(Keys a, const Keys& b) {
 Keys section_keys(std::string_view section) {
   if (section == "model")
     return concat(kModelShapeKeys, {"preset", "hf_config", "source", "tp_plan", "compile", "outer",
-                                    "sdpa", "pytorch", "pytorch_args", "pytorch_blocks",
-                                    "pytorch_tp_plan", "pytorch_factory"});
+                                    "sdpa", "causal_mask", "pytorch", "pytorch_args",
+                                    "pytorch_blocks", "pytorch_tp_plan", "pytorch_factory"});
   if (section == "parallel") return kParallelKeys;
   if (section == "training") return kTrainingKeys;
   if (section == "cluster") return concat(kClusterNetworkKeys, {"preset"});

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
@@ -15,6 +16,7 @@
 #include "io/capture_h5.hpp"
 #include "io/config_internal.hpp"
 #include "io/megatron_args.hpp"
+#include "workload/accounting.hpp"
 
 namespace scalescope::io::detail {
 
@@ -142,6 +144,9 @@ std::string pytorch_capture(const Section& inline_keys, const Value& v, const Se
   mix(contents(file));
   mix(args.empty() ? std::string() : contents(args));
   mix(contents(script));
+  // The interpreter (scripts/capture/python: the pinned venv, or $SCALESCOPE_PYTHON).
+  mix(contents(fs::path(SCALESCOPE_SOURCE_DIR) / "scripts" / "torch_venv.sh"));
+  if (const char* py = std::getenv("SCALESCOPE_PYTHON")) mix(py);
   mix(fmt::format("{}|{}|{}|{}|{}", spec.substr(colon + 1), blocks, s, micro_batch, factory));
   const char* env = std::getenv("SCALESCOPE_CACHE");
   const char* xdg = std::getenv("XDG_CACHE_HOME");
@@ -164,10 +169,11 @@ std::string pytorch_capture(const Section& inline_keys, const Value& v, const Se
       text.replace(at, 1, "'\\''");
     return "'" + text + "'";
   };
-  std::string cmd =
-      fmt::format("/usr/bin/python3 {} {}{} --seq {} --batch {} -o {} >&2", quoted(script.string()),
-                  factory ? "--factory " : "", quoted(fs::absolute(file).string() + ":" + name), s,
-                  micro_batch, quoted(tmp.string()));
+  const fs::path python = fs::path(SCALESCOPE_SOURCE_DIR) / "scripts" / "capture" / "python";
+  std::string cmd = fmt::format("{} {} {}{} --seq {} --batch {} -o {} >&2", quoted(python.string()),
+                                quoted(script.string()), factory ? "--factory " : "",
+                                quoted(fs::absolute(file).string() + ":" + name), s, micro_batch,
+                                quoted(tmp.string()));
   if (!blocks.empty()) cmd += " --blocks " + quoted(blocks);
   if (!args.empty()) cmd += " --args " + quoted(args);
   const int rc = std::system(cmd.c_str());
@@ -212,7 +218,7 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
   }
   for (const auto& [k, v] : inline_keys)
     if (k != "preset" && k != "hf_config" && k != "source" && k != "tp_plan" && k != "compile" &&
-        k != "sdpa" && k != "outer" && k.rfind("pytorch", 0) != 0)
+        k != "sdpa" && k != "causal_mask" && k != "outer" && k.rfind("pytorch", 0) != 0)
       merged.insert_or_assign(k, v);
 
   // A captured model (docs/flint.md): its block replaces the built-in layer; the shape keys it
@@ -253,7 +259,9 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
         {"num_layers", capture->num_blocks},       {"seq_length", capture->seq},
         {"vocab_size", capture->vocab_size},       {"hidden_size", shapes.hidden},
         {"num_attention_heads", shapes.heads},     {"kv_channels", shapes.head_dim},
-        {"num_query_groups", shapes.query_groups}, {"ffn_hidden_size", shapes.ffn}};
+        {"num_query_groups", shapes.query_groups}, {"ffn_hidden_size", shapes.ffn},
+        {"num_experts", shapes.experts},           {"moe_router_topk", shapes.topk},
+        {"moe_ffn_hidden_size", shapes.expert_ffn}};
     for (const auto& [key, value] : ints) {
       if (value <= 0) continue;  // the capture cannot tell
       if (const Value* given = get(merged, key)) {
@@ -271,15 +279,29 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
         merged.insert_or_assign(key, Value{YAML::Node(value), from});
       }
     }
+    // Flags the capture determines must agree with the experiment's (a preset's included):
+    // gated_linear_unit: false on a gated capture would cost a non-gated MLP.
     for (const auto& [key, value] : {std::pair{"gated_linear_unit", shapes.gated},
                                      std::pair{"add_bias_linear", shapes.bias}}) {
-      if (!value || get(merged, key) != nullptr) continue;
+      if (!value) continue;
+      if (const Value* given = get(merged, key)) {
+        if (detail::read_bool(*given, std::string("model.") + key) != *value)
+          fail(*given, std::string("model.") + key,
+               fmt::format("disagrees with the capture {} ({})", capture_path, *value));
+        continue;
+      }
       merged.insert_or_assign(key, Value{YAML::Node(*value), from});
     }
-    if (shapes.learned_positions && get(merged, "position_embedding_type") == nullptr)
-      merged.insert_or_assign(
-          "position_embedding_type",
-          Value{YAML::Node(*shapes.learned_positions ? "learned_absolute" : "rope"), from});
+    if (shapes.learned_positions) {
+      const std::string captured = *shapes.learned_positions ? "learned_absolute" : "rope";
+      if (const Value* given = get(merged, "position_embedding_type")) {
+        if (detail::read_string(*given, "model.position_embedding_type") != captured)
+          fail(*given, "model.position_embedding_type",
+               fmt::format("disagrees with the capture {} ({})", capture_path, captured));
+      } else {
+        merged.insert_or_assign("position_embedding_type", Value{YAML::Node(captured), from});
+      }
+    }
     // Tied or untied output layer, as the capture's outer graph has it (the tied embedding's
     // gradients are all-reduced between the first and last stage under PP).
     if (const std::optional<bool> tied = workload::capture_ties_embeddings(*capture)) {
@@ -297,6 +319,16 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
 
   workload::ModelSpec m;
   if (!sources.preset.empty()) m.name = sources.preset;
+  if (capture) {
+    // A captured model is named by what was captured (file.py:Class or the factory), not by a
+    // preset that only fills the keys the capture cannot show.
+    const std::string& spec = capture->model;
+    const std::size_t colon = spec.rfind(':');
+    m.name = colon == std::string::npos
+                 ? fs::path(spec).filename().string()
+                 : fs::path(spec.substr(0, colon)).filename().string() + spec.substr(colon);
+    if (get(inline_keys, "name") == nullptr) merged.erase("name");  // a preset's name
+  }
   const Reader r(merged, "model");
   r.text("name", m.name);
   r.positive("num_layers", m.num_layers);
@@ -407,9 +439,23 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
   }
   if (m.q_lora_rank < 0) throw_input("{}: model.q_lora_rank must be >= 0", experiment);
   if (capture) {
+    // The weights the memory model charges come from the spec: they must be the capture's
+    // (a 3-D expert weight or a key the capture cannot show would otherwise go uncounted).
+    const double captured = workload::capture_block_parameters(*capture);
+    const double modelled = workload::layer_parameters(m, 0);
+    if (captured > 0 && std::abs(modelled / captured - 1) > 0.02)
+      throw_input(
+          "{}: model: a layer here has {:.6g} parameters, the captured block of {} has {:.6g} "
+          "({:+.1f} %); set the shape keys the capture cannot show (num_experts, "
+          "moe_router_topk, moe_ffn_hidden_size, ...) to the model's",
+          experiment, modelled, capture_path, captured, 100 * (modelled / captured - 1));
     m.capture = capture;
     m.capture_path = capture_path;
     m.capture_note = capture_layers_note;
+    if (!capture->blocks_differ.empty())
+      m.capture_note += fmt::format("{}the capture {} costs every block as its first: {}",
+                                    m.capture_note.empty() ? "" : "; note: ", capture_path,
+                                    capture->blocks_differ);
     // The tensor-parallel plan (docs/flint.md "Tensor-parallel plans"): model.pytorch_tp_plan
     // (parallelize_module styles by module pattern), a shipped plan by name (model.tp_plan), the
     // one the model file declares, else one inferred from the captured graph.
@@ -455,6 +501,16 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
     if (const Value* sdpa = get(inline_keys, "sdpa"))
       m.capture_sdpa_flash =
           detail::read_choice(*sdpa, "model.sdpa", {"flash", "cudnn"}) == "flash";
+    if (const Value* mask = get(inline_keys, "causal_mask")) {
+      const std::string c =
+          detail::read_choice(*mask, "model.causal_mask", {"auto", "assume", "materialized"});
+      m.capture_causal_mask = c == "auto"     ? workload::CausalMask::Auto
+                              : c == "assume" ? workload::CausalMask::Assume
+                                              : workload::CausalMask::Materialized;
+    }
+  } else if (const Value* mask = get(inline_keys, "causal_mask")) {
+    fail(*mask, "model.causal_mask",
+         "applies to a captured model only (set model.source or model.pytorch)");
   } else if (const Value* sdpa = get(inline_keys, "sdpa")) {
     fail(*sdpa, "model.sdpa",
          "applies to a captured model only (set model.source or model.pytorch)");

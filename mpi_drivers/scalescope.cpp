@@ -131,12 +131,22 @@ int main(int argc, char** argv) {
       "and example inputs)");
   cmodel->excludes(cfactory);
   ccmd->add_option("--args", cap.args, "YAML mapping of constructor arguments")->excludes(cfactory);
-  ccmd->add_option("--seq", cap.seq, "Sequence length (default 4096)");
-  ccmd->add_option("--batch", cap.batch, "Micro-batch size (default 1)");
+  ccmd->add_option("--seq", cap.seq,
+                   "Sequence length (default: a factory's example inputs, else 4096; the "
+                   "inputs must agree with it)")
+      ->check(CLI::PositiveNumber);
+  ccmd->add_option("--batch", cap.batch,
+                   "Micro-batch size (default: a factory's example inputs, else 1; the inputs "
+                   "must agree with it)")
+      ->check(CLI::PositiveNumber);
   ccmd->add_option("--dtype", cap.dtype, "bf16 (default), fp16 or fp32");
   ccmd->add_option("--blocks", cap.blocks,
                    "Dotted path of the nn.ModuleList of repeated blocks (default: the largest "
                    "one of modules of one class in the module tree)");
+  ccmd->add_flag("--same-blocks", cap.same_blocks,
+                 "The blocks run different ops (sliding-window and full-attention layers): "
+                 "cost every one as the first, said in the capture and its summaries (without "
+                 "it such a model is refused)");
   ccmd->add_option("-o,--output", cap.out, "capture.h5 path")->required();
   ccmd->add_flag("--summary", cap.summary,
                  "Print per block the ops, GEMM FLOPs, the TP plan and its collectives, and the "

@@ -204,11 +204,24 @@ def is_causal(n):
     return None
 
 
-def describe(graph, param_names, grad_offset, buffer_names=(), buffer_at=None, buffer_masks=()):
+# Ops through which a causal mask stays one: views, casts, selections by position (training runs
+# positions 0..s-1, so gpt-fast's causal_mask[None, None, input_pos] is the whole triangle), and
+# what turns a boolean mask into an additive one (where, masked_fill, logical ops).
+MASK_PASS = VIEW_OPS | {"index", "index_select", "where", "masked_fill", "logical_not",
+                        "bitwise_not", "clone", "contiguous", "expand_as", "to", "lift_fresh",
+                        "lift_fresh_copy", "eq", "ne", "lt", "le", "gt", "ge", "mul", "add",
+                        "sub", "neg", "full_like", "zeros_like"}
+
+
+def describe(graph, param_names, grad_offset, buffer_names=(), buffer_at=None, buffer_masks=(),
+             masks=None, input_masks=None):
     """The graph's nodes as plain dicts (inputs by index), module paths completed from the
     parameters that backward ops read. The graph's first placeholders are `param_names`; the
     `buffer_names` placeholders start at placeholder `buffer_at` (they are inputs, never
-    differentiated)."""
+    differentiated). `input_masks`: placeholder index → "tril" / "triu" for other inputs made by
+    those ops (a mask the model hands its blocks); `masks` tells the graph's constants (a mask
+    kept as a plain attribute, not a buffer). A fused attention op reading such a mask, through
+    MASK_PASS ops, is marked with it."""
     nodes = list(graph.graph.nodes)
     index = {n: i for i, n in enumerate(nodes)}
     out = []
@@ -237,10 +250,29 @@ def describe(graph, param_names, grad_offset, buffer_names=(), buffer_at=None, b
                 if placeholder - buffer_at < len(buffer_masks) and \
                         buffer_masks[placeholder - buffer_at]:
                     d["mask"] = buffer_masks[placeholder - buffer_at]  # made by tril / triu
+            if input_masks and input_masks.get(placeholder):
+                d["mask"] = input_masks[placeholder]
             placeholder += 1
             if d["param"]:
                 d["module"] = d["param"].rsplit(".", 1)[0]
+        elif n.op == "get_attr" and masks is not None:
+            kind = masks.kind(getattr(graph, n.target, None))
+            if kind:
+                d["mask"] = kind  # a constant made by tril / triu (a plain attribute)
         out.append(d)
+    # Masks through the ops that keep them masks, onto the fused attention ops that read them.
+    mask_of = {}
+    for i, d in enumerate(out):
+        if d.get("mask"):
+            mask_of[i] = d["mask"]
+        elif d["kind"] == "call_function":
+            src = next((mask_of[j] for j in d["inputs"] if j in mask_of), None)
+            if src is None:
+                continue
+            if "attention" in d["op"]:
+                d["mask"] = src
+            elif d["op"].split(".")[0] in MASK_PASS:
+                mask_of[i] = src
     # Backward ops run outside forward hooks: take the module of a parameter they read, through
     # view-like ops (the weight of a dgrad / wgrad GEMM).
     def param_module(i, depth=0):
@@ -470,7 +502,7 @@ class MaskProvenance:
     so the ops that made it are watched while the model is built."""
     PASS = {"view", "_unsafe_view", "reshape", "_reshape_alias", "expand", "unsqueeze", "squeeze",
             "slice", "alias", "t", "transpose", "permute", "detach", "_to_copy", "clone",
-            "contiguous", "lift_fresh", "lift_fresh_copy", "to"}
+            "contiguous", "lift_fresh", "lift_fresh_copy", "to", "index"}
 
     def __init__(self):
         from torch.utils._python_dispatch import TorchDispatchMode
@@ -496,6 +528,53 @@ class MaskProvenance:
 
     def kind(self, tensor):
         return self.kinds.get(id(tensor), "")
+
+
+def block_signatures(model, blocks, mode, call):
+    """Per block of the list, the ATen ops its forward runs (op and output shapes), from one fake
+    forward of the whole model: blocks that differ (gpt-oss's sliding-window layers between
+    full-attention ones) show here."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    sigs = [[] for _ in blocks]
+    at = []
+
+    class Recorder(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if at:
+                outs = out if isinstance(out, (tuple, list)) else [out]
+                sigs[at[-1]].append((str(func).replace("aten.", ""), tuple(
+                    tuple(o.shape) for o in outs if isinstance(o, torch.Tensor))))
+            return out
+
+    def leave(mod, a, o):
+        at.pop()  # returns None: the block's output stays
+
+    handles = []
+    for i, b in enumerate(blocks):
+        handles.append(b.register_forward_pre_hook(lambda mod, a, i=i: at.append(i) and None))
+        handles.append(b.register_forward_hook(leave))
+    try:
+        with mode, Recorder():
+            call()
+    finally:
+        for h in handles:
+            h.remove()
+    return sigs
+
+
+def first_difference(sigs, blocks_path):
+    """None when every block runs block 0's ops, else a one-line description of the first
+    block that does not."""
+    for i, sig in enumerate(sigs[1:], 1):
+        if sig == sigs[0]:
+            continue
+        k = next((j for j, (a, b) in enumerate(zip(sigs[0], sig)) if a != b),
+                 min(len(sig), len(sigs[0])))
+        show = lambda s: f"{s[k][0]} -> {list(s[k][1])}" if k < len(s) else "nothing more"
+        return (f"block {blocks_path}.{i} runs other ops than {blocks_path}.0 ({len(sig)} "
+                f"against {len(sigs[0])} ops; op {k}: {show(sig)} against {show(sigs[0])})")
+    return None
 
 
 def build_model(model_spec, factory, args_path, mode, torch_dtype, masks):
@@ -531,11 +610,33 @@ def build_model(model_spec, factory, args_path, mode, torch_dtype, masks):
                                    f"{one_line(e)}")
         where = model_spec
     with mode, masks.mode:
-        model = model.to(torch_dtype)
+        cast_floating(model, torch_dtype)
     return model, inputs, where, type(model).__name__, kwargs
 
 
-def capture(model_spec, args_path, batch, seq, dtype, blocks_path, factory=None):
+def cast_floating(model, dtype):
+    """model.to(dtype) for floating parameters and buffers, tied ones staying tied. Done by hand:
+    PyTorch 2.x's Module.to swaps a tensor subclass (a fake tensor) in place, which fails on the
+    weak references the fake mode keeps ("Couldn't swap Embedding.weight")."""
+    done = {}
+    for m in model.modules():
+        for store, is_param in ((m._parameters, True), (m._buffers, False)):
+            for name, t in list(store.items()):
+                if t is None or not t.is_floating_point() or t.dtype == dtype:
+                    continue
+                if id(t) not in done:
+                    c = t.detach().to(dtype)
+                    done[id(t)] = nn.Parameter(c, requires_grad=t.requires_grad) if is_param \
+                        else c
+                store[name] = done[id(t)]
+
+
+def capture(model_spec, args_path, batch, seq, dtype, blocks_path, factory=None,
+            same_blocks=False):
+    """batch / seq: None where the command line left them out (the example inputs, else 1 and
+    4096)."""
+    batch_asked, seq_asked = batch, seq
+    batch, seq = batch or 1, seq or 4096
     torch_dtype = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}[dtype]
     mode = FakeTensorMode()
     t0 = time.time()
@@ -545,7 +646,6 @@ def capture(model_spec, args_path, batch, seq, dtype, blocks_path, factory=None)
     blocks_path, blocks = find_blocks(model, blocks_path, where)
     num_blocks = len(blocks)
     block = blocks[0]
-    set_submodule(model, blocks_path, nn.ModuleList([block]))
     vocab = None
     for m in model.modules():
         if isinstance(m, nn.Embedding):
@@ -563,19 +663,41 @@ def capture(model_spec, args_path, batch, seq, dtype, blocks_path, factory=None)
         call_kwargs = dict(inputs) if isinstance(inputs, dict) else {}
         if not isinstance(inputs, (tuple, list, dict)):
             call_args = (inputs,)
-        ids = next((t for t in list(call_args) + list(call_kwargs.values())
-                    if isinstance(t, torch.Tensor) and t.dim() == 2 and not t.is_floating_point()),
-                   None)
+        given = [t for t in list(call_args) + list(call_kwargs.values())
+                 if isinstance(t, torch.Tensor) and not t.is_floating_point()]
+        # Token ids: [batch, seq], or [seq] for a forward over one sequence (gpt-oss's).
+        ids = next((t for t in given if t.dim() == 2), None)
+        if ids is None:
+            ids = next((t for t in given if t.dim() == 1), None)
         if ids is None:
             raise CaptureError(f"{where}: the example inputs hold no [batch, seq] token ids")
-        batch, seq = int(ids.shape[0]), int(ids.shape[1])
+        shape = (1, int(ids.shape[0])) if ids.dim() == 1 else tuple(int(d) for d in ids.shape)
+        for flag, asked, got in (("--batch", batch_asked, shape[0]), ("--seq", seq_asked, shape[1])):
+            if asked is not None and asked != got:
+                raise CaptureError(f"{where}: {flag} {asked} differs from the factory's example "
+                                   f"inputs ({flag[2:]} {got}); leave {flag} out or make the "
+                                   "inputs match")
+        batch, seq = shape
         with mode:
-            labels = torch.zeros(batch, seq, dtype=torch.long)
+            labels = torch.zeros(ids.shape, dtype=torch.long)
     else:
         params = inspect.signature(model.forward).parameters
         label_kw = next((n for n in ("targets", "labels") if n in params), None)
         call_args = (tokens,)
         call_kwargs = {label_kw: labels} if label_kw else {}
+    # One block is captured for all: they must run the same ops, or the user says to take
+    # block 0 for all of them (said in the capture and in every summary).
+    blocks_differ = ""
+    if num_blocks > 1:
+        sigs = traced(where, "forward", lambda: block_signatures(
+            model, blocks, mode, lambda: model(*call_args, **call_kwargs)))
+        diff = first_difference(sigs, blocks_path)
+        if diff and not same_blocks:
+            raise CaptureError(f"{where}: {diff}; one captured block stands for all of them, so "
+                               "this capture would cost every block as block 0 (pass "
+                               "--same-blocks to accept that, said in the output)")
+        blocks_differ = diff or ""
+    set_submodule(model, blocks_path, nn.ModuleList([block]))
     # The block's inputs inside the model: a fake forward with a pre-hook.
     seen = {}
 
@@ -585,10 +707,19 @@ def capture(model_spec, args_path, batch, seq, dtype, blocks_path, factory=None)
     def grab_out(mod, a, out):
         seen.setdefault("out", out)
     handles = [block.register_forward_pre_hook(grab), block.register_forward_hook(grab_out)]
-    with mode:
+    before = {k: id(v) for k, v in vars(model).items()}
+    with mode, masks.mode:  # masks the forward makes from a tril / triu are followed too
         out = traced(where, "forward", lambda: model(*call_args, **call_kwargs))
     for h in handles:
         h.remove()
+    # A loss the forward keeps in an attribute rather than returns (llama2.c's self.last_loss):
+    # a 0-d floating tensor newly assigned to the model during the forward.
+    loss_attr = None
+    if loss_and_logits(out, vocab)[0] is None:
+        kept = [k for k, v in vars(model).items() if isinstance(v, torch.Tensor) and
+                v.dim() == 0 and v.is_floating_point() and before.get(k) != id(v)]
+        if len(kept) == 1:
+            loss_attr = kept[0]
     block_out = seen.get("out")
     if isinstance(block_out, (tuple, list)) and block_out and \
             isinstance(block_out[0], torch.Tensor):
@@ -600,10 +731,13 @@ def capture(model_spec, args_path, batch, seq, dtype, blocks_path, factory=None)
                            f"{type(block_out).__name__}, not the hidden states (a tensor, or a "
                            "tuple with them first)")
     loss, logits = loss_and_logits(out, vocab)
+    if loss is None and loss_attr:
+        loss = getattr(model, loss_attr)
     if loss is None and logits is None:
         raise CaptureError(f"{where}: the forward returned {type(out).__name__} with no loss and "
                            f"no logits over the {vocab}-token vocabulary")
-    loss_from = "model" if loss is not None else "cross_entropy(logits)"
+    loss_from = (f"model.{loss_attr}" if loss_attr else "model") if loss is not None \
+        else "cross_entropy(logits)"
     if "args" not in seen or not seen["args"] or not isinstance(seen["args"][0], torch.Tensor):
         raise CaptureError(f"{where}: the blocks in {blocks_path} did not run with hidden states "
                            "as their first argument")
@@ -631,8 +765,13 @@ def capture(model_spec, args_path, batch, seq, dtype, blocks_path, factory=None)
     expected = traced(where, "block", lambda: eager_gemm_flops(block_fn, args, mode))
     g_block = traced(where, "block", lambda: trace(block_fn, args, tracker, mode))
     pnames = [prefix + n for n, _ in block_params]
+    leaves = torch.utils._pytree.tree_flatten(list(rest))[0]
+    first_rest = len(pvals0) + 1 + len(bvals0)
+    rest_masks = {first_rest + k: masks.kind(x) for k, x in enumerate(leaves)
+                  if isinstance(x, torch.Tensor) and masks.kind(x)}
     block_nodes = describe(g_block, pnames, 2, [prefix + n for n, _ in block_buffers],
-                           len(pvals0) + 1, [masks.kind(t) for _, t in block_buffers])
+                           len(pvals0) + 1, [masks.kind(t) for _, t in block_buffers], masks,
+                           rest_masks)
     block_nodes = test_truncation(block_nodes)
     check_trace(where, "block", block_nodes, pnames, expected)
 
@@ -650,6 +789,8 @@ def capture(model_spec, args_path, batch, seq, dtype, blocks_path, factory=None)
         state.update(as_mapping(bvals, outer_bnames))
         out = functional_call(model, state, tuple(call_args), dict(call_kwargs))
         loss, logits = loss_and_logits(out, vocab)
+        if loss is None and loss_attr:
+            loss = getattr(model, loss_attr)
         if loss is None:
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(),
                                    labels.reshape(-1))
@@ -659,7 +800,7 @@ def capture(model_spec, args_path, batch, seq, dtype, blocks_path, factory=None)
     g_outer = traced(where, "outer graph", lambda: trace(outer_fn, oargs, tracker, mode))
     onames = [n for n, _ in outer_params]
     outer_nodes = describe(g_outer, onames, 1, [n for n, _ in outer_buffers], len(opvals),
-                           [masks.kind(t) for _, t in outer_buffers])
+                           [masks.kind(t) for _, t in outer_buffers], masks)
     check_trace(where, "outer", outer_nodes, onames, expected)
     tracker.remove()
     set_submodule(model, blocks_path, nn.ModuleList([block] * num_blocks))
@@ -667,6 +808,8 @@ def capture(model_spec, args_path, batch, seq, dtype, blocks_path, factory=None)
             "args": json.dumps(kwargs), "torch_version": torch.__version__, "batch": batch,
             "seq": seq, "dtype": dtype, "blocks_attr": blocks_path, "num_blocks": num_blocks,
             "vocab_size": vocab, "loss": loss_from, "capture_seconds": time.time() - t0}
+    if blocks_differ:
+        meta["blocks_differ"] = blocks_differ
     plan = file_tp_plan()
     if plan:
         meta["tp_plan"] = json.dumps(plan)
@@ -697,11 +840,16 @@ def main():
     p.add_argument("--factory", help="path/to/file.py:FUNCTION returning the module (or the "
                    "module and example inputs)")
     p.add_argument("--args", help="YAML mapping of constructor arguments")
-    p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--seq", type=int, default=4096)
+    p.add_argument("--batch", type=int, help="micro-batch (default: the factory's example "
+                   "inputs, else 1); a factory's inputs must agree with it")
+    p.add_argument("--seq", type=int, help="sequence length (default: the factory's example "
+                   "inputs, else 4096); a factory's inputs must agree with it")
     p.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
     p.add_argument("--blocks", default="", help="dotted path of the nn.ModuleList of repeated "
                    "blocks (default: found in the module tree)")
+    p.add_argument("--same-blocks", action="store_true", help="the blocks run different ops "
+                   "(sliding-window and full-attention layers): cost every one as the first, "
+                   "said in the capture and its summaries")
     p.add_argument("-o", "--output", required=True)
     a = p.parse_args()
     if bool(a.model) == bool(a.factory):
@@ -710,7 +858,7 @@ def main():
         p.error("--args applies to a model class, not to --factory")
     try:
         meta, block, outer = capture(a.model, a.args, a.batch, a.seq, a.dtype, a.blocks,
-                                     a.factory)
+                                     a.factory, a.same_blocks)
         write(a.output, meta, block, outer)
     except CaptureError as e:
         print(f"capture: error: {e}", file=sys.stderr)
@@ -719,9 +867,15 @@ def main():
     print(f"captured {meta['class']}: block {len(block)} nodes × {meta['num_blocks']} "
           f"({meta['blocks_attr']}), outer {len(outer)} nodes in {meta['capture_seconds']:.2f} s, "
           f"{rss:.0f} MiB max RSS → {a.output}")
-    if meta["loss"] != "model":
+    if meta.get("blocks_differ"):
+        print(f"warning: {meta['blocks_differ']}; every block is costed as the first "
+              "(--same-blocks)")
+    if meta["loss"] == "cross_entropy(logits)":
         print("note: the forward returns no loss; the backward differentiates a cross-entropy on "
               "its logits")
+    elif meta["loss"] != "model":
+        print(f"note: the loss is the forward's {meta['loss']} (kept in an attribute, not "
+              "returned)")
     return 0
 
 

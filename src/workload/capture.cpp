@@ -87,7 +87,107 @@ using detail::view_root;
 }  // namespace
 
 std::int64_t capture_experts(const Capture& c) {
-  return experts_in(c.block);
+  return std::max(experts_in(c.block), capture_expert_weights(c).experts);
+}
+
+const char* causal_mask_name(CausalMask m) {
+  return m == CausalMask::Auto ? "auto" : m == CausalMask::Assume ? "assume" : "materialized";
+}
+
+bool costed_causal(CausalMask m, bool is_causal, bool tril_mask) {
+  return m == CausalMask::Assume || is_causal || (m == CausalMask::Auto && tril_mask);
+}
+
+std::string describe_causal_attention(const Capture& c, CausalMask m) {
+  // Forward attentions: fused SDPA ops, or eager softmaxes (each an attention when compiled).
+  int flagged = 0, masked = 0, plain = 0, eager = 0, eager_masked = 0;
+  for (const CapturedNode& d : c.block) {
+    if (d.kind != "call_function" || is_backward_op(d.op)) continue;
+    if (aten_class(d.op) == AtenClass::Attention) {
+      (d.causal ? flagged : !d.mask.empty() ? masked : plain) += 1;
+    } else if (base_op(d.op) == "_softmax" || base_op(d.op) == "_safe_softmax") {
+      ++eager;
+    }
+  }
+  for (const CapturedNode& d : c.block)
+    eager_masked += (base_op(d.op) == "tril" || base_op(d.op) == "triu" || !d.mask.empty()) &&
+                    aten_class(d.op) != AtenClass::Attention;
+  std::string out = fmt::format("causal attention (model.causal_mask: {}): ", causal_mask_name(m));
+  if (flagged + masked + plain > 0)
+    out += fmt::format(
+        "{} fused attention op(s) per block: {} with is_causal, {} reading a tril/triu mask{}, {} "
+        "with neither{}",
+        flagged + masked + plain, flagged, masked,
+        masked > 0 ? (costed_causal(m, false, true) ? " (costed causal)" : " (costed full)") : "",
+        plain, plain > 0 && m == CausalMask::Assume ? " (costed causal)" : "");
+  else if (eager > 0)
+    out += fmt::format("{} softmax(es) per block, {}", eager,
+                       eager_masked > 0          ? (costed_causal(m, false, true)
+                                                        ? "a tril/triu mask: costed causal when fused"
+                                                        : "a tril/triu mask: costed full when fused")
+                       : m == CausalMask::Assume ? "no mask found: costed causal when fused"
+                                                 : "no mask found: costed full when fused");
+  else
+    out += "no attention in the block";
+  return out;
+}
+
+ExpertWeights capture_expert_weights(const Capture& c) {
+  ExpertWeights w;
+  const std::vector<CapturedNode>& nodes = c.block;
+  // Consumers, to follow a parameter through views and gathers to a batched GEMM.
+  std::vector<std::vector<std::uint32_t>> consumers(nodes.size());
+  for (std::uint32_t i = 0; i < nodes.size(); ++i)
+    for (std::uint32_t j : nodes[i].inputs)
+      if (j < nodes.size()) consumers[j].push_back(i);
+  const auto reaches_batched_gemm = [&](std::uint32_t p) {
+    std::vector<std::uint32_t> todo = {p};
+    std::set<std::uint32_t> seen;
+    while (!todo.empty()) {
+      const std::uint32_t x = todo.back();
+      todo.pop_back();
+      for (std::uint32_t y : consumers[x]) {
+        if (!seen.insert(y).second) continue;
+        const std::string b = base_op(nodes[y].op);
+        if (b == "bmm" || b == "baddbmm" || b == "_grouped_mm") return true;
+        if (aten_class(nodes[y].op) == AtenClass::View || b == "index" || b == "gather" ||
+            b == "index_select" || b == "embedding" || b == "_to_copy" || b == "clone")
+          todo.push_back(y);
+      }
+    }
+    return false;
+  };
+  for (std::uint32_t i = 0; i < nodes.size(); ++i) {
+    const CapturedNode& d = nodes[i];
+    if (d.kind != "placeholder" || d.param.empty() || d.shapes.empty() || d.shapes[0].size() != 3 ||
+        d.shapes[0][0] < 2 || !reaches_batched_gemm(i))
+      continue;
+    if (w.experts != 0 && w.experts != d.shapes[0][0]) continue;  // not the same experts
+    w.experts = d.shapes[0][0];
+    w.params.emplace_back(d.param, d.shapes[0]);
+    w.weights_per_expert += static_cast<double>(d.shapes[0][1] * d.shapes[0][2]);
+  }
+  if (w.experts == 0) return w;
+  for (const CapturedNode& d : nodes)
+    if (d.kind == "call_function" && base_op(d.op) == "topk" && !d.shapes.empty() &&
+        !d.shapes[0].empty()) {
+      w.topk = d.shapes[0].back();
+      break;
+    }
+  return w;
+}
+
+double capture_block_parameters(const Capture& c) {
+  double n = 0;
+  std::set<std::string> seen;
+  for (const CapturedNode& d : c.block)
+    if (d.kind == "placeholder" && !d.param.empty() && !d.shapes.empty() &&
+        seen.insert(d.param).second) {
+      double e = 1;
+      for (std::int64_t x : d.shapes[0]) e *= static_cast<double>(x);
+      n += e;
+    }
+  return n;
 }
 
 bool capture_has_fused_attention(const Capture& c) {
@@ -217,12 +317,32 @@ std::vector<std::pair<std::string, std::uint32_t>> forward_linears(
 CaptureShapes capture_shapes(const Capture& c) {
   CaptureShapes out;
   const std::vector<CapturedNode>& nodes = c.block;
+  // The hidden states: the first input that is neither a parameter nor a buffer ([b, s, h], or
+  // [tokens, h] where the forward takes one flattened sequence).
   for (const CapturedNode& n : nodes)
     if (n.kind == "placeholder" && n.param.empty() && n.buffer.empty() && !n.shapes.empty() &&
-        n.shapes[0].size() == 3) {
-      out.hidden = n.shapes[0][2];
+        n.shapes[0].size() >= 2) {
+      out.hidden = n.shapes[0].back();
       break;
     }
+  if (const ExpertWeights ew = capture_expert_weights(c); ew.experts > 0) {
+    out.experts = ew.experts;
+    out.topk = ew.topk;
+    // The expert MLP's width: what the weight writing the hidden size reads ([E, h, f]); its
+    // up projections ([E, ·, h]) are gated when they write twice that width.
+    std::size_t down = ew.params.size();
+    for (std::size_t i = 0; i < ew.params.size(); ++i) {
+      const auto& shape = ew.params[i].second;
+      if (shape[1] == out.hidden && (down == ew.params.size() || shape[2] != out.hidden)) down = i;
+    }
+    std::int64_t up = 0;
+    for (std::size_t i = 0; i < ew.params.size(); ++i)
+      if (i != down && ew.params[i].second[2] == out.hidden) up += ew.params[i].second[1];
+    if (down < ew.params.size()) {
+      out.expert_ffn = ew.params[down].second[2];
+      if (up > 0) out.gated = up == 2 * out.expert_ffn;
+    }
+  }
   const std::uint32_t result = result_of(nodes);
   // Attention: the first forward score computation.
   for (std::uint32_t i = 0; i < nodes.size() && i <= result && out.heads == 0; ++i) {
@@ -276,7 +396,10 @@ CaptureShapes capture_shapes(const Capture& c) {
         sum += out_dim[module];
         ++feeding;
       } else if (style == "rowwise") {
-        if (pair == 0 && out.query_groups == 0 && out.heads > 0 && sum > 0)
+        // From the projections' widths, before the fused kernel's key heads: a model that
+        // repeats its KV heads before scaled_dot_product_attention (gpt-fast's
+        // repeat_interleave) hands the kernel as many key heads as query heads.
+        if (pair == 0 && out.heads > 0 && sum > out.heads * out.head_dim)
           out.query_groups = (sum / out.head_dim - out.heads) / 2;
         if (pair == 1) {
           out.ffn = in_dim[module];

@@ -31,11 +31,30 @@ struct Capture {
   std::string model;
   std::int64_t num_blocks = 0, batch = 0, seq = 0, vocab_size = 0;
   std::string dtype, torch_version, blocks_attr;
+  /// Set when the blocks run different ops and capture.py was told to cost all as the first
+  /// (--same-blocks): how the first different block differs.
+  std::string blocks_differ;
+  /// Where the loss came from: "model" (returned), "model.ATTR" (kept in an attribute) or
+  /// "cross_entropy(logits)" (added by capture.py).
+  std::string loss;
   std::vector<CapturedNode> block, outer;
   /// The plan the model file declares (module pattern → parallelize_module style name, as
   /// written); empty: none.
   std::vector<std::pair<std::string, std::string>> file_tp_plan;
 };
+
+/// model.causal_mask: which captured attentions cost half the square (a kernel that skips the
+/// masked blocks). Auto: those whose kernel is told (SDPA's is_causal) or whose mask was made by
+/// tril / triu (a buffer, a plain attribute, or made in the forward: capture.py follows it);
+/// Assume: every attention; Materialized: only is_causal ones (a mask tensor handed to the
+/// kernel is applied over the whole square, as SDPA's memory-efficient kernel does).
+enum class CausalMask : std::uint8_t { Auto, Assume, Materialized };
+const char* causal_mask_name(CausalMask m);
+/// Whether an attention is costed causal: `is_causal` (the kernel's flag), `tril_mask` (it
+/// reads a mask made by tril / triu).
+bool costed_causal(CausalMask m, bool is_causal, bool tril_mask);
+/// One line on how the captured block's attentions are costed under `m`.
+std::string describe_causal_attention(const struct Capture& c, CausalMask m);
 
 /// PyTorch's parallelize_module plan: module-path patterns ('*' matches one path component;
 /// a pattern matches the end of a path) → "colwise" | "rowwise" (ColwiseParallel /
@@ -74,8 +93,12 @@ TpPlan capture_default_plan(const Capture& c, const std::string& path);
 /// MLP (dense blocks): the width the row-wise linear after the activation reads, gated when two
 /// column-wise linears feed it. Biases: an addmm among the linears. Learned positions: a second
 /// embedding lookup in the outer graph.
+/// Hidden size: the last dimension of the hidden states entering the block ([b, s, h], or
+/// [tokens, h] for a model whose forward takes one flattened sequence). Experts held as 3-D
+/// weights ([E, out, in], `ExpertWeights`): E, the router's top-k, and the expert MLP's width.
 struct CaptureShapes {
   std::int64_t hidden = 0, heads = 0, head_dim = 0, query_groups = 0, ffn = 0;
+  std::int64_t experts = 0, topk = 0, expert_ffn = 0;  ///< 3-D expert weights only
   std::optional<bool> gated, bias, learned_positions;
 };
 CaptureShapes capture_shapes(const Capture& c);
@@ -91,6 +114,18 @@ void check_tp_plan(const Capture& c, const TpPlan& plan, std::int64_t tp,
                    const std::string& capture_path);
 /// The number of experts of a captured block (modules experts.<i>), 0 for a dense one.
 std::int64_t capture_experts(const Capture& c);
+/// Experts held as 3-D parameters [E, out, in] (gpt-fast's Mixtral, gpt-oss, grouped-GEMM MoE
+/// layers), read by batched GEMMs directly or through a gather by the router's indices: the
+/// parameters' names and shapes, E, the top-k (the last dimension of the block's `topk`), and
+/// the FLOPs of one token through one expert, forward (2 · Σ out·in of its weights).
+struct ExpertWeights {
+  std::vector<std::pair<std::string, std::vector<std::int64_t>>> params;
+  std::int64_t experts = 0, topk = 0;
+  double weights_per_expert = 0;  ///< Σ out·in over the 3-D weights (biases excluded)
+};
+ExpertWeights capture_expert_weights(const Capture& c);
+/// The captured block's parameters (each tensor once), elements.
+double capture_block_parameters(const Capture& c);
 /// Whether the captured block's attention is a fused kernel (PyTorch 2.x's
 /// scaled_dot_product_attention ops on 4-D q, k, v), which context parallelism can split as it
 /// is, eager or compiled; an eager matmul–softmax–matmul attention it cannot.
@@ -178,6 +213,7 @@ struct LowerOptions {
   /// Fused attention through PyTorch's flash SDPA backend (FlashAttention-2,
   /// graph::AttentionImpl::Flash2) rather than cuDNN's.
   bool sdpa_flash = false;
+  CausalMask causal_mask = CausalMask::Auto;
   /// fp8 under FSDP with torchao's float8 all-gather (enable_fsdp_float8_all_gather, with
   /// precompute_float8_dynamic_scale_for_fsdp): a weight is cast on its FSDP shard (1/fsdp_shard
   /// of it) before a 1-byte all-gather, in the forward and again for the backward's re-gather;

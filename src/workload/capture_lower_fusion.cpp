@@ -69,6 +69,51 @@ std::vector<std::uint32_t> Lowering::gemms_in(const std::set<std::uint32_t>& r) 
   return g;
 }
 
+std::optional<std::pair<std::uint32_t, std::uint32_t>> Lowering::attention_gemms(
+    std::uint32_t s, const std::set<std::uint32_t>& r) const {
+  // Attention, by its structure (not by a softmax beside batched GEMMs): the softmax's input
+  // comes from one batched GEMM (the scores QKᵀ: [b·heads, s, sk]) through point-wise and view
+  // ops only, and its output is the row operand of another (the probabilities times V), whose
+  // contraction is over the scores' last dimension, sk. A router's softmax reads a 2-D linear
+  // layer (or its top-k) and feeds expert GEMMs as their column weights: no attention.
+  std::vector<std::uint32_t> qk, pv;
+  std::set<std::uint32_t> seen;
+  std::vector<std::uint32_t> todo = {s};
+  while (!todo.empty()) {  // upstream
+    const std::uint32_t x = todo.back();
+    todo.pop_back();
+    for (std::uint32_t j : nodes[x].inputs) {
+      if (!r.count(j) || !seen.insert(j).second) continue;
+      if (batched_gemm(j))
+        qk.push_back(j);
+      else
+        todo.push_back(j);
+    }
+  }
+  seen.clear();
+  todo = {s};
+  while (!todo.empty()) {  // downstream, as the row operand
+    const std::uint32_t x = todo.back();
+    todo.pop_back();
+    for (std::uint32_t z : consumers[x]) {
+      if (!r.count(z)) continue;
+      if (batched_gemm(z)) {
+        const auto& in = nodes[z].inputs;
+        if (in.size() >= 2 && in[in.size() - 2] == x) pv.push_back(z);
+      } else if (seen.insert(z).second) {
+        todo.push_back(z);
+      }
+    }
+  }
+  if (qk.size() != 1 || pv.size() != 1 || qk[0] == pv[0]) return std::nullopt;
+  const auto& scores = nodes[qk[0]].shapes;
+  const auto& row = nodes[nodes[pv[0]].inputs[nodes[pv[0]].inputs.size() - 2]].shapes;
+  if (scores.empty() || row.empty() || scores[0].size() != 3 || row[0].size() != 3 ||
+      scores[0] != row[0])
+    return std::nullopt;
+  return std::make_pair(qk[0], pv[0]);
+}
+
 void Lowering::fuse_attention() {
   in_attention = std::vector<bool>(n, false);
   for (std::uint32_t s = 0; s < n; ++s) {
@@ -78,7 +123,8 @@ void Lowering::fuse_attention() {
       continue;
     const std::set<std::uint32_t> fr = expand(s);
     const std::vector<std::uint32_t> fg = gemms_in(fr);
-    if (fg.size() < 2) continue;  // a softmax without attention's GEMMs (a router)
+    const auto qk_pv = attention_gemms(s, fr);
+    if (fg.size() != 2 || !qk_pv) continue;  // a softmax that is no attention (a router)
     // Interior: region tensors no forward op outside the region reads (the scores and
     // probabilities, which the fused kernel never writes).
     std::vector<std::uint32_t> interior;
@@ -109,23 +155,23 @@ void Lowering::fuse_attention() {
     };
     for (std::uint32_t x : interior) seed_from(x);
     const std::vector<std::uint32_t> bg = gemms_in(br);
-    // Causal: the region makes a triangular mask, or reads a buffer made by tril / triu
-    // (nanoGPT's registered `bias`).
-    bool causal = false;
+    // Causal (model.causal_mask): the region makes a triangular mask, or reads a tensor made
+    // by tril / triu (nanoGPT's registered `bias`, a plain attribute, a mask the model hands
+    // its blocks).
+    bool tril_mask = false;
     for (std::uint32_t x : fr) {
       const std::string b = base_op(nodes[x].op);
-      causal = causal || b == "triu" || b == "tril";
-      for (std::uint32_t j : nodes[x].inputs) {
-        const CapturedNode& r = nodes[root(j)];
-        causal = causal || (r.kind == "placeholder" && !r.mask.empty());
-      }
+      tril_mask = tril_mask || b == "triu" || b == "tril";
+      for (std::uint32_t j : nodes[x].inputs)
+        tril_mask = tril_mask || !nodes[root(j)].mask.empty() || !nodes[j].mask.empty();
     }
+    const bool causal = costed_causal(opt.causal_mask, false, tril_mask);
     // Shape from QKᵀ (the region's first GEMM): [b·h, s, sk] from q [b·h, s, dh].
-    const std::uint32_t qk = *std::min_element(fg.begin(), fg.end());
+    const std::uint32_t qk = qk_pv->first;
     const auto& so = nodes[qk].shapes[0];
     const auto& qs = nodes[nodes[qk].inputs[nodes[qk].inputs.size() - 2]].shapes;
     const double bh = static_cast<double>(so[0]) / (st[qk].sharded ? t : 1.0);
-    const std::uint32_t pv = *std::max_element(fg.begin(), fg.end());
+    const std::uint32_t pv = qk_pv->second;
     double matrix_flops = 0;
     for (std::uint32_t g : fg) matrix_flops += own[g] ? own[g]->flops : 0;
     // What a region reads from outside (the fused kernel's inputs) and what outside reads.

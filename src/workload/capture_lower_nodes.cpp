@@ -179,8 +179,9 @@ void Lowering::lower_node(std::size_t i) {
     op.shape = {static_cast<std::uint32_t>(std::max(1.0, bh)),
                 static_cast<std::uint32_t>(static_cast<double>(q[2]) / cp),
                 static_cast<std::uint32_t>(q[3])};
-    op.flops = (fwd ? 1.0 : 2.5) * (d.causal ? 0.5 : 1.0) * 4 * bh * static_cast<double>(q[2]) *
-               sk * static_cast<double>(q[3]) / cp;
+    const bool causal = costed_causal(opt.causal_mask, d.causal, !d.mask.empty());
+    op.flops = (fwd ? 1.0 : 2.5) * (causal ? 0.5 : 1.0) * 4 * bh * static_cast<double>(q[2]) * sk *
+               static_cast<double>(q[3]) / cp;
     op.mem_bytes = any_sharded ? bytes / t : bytes;
     own[i] = op;
     if (fwd) out.attention_forward.push_back({op});

@@ -119,6 +119,10 @@ class Lowering {
   bool pointwise(std::uint32_t i) const;
   std::set<std::uint32_t> expand(std::uint32_t seed) const;
   std::vector<std::uint32_t> gemms_in(const std::set<std::uint32_t>& r) const;
+  /// The (QKᵀ, PV) batched GEMMs around softmax `s` in region `r` when they have attention's
+  /// structure, else nullopt (a router's softmax beside expert GEMMs).
+  std::optional<std::pair<std::uint32_t, std::uint32_t>> attention_gemms(
+      std::uint32_t s, const std::set<std::uint32_t>& r) const;
   void fuse_attention();
   std::uint32_t unit_of(std::uint32_t i);
   bool indirect(std::uint32_t a, std::uint32_t b);

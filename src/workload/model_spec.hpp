@@ -97,6 +97,8 @@ struct ModelSpec {
   /// flash (default; FlashAttention-2, PyTorch's default on Hopper until cuDNN ≥ 9.15 and what
   /// torchtitan pins on H100) or cudnn (cuDNN's fused attention, FlashAttention-3's rates).
   bool capture_sdpa_flash = true;
+  /// model.causal_mask: when a captured attention is costed as causal (half the square).
+  CausalMask capture_causal_mask = CausalMask::Auto;
   /// model.outer: captured (default; the capture's embedding, head and loss, where it has them)
   /// or builder (the built-in ones).
   bool capture_outer = true;

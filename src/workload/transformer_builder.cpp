@@ -83,6 +83,7 @@ StageBuilder::StageBuilder(const ModelSpec& m, const ParallelPlan& p, const Trai
     lo.fp8_recast_weight = p.zero() >= 3;
     lo.async_tp = p.tp_comm_overlap;
     lo.sdpa_flash = m.capture_sdpa_flash;
+    lo.causal_mask = m.capture_causal_mask;
     lo.fp8_fsdp_gather = fp8_fsdp_gather_;
     lo.fsdp_shard = static_cast<double>(p.zero_shard());
     lo.experts_replicated = m.moe() && p.etp() == 1 && p.tp() > 1;

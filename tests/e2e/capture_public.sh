@@ -63,19 +63,26 @@ tmp = sys.argv[1]
 # the head (tied to the embedding) V·h. T: 64 sequences of 1,024 tokens. Attention's GEMMs over
 # the whole s × s matrix: 4·s·h per token and layer forward, 12 with the backward.
 L, h, V, s, T = 24, 1024, 50257, 1024, 64 * 1024
+# On PyTorch 2.x nanoGPT calls scaled_dot_product_attention(is_causal=True): one fused op, not
+# GEMMs, costed 4·s·h per token and layer over the square, halved (causal), forward, and 2.5×
+# that backward (FlashAttention-2's recomputation): 7·L·s·h·T in all.
 N = L * 12 * h * h + V * h
-expected = 6 * N * T + 12 * L * s * h * T
+fused = h5py.File(f"{tmp}/gpt2m.h5")["meta"].attrs["torch_version"][0] != "1"
+expected = 6 * N * T + (0 if fused else 12 * L * s * h * T)
+expected_attention = 7 * L * s * h * T if fused else 0
 for tp in (2, 1):
     f = h5py.File(f"{tmp}/g{tp}.h5")
     cls = f["ranks/class"][()]
-    total = 0.0
+    total = attention = 0.0
     for k, count in zip(*np.unique(cls, return_counts=True)):
         t = f[f"templates/{k}"]
-        gemm = t["kind"][()] == 0
-        total += count * t["flops"][()][gemm].sum()
+        total += count * t["flops"][()][t["kind"][()] == 0].sum()
+        attention += count * t["flops"][()][t["kind"][()] == 1].sum()
     assert abs(total / expected - 1) < 0.01, (tp, total, expected)
-    print(f"TP {tp}: GEMM FLOPs {total:.6g} against 6·N·T + 12·L·s·h·T {expected:.6g} "
-          f"({total / expected:.5f})")
+    assert abs(attention - expected_attention) <= 0.01 * expected_attention, \
+        (tp, attention, expected_attention)
+    print(f"TP {tp}: GEMM FLOPs {total:.6g} against 6·N·T{'' if fused else ' + 12·L·s·h·T'} "
+          f"{expected:.6g} ({total / expected:.5f}); attention {attention:.6g}")
     # Megatron's TP without SP, per layer and micro-batch (2 per rank at DP 32): an all-reduce
     # after the attention's and the MLP's row-parallel GEMMs (forward) and after the input
     # gradients of their column-parallel GEMMs (backward), each of b·s·h bf16 = 2 MiB.
