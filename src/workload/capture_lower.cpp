@@ -159,6 +159,19 @@ std::uint32_t Lowering::root(std::uint32_t j) const {
   return view_root(nodes, j);
 }
 
+bool Lowering::is_weight(std::uint32_t j) const {
+  for (int depth = 0; depth < 8; ++depth) {
+    const CapturedNode& r = nodes[root(j)];
+    if (r.kind == "placeholder") return !r.param.empty();
+    const std::string b = base_op(r.op);
+    if (r.kind != "call_function" || r.inputs.empty() ||
+        (b != "index" && b != "gather" && b != "index_select" && b != "_to_copy" && b != "clone"))
+      return false;
+    j = r.inputs[0];  // the gathered or cast tensor
+  }
+  return false;
+}
+
 bool Lowering::is_view(std::uint32_t i) const {
   return is_view_node(nodes[i]);
 }

@@ -342,10 +342,7 @@ void Lowering::lower_gemm(std::size_t i, const CapturedNode& d, bool fwd, graph:
     // Backward: dgrad reads the weight (through views), wgrad produces its gradient (shapes
     // alone cannot tell them apart when tokens = a weight dimension).
     bool reads_weight = false;
-    for (std::uint32_t j : d.inputs) {
-      const CapturedNode& r = nodes[root(j)];
-      reads_weight = reads_weight || (r.kind == "placeholder" && !r.param.empty());
-    }
+    for (std::uint32_t j : d.inputs) reads_weight = reads_weight || is_weight(j);
     const bool wgrad = !fwd && !reads_weight;
     if (wgrad) st[i].tokens = false;  // a weight's gradient: tokens summed out
     weight_gradient = wgrad;
@@ -379,8 +376,7 @@ void Lowering::lower_gemm(std::size_t i, const CapturedNode& d, bool fwd, graph:
     bool any_seq = false, reads_weight = false;
     for (std::uint32_t j : d.inputs) {
       any_seq = any_seq || st[j].seq;
-      const CapturedNode& r = nodes[root(j)];
-      reads_weight = reads_weight || (r.kind == "placeholder" && !r.param.empty());
+      reads_weight = reads_weight || is_weight(j);
     }
     // A replicated GEMM (a router; experts at ETP 1) on this rank's part of the sequence:
     // its rows, or for a weight gradient the tokens it sums over.

@@ -83,6 +83,9 @@ class Lowering {
  private:
   // capture_lower.cpp: the graph and tensors.
   std::uint32_t root(std::uint32_t j) const;
+  /// Whether operand j is a parameter: through views, and through gathers and casts of it (an
+  /// expert weight picked by the router's indices, a weight cast to the compute dtype).
+  bool is_weight(std::uint32_t j) const;
   bool is_view(std::uint32_t i) const;
   double expert_factor(const std::string& module) const;
   bool remote_expert(const std::string& module) const;

@@ -154,6 +154,44 @@ workload::Capture linear_capture(std::int64_t m, std::int64_t k, std::int64_t n)
   return c;
 }
 
+TEST(CaptureSp, InputGradientThroughAGatheredWeightIsNoWeightGradient) {
+  // A replicated linear whose weight arrives through a gather (an expert weight picked by the
+  // router's indices): y = x · index(w, idx)ᵀ, dx = dy · index(w, idx). At TP 2 with SP, dx is
+  // an input gradient on this rank's half of the sequence: m/2 rows, bf16 operands and result,
+  // 2·(m/2·n + n·k + m/2·k) bytes. It was taken for a weight gradient (it reads no parameter
+  // directly): its reduction split instead, and an fp32 main-grad read and write of m·k added.
+  const std::int64_t m = 1024, k = 256, n = 512;
+  workload::Capture c;
+  const std::vector<std::string> bf16 = {"bfloat16"};
+  auto node = [&](const std::string& name, const std::string& kind, const std::string& op,
+                  std::vector<std::uint32_t> in, std::vector<std::int64_t> shape,
+                  const std::string& module = "", const std::string& param = "") {
+    c.block.push_back(
+        {name, kind, op, std::move(in), {std::move(shape)}, bf16, module, param, false, "", ""});
+  };
+  node("x", "placeholder", "", {}, {m, k});
+  node("w", "placeholder", "", {}, {n, k}, "r", "r.weight");
+  node("idx", "placeholder", "", {}, {n});
+  node("gw", "call_function", "index.Tensor", {1, 2}, {n, k}, "r");
+  node("gwt", "call_function", "t.default", {3}, {k, n}, "r");
+  node("y", "call_function", "mm.default", {0, 4}, {m, n}, "r");
+  node("dy", "call_function", "ones_like.default", {5}, {m, n});  // as capture.py seeds it
+  node("dx", "call_function", "mm.default", {6, 3}, {m, k});
+  c.block.push_back({"out", "output", "", {5, 7}, {}, {}, "", "", false, "", ""});
+  workload::TpPlan plan;
+  plan.rules = {{"lin", "colwise"}};  // "r" stays replicated
+  workload::LowerOptions o;
+  o.main_grad_bytes = 4;
+  const workload::LoweredBlock b = workload::lower_block(c, plan, 2, true, false, o);
+  std::vector<graph::Op> gemms;
+  for (const graph::Op& op : b.backward)
+    if (op.kind == graph::OpKind::Gemm) gemms.push_back(op);
+  ASSERT_EQ(gemms.size(), 1u);
+  EXPECT_EQ(gemms[0].shape[0], static_cast<std::uint32_t>(m / 2));
+  EXPECT_DOUBLE_EQ(gemms[0].flops, 2.0 * (m / 2) * k * n);
+  EXPECT_DOUBLE_EQ(gemms[0].mem_bytes, 2.0 * ((m / 2) * n + n * k + (m / 2) * k));
+}
+
 /// linear_capture(m, k, n) lowered compiled with "lin" column-parallel at `tp` (with SP when
 /// tp > 1).
 workload::LoweredBlock lower_linear(std::int64_t m, std::int64_t k, std::int64_t n, std::int64_t tp,
