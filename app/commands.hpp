@@ -75,6 +75,13 @@ struct CaptureOptions {
   std::int64_t tp = 2;     ///< the TP degree the summary lowers the plan at
   bool summary = false;
   bool same_blocks = false;  ///< blocks that run different ops: cost all as the first
+  /// A Hugging Face config.json parallelized by PyTorch's DTensor (scripts/capture/capture_hf.py)
+  /// at TP `tp` in a fake world of `world` ranks, with SP, `layers` decoder layers (0: the
+  /// config's), and the user's parallelize function (FILE.py:FUNCTION) instead of the config's
+  /// base_model_tp_plan.
+  std::string hf_config, parallelize;
+  std::int64_t world = 0, layers = 0;
+  bool sp = false;
 };
 int capture_command(const CaptureOptions& o);
 

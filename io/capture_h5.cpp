@@ -63,6 +63,10 @@ std::vector<workload::CapturedNode> read_nodes(const h5::Group& g, const std::st
       d.buffer = n.value("buffer", std::string());
       d.mask = n.value("mask", std::string());
       d.causal = n.value("causal", false);
+      d.group_size = n.value("group_size", std::int64_t{0});
+      if (d.group_size < 0 || d.group_size > (std::int64_t{1} << 24))
+        throw_input("{}: {}/nodes_json: node {} ('{}'): group_size {} is outside [0, 2^24]", path,
+                    g.path(), out.size(), d.name, d.group_size);
       for (std::uint32_t i : d.inputs)
         if (i >= out.size())
           throw_input("{}: {}/nodes_json: node {} ('{}') reads node {}, which does not precede it",
@@ -95,6 +99,31 @@ workload::Capture read_capture_h5(const std::string& path) {
   c.blocks_attr = meta.string_attribute("blocks_attr");
   if (meta.has_attribute("blocks_differ")) c.blocks_differ = meta.string_attribute("blocks_differ");
   if (meta.has_attribute("loss")) c.loss = meta.string_attribute("loss");
+  if (meta.has_attribute("parallelized")) {
+    c.parallelized = meta.string_attribute("parallelized");
+    if (c.parallelized != "dtensor")
+      throw_input("{}: /meta parallelized '{}' is not 'dtensor'", path, c.parallelized);
+    c.tp = meta_count(meta, "tp", 1 << 16);
+    if (meta.has_attribute("tp_plan_source"))
+      c.plan_source = meta.string_attribute("tp_plan_source");
+    c.world = meta_count(meta, "world", std::int64_t{1} << 24);
+    c.sp = meta.attribute<std::int64_t>("sp") != 0;
+    c.block_parameters = static_cast<double>(meta.attribute<std::int64_t>("block_parameters"));
+    if (c.block_parameters <= 0 || c.block_parameters > 1e15)
+      throw_input("{}: /meta block_parameters out of range", path);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(meta.string_attribute("shapes_json"));
+    } catch (const nlohmann::json::exception& e) {
+      throw_input("{}: /meta shapes_json: malformed JSON: {}", path, e.what());
+    }
+    if (!j.is_object()) throw_input("{}: /meta shapes_json: expected a mapping", path);
+    for (const auto& [key, value] : j.items()) {
+      if (!value.is_primitive() || value.is_null())
+        throw_input("{}: /meta shapes_json: '{}': expected a scalar", path, key);
+      c.shapes[key] = value.is_string() ? value.get<std::string>() : value.dump();
+    }
+  }
   // A plan the model file declares (capture.py: a dict of parallelize_module styles).
   if (meta.has_attribute("tp_plan")) {
     const std::string text = meta.string_attribute("tp_plan");
@@ -186,14 +215,27 @@ std::string format_capture_summary(const workload::Capture& c, const workload::T
       classes[workload::AtenClass::MemoryBound], classes[workload::AtenClass::View],
       classes[workload::AtenClass::Unknown], block_flops);
   out += workload::describe_causal_attention(c, workload::CausalMask::Auto) + "\n";
-  out +=
-      fmt::format("tensor-parallel plan ({}):\n{}", plan.source, workload::describe_tp_plan(plan));
-  out += "block linear layers:\n";
-  for (const auto& [module, style] : workload::planned_linears(c, plan))
-    out += fmt::format("  {:<40}  {}\n", module, style.empty() ? "replicated" : style);
-  if (tp > 1) {
-    workload::check_tp_plan(c, plan, tp, c.model);
-    const workload::LoweredBlock b = workload::lower_block(c, plan, tp);
+  if (!c.parallelized.empty()) {
+    out += fmt::format("tensor parallelism: PyTorch's DTensor at TP {}{} in a world of {} ({})\n",
+                       c.tp, c.sp ? " with SP" : "", c.world, c.plan_source);
+  } else {
+    out += fmt::format("tensor-parallel plan ({}):\n{}", plan.source,
+                       workload::describe_tp_plan(plan));
+    out += "block linear layers:\n";
+    for (const auto& [module, style] : workload::planned_linears(c, plan))
+      out += fmt::format("  {:<40}  {}\n", module, style.empty() ? "replicated" : style);
+  }
+  if (tp > 1 || !c.parallelized.empty()) {
+    workload::LoweredBlock b;
+    if (c.parallelized.empty()) {
+      workload::check_tp_plan(c, plan, tp, c.model);
+      b = workload::lower_block(c, plan, tp);
+    } else {  // PyTorch's own collectives, at the capture's layout
+      workload::LowerOptions o;
+      o.parallel_tp = c.tp;
+      tp = c.tp;
+      b = workload::lower_block(c, workload::TpPlan{}, 1, false, false, o);
+    }
     for (const auto* pass : {&b.forward, &b.backward}) {
       std::map<std::string, std::pair<int, double>> comms;
       for (const graph::Op& op : *pass)
@@ -206,7 +248,10 @@ std::string format_capture_summary(const workload::Capture& c, const workload::T
       for (const auto& [kind, cb] : comms)
         list += fmt::format("{}{} × {} ({:.3g} MiB in all)", list.empty() ? "" : ", ", cb.first,
                             kind, cb.second / (1 << 20));
-      out += fmt::format("TP {} collectives per block, {}: {}\n", tp,
+      out += fmt::format("TP {}{} collectives per block, {}: {}\n", tp,
+                         c.parallelized.empty() ? ""
+                         : c.sp                 ? " + SP (PyTorch's)"
+                                                : " (PyTorch's)",
                          pass == &b.forward ? "forward" : "backward", list.empty() ? "none" : list);
     }
   }

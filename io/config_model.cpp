@@ -254,7 +254,28 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
     // The shapes the capture shows (docs/flint.md "Shapes from the capture") fill what the
     // experiment leaves open and must agree with what it gives; num_layers may differ (the
     // captured block repeated another number of times, said in the output).
-    const workload::CaptureShapes shapes = workload::capture_shapes(*capture);
+    workload::CaptureShapes shapes = workload::capture_shapes(*capture);
+    if (!capture->parallelized.empty()) {
+      // A DTensor capture's graph has this rank's shapes; the model's come from its config.
+      const auto num = [&](const char* k) {
+        const auto it = capture->shapes.find(k);
+        return it == capture->shapes.end() ? std::int64_t{0} : std::stoll(it->second);
+      };
+      const auto flag = [&](const char* k) -> std::optional<bool> {
+        const auto it = capture->shapes.find(k);
+        if (it == capture->shapes.end()) return std::nullopt;
+        return it->second == "true";
+      };
+      shapes = {};
+      shapes.hidden = num("hidden_size");
+      shapes.heads = num("num_attention_heads");
+      shapes.head_dim = num("kv_channels");
+      shapes.query_groups = num("num_query_groups");
+      shapes.ffn = num("ffn_hidden_size");
+      shapes.gated = flag("gated_linear_unit");
+      shapes.bias = flag("add_bias_linear");
+      shapes.learned_positions = false;
+    }
     std::vector<std::pair<const char*, std::int64_t>> ints = {
         {"num_layers", capture->num_blocks},       {"seq_length", capture->seq},
         {"vocab_size", capture->vocab_size},       {"hidden_size", shapes.hidden},
@@ -304,7 +325,10 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
     }
     // Tied or untied output layer, as the capture's outer graph has it (the tied embedding's
     // gradients are all-reduced between the first and last stage under PP).
-    if (const std::optional<bool> tied = workload::capture_ties_embeddings(*capture)) {
+    std::optional<bool> tied = workload::capture_ties_embeddings(*capture);
+    if (const auto it = capture->shapes.find("untie_embeddings"); it != capture->shapes.end())
+      tied = it->second != "true";  // a DTensor capture's config says
+    if (tied) {
       if (const Value* given = get(merged, "untie_embeddings")) {
         if (detail::read_bool(*given, "model.untie_embeddings") == *tied)
           fail(*given, "model.untie_embeddings",
@@ -441,7 +465,9 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
   if (capture) {
     // The weights the memory model charges come from the spec: they must be the capture's
     // (a 3-D expert weight or a key the capture cannot show would otherwise go uncounted).
-    const double captured = workload::capture_block_parameters(*capture);
+    const double captured = capture->parallelized.empty()
+                                ? workload::capture_block_parameters(*capture)
+                                : capture->block_parameters;
     const double modelled = workload::layer_parameters(m, 0);
     if (captured > 0 && std::abs(modelled / captured - 1) > 0.02)
       throw_input(
@@ -486,6 +512,8 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
       m.capture_plan = name == "gpt" ? workload::gpt_tp_plan() : workload::llama_tp_plan();
       m.capture_plan.source = "model.tp_plan: " + name;
       m.capture_plan_name = name;
+    } else if (!capture->parallelized.empty()) {
+      m.capture_plan.source = "PyTorch's DTensor in the capture: " + capture->plan_source;
     } else {
       m.capture_plan = workload::capture_default_plan(*capture, capture_path);
     }

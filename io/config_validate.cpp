@@ -383,6 +383,20 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
            "attention (CP needs a fused attention: scaled_dot_product_attention in the capture, "
            "or model.compile: inductor)");
     refuse(m.multi_latent_attention, "MLA shape keys");
+    if (!m.capture->parallelized.empty()) {
+      // PyTorch parallelized it: the layout is the capture's.
+      if (p.tp() != m.capture->tp || p.sequence_parallel != m.capture->sp)
+        throw_input(
+            "{}: parallel.tp={}{} but the capture {} was parallelized by DTensor at TP {}{} "
+            "(capture it again at this layout)",
+            f, p.tp(), p.sequence_parallel ? " with SP" : "", m.capture_path, m.capture->tp,
+            m.capture->sp ? " with SP" : "");
+      if (p.world() != m.capture->world)
+        throw_input("{}: the cluster has {} GPUs but the capture {} was made in a world of {}", f,
+                    p.world(), m.capture_path, m.capture->world);
+      refuse(cp > 1 || p.ep() > 1 || p.tp_comm_overlap,
+             "a DTensor capture and CP, EP or TP overlap");
+    }
     if (m.moe()) {
       // The capture's experts are the model's: EP lowers them (balanced routing).
       const std::int64_t captured = workload::capture_experts(*m.capture);

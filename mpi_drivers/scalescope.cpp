@@ -147,11 +147,28 @@ int main(int argc, char** argv) {
                  "The blocks run different ops (sliding-window and full-attention layers): "
                  "cost every one as the first, said in the capture and its summaries (without "
                  "it such a model is refused)");
+  ccmd->add_option("--hf-config", cap.hf_config,
+                   "A Hugging Face config.json: the model built from it (no weights) and "
+                   "tensor-parallelized by PyTorch's DTensor at --tp in a fake process group of "
+                   "--world ranks (scripts/capture/capture_hf.py)");
+  ccmd->add_option("--world", cap.world, "With --hf-config: ranks of the fake process group")
+      ->check(CLI::PositiveNumber);
+  ccmd->add_flag("--sp", cap.sp, "With --hf-config: sequence parallelism");
+  ccmd->add_option("--layers", cap.layers,
+                   "With --hf-config: decoder layers (default: the config's)")
+      ->check(CLI::PositiveNumber);
+  ccmd->add_option("--parallelize", cap.parallelize,
+                   "With --hf-config: FILE.py:FUNCTION(model, mesh) that parallelizes the model "
+                   "as the user's training script does (mesh dims dp, tp), instead of the "
+                   "config's base_model_tp_plan");
   ccmd->add_option("-o,--output", cap.out, "capture.h5 path")->required();
   ccmd->add_flag("--summary", cap.summary,
                  "Print per block the ops, GEMM FLOPs, the TP plan and its collectives, and the "
                  "totals against 6·N·tokens");
-  ccmd->add_option("--tp", cap.tp, "TP degree the summary lowers the plan at (default 2)");
+  ccmd->add_option("--tp", cap.tp,
+                   "TP degree the summary lowers the plan at (default 2); with --hf-config, the "
+                   "degree DTensor parallelizes at")
+      ->check(CLI::PositiveNumber);
   auto* pcmd = app.add_subcommand(
       "profile", "Kernel signatures of a configuration: list them, measure them, import them");
   pcmd->add_option("config", profile_config, "Experiment YAML");

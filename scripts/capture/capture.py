@@ -31,6 +31,7 @@ import dataclasses
 import importlib.util
 import inspect
 import json
+import logging
 import os
 import resource
 import sys
@@ -46,6 +47,9 @@ try:  # PyTorch 2.x: make_fx imports torch._dynamo while it traces, which must n
 except ImportError:  # PyTorch 1.13 has none
     pass
 from torch.fx.experimental.proxy_tensor import make_fx
+# A model's own error under fake tensors is reported in one line (CaptureError); PyTorch 2.x
+# would also log its traceback.
+logging.getLogger("torch._subclasses.fake_tensor").setLevel(logging.CRITICAL)
 from torch._subclasses import FakeTensorMode
 try:  # PyTorch 2.x
     from torch.func import functional_call

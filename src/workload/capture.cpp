@@ -115,7 +115,8 @@ std::string describe_causal_attention(const Capture& c, CausalMask m) {
   std::string out = fmt::format("causal attention (model.causal_mask: {}): ", causal_mask_name(m));
   if (flagged + masked + plain > 0)
     out += fmt::format(
-        "{} fused attention op(s) per block: {} with is_causal, {} reading a tril/triu mask{}, {} "
+        "{} fused attention op(s) per block: {} with is_causal, {} reading a causal mask "
+        "(tril/triu, or a Hugging Face attention's own){}, {} "
         "with neither{}",
         flagged + masked + plain, flagged, masked,
         masked > 0 ? (costed_causal(m, false, true) ? " (costed causal)" : " (costed full)") : "",
@@ -565,6 +566,9 @@ TpPlan gpt_tp_plan() {
 }
 
 AtenClass aten_class(const std::string& op) {
+  if (op.rfind("_c10d_functional.", 0) == 0)
+    return op.rfind("_c10d_functional.wait_tensor", 0) == 0 ? AtenClass::View
+                                                            : AtenClass::Collective;
   static const std::set<std::string> gemm = {"mm",      "addmm",      "bmm",
                                              "baddbmm", "_scaled_mm", "matmul"};
   static const std::set<std::string> attention = {

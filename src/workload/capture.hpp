@@ -20,11 +20,12 @@ struct CapturedNode {
   std::vector<std::uint32_t> inputs;
   std::vector<std::vector<std::int64_t>> shapes;  ///< one per tensor output
   std::vector<std::string> dtypes;
-  std::string module;   ///< the nn.Module path it came from ("layers.0.attention.wq")
-  std::string param;    ///< placeholders: the parameter's name, if it is one
-  bool causal = false;  ///< fused SDPA ops: is_causal
-  std::string buffer;   ///< placeholders: the buffer's name (a causal mask), if it is one
-  std::string mask;     ///< buffers: "tril" / "triu" when made by that op (a causal mask)
+  std::string module;           ///< the nn.Module path it came from ("layers.0.attention.wq")
+  std::string param;            ///< placeholders: the parameter's name, if it is one
+  bool causal = false;          ///< fused SDPA ops: is_causal
+  std::string buffer;           ///< placeholders: the buffer's name (a causal mask), if it is one
+  std::string mask;             ///< buffers: "tril" / "triu" when made by that op (a causal mask)
+  std::int64_t group_size = 0;  ///< `_c10d_functional` collectives: the ranks of their group
 };
 
 struct Capture {
@@ -37,6 +38,16 @@ struct Capture {
   /// Where the loss came from: "model" (returned), "model.ATTR" (kept in an attribute) or
   /// "cross_entropy(logits)" (added by capture.py).
   std::string loss;
+  /// A capture PyTorch parallelized itself (capture_hf.py: "dtensor"): its graph has this rank's
+  /// shapes and the collectives PyTorch issues, at TP `tp` (with SP `sp`) in a world of `world`
+  /// ranks; the model's shape keys come from its config (`shapes`), and `block_parameters` is
+  /// the block's before sharding. Empty: a single-device capture the lowering shards.
+  std::string parallelized;
+  std::string plan_source;  ///< what parallelized it (the config's plan, the user's function)
+  std::int64_t tp = 1, world = 1;
+  bool sp = false;
+  std::map<std::string, std::string> shapes;  ///< key → YAML scalar
+  double block_parameters = 0;
   std::vector<CapturedNode> block, outer;
   /// The plan the model file declares (module pattern → parallelize_module style name, as
   /// written); empty: none.
@@ -139,7 +150,9 @@ TpPlan llama_tp_plan();
 TpPlan gpt_tp_plan();
 
 /// How each ATen op is costed (docs/flint.md "Cost of ATen ops").
-enum class AtenClass : std::uint8_t { Gemm, Attention, MemoryBound, View, Unknown };
+/// Collective: a collective PyTorch issued itself (`_c10d_functional.*` in a DTensor-parallelized
+/// capture; its `wait_tensor` is a View).
+enum class AtenClass : std::uint8_t { Gemm, Attention, MemoryBound, View, Unknown, Collective };
 AtenClass aten_class(const std::string& op);
 
 /// One captured block lowered for TP degree `tp`: compute ops (GEMMs sharded by the plan,
@@ -214,6 +227,9 @@ struct LowerOptions {
   /// graph::AttentionImpl::Flash2) rather than cuDNN's.
   bool sdpa_flash = false;
   CausalMask causal_mask = CausalMask::Auto;
+  /// A DTensor-parallelized capture's TP degree: the group its collectives must run over (it is
+  /// lowered at tp 1: its shapes are already this rank's).
+  std::int64_t parallel_tp = 0;
   /// fp8 under FSDP with torchao's float8 all-gather (enable_fsdp_float8_all_gather, with
   /// precompute_float8_dynamic_scale_for_fsdp): a weight is cast on its FSDP shard (1/fsdp_shard
   /// of it) before a 1-byte all-gather, in the forward and again for the backward's re-gather;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.hpp"
 #include "workload/capture_internal.hpp"
 #include "workload/capture_lowering.hpp"
 #include "workload/ring_attention.hpp"
@@ -100,6 +101,37 @@ void Lowering::lower_node(std::size_t i) {
   graph::Op op;
   op.phase = phase;
   op.layer = 0;
+  if (cls == AtenClass::Collective) {
+    // A collective PyTorch issued itself (a DTensor-parallelized capture), on the group it
+    // names, as it is: nccl-tests' size S is the gathered output of an all-gather and the input
+    // of a reduce-scatter or an all-reduce (the capture's shapes are this rank's).
+    const std::string name = d.op.substr(d.op.find('.') + 1, d.op.rfind('.') - d.op.find('.') - 1);
+    if (d.inputs.empty() || d.shapes.empty())
+      throw_input("captured collective {} (node {}) has no input or output", d.op, i);
+    if (d.group_size != opt.parallel_tp)
+      throw_input(
+          "captured collective {} (node {}) runs over a group of {} ranks; only the "
+          "tensor-parallel group ({} ranks) is lowered yet",
+          d.op, i, d.group_size, opt.parallel_tp);
+    graph::OpKind kind = graph::OpKind::AllReduce;
+    graph::OpName opname = graph::OpName::TpAllReduce;
+    double bytes = tensor_bytes(nodes[d.inputs[0]]);
+    if (name == "all_gather_into_tensor") {
+      kind = graph::OpKind::AllGather;
+      opname = graph::OpName::TpAllGather;
+      bytes = tensor_bytes(d);
+    } else if (name == "reduce_scatter_tensor") {
+      kind = graph::OpKind::ReduceScatter;
+      opname = graph::OpName::TpReduceScatter;
+    } else if (name != "all_reduce") {
+      throw_input("captured collective {} (node {}) is not lowered yet", d.op, i);
+    }
+    pre[i].push_back(
+        {collective_op(kind, graph::CommRole::Tp, opname, phase, bytes), root(d.inputs[0])});
+    st[i] = st[d.inputs[0]];
+    st[i].reduced = true;
+    return;
+  }
   if (cls == AtenClass::View) {
     st[i].sharded = any_sharded;
     if (!d.inputs.empty()) st[i].scale = st[d.inputs.front()].scale;

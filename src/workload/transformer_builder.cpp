@@ -106,9 +106,16 @@ StageBuilder::StageBuilder(const ModelSpec& m, const ParallelPlan& p, const Trai
             balanced);
       lo.all_to_all_scale = load_.max_exchanged / (local * static_cast<double>(m.moe_router_topk));
     }
-    check_tp_plan(*m.capture, m.capture_plan, p.tp(), m.capture_path);
-    lowered_ = lower_block(*m.capture, m.capture_plan, p.tp(), p.sequence_parallel,
-                           m.capture_compiled, lo);
+    if (!m.capture->parallelized.empty()) {
+      // Parallelized by PyTorch itself (DTensor): this rank's shapes and PyTorch's own
+      // collectives, lowered as they are (io/config checks TP and SP equal the capture's).
+      lo.parallel_tp = m.capture->tp;
+      lowered_ = lower_block(*m.capture, TpPlan{}, 1, false, m.capture_compiled, lo);
+    } else {
+      check_tp_plan(*m.capture, m.capture_plan, p.tp(), m.capture_path);
+      lowered_ = lower_block(*m.capture, m.capture_plan, p.tp(), p.sequence_parallel,
+                             m.capture_compiled, lo);
+    }
     lo.ep = 1;  // the outer graph has no experts
     lo.expert_tokens.clear();
     lo.fp8 = false;  // and its output layer stays in bf16 (torchtitan, as Megatron)

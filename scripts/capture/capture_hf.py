@@ -1,0 +1,296 @@
+#!/usr/bin/env python3
+"""Capture of a Hugging Face model from its config.json, tensor-parallelized by PyTorch's own
+DTensor (issue 39): no weights, no network, no GPU. The model is built with transformers'
+AutoModelForCausalLM.from_config over fake tensors; a fake process group of --world ranks and a
+(dp, tp) device mesh stand in for the cluster; the config's shipped base_model_tp_plan is applied
+with torch.distributed.tensor.parallel.parallelize_module (ColwiseParallel / RowwiseParallel),
+with sequence parallelism as torchtitan adds it (SequenceParallel norms, PrepareModuleInput
+before the column-wise projections, row-wise outputs Shard(1)). The joint forward + backward
+graph of one decoder layer is traced with make_fx; its collectives are the ones PyTorch itself
+issues, `_c10d_functional` ops with their group size and local shapes.
+
+    capture_hf.py CONFIG.json --world N --tp T [--sp] [--layers L] [--seq S] [--batch B] -o OUT.h5
+
+Writes capture.h5 (format 1) with /block (local, per-rank shapes), an empty /outer (the run uses
+the built-in embedding and head), and /meta: parallelized = "dtensor", tp, sp, world, the model's
+shape keys from the config (shapes_json) and the block's parameters before sharding
+(block_parameters)."""
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import capture as cap  # noqa: E402  (describe, write, trace, ModuleTracker, CaptureError)
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from torch._subclasses import FakeTensorMode  # noqa: E402
+
+CaptureError = cap.CaptureError
+
+
+def tp_styles(config, tp, sp):
+    """The config's base_model_tp_plan as parallelize_module styles for one decoder layer (keys
+    relative to the layer), with torchtitan's sequence-parallel additions when `sp`."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput,
+                                                   RowwiseParallel, SequenceParallel)
+    shipped = dict(getattr(config, "base_model_tp_plan", None) or {})
+    if not shipped:
+        raise CaptureError(f"{config.model_type}: the config ships no base_model_tp_plan")
+    plan, parents = {}, set()
+    for key, style in shipped.items():
+        if not key.startswith("layers.*."):
+            continue  # embeddings and head: the run uses the built-in ones
+        rel = key[len("layers.*."):]
+        if style in ("colwise", "colwise_rep"):
+            plan[rel] = ColwiseParallel()
+            parents.add(rel.rpartition(".")[0])
+        elif style == "rowwise" or style == "rowwise_rep":
+            plan[rel] = RowwiseParallel(output_layouts=Shard(1)) if sp else RowwiseParallel()
+        else:
+            raise CaptureError(f"{config.model_type}: base_model_tp_plan style '{style}' of "
+                               f"{key} is not read yet (colwise and rowwise are)")
+    return plan, parents
+
+
+def capture_hf(config_path, world, tp, sp, layers, seq, batch, parallelize=""):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+    from torch.distributed.tensor.parallel import (PrepareModuleInput, SequenceParallel,
+                                                   parallelize_module)
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    from transformers import AutoConfig, AutoModelForCausalLM
+    t0 = time.time()
+    where = config_path
+    if world % tp != 0:
+        raise CaptureError(f"{where}: --world {world} is not a multiple of --tp {tp}")
+    if sp and seq % tp != 0:
+        raise CaptureError(f"{where}: --seq {seq} is not a multiple of --tp {tp} (SP)")
+    try:
+        config = AutoConfig.from_pretrained(os.path.dirname(os.path.abspath(config_path)) if
+                                            os.path.basename(config_path) == "config.json"
+                                            else config_path)
+    except Exception as e:
+        raise CaptureError(f"{where}: not a Hugging Face config ({type(e).__name__}: "
+                           f"{cap.one_line(e)})")
+    if layers:
+        config.num_hidden_layers = layers
+    config._attn_implementation = "sdpa"
+    config.use_cache = False
+    h = config.hidden_size
+    heads = config.num_attention_heads
+    kv = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or h // heads
+    if heads % tp or kv % tp:
+        raise CaptureError(f"{where}: {heads} attention heads and {kv} key/value heads must "
+                           f"both be multiples of --tp {tp} (ColwiseParallel splits heads)")
+    if getattr(config, "num_local_experts", None) or getattr(config, "num_experts", None):
+        raise CaptureError(f"{where}: MoE models are not captured through DTensor yet")
+    dist.init_process_group("fake", rank=0, world_size=world, store=FakeStore())
+    mesh = init_device_mesh("cpu", (world // tp, tp), mesh_dim_names=("dp", "tp"))
+    tp_mesh = mesh["tp"]
+    mode = FakeTensorMode()
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)  # Module.to swaps fake tensors and fails on 2.x
+    try:
+        with mode:
+            model = AutoModelForCausalLM.from_config(config)
+    except Exception as e:
+        raise CaptureError(f"{where}: from_config failed: {type(e).__name__}: {cap.one_line(e)}")
+    finally:
+        torch.set_default_dtype(default)
+    model.train()
+    blocks_path, blocks = cap.find_blocks(model, "", where)
+    layer = blocks[0]
+    block_parameters = sum(p.numel() for p in layer.parameters())
+    if parallelize:
+        # The user's own parallelization, as their training script runs it: FUNCTION(model,
+        # mesh) over the (dp, tp) mesh; sequence parallelism is what it does (--sp says the
+        # layers take this rank's sequence share).
+        fn = cap.load_attr(parallelize, "FUNCTION", "function")
+        try:
+            with mode:
+                fn(model, mesh)
+        except Exception as e:
+            raise CaptureError(f"{parallelize}: the parallelize function failed: "
+                               f"{type(e).__name__}: {cap.one_line(e)}")
+        if not any(isinstance(p, DTensor) for p in layer.parameters()):
+            raise CaptureError(f"{parallelize}: left {blocks_path}.0 unsharded (no DTensor "
+                               "parameter): nothing to capture at --tp")
+    # How each parent of a column-wise projection is called (positionally or by keyword): the
+    # sequence-parallel input layout goes where the hidden states are handed.
+    styles, parents = ({}, set()) if parallelize else tp_styles(config, tp, sp)
+    calls = {}
+    if sp and not parallelize:
+        def called(p):
+            def hook(m, a, k):
+                calls.setdefault(p, "hidden_states" in k)
+            return hook
+        hooks = [layer.get_submodule(p).register_forward_pre_hook(called(p), with_kwargs=True)
+                 for p in parents]
+        with mode:
+            ids = torch.zeros(batch, seq, dtype=torch.long)
+            cap.traced(where, "forward", lambda: model(input_ids=ids))
+        for hk in hooks:
+            hk.remove()
+        for p in parents:
+            styles[p] = PrepareModuleInput(
+                input_kwarg_layouts={"hidden_states": Shard(1)},
+                desired_input_kwarg_layouts={"hidden_states": Replicate()}) if calls.get(p) \
+                else PrepareModuleInput(input_layouts=(Shard(1),),
+                                        desired_input_layouts=(Replicate(),))
+        for name, m in layer.named_modules():
+            if name and "norm" in type(m).__name__.lower() and name.count(".") == 0:
+                styles[name] = SequenceParallel()
+    for st in styles.values():
+        st.src_data_rank = None  # no scatter of (fake) initial values
+    if not parallelize:
+        with mode:
+            parallelize_module(layer, tp_mesh, styles)
+    # The layer's inputs inside the model: hidden states (this rank's sequence share under SP)
+    # and the rotary tables.
+    seen = {}
+
+    def grab(m, a, k):
+        seen.setdefault("kw", (a, k))
+    hk = layer.register_forward_pre_hook(grab, with_kwargs=True)
+    cap.set_submodule(model, blocks_path, torch.nn.ModuleList([layer]))
+    with mode:
+        ids = torch.zeros(batch, seq, dtype=torch.long)
+        # Only the layer's inputs are wanted: stop after its pre-hook.
+        class Stop(Exception):
+            pass
+
+        def stop(m, a, k):
+            raise Stop()
+        hs = layer.register_forward_pre_hook(stop, with_kwargs=True)
+        try:
+            model(input_ids=ids)
+        except Stop:
+            pass
+        except Exception as e:
+            raise CaptureError(f"{where}: forward: {type(e).__name__}: {cap.one_line(e)}")
+        finally:
+            hs.remove()
+    hk.remove()
+    args, kwargs = seen["kw"]
+    kwargs = dict(kwargs)
+    hidden_full = args[0] if args else kwargs.pop("hidden_states")
+    args = args[1:]
+    names, plocals, specs = [], [], []
+    for n, p in layer.named_parameters():
+        names.append(n)
+        if isinstance(p, DTensor):
+            plocals.append(p.to_local().detach().requires_grad_(True))
+            specs.append((p.device_mesh, p.placements, p.shape, p.stride()))
+        else:
+            plocals.append(p.detach().requires_grad_(True))
+            specs.append(None)
+    s_local = seq // tp if sp else seq
+    with mode:
+        x = torch.empty(batch, s_local, h, dtype=hidden_full.dtype, requires_grad=True)
+
+    def joint(pvals, x, *rest):
+        state = {}
+        for n, t, spec in zip(names, pvals, specs):
+            state[n] = t if spec is None else DTensor.from_local(
+                t, spec[0], spec[1], run_check=False, shape=spec[2], stride=spec[3])
+        out = torch.func.functional_call(layer, state, (x,) + tuple(rest), kwargs)
+        out = cap.first_tensor(out)
+        if isinstance(out, DTensor):
+            out = out.to_local()
+        grads = torch.autograd.grad(out, [x] + list(pvals), torch.ones_like(out),
+                                    allow_unused=True)
+        return out, grads
+    tracker = cap.ModuleTracker(layer)
+    gm = cap.traced(where, "layer", lambda: cap.trace(joint, (plocals, x) + tuple(args),
+                                                       tracker, mode))
+    tracker.remove()
+    gm.graph.eliminate_dead_code()  # DTensor's sharding propagation leaves dead global-shape ops
+    gm.recompile()
+    prefix = f"{blocks_path}.0."
+    pnames = [prefix + n for n in names]
+    # Hugging Face hands SDPA a materialized mask (where over a boolean one); its attention
+    # modules declare is_causal, so that mask is a causal one (model.causal_mask decides its cost).
+    causal = any(getattr(m, "is_causal", False) for m in layer.modules())
+    mask = kwargs.get("attention_mask")
+
+    class HfMasks:
+        @staticmethod
+        def kind(t):
+            return "causal" if causal and mask is not None and t is mask else ""
+    nodes = cap.describe(gm, pnames, 2, masks=HfMasks())
+    for d in nodes:  # the tracker names modules from the layer: make them the model's paths
+        if d["module"] is not None and not d["module"].startswith(prefix):
+            d["module"] = prefix + d["module"] if d["module"] else prefix.rstrip(".")
+    for d, n in zip(nodes, gm.graph.nodes):
+        target = str(n.target)
+        if n.op == "call_function" and target.startswith("c10d."):
+            raise CaptureError(f"{where}: PyTorch issued an in-place collective ({target}) "
+                               "outside the functional collectives: not read yet")
+        if n.op == "call_function" and target.startswith("_c10d_functional.") and \
+                "wait_tensor" not in target:
+            group = next(a for a in reversed(n.args) if isinstance(a, str))
+            d["group_size"] = dist.distributed_c10d._resolve_process_group(group).size()
+    shapes = {"hidden_size": h, "num_attention_heads": heads, "num_query_groups": kv,
+              "kv_channels": head_dim, "ffn_hidden_size": config.intermediate_size,
+              "num_layers": config.num_hidden_layers, "vocab_size": config.vocab_size,
+              "seq_length": seq,
+              "gated_linear_unit": getattr(config, "hidden_act", "") in ("silu", "swiglu"),
+              "add_bias_linear": bool(getattr(config, "attention_bias", False) or
+                                      getattr(config, "mlp_bias", False)),
+              "position_embedding_type": "rope",
+              "untie_embeddings": not bool(getattr(config, "tie_word_embeddings", False))}
+    meta = {"format_version": cap.FORMAT_VERSION, "model": config_path,
+            "class": type(model).__name__, "args": json.dumps({"layers": layers}),
+            "torch_version": torch.__version__, "batch": batch, "seq": seq, "dtype": "bf16",
+            "blocks_attr": blocks_path, "num_blocks": config.num_hidden_layers,
+            "vocab_size": config.vocab_size, "loss": "builder",
+            "capture_seconds": time.time() - t0, "parallelized": "dtensor", "tp": tp,
+            "sp": int(sp), "world": world, "shapes_json": json.dumps(shapes),
+            "block_parameters": block_parameters,
+            "tp_plan_source": f"{parallelize} (the user's parallelize function)" if parallelize
+            else "the config's base_model_tp_plan, applied by parallelize_module"
+                 + (" with torchtitan's sequence parallelism" if sp else "")}
+    return meta, nodes
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("config", help="a Hugging Face config.json")
+    p.add_argument("--world", type=int, required=True, help="ranks of the fake process group")
+    p.add_argument("--tp", type=int, required=True, help="tensor-parallel degree")
+    p.add_argument("--sp", action="store_true", help="sequence parallelism")
+    p.add_argument("--layers", type=int, default=0, help="num_hidden_layers (default: the config's)")
+    p.add_argument("--seq", type=int, default=4096)
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--parallelize", default="", help="FILE.py:FUNCTION(model, mesh) that "
+                   "parallelizes the model as the user's training script does (mesh dims dp, "
+                   "tp), instead of the config's base_model_tp_plan")
+    p.add_argument("-o", "--output", required=True)
+    a = p.parse_args()
+    for flag, v in (("--world", a.world), ("--tp", a.tp), ("--seq", a.seq), ("--batch", a.batch)):
+        if v <= 0:
+            p.error(f"{flag} must be positive")
+    try:
+        meta, nodes = capture_hf(a.config, a.world, a.tp, a.sp, a.layers, a.seq, a.batch,
+                                 a.parallelize)
+        cap.write(a.output, meta, nodes, [])
+    except CaptureError as e:
+        print(f"capture: error: {e}", file=sys.stderr)
+        return 2
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    colls = sum(1 for d in nodes if "_c10d_functional" in d["op"] and "wait" not in d["op"])
+    print(f"captured {meta['class']} ({a.config}) with DTensor TP {a.tp}{' + SP' if a.sp else ''}"
+          f" on a fake {a.world}-rank world: block {len(nodes)} nodes, {colls} collectives, "
+          f"× {meta['num_blocks']} in {meta['capture_seconds']:.2f} s, {rss:.0f} MiB max RSS "
+          f"→ {a.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""A Hugging Face Llama 3 built from its config.json (inputs/hf/llama3-8b-config.json, Meta's
+Meta-Llama-3-8B config: h 4096, 32 heads of 128, 8 KV heads, FFN 14336, vocabulary 128256),
+2 layers, no weights, tensor-parallelized by PyTorch's own DTensor at TP 8 with sequence
+parallelism in a fake process group of 1,024 ranks (`scalescope capture --hf-config`), issue 39.
+Checked by hand against Megatron's TP + SP for the same shapes, and replayed against the
+hand-written builder. Also the user's own parallelize function (tests/capture/
+titan_parallelize.py, torchtitan's plan) as the entry point, and the refusals.
+Usage: test_hf_dtensor.py REPO SCALESCOPE"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import h5py
+import numpy as np
+
+repo, scalescope = sys.argv[1], sys.argv[2]
+config = os.path.join(repo, "inputs/hf/llama3-8b-config.json")
+tmp = tempfile.mkdtemp()
+failures = []
+H, HEADS, KV, DH, F, V = 4096, 32, 8, 128, 14336, 128256
+TP, WORLD, S, B, L = 8, 1024, 1024, 1, 2
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what)
+    if not cond:
+        failures.append(what)
+
+
+def sh(*args):
+    return subprocess.run([scalescope, *args], capture_output=True, text=True)
+
+
+def capture(out, *extra):
+    r = sh("capture", "--hf-config", config, "--world", str(WORLD), "--tp", str(TP), "--sp",
+           "--layers", str(L), "--seq", str(S), "-o", out, "--summary", *extra)
+    if r.returncode != 0:
+        raise SystemExit(f"capture failed: {r.stderr.strip()[-600:]}")
+    with h5py.File(out) as f:
+        return r.stdout, dict(f["meta"].attrs), json.loads(bytes(f["block/nodes_json"][()]).decode())
+
+
+def collectives(nodes):
+    """(pass, op, bytes, group size) of the block's collectives; forward = before the first
+    backward op (the graph's forward feeds its first output)."""
+    result = next(n for n in nodes if n["kind"] == "output")["inputs"][0]
+    anc, todo = set(), [result]
+    while todo:
+        x = todo.pop()
+        if x not in anc:
+            anc.add(x)
+            todo.extend(nodes[x]["inputs"])
+    size = {"bfloat16": 2, "float32": 4}
+    out = []
+    for i, n in enumerate(nodes):
+        if "_c10d_functional" not in n["op"] or "wait_tensor" in n["op"]:
+            continue
+        op = n["op"].split(".")[1]
+        t = n if op == "all_gather_into_tensor" else nodes[n["inputs"][0]]
+        b = int(np.prod(t["shapes"][0])) * size[t["dtypes"][0]]
+        out.append(("fwd" if i in anc else "bwd", op, b, n["group_size"]))
+    return sorted(out)
+
+
+# Megatron's TP + SP per layer (Korthikanti et al. 2022, §4.2.2; megatron/core/tensor_parallel/
+# mappings.py): forward g (all-gather of the [s/t, b, h] shard before the column-parallel
+# QKV and FC1) twice and ḡ (reduce-scatter after the row-parallel proj and FC2) twice; the
+# backward the conjugates, a reduce-scatter and an all-gather each twice; every one of b·s·h bf16
+# (nccl-tests size: the gathered output / the scattered input). The sequence-parallel norms'
+# weight gradients are all-reduced over TP (Megatron: _allreduce_layernorm_grads, [h] each).
+bsh = B * S * H * 2
+megatron = sorted([("fwd", "all_gather_into_tensor", bsh, TP)] * 2 +
+                  [("fwd", "reduce_scatter_tensor", bsh, TP)] * 2 +
+                  [("bwd", "all_gather_into_tensor", bsh, TP)] * 2 +
+                  [("bwd", "reduce_scatter_tensor", bsh, TP)] * 2 +
+                  [("bwd", "all_reduce", H * 2, TP)] * 2)
+shipped = os.path.join(tmp, "shipped.h5")
+text, meta, nodes = capture(shipped)
+got = collectives(nodes)
+check(got == megatron, f"shipped plan + SP: per-layer collectives equal Megatron's by hand\n"
+      f"       got      {got}\n       megatron {megatron}")
+# GEMMs of this rank: forward 2·s·(h·(q + 2·kv) + q·h + 3·h·F)/t, with the backward 3× that.
+gemm = 3 * 2 * S * (H * (HEADS * DH + 2 * KV * DH) + HEADS * DH * H + 3 * H * F) / TP
+flops = 0
+for n in nodes:
+    if n["op"].startswith("mm."):
+        a, w = nodes[n["inputs"][0]]["shapes"][0], nodes[n["inputs"][1]]["shapes"][0]
+        flops += 2 * int(np.prod(a)) * w[-1]
+check(flops == gemm, f"this rank's GEMM FLOPs {flops:.6g} == {gemm:.6g} by hand")
+check(meta["parallelized"] == "dtensor" and int(meta["tp"]) == TP and int(meta["sp"]) == 1 and
+      int(meta["block_parameters"]) == H * (HEADS * DH + 2 * KV * DH) + HEADS * DH * H +
+      3 * H * F + 2 * H, "meta: DTensor at TP 8 with SP, the block's unsharded parameters")
+check("captured / expected = 1.0000" in text and "2 × all_gather (16 MiB in all)" in text,
+      "summary: FLOPs ratio 1.0000 and PyTorch's collectives")
+
+# The user's own parallelize function (torchtitan's plan with SP): the same collectives.
+user = os.path.join(tmp, "user.h5")
+text, meta, nodes = capture(user, "--parallelize",
+                            os.path.join(repo, "tests/capture/titan_parallelize.py:parallelize"))
+check(collectives(nodes) == megatron and "user's parallelize function" in meta["tp_plan_source"],
+      "torchtitan's plan through --parallelize: the same collectives")
+
+# Replayed on 1,024 GPUs (TP 8 · DP 128) against the builder's Llama 3 8B at the same shapes,
+# with cuDNN's attention as the builder's Transformer Engine runs it and the built-in embedding
+# and head on both sides: the graph's per-layer collectives, and the iteration within 3 %.
+def yaml(path, model):
+    with open(path, "w") as f:
+        f.write(f"model: {model}\n"
+                f"parallel: {{tp: {TP}, pp: 1, dp: {WORLD // TP}, sequence_parallel: true}}\n"
+                f"training: {{micro_batch_size: 1, global_batch_size: {WORLD // TP}, "
+                f"precision: bf16}}\ncluster: {{preset: dgx-h100, num_gpus: {WORLD}}}\n")
+    return path
+
+
+cap_cfg = yaml(os.path.join(tmp, "cap.yaml"), f"{{source: {shipped}, sdpa: cudnn}}")
+builder = yaml(os.path.join(tmp, "builder.yaml"),
+               f"{{preset: llama3-8b, num_layers: {L}, seq_length: {S}}}")
+times = {}
+for name, cfg in (("capture", cap_cfg), ("builder", builder)):
+    r = sh("run", cfg, "-o", os.path.join(tmp, name), "--quiet")
+    check(r.returncode == 0, f"{name} runs ({r.stderr.strip()[-300:]})")
+    with open(os.path.join(tmp, name, "summary.json")) as f:
+        times[name] = json.load(f)["iteration_time_s"]
+ratio = times["capture"] / times["builder"]
+check(abs(ratio - 1) <= 0.03, f"iteration: DTensor capture {times['capture']:.6f} s, builder "
+      f"{times['builder']:.6f} s ({ratio:.4f}x)")
+r = sh("graph", cap_cfg, "-o", os.path.join(tmp, "g.h5"))
+with h5py.File(os.path.join(tmp, "g.h5")) as f:
+    t = f[f"templates/{f['ranks/class'][0]}"]
+    k, layer, role, b = t["kind"][()], t["layer"][()], t["role"][()], t["comm_bytes"][()]
+    tp0 = (layer == 0) & (role == 1)
+    got = {name: sorted(b[tp0 & (k == kind)].tolist()) for name, kind in
+           (("all_reduce", 7), ("all_gather", 8), ("reduce_scatter", 9))}
+check(got == {"all_reduce": [H * 2.0] * 2, "all_gather": [float(bsh)] * 4,
+              "reduce_scatter": [float(bsh)] * 4}, f"replayed layer 0's TP collectives {got}")
+
+# Refusals, one line each: another layout than the capture's; KV heads that TP cannot split.
+r = sh("run", cap_cfg, "--set", "parallel.tp=4", "--set", "parallel.dp=256",
+       "-o", os.path.join(tmp, "x"))
+check(r.returncode != 0 and r.stderr.count("\n") == 1 and "parallelized by DTensor at TP 8" in
+      r.stderr, f"TP 4 on a TP 8 capture refused ({r.stderr.strip()!r})")
+r = sh("capture", "--hf-config", config, "--world", "1024", "--tp", "16", "--layers", "1",
+       "--seq", "1024", "-o", os.path.join(tmp, "tp16.h5"))
+check(r.returncode == 2 and r.stderr.count("\n") == 1 and "8 key/value heads" in r.stderr and
+      not os.path.exists(os.path.join(tmp, "tp16.h5")), f"TP 16 refused ({r.stderr.strip()!r})")
+
+if failures:
+    print(f"{len(failures)} FAILED")
+    sys.exit(1)
+print("ok: Hugging Face Llama 3 through DTensor TP 8 + SP: Megatron's collectives, the builder's "
+      "time")
