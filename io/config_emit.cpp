@@ -54,7 +54,9 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
                                                                          : "learned_absolute");
   if (m.capture) {
     out << YAML::Key << "source" << YAML::Value << m.capture_path;
-    if (!m.capture_plan_name.empty()) {
+    if (!m.capture->parallelized.empty()) {
+      // PyTorch parallelized it: the capture holds the plan (nothing to write).
+    } else if (!m.capture_plan_name.empty()) {
       out << YAML::Key << "tp_plan" << YAML::Value << m.capture_plan_name;
     } else {  // the plan itself, which reads back the same however it was found
       out << YAML::Key << "pytorch_tp_plan" << YAML::Value << YAML::BeginMap;

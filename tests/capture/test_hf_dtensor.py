@@ -137,6 +137,30 @@ with h5py.File(os.path.join(tmp, "g.h5")) as f:
 check(got == {"all_reduce": [H * 2.0] * 2, "all_gather": [float(bsh)] * 4,
               "reduce_scatter": [float(bsh)] * 4}, f"replayed layer 0's TP collectives {got}")
 
+# Chakra ET per rank of such a capture (as Flint exports), at 64 ranks: one file per rank, and
+# its replay gives the direct run's iteration time.
+small = os.path.join(tmp, "w64.h5")
+r = sh("capture", "--hf-config", config, "--world", "64", "--tp", str(TP), "--sp", "--layers",
+       str(L), "--seq", str(S), "-o", small)
+cfg64 = os.path.join(tmp, "w64.yaml")
+with open(cfg64, "w") as f:
+    f.write(f"model: {{source: {small}}}\nparallel: {{tp: 8, pp: 1, dp: 8, sequence_parallel: "
+            "true}\ntraining: {micro_batch_size: 1, global_batch_size: 8, precision: bf16}\n"
+            "cluster: {preset: dgx-h100, num_gpus: 64}\n")
+os.makedirs(os.path.join(tmp, "et"))
+steps = [sh("run", cfg64, "-o", os.path.join(tmp, "r64"), "--quiet"),
+         sh("graph", cfg64, "-o", os.path.join(tmp, "g64.h5")),
+         sh("export-chakra", os.path.join(tmp, "g64.h5"), os.path.join(tmp, "et", "hf")),
+         sh("run", "--chakra", os.path.join(tmp, "et", "hf"), "-o", os.path.join(tmp, "e64"),
+            "--quiet")]
+ok = all(s.returncode == 0 for s in steps)
+ets = [x for x in os.listdir(os.path.join(tmp, "et")) if x.endswith(".et")] if ok else []
+same = ok and json.load(open(os.path.join(tmp, "r64", "summary.json")))["iteration_time_s"] == \
+    json.load(open(os.path.join(tmp, "e64", "summary.json")))["iteration_time_s"]
+check(r.returncode == 0 and ok and len(ets) == 64 and same,
+      f"Chakra export: {len(ets)} rank files, replayed to the direct run's time "
+      f"({[s.stderr.strip()[-200:] for s in steps if s.returncode]})")
+
 # Refusals, one line each: another layout than the capture's; KV heads that TP cannot split.
 r = sh("run", cap_cfg, "--set", "parallel.tp=4", "--set", "parallel.dp=256",
        "-o", os.path.join(tmp, "x"))
