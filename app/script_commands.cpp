@@ -43,15 +43,21 @@ int capture_command(const CaptureOptions& o) {
   const fs::path script =
       checkout_script("capture", fs::path("scripts") / "capture" / "capture.py");
   const fs::path python = checkout_script("capture", fs::path("scripts") / "capture" / "python");
-  if (!o.hf_config.empty()) {
-    if (!o.model.empty() || !o.factory.empty())
-      throw_input("scalescope capture: give --hf-config or a model, not both");
+  if (!o.hf_config.empty() || o.world > 0) {
+    // Parallelized by PyTorch's DTensor (scripts/capture/capture_hf.py): a Hugging Face config,
+    // or a factory with --parallelize (torchtitan's model and apply_tp).
+    if (!o.model.empty() || (!o.hf_config.empty() && !o.factory.empty()))
+      throw_input("scalescope capture: give --hf-config or --factory with --world, not both");
     if (o.world <= 0) throw_input("scalescope capture: --hf-config needs --world N");
+    if (!o.factory.empty() && o.parallelize.empty())
+      throw_input("scalescope capture: --factory with --world needs --parallelize FILE:FUNCTION");
     const fs::path hf =
         checkout_script("capture", fs::path("scripts") / "capture" / "capture_hf.py");
-    std::string cmd = fmt::format("'{}' '{}' '{}' --world {} --tp {} --seq {} --batch {} -o '{}'",
-                                  python.string(), hf.string(), o.hf_config, o.world, o.tp,
-                                  o.seq > 0 ? o.seq : 4096, o.batch > 0 ? o.batch : 1, o.out);
+    std::string cmd =
+        fmt::format("'{}' '{}' {}'{}' --world {} --tp {} --seq {} --batch {} -o '{}'",
+                    python.string(), hf.string(), o.factory.empty() ? "" : "--factory ",
+                    o.factory.empty() ? o.hf_config : o.factory, o.world, o.tp,
+                    o.seq > 0 ? o.seq : 4096, o.batch > 0 ? o.batch : 1, o.out);
     if (o.sp) cmd += " --sp";
     if (o.layers > 0) cmd += fmt::format(" --layers {}", o.layers);
     if (!o.parallelize.empty()) cmd += fmt::format(" --parallelize '{}'", o.parallelize);
@@ -61,9 +67,10 @@ int capture_command(const CaptureOptions& o) {
     std::cout << io::format_capture_summary(captured, workload::TpPlan{}, o.tp);
     return 0;
   }
-  if (o.world > 0 || o.sp || o.layers > 0 || !o.parallelize.empty())
+  if (o.sp || o.layers > 0 || !o.parallelize.empty())
     throw_input(
-        "scalescope capture: --world, --sp, --layers and --parallelize apply to --hf-config");
+        "scalescope capture: --sp, --layers and --parallelize apply to a DTensor capture "
+        "(--hf-config, or --factory with --world)");
   if (o.model.empty() == o.factory.empty())
     throw_input("scalescope capture: give path/to/file.py:ClassName or --factory FILE:FUNCTION");
   std::string cmd = fmt::format("'{}' '{}' {}'{}' --dtype '{}' -o '{}'", python.string(),

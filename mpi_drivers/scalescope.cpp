@@ -151,7 +151,10 @@ int main(int argc, char** argv) {
                    "A Hugging Face config.json: the model built from it (no weights) and "
                    "tensor-parallelized by PyTorch's DTensor at --tp in a fake process group of "
                    "--world ranks (scripts/capture/capture_hf.py)");
-  ccmd->add_option("--world", cap.world, "With --hf-config: ranks of the fake process group")
+  ccmd->add_option("--world", cap.world,
+                   "Ranks of the fake process group of a DTensor capture (--hf-config, or "
+                   "--factory FILE:FUNCTION(layers) returning the module and its shape keys, "
+                   "with --parallelize)")
       ->check(CLI::PositiveNumber);
   ccmd->add_flag("--sp", cap.sp, "With --hf-config: sequence parallelism");
   ccmd->add_option("--layers", cap.layers,

@@ -26,7 +26,7 @@ fi
 # PyTorch 1.13 and the 2.x capture tests skip, saying so).
 source "$(dirname "$0")/torch_venv.sh"
 if [ "${SCALESCOPE_SKIP_TORCH_VENV:-0}" != 1 ]; then
-  if ! "$SCALESCOPE_TORCH_VENV/bin/python" -c "import torch, transformers, h5py, einops" \
+  if ! "$SCALESCOPE_TORCH_VENV/bin/python" -c "import torch, transformers, h5py, einops, torchtitan" \
       >/dev/null 2>&1; then
     echo "setup: installing $SCALESCOPE_TORCH_PINS into $SCALESCOPE_TORCH_VENV (~3 GB download)"
     rm -rf "$SCALESCOPE_TORCH_VENV"

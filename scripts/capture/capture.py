@@ -381,13 +381,15 @@ def find_blocks(model, path, where):
         except AttributeError:
             raise CaptureError(f"{where}: no module '{path}' (--blocks names the nn.ModuleList "
                                "of repeated blocks by its dotted path, e.g. transformer.h)")
-        if not isinstance(blocks, nn.ModuleList) or len(blocks) == 0:
-            raise CaptureError(f"{where}: '{path}' is not a non-empty nn.ModuleList")
+        if not isinstance(blocks, (nn.ModuleList, nn.ModuleDict)) or len(blocks) == 0:
+            raise CaptureError(f"{where}: '{path}' is not a non-empty nn.ModuleList or "
+                               "nn.ModuleDict")
         return path, blocks
     best = None
     for name, m in model.named_modules():
-        if name and isinstance(m, nn.ModuleList) and len(m) > 0 and \
-                len({type(c) for c in m}) == 1:
+        # nn.ModuleList, or nn.ModuleDict keyed 0, 1, ... (torchtitan's `layers`)
+        if name and isinstance(m, (nn.ModuleList, nn.ModuleDict)) and len(m) > 0 and \
+                len({type(c) for c in (m.values() if isinstance(m, nn.ModuleDict) else m)}) == 1:
             key = (sum(p.numel() for p in m.parameters()), -name.count("."))
             if best is None or key > best[0]:
                 best = (key, name, m)
@@ -395,6 +397,13 @@ def find_blocks(model, path, where):
         raise CaptureError(f"{where}: no nn.ModuleList of repeated blocks found in the module "
                            "tree (name it with --blocks PATH)")
     return best[1], best[2]
+
+
+def block_list(blocks, items):
+    """A container like `blocks` (nn.ModuleList, or nn.ModuleDict keyed "0", "1", …) of `items`."""
+    if isinstance(blocks, nn.ModuleDict):
+        return nn.ModuleDict({str(i): m for i, m in enumerate(items)})
+    return nn.ModuleList(items)
 
 
 def set_submodule(model, path, module):
@@ -649,6 +658,11 @@ def capture(model_spec, args_path, batch, seq, dtype, blocks_path, factory=None,
                                                          torch_dtype, masks)
     blocks_path, blocks = find_blocks(model, blocks_path, where)
     num_blocks = len(blocks)
+    if isinstance(blocks, nn.ModuleDict):
+        blocks = nn.ModuleList(list(blocks.values()))  # in order; rebuilt as a dict below
+        container = nn.ModuleDict
+    else:
+        container = nn.ModuleList
     block = blocks[0]
     vocab = None
     for m in model.modules():
@@ -701,7 +715,7 @@ def capture(model_spec, args_path, batch, seq, dtype, blocks_path, factory=None,
                                "this capture would cost every block as block 0 (pass "
                                "--same-blocks to accept that, said in the output)")
         blocks_differ = diff or ""
-    set_submodule(model, blocks_path, nn.ModuleList([block]))
+    set_submodule(model, blocks_path, block_list(container(), [block]))
     # The block's inputs inside the model: a fake forward with a pre-hook.
     seen = {}
 
@@ -781,7 +795,7 @@ def capture(model_spec, args_path, batch, seq, dtype, blocks_path, factory=None,
 
     # Outer: the model with a marker in place of its blocks, through the loss.
     tracker.remove()
-    set_submodule(model, blocks_path, nn.ModuleList([BlocksMarker(marker_rest)]))
+    set_submodule(model, blocks_path, block_list(container(), [BlocksMarker(marker_rest)]))
     tracker = ModuleTracker(model)
     outer_params, outer_pnames = named_tensors(model, "param")
     outer_buffers, outer_bnames = named_tensors(model, "buffer")
@@ -807,7 +821,7 @@ def capture(model_spec, args_path, batch, seq, dtype, blocks_path, factory=None,
                            [masks.kind(t) for _, t in outer_buffers], masks)
     check_trace(where, "outer", outer_nodes, onames, expected)
     tracker.remove()
-    set_submodule(model, blocks_path, nn.ModuleList([block] * num_blocks))
+    set_submodule(model, blocks_path, block_list(container(), [block] * num_blocks))
     meta = {"format_version": FORMAT_VERSION, "model": factory or model_spec, "class": cls_name,
             "args": json.dumps(kwargs), "torch_version": torch.__version__, "batch": batch,
             "seq": seq, "dtype": dtype, "blocks_attr": blocks_path, "num_blocks": num_blocks,

@@ -32,6 +32,44 @@ from torch._subclasses import FakeTensorMode  # noqa: E402
 CaptureError = cap.CaptureError
 
 
+class _GradAllReduce(torch.autograd.Function):
+    """Identity forward; the gradient all-reduced over the TP group backward (a functional
+    collective, so it is in the traced graph)."""
+
+    @staticmethod
+    def forward(ctx, w, group):
+        ctx.group = group
+        return w.view_as(w)
+
+    @staticmethod
+    def backward(ctx, g):
+        import torch.distributed._functional_collectives as funcol
+        return funcol.all_reduce(g, "sum", ctx.group), None
+
+
+def replicated_with_grad_allreduce():
+    """Hugging Face's `replicated_with_grad_allreduce` (Qwen3's per-head q_norm / k_norm): the
+    weight stays whole on every rank, reads this rank's heads, and its gradient is summed over
+    TP."""
+    from torch.distributed.tensor.parallel import ParallelStyle
+
+    class Style(ParallelStyle):
+        def _apply(self, module, device_mesh):
+            group = device_mesh.get_group()
+            forward = module.forward
+
+            def wrapped(*args, **kwargs):
+                weight = module._parameters["weight"]  # as functional_call set it
+                module._parameters["weight"] = _GradAllReduce.apply(weight, group)
+                try:
+                    return forward(*args, **kwargs)
+                finally:
+                    module._parameters["weight"] = weight
+            module.forward = wrapped
+            return module
+    return Style()
+
+
 def tp_styles(config, tp, sp):
     """The config's base_model_tp_plan as parallelize_module styles for one decoder layer (keys
     relative to the layer), with torchtitan's sequence-parallel additions when `sp`."""
@@ -51,25 +89,18 @@ def tp_styles(config, tp, sp):
             parents.add(rel.rpartition(".")[0])
         elif style == "rowwise" or style == "rowwise_rep":
             plan[rel] = RowwiseParallel(output_layouts=Shard(1)) if sp else RowwiseParallel()
+        elif style == "replicated_with_grad_allreduce":
+            plan[rel] = replicated_with_grad_allreduce()
         else:
             raise CaptureError(f"{config.model_type}: base_model_tp_plan style '{style}' of "
                                f"{key} is not read yet (colwise and rowwise are)")
     return plan, parents
 
 
-def capture_hf(config_path, world, tp, sp, layers, seq, batch, parallelize=""):
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import DTensor, Replicate, Shard
-    from torch.distributed.tensor.parallel import (PrepareModuleInput, SequenceParallel,
-                                                   parallelize_module)
-    from torch.testing._internal.distributed.fake_pg import FakeStore
+def hf_model(config_path, layers, mode):
+    """(model, config, shape keys, where) of a Hugging Face config.json, built over fake tensors."""
     from transformers import AutoConfig, AutoModelForCausalLM
-    t0 = time.time()
     where = config_path
-    if world % tp != 0:
-        raise CaptureError(f"{where}: --world {world} is not a multiple of --tp {tp}")
-    if sp and seq % tp != 0:
-        raise CaptureError(f"{where}: --seq {seq} is not a multiple of --tp {tp} (SP)")
     try:
         config = AutoConfig.from_pretrained(os.path.dirname(os.path.abspath(config_path)) if
                                             os.path.basename(config_path) == "config.json"
@@ -81,19 +112,20 @@ def capture_hf(config_path, world, tp, sp, layers, seq, batch, parallelize=""):
         config.num_hidden_layers = layers
     config._attn_implementation = "sdpa"
     config.use_cache = False
-    h = config.hidden_size
-    heads = config.num_attention_heads
-    kv = getattr(config, "num_key_value_heads", None) or heads
-    head_dim = getattr(config, "head_dim", None) or h // heads
-    if heads % tp or kv % tp:
-        raise CaptureError(f"{where}: {heads} attention heads and {kv} key/value heads must "
-                           f"both be multiples of --tp {tp} (ColwiseParallel splits heads)")
     if getattr(config, "num_local_experts", None) or getattr(config, "num_experts", None):
         raise CaptureError(f"{where}: MoE models are not captured through DTensor yet")
-    dist.init_process_group("fake", rank=0, world_size=world, store=FakeStore())
-    mesh = init_device_mesh("cpu", (world // tp, tp), mesh_dim_names=("dp", "tp"))
-    tp_mesh = mesh["tp"]
-    mode = FakeTensorMode()
+    h = config.hidden_size
+    heads = config.num_attention_heads
+    shapes = {"hidden_size": h, "num_attention_heads": heads,
+              "num_query_groups": getattr(config, "num_key_value_heads", None) or heads,
+              "kv_channels": getattr(config, "head_dim", None) or h // heads,
+              "ffn_hidden_size": config.intermediate_size,
+              "num_layers": config.num_hidden_layers, "vocab_size": config.vocab_size,
+              "gated_linear_unit": getattr(config, "hidden_act", "") in ("silu", "swiglu"),
+              "add_bias_linear": bool(getattr(config, "attention_bias", False) or
+                                      getattr(config, "mlp_bias", False)),
+              "position_embedding_type": "rope",
+              "untie_embeddings": not bool(getattr(config, "tie_word_embeddings", False))}
     default = torch.get_default_dtype()
     torch.set_default_dtype(torch.bfloat16)  # Module.to swaps fake tensors and fails on 2.x
     try:
@@ -103,9 +135,60 @@ def capture_hf(config_path, world, tp, sp, layers, seq, batch, parallelize=""):
         raise CaptureError(f"{where}: from_config failed: {type(e).__name__}: {cap.one_line(e)}")
     finally:
         torch.set_default_dtype(default)
+    return model, config, shapes, where
+
+
+def factory_model(factory, layers, mode):
+    """(model, None, shape keys, where) from FILE.py:FUNCTION(layers) returning the module and
+    its shape keys (hidden_size, num_attention_heads, num_query_groups, kv_channels,
+    ffn_hidden_size, num_layers, vocab_size, gated_linear_unit, add_bias_linear,
+    position_embedding_type, untie_embeddings), built over fake tensors in bf16."""
+    fn = cap.load_attr(factory, "FUNCTION", "function")
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        with mode:
+            made = fn(layers)
+    except Exception as e:
+        raise CaptureError(f"{factory}: the factory failed: {type(e).__name__}: "
+                           f"{cap.one_line(e)}")
+    finally:
+        torch.set_default_dtype(default)
+    if not (isinstance(made, tuple) and len(made) == 2 and isinstance(made[0], torch.nn.Module)
+            and isinstance(made[1], dict)):
+        raise CaptureError(f"{factory}: expected (module, shape keys), got "
+                           f"{type(made).__name__}")
+    return made[0], None, made[1], factory
+
+
+def capture_hf(config_path, world, tp, sp, layers, seq, batch, parallelize="", factory=""):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+    from torch.distributed.tensor.parallel import (PrepareModuleInput, SequenceParallel,
+                                                   parallelize_module)
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    t0 = time.time()
+    where = config_path or factory
+    if factory and not parallelize:
+        raise CaptureError(f"{factory}: a factory's model is parallelized by --parallelize "
+                           "(it ships no base_model_tp_plan)")
+    if world % tp != 0:
+        raise CaptureError(f"{where}: --world {world} is not a multiple of --tp {tp}")
+    if sp and seq % tp != 0:
+        raise CaptureError(f"{where}: --seq {seq} is not a multiple of --tp {tp} (SP)")
+    mode = FakeTensorMode()
+    model, config, shapes, where = factory_model(factory, layers, mode) if factory \
+        else hf_model(config_path, layers, mode)
+    heads, kv = shapes["num_attention_heads"], shapes["num_query_groups"]
+    if heads % tp or kv % tp:
+        raise CaptureError(f"{where}: {heads} attention heads and {kv} key/value heads must "
+                           f"both be multiples of --tp {tp} (ColwiseParallel splits heads)")
+    dist.init_process_group("fake", rank=0, world_size=world, store=FakeStore())
+    mesh = init_device_mesh("cpu", (world // tp, tp), mesh_dim_names=("dp", "tp"))
+    tp_mesh = mesh["tp"]
     model.train()
     blocks_path, blocks = cap.find_blocks(model, "", where)
-    layer = blocks[0]
+    layer = blocks["0"] if isinstance(blocks, torch.nn.ModuleDict) else blocks[0]
     block_parameters = sum(p.numel() for p in layer.parameters())
     if parallelize:
         # The user's own parallelization, as their training script runs it: FUNCTION(model,
@@ -158,7 +241,7 @@ def capture_hf(config_path, world, tp, sp, layers, seq, batch, parallelize=""):
     def grab(m, a, k):
         seen.setdefault("kw", (a, k))
     hk = layer.register_forward_pre_hook(grab, with_kwargs=True)
-    cap.set_submodule(model, blocks_path, torch.nn.ModuleList([layer]))
+    cap.set_submodule(model, blocks_path, cap.block_list(blocks, [layer]))
     with mode:
         ids = torch.zeros(batch, seq, dtype=torch.long)
         # Only the layer's inputs are wanted: stop after its pre-hook.
@@ -169,7 +252,7 @@ def capture_hf(config_path, world, tp, sp, layers, seq, batch, parallelize=""):
             raise Stop()
         hs = layer.register_forward_pre_hook(stop, with_kwargs=True)
         try:
-            model(input_ids=ids)
+            model(ids)
         except Stop:
             pass
         except Exception as e:
@@ -192,7 +275,8 @@ def capture_hf(config_path, world, tp, sp, layers, seq, batch, parallelize=""):
             specs.append(None)
     s_local = seq // tp if sp else seq
     with mode:
-        x = torch.empty(batch, s_local, h, dtype=hidden_full.dtype, requires_grad=True)
+        x = torch.empty(batch, s_local, shapes["hidden_size"], dtype=torch.bfloat16,
+                        requires_grad=True)
 
     def joint(pvals, x, *rest):
         state = {}
@@ -236,20 +320,12 @@ def capture_hf(config_path, world, tp, sp, layers, seq, batch, parallelize=""):
                 "wait_tensor" not in target:
             group = next(a for a in reversed(n.args) if isinstance(a, str))
             d["group_size"] = dist.distributed_c10d._resolve_process_group(group).size()
-    shapes = {"hidden_size": h, "num_attention_heads": heads, "num_query_groups": kv,
-              "kv_channels": head_dim, "ffn_hidden_size": config.intermediate_size,
-              "num_layers": config.num_hidden_layers, "vocab_size": config.vocab_size,
-              "seq_length": seq,
-              "gated_linear_unit": getattr(config, "hidden_act", "") in ("silu", "swiglu"),
-              "add_bias_linear": bool(getattr(config, "attention_bias", False) or
-                                      getattr(config, "mlp_bias", False)),
-              "position_embedding_type": "rope",
-              "untie_embeddings": not bool(getattr(config, "tie_word_embeddings", False))}
-    meta = {"format_version": cap.FORMAT_VERSION, "model": config_path,
+    shapes = dict(shapes, seq_length=seq)
+    meta = {"format_version": cap.FORMAT_VERSION, "model": config_path or factory,
             "class": type(model).__name__, "args": json.dumps({"layers": layers}),
             "torch_version": torch.__version__, "batch": batch, "seq": seq, "dtype": "bf16",
-            "blocks_attr": blocks_path, "num_blocks": config.num_hidden_layers,
-            "vocab_size": config.vocab_size, "loss": "builder",
+            "blocks_attr": blocks_path, "num_blocks": shapes["num_layers"],
+            "vocab_size": shapes["vocab_size"], "loss": "builder",
             "capture_seconds": time.time() - t0, "parallelized": "dtensor", "tp": tp,
             "sp": int(sp), "world": world, "shapes_json": json.dumps(shapes),
             "block_parameters": block_parameters,
@@ -261,7 +337,10 @@ def capture_hf(config_path, world, tp, sp, layers, seq, batch, parallelize=""):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("config", help="a Hugging Face config.json")
+    p.add_argument("config", nargs="?", default="", help="a Hugging Face config.json")
+    p.add_argument("--factory", default="", help="FILE.py:FUNCTION(layers) returning the module "
+                   "and its shape keys (a model that is not Hugging Face's: torchtitan's), "
+                   "instead of a config; needs --parallelize")
     p.add_argument("--world", type=int, required=True, help="ranks of the fake process group")
     p.add_argument("--tp", type=int, required=True, help="tensor-parallel degree")
     p.add_argument("--sp", action="store_true", help="sequence parallelism")
@@ -277,15 +356,17 @@ def main():
         if v <= 0:
             p.error(f"{flag} must be positive")
     try:
+        if bool(a.config) == bool(a.factory):
+            p.error("give a config.json or --factory FILE.py:FUNCTION")
         meta, nodes = capture_hf(a.config, a.world, a.tp, a.sp, a.layers, a.seq, a.batch,
-                                 a.parallelize)
+                                 a.parallelize, a.factory)
         cap.write(a.output, meta, nodes, [])
     except CaptureError as e:
         print(f"capture: error: {e}", file=sys.stderr)
         return 2
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     colls = sum(1 for d in nodes if "_c10d_functional" in d["op"] and "wait" not in d["op"])
-    print(f"captured {meta['class']} ({a.config}) with DTensor TP {a.tp}{' + SP' if a.sp else ''}"
+    print(f"captured {meta['class']} ({a.config or a.factory}) with DTensor TP {a.tp}{' + SP' if a.sp else ''}"
           f" on a fake {a.world}-rank world: block {len(nodes)} nodes, {colls} collectives, "
           f"× {meta['num_blocks']} in {meta['capture_seconds']:.2f} s, {rss:.0f} MiB max RSS "
           f"→ {a.output}")

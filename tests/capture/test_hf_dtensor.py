@@ -16,7 +16,7 @@ import tempfile
 import h5py
 import numpy as np
 
-repo, scalescope = sys.argv[1], sys.argv[2]
+repo, scalescope = os.path.abspath(sys.argv[1]), sys.argv[2]
 config = os.path.join(repo, "inputs/hf/llama3-8b-config.json")
 tmp = tempfile.mkdtemp()
 failures = []
@@ -136,6 +136,47 @@ with h5py.File(os.path.join(tmp, "g.h5")) as f:
            (("all_reduce", 7), ("all_gather", 8), ("reduce_scatter", 9))}
 check(got == {"all_reduce": [H * 2.0] * 2, "all_gather": [float(bsh)] * 4,
               "reduce_scatter": [float(bsh)] * 4}, f"replayed layer 0's TP collectives {got}")
+
+# More models nobody here wrote, each against the hand count and the builder at the same shapes:
+# Qwen3-8B from its config.json (inputs/hf/qwen3-8b-config.json: Qwen/Qwen3-8B's, h 4096, 32
+# heads of 128, 8 KV heads, FFN 12288, vocabulary 151936), whose plan also keeps the per-head
+# q_norm / k_norm weights whole with their gradients all-reduced over TP
+# (`replicated_with_grad_allreduce`: 2 more all-reduces of [128]); and torchtitan's own Llama 3
+# 8B with torchtitan's own apply_tp (tests/capture/torchtitan_llama3.py).
+def row(name, args, builder_model, extra):
+    out = os.path.join(tmp, name + ".h5")
+    r = sh("capture", *args, "--world", str(WORLD), "--tp", str(TP), "--sp", "--layers", str(L),
+           "--seq", str(S), "-o", out, "--summary")
+    if r.returncode != 0:
+        check(False, f"{name}: capture ({r.stderr.strip()[-300:]})")
+        return
+    with h5py.File(out) as f:
+        got = collectives(json.loads(bytes(f["block/nodes_json"][()]).decode()))
+    check(got == sorted(megatron + extra) and "captured / expected = 1.0000" in r.stdout,
+          f"{name}: Megatron's collectives{' + ' + str(len(extra)) if extra else ''}, FLOPs "
+          f"ratio 1.0000 ({[c for c in got if c not in megatron]})")
+    c = yaml(os.path.join(tmp, name + ".yaml"), f"{{source: {out}, sdpa: cudnn}}")
+    b = yaml(os.path.join(tmp, name + "-b.yaml"), builder_model)
+    t = []
+    for cfg, o in ((c, name + "-run"), (b, name + "-brun")):
+        r = sh("run", cfg, "-o", os.path.join(tmp, o), "--quiet")
+        if r.returncode != 0:
+            print(r.stderr.strip()[-300:])
+            t.append(float("nan"))
+            continue
+        with open(os.path.join(tmp, o, "summary.json")) as f:
+            t.append(json.load(f)["iteration_time_s"])
+    check(abs(t[0] / t[1] - 1) <= 0.03,
+          f"{name}: iteration {t[0]:.6f} s against the builder's {t[1]:.6f} s ({t[0] / t[1]:.4f}x)")
+
+
+row("qwen3-8b", ["--hf-config", os.path.join(repo, "inputs/hf/qwen3-8b-config.json")],
+    f"{{hf_config: {os.path.join(repo, 'inputs/hf/qwen3-8b-config.json')}, num_layers: {L}, "
+    f"seq_length: {S}}}", [("bwd", "all_reduce", DH * 2, TP)] * 2)
+titan = os.path.join(repo, "tests/capture/torchtitan_llama3.py")
+row("torchtitan-llama3-8b", ["--factory", titan + ":llama3_8b", "--parallelize",
+                             titan + ":parallelize"],
+    f"{{preset: llama3-8b, num_layers: {L}, seq_length: {S}}}", [])
 
 # Chakra ET per rank of such a capture (as Flint exports), at 64 ranks: one file per rank, and
 # its replay gives the direct run's iteration time.
