@@ -82,6 +82,7 @@ struct CaptureOptions {
   std::string hf_config, parallelize;
   std::int64_t world = 0, layers = 0;
   bool sp = false;
+  bool fsdp = false;  ///< FSDP2 on the layers over the dp mesh dimension
 };
 int capture_command(const CaptureOptions& o);
 

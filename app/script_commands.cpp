@@ -59,6 +59,7 @@ int capture_command(const CaptureOptions& o) {
                     o.factory.empty() ? o.hf_config : o.factory, o.world, o.tp,
                     o.seq > 0 ? o.seq : 4096, o.batch > 0 ? o.batch : 1, o.out);
     if (o.sp) cmd += " --sp";
+    if (o.fsdp) cmd += " --fsdp";
     if (o.layers > 0) cmd += fmt::format(" --layers {}", o.layers);
     if (!o.parallelize.empty()) cmd += fmt::format(" --parallelize '{}'", o.parallelize);
     const int code = shell(cmd);
@@ -67,7 +68,7 @@ int capture_command(const CaptureOptions& o) {
     std::cout << io::format_capture_summary(captured, workload::TpPlan{}, o.tp);
     return 0;
   }
-  if (o.sp || o.layers > 0 || !o.parallelize.empty())
+  if (o.sp || o.fsdp || o.layers > 0 || !o.parallelize.empty())
     throw_input(
         "scalescope capture: --sp, --layers and --parallelize apply to a DTensor capture "
         "(--hf-config, or --factory with --world)");

@@ -123,6 +123,21 @@ workload::Capture read_capture_h5(const std::string& path) {
         throw_input("{}: /meta shapes_json: '{}': expected a scalar", path, key);
       c.shapes[key] = value.is_string() ? value.get<std::string>() : value.dump();
     }
+    if (meta.has_attribute("fsdp_json")) {
+      try {
+        const auto f = nlohmann::json::parse(meta.string_attribute("fsdp_json"));
+        c.fsdp_shard = f.at("shard").get<std::int64_t>();
+        c.fsdp_reshard = f.at("reshard_after_forward").get<bool>();
+        c.fsdp_all_gather_bytes = f.at("all_gather_bytes").get<double>();
+        c.fsdp_reduce_scatter_bytes = f.at("reduce_scatter_bytes").get<double>();
+      } catch (const nlohmann::json::exception& e) {
+        throw_input("{}: /meta fsdp_json: {}", path, e.what());
+      }
+      if (c.fsdp_shard < 1 || c.fsdp_shard > c.world || c.fsdp_all_gather_bytes <= 0 ||
+          c.fsdp_all_gather_bytes > 1e15 || c.fsdp_reduce_scatter_bytes <= 0 ||
+          c.fsdp_reduce_scatter_bytes > 1e15)
+        throw_input("{}: /meta fsdp_json: out of range", path);
+    }
   }
   // A plan the model file declares (capture.py: a dict of parallelize_module styles).
   if (meta.has_attribute("tp_plan")) {
@@ -218,6 +233,12 @@ std::string format_capture_summary(const workload::Capture& c, const workload::T
   if (!c.parallelized.empty()) {
     out += fmt::format("tensor parallelism: PyTorch's DTensor at TP {}{} in a world of {} ({})\n",
                        c.tp, c.sp ? " with SP" : "", c.world, c.plan_source);
+    if (c.fsdp_shard > 0)
+      out += fmt::format(
+          "FSDP2 per layer (PyTorch's FSDPParamGroup, over {} ranks): all-gather {:.4g} MiB "
+          "forward{}, reduce-scatter {:.4g} MiB backward (run with parallel.fsdp: true)\n",
+          c.fsdp_shard, c.fsdp_all_gather_bytes / (1 << 20),
+          c.fsdp_reshard ? " and again backward" : "", c.fsdp_reduce_scatter_bytes / (1 << 20));
   } else {
     out += fmt::format("tensor-parallel plan ({}):\n{}", plan.source,
                        workload::describe_tp_plan(plan));

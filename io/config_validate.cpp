@@ -396,6 +396,18 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
                     p.world(), m.capture_path, m.capture->world);
       refuse(cp > 1 || p.ep() > 1 || p.tp_comm_overlap,
              "a DTensor capture and CP, EP or TP overlap");
+      // FSDP2 as the capture applied it (its FSDPParamGroup): the experiment's must be the same.
+      if (m.capture->fsdp_shard > 0 && (!p.fsdp || p.zero_shard() != m.capture->fsdp_shard ||
+                                        p.reshard_after_forward != m.capture->fsdp_reshard))
+        throw_input(
+            "{}: the capture {} applied FSDP2 over {} ranks (reshard_after_forward {}); set "
+            "parallel.fsdp: true with that shard and reshard_after_forward",
+            f, m.capture_path, m.capture->fsdp_shard, m.capture->fsdp_reshard);
+      if (m.capture->fsdp_shard == 0 && p.fsdp)
+        throw_input(
+            "{}: parallel.fsdp with the capture {}, made without FSDP2: capture it with --fsdp "
+            "(FSDP2's parameter groups are read from PyTorch)",
+            f, m.capture_path);
     }
     if (m.moe()) {
       // The capture's experts are the model's: EP lowers them (balanced routing).

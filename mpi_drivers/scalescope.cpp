@@ -156,7 +156,10 @@ int main(int argc, char** argv) {
                    "--factory FILE:FUNCTION(layers) returning the module and its shape keys, "
                    "with --parallelize)")
       ->check(CLI::PositiveNumber);
-  ccmd->add_flag("--sp", cap.sp, "With --hf-config: sequence parallelism");
+  ccmd->add_flag("--sp", cap.sp, "DTensor capture: sequence parallelism");
+  ccmd->add_flag("--fsdp", cap.fsdp,
+                 "DTensor capture: FSDP2 (fully_shard) on the layers over the dp mesh dimension "
+                 "as torchtitan applies it; its parameter groups are recorded");
   ccmd->add_option("--layers", cap.layers,
                    "With --hf-config: decoder layers (default: the config's)")
       ->check(CLI::PositiveNumber);

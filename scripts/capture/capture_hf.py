@@ -161,7 +161,33 @@ def factory_model(factory, layers, mode):
     return made[0], None, made[1], factory
 
 
-def capture_hf(config_path, world, tp, sp, layers, seq, batch, parallelize="", factory=""):
+def fsdp_plan(layer, mesh, reshard):
+    """FSDP2 on the layer as torchtitan applies it (fully_shard over the dp mesh dimension,
+    bf16 parameters, fp32 gradient reduction: torchtitan's mixed_precision_param /
+    mixed_precision_reduce defaults), read back from PyTorch's own FSDPParamGroup: what its
+    all-gather and reduce-scatter move per layer. Applied after the layer's graph is traced
+    (FSDP2's collectives come from hooks, outside autograd's graph)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    fully_shard(layer, mesh=mesh["dp"], reshard_after_forward=reshard,
+                mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+                                               reduce_dtype=torch.float32))
+    group = layer._get_fsdp_state()._fsdp_param_group
+    shard = group.mesh_info.mesh.size()
+    gathered = sum(int(torch.Size(p.padded_sharded_param_size).numel()) for p in
+                   group.fsdp_params) * shard
+    size = {torch.bfloat16: 2, torch.float32: 4, torch.float16: 2}
+    mp = group.mp_policy
+    return {"shard": shard, "params": len(group.fsdp_params),
+            "all_gather_bytes": gathered * size[mp.param_dtype],
+            "reduce_scatter_bytes": gathered * size[mp.reduce_dtype],
+            "reshard_after_forward": group.post_forward_mesh_info is not None,
+            "param_dtype": str(mp.param_dtype).replace("torch.", ""),
+            "reduce_dtype": str(mp.reduce_dtype).replace("torch.", ""),
+            "source": "FSDPParamGroup of fully_shard(layer, mesh=dp)"}
+
+
+def capture_hf(config_path, world, tp, sp, layers, seq, batch, parallelize="", factory="",
+               fsdp=False):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Replicate, Shard
     from torch.distributed.tensor.parallel import (PrepareModuleInput, SequenceParallel,
@@ -201,6 +227,11 @@ def capture_hf(config_path, world, tp, sp, layers, seq, batch, parallelize="", f
         except Exception as e:
             raise CaptureError(f"{parallelize}: the parallelize function failed: "
                                f"{type(e).__name__}: {cap.one_line(e)}")
+        from torch.distributed.fsdp import FSDPModule
+        if isinstance(layer, FSDPModule):
+            raise CaptureError(f"{parallelize}: applies fully_shard itself; apply tensor "
+                               "parallelism there and FSDP2 with --fsdp (capture reads FSDP2's "
+                               "parameter groups, whose collectives run outside the graph)")
         if not any(isinstance(p, DTensor) for p in layer.parameters()):
             raise CaptureError(f"{parallelize}: left {blocks_path}.0 unsharded (no DTensor "
                                "parameter): nothing to capture at --tp")
@@ -321,6 +352,9 @@ def capture_hf(config_path, world, tp, sp, layers, seq, batch, parallelize="", f
             group = next(a for a in reversed(n.args) if isinstance(a, str))
             d["group_size"] = dist.distributed_c10d._resolve_process_group(group).size()
     shapes = dict(shapes, seq_length=seq)
+    fsdp_meta = None
+    if fsdp:  # outside the fake mode: FSDP2 builds a (dp, tp) mesh of real rank tensors
+        fsdp_meta = cap.traced(where, "fully_shard", lambda: fsdp_plan(layer, mesh, True))
     meta = {"format_version": cap.FORMAT_VERSION, "model": config_path or factory,
             "class": type(model).__name__, "args": json.dumps({"layers": layers}),
             "torch_version": torch.__version__, "batch": batch, "seq": seq, "dtype": "bf16",
@@ -329,6 +363,7 @@ def capture_hf(config_path, world, tp, sp, layers, seq, batch, parallelize="", f
             "capture_seconds": time.time() - t0, "parallelized": "dtensor", "tp": tp,
             "sp": int(sp), "world": world, "shapes_json": json.dumps(shapes),
             "block_parameters": block_parameters,
+            **({"fsdp_json": json.dumps(fsdp_meta)} if fsdp_meta else {}),
             "tp_plan_source": f"{parallelize} (the user's parallelize function)" if parallelize
             else "the config's base_model_tp_plan, applied by parallelize_module"
                  + (" with torchtitan's sequence parallelism" if sp else "")}
@@ -350,6 +385,9 @@ def main():
     p.add_argument("--parallelize", default="", help="FILE.py:FUNCTION(model, mesh) that "
                    "parallelizes the model as the user's training script does (mesh dims dp, "
                    "tp), instead of the config's base_model_tp_plan")
+    p.add_argument("--fsdp", action="store_true", help="FSDP2 (fully_shard) on the layers over "
+                   "the dp mesh dimension, as torchtitan applies it; its parameter groups are "
+                   "recorded")
     p.add_argument("-o", "--output", required=True)
     a = p.parse_args()
     for flag, v in (("--world", a.world), ("--tp", a.tp), ("--seq", a.seq), ("--batch", a.batch)):
@@ -359,7 +397,7 @@ def main():
         if bool(a.config) == bool(a.factory):
             p.error("give a config.json or --factory FILE.py:FUNCTION")
         meta, nodes = capture_hf(a.config, a.world, a.tp, a.sp, a.layers, a.seq, a.batch,
-                                 a.parallelize, a.factory)
+                                 a.parallelize, a.factory, a.fsdp)
         cap.write(a.output, meta, nodes, [])
     except CaptureError as e:
         print(f"capture: error: {e}", file=sys.stderr)

@@ -48,6 +48,12 @@ struct Capture {
   bool sp = false;
   std::map<std::string, std::string> shapes;  ///< key → YAML scalar
   double block_parameters = 0;
+  /// FSDP2 as the capture applied it (capture_hf.py --fsdp), read from PyTorch's FSDPParamGroup:
+  /// the shard size (0: none), reshard_after_forward, and per layer the all-gather's output and
+  /// the reduce-scatter's input bytes (nccl-tests size).
+  std::int64_t fsdp_shard = 0;
+  bool fsdp_reshard = true;
+  double fsdp_all_gather_bytes = 0, fsdp_reduce_scatter_bytes = 0;
   std::vector<CapturedNode> block, outer;
   /// The plan the model file declares (module pattern → parallelize_module style name, as
   /// written); empty: none.

@@ -178,6 +178,43 @@ row("torchtitan-llama3-8b", ["--factory", titan + ":llama3_8b", "--parallelize",
                              titan + ":parallelize"],
     f"{{preset: llama3-8b, num_layers: {L}, seq_length: {S}}}", [])
 
+# FSDP2 with TP (torchtitan's 2-D layout): fully_shard on the layer over the dp dimension, bf16
+# parameters and fp32 reduction; capture.h5 records what PyTorch's FSDPParamGroup moves. By hand,
+# this rank's TP shard of a layer, (h·(q + 2kv) + q·h + 3·h·f)/t + 2h (the norms whole) =
+# 27,271,168 parameters, gathered from its 8 DP shards: all-gather output 2 B each, reduce-scatter
+# input 4 B each. The replay
+# (parallel.fsdp: true, reshard_after_forward) gathers them before the forward and again before
+# the backward and reduce-scatters the gradients, per layer, over DP.
+fs = os.path.join(tmp, "fsdp.h5")
+r = sh("capture", "--hf-config", config, "--world", "64", "--tp", str(TP), "--sp", "--fsdp",
+       "--layers", str(L), "--seq", str(S), "-o", fs, "--summary")
+local = (H * (HEADS * DH + 2 * KV * DH) + HEADS * DH * H + 3 * H * F) // TP + 2 * H
+fsdp_meta = json.loads(dict(h5py.File(fs)["meta"].attrs)["fsdp_json"]) if r.returncode == 0 else {}
+check(fsdp_meta.get("all_gather_bytes") == 2 * local and
+      fsdp_meta.get("reduce_scatter_bytes") == 4 * local and fsdp_meta.get("shard") == 8,
+      f"FSDP2's parameter group: {fsdp_meta} against {2 * local} / {4 * local} by hand")
+fcfg = os.path.join(tmp, "fsdp.yaml")
+with open(fcfg, "w") as f:
+    f.write(f"model: {{source: {fs}}}\nparallel: {{tp: 8, pp: 1, dp: 8, sequence_parallel: true, "
+            "fsdp: true}\ntraining: {micro_batch_size: 1, global_batch_size: 8, precision: "
+            "bf16}\ncluster: {preset: dgx-h100, num_gpus: 64}\n")
+r = sh("graph", fcfg, "-o", os.path.join(tmp, "gf.h5"))
+if r.returncode == 0:
+    with h5py.File(os.path.join(tmp, "gf.h5")) as f:
+        t = f[f"templates/{f['ranks/class'][0]}"]
+        k, layer, role, ph, b = (t[x][()] for x in ("kind", "layer", "role", "phase", "comm_bytes"))
+        dp0 = (layer == 0) & (role == 2)
+        got = {(int(kk), int(pp)): sorted(b[dp0 & (k == kk) & (ph == pp)].tolist())
+               for kk in (8, 9) for pp in (0, 1)}
+else:
+    got = r.stderr
+check(got == {(8, 0): [2.0 * local], (8, 1): [2.0 * local], (9, 0): [],
+              (9, 1): [4.0 * local]},
+      f"replayed FSDP per layer: all-gather forward and backward, reduce-scatter backward {got}")
+r = sh("run", fcfg, "--set", "parallel.fsdp=false", "-o", os.path.join(tmp, "x"))
+check(r.returncode != 0 and r.stderr.count("\n") == 1 and "applied FSDP2 over 8 ranks" in
+      r.stderr, f"FSDP capture without parallel.fsdp refused ({r.stderr.strip()!r})")
+
 # Chakra ET per rank of such a capture (as Flint exports), at 64 ranks: one file per rank, and
 # its replay gives the direct run's iteration time.
 small = os.path.join(tmp, "w64.h5")
