@@ -169,9 +169,10 @@ double gemm_flops(const std::vector<workload::CapturedNode>& nodes) {
   for (const workload::CapturedNode& d : nodes) {
     if (d.kind != "call_function" || d.inputs.size() < 2) continue;
     const std::string b = d.op.substr(0, d.op.find('.'));
-    if (b != "mm" && b != "addmm" && b != "bmm" && b != "baddbmm") continue;
-    const auto& a = nodes[d.inputs[d.inputs.size() - 2]].shapes;
-    const auto& w = nodes[d.inputs.back()].shapes;
+    const bool grouped = b == "_grouped_mm";  // (a, b, offsets)
+    if (b != "mm" && b != "addmm" && b != "bmm" && b != "baddbmm" && !grouped) continue;
+    const auto& a = nodes[d.inputs[grouped ? 0 : d.inputs.size() - 2]].shapes;
+    const auto& w = nodes[d.inputs[grouped ? 1 : d.inputs.size() - 1]].shapes;
     if (a.empty() || w.empty() || w[0].empty()) continue;
     double numel = 1;
     for (std::int64_t x : a[0]) numel *= static_cast<double>(x);

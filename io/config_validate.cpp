@@ -416,11 +416,12 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
         throw_input("{}: model.num_experts={} but the capture {} has {} experts", f, m.num_experts,
                     m.capture_path, captured);
       const workload::ExpertWeights ew = workload::capture_expert_weights(*m.capture);
-      if (!ew.params.empty() && (p.tp() > 1 || p.ep() > 1))
+      if (!ew.params.empty() &&
+          (p.tp() > 1 || c.training.moe_expert_load_skew > 0 || m.moe_expert_capacity_factor > 0))
         throw_input(
             "{}: the capture {} holds its experts as 3-D weights ({} {}x{}x{}, gathered or "
-            "batched): their tensor and expert parallelism is not lowered yet (run "
-            "parallel.tp: 1 and expert_model_parallel_size: 1)",
+            "grouped): their tensor parallelism, load skew and capacity are not lowered yet "
+            "(run parallel.tp: 1; expert parallelism is)",
             f, m.capture_path, ew.params.front().first, ew.params.front().second[0],
             ew.params.front().second[1], ew.params.front().second[2]);
       refuse(p.moe_token_dispatcher_type == workload::MoeDispatcher::AllGather,

@@ -323,7 +323,7 @@ def describe(graph, param_names, grad_offset, buffer_names=(), buffer_at=None, b
     return out
 
 
-GEMM_OPS = {"mm", "addmm", "bmm", "baddbmm"}
+GEMM_OPS = {"mm", "addmm", "bmm", "baddbmm", "_grouped_mm"}  # _grouped_mm: (a, b, offsets)
 
 
 def gemm_flops(op, a, b):
@@ -719,12 +719,22 @@ def capture(model_spec, args_path, batch, seq, dtype, blocks_path, factory=None,
     # The block's inputs inside the model: a fake forward with a pre-hook.
     seen = {}
 
-    def grab(mod, a):
+    def grab(mod, a, k=None):
+        # Hugging Face's decoder layers take the rest by keyword (position_embeddings, masks):
+        # the hidden states are the first positional argument, or `hidden_states`.
+        k = dict(k or {})
+        if not a and "hidden_states" in k:
+            a = (k.pop("hidden_states"),)
         seen.setdefault("args", a)
+        seen.setdefault("kwargs", k)
 
     def grab_out(mod, a, out):
         seen.setdefault("out", out)
-    handles = [block.register_forward_pre_hook(grab), block.register_forward_hook(grab_out)]
+    try:  # keyword arguments reach a pre-hook from PyTorch 2.0 on
+        pre = block.register_forward_pre_hook(grab, with_kwargs=True)
+    except TypeError:  # PyTorch 1.13
+        pre = block.register_forward_pre_hook(grab)
+    handles = [pre, block.register_forward_hook(grab_out)]
     before = {k: id(v) for k, v in vars(model).items()}
     with mode, masks.mode:  # masks the forward makes from a tril / triu are followed too
         out = traced(where, "forward", lambda: model(*call_args, **call_kwargs))
@@ -770,11 +780,13 @@ def capture(model_spec, args_path, batch, seq, dtype, blocks_path, factory=None,
     pvals0 = [t for _, t in block_params]
     bvals0 = [t for _, t in block_buffers]
     rest = tuple(block_args[1:])
+    block_kwargs = seen.get("kwargs", {})
 
     def block_fn(pvals, hidden, bvals, *rest):
         state = as_mapping(pvals, block_pnames)
         state.update(as_mapping(bvals, block_bnames))
-        out = first_tensor(functional_call(block, state, (hidden,) + tuple(rest)))
+        out = first_tensor(functional_call(block, state, (hidden,) + tuple(rest),
+                                           block_kwargs))
         grads = torch.autograd.grad(out, [hidden] + list(pvals), torch.ones_like(out))
         return out, grads
     with mode:

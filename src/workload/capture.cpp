@@ -134,8 +134,11 @@ std::string describe_causal_attention(const Capture& c, CausalMask m) {
 }
 
 ExpertWeights capture_expert_weights(const Capture& c) {
+  return expert_weights_of(c.block);
+}
+
+ExpertWeights expert_weights_of(const std::vector<CapturedNode>& nodes) {
   ExpertWeights w;
-  const std::vector<CapturedNode>& nodes = c.block;
   // Consumers, to follow a parameter through views and gathers to a batched GEMM.
   std::vector<std::vector<std::uint32_t>> consumers(nodes.size());
   for (std::uint32_t i = 0; i < nodes.size(); ++i)
@@ -569,8 +572,8 @@ AtenClass aten_class(const std::string& op) {
   if (op.rfind("_c10d_functional.", 0) == 0)
     return op.rfind("_c10d_functional.wait_tensor", 0) == 0 ? AtenClass::View
                                                             : AtenClass::Collective;
-  static const std::set<std::string> gemm = {"mm",      "addmm",      "bmm",
-                                             "baddbmm", "_scaled_mm", "matmul"};
+  static const std::set<std::string> gemm = {"mm",         "addmm",  "bmm",        "baddbmm",
+                                             "_scaled_mm", "matmul", "_grouped_mm"};
   static const std::set<std::string> attention = {
       "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
       "_scaled_dot_product_cudnn_attention", "_flash_attention_forward",

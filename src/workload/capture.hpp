@@ -141,6 +141,7 @@ struct ExpertWeights {
   double weights_per_expert = 0;  ///< Σ out·in over the 3-D weights (biases excluded)
 };
 ExpertWeights capture_expert_weights(const Capture& c);
+ExpertWeights expert_weights_of(const std::vector<CapturedNode>& nodes);
 /// The captured block's parameters (each tensor once), elements.
 double capture_block_parameters(const Capture& c);
 /// Whether the captured block's attention is a fused kernel (PyTorch 2.x's

@@ -68,6 +68,14 @@ Lowering::Lowering(const std::vector<CapturedNode>& graph, const TpPlan& tp_plan
       compiled(inductor),
       opt(options),
       part(parts) {
+  if (opt.ep > 1) {  // experts as 3-D weights: their GEMMs get EP's all-to-alls
+    std::set<std::string> names;
+    const ExpertWeights ew = expert_weights_of(nodes);
+    for (const auto& [name, shape] : ew.params) names.insert(name);
+    expert3d_topk = ew.topk;
+    for (std::uint32_t i = 0; i < n; ++i)
+      if (nodes[i].kind == "placeholder" && names.count(nodes[i].param)) expert3d_params.insert(i);
+  }
   // The block's result: the first tensor the output node returns. Forward = its ancestors.
   std::int64_t output = -1;
   for (std::size_t i = 0; i < n; ++i)
@@ -101,7 +109,13 @@ Lowering::Lowering(const std::vector<CapturedNode>& graph, const TpPlan& tp_plan
   // Expert parallelism: the capture's experts (E of them, balanced routing); this rank runs the
   // first E/ep on ep× their tokens, the others run elsewhere.
   const std::int64_t experts = experts_in(nodes);
-  if (opt.ep > 1 && (experts == 0 || experts % opt.ep != 0))
+  // Experts as 3-D weights (grouped or gathered GEMMs): every rank's GEMMs take the same k·T
+  // token copies under balanced routing, on its E/ep experts' weights; EP adds the all-to-alls.
+  const std::int64_t experts3d = expert3d_params.empty() ? 0 : expert_weights_of(nodes).experts;
+  if (experts3d > 0 && experts3d % opt.ep != 0)
+    throw_input("capture: expert parallelism {} does not divide the {} experts (3-D weights)",
+                opt.ep, experts3d);
+  if (opt.ep > 1 && experts3d == 0 && (experts == 0 || experts % opt.ep != 0))
     throw_input(
         "capture: expert parallelism {} needs a block whose experts (modules "
         "experts.<i>, {} here) it divides",
@@ -157,6 +171,24 @@ Lowering::Lowering(const std::vector<CapturedNode>& graph, const TpPlan& tp_plan
 
 std::uint32_t Lowering::root(std::uint32_t j) const {
   return view_root(nodes, j);
+}
+
+bool Lowering::expert3d_gemm(std::size_t i) const {
+  if (expert3d_params.empty()) return false;
+  const CapturedNode& d = nodes[i];
+  if (base_op(d.op) == "_grouped_mm" && !d.shapes.empty() && d.shapes[0].size() == 3) return true;
+  for (std::uint32_t j : d.inputs) {
+    for (int depth = 0; depth < 8; ++depth) {
+      const std::uint32_t r = root(j);
+      if (expert3d_params.count(r)) return true;
+      const std::string b = base_op(nodes[r].op);
+      if (nodes[r].kind != "call_function" || nodes[r].inputs.empty() ||
+          (b != "index" && b != "gather" && b != "index_select" && b != "_to_copy" && b != "clone"))
+        break;
+      j = nodes[r].inputs[0];
+    }
+  }
+  return false;
 }
 
 bool Lowering::is_weight(std::uint32_t j) const {

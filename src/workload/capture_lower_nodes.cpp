@@ -310,14 +310,20 @@ void Lowering::lower_node(std::size_t i) {
 void Lowering::lower_gemm(std::size_t i, const CapturedNode& d, bool fwd, graph::Phase phase,
                           bool any_sharded, graph::Op& op) {
   // Operands: the last two inputs ([b,] m × k and [b,] k × n); addmm's first is the bias.
+  // PyTorch's _grouped_mm (grouped expert GEMMs: Hugging Face's grouped_mm experts, torchtitan's
+  // MoE) takes (a, b, offsets): a [S, k] by b [E, k, n] → [S, n], each row through its group's
+  // matrix; or, for the weights' gradient, a [k, S] by b [S, n] → [E, k, n], each group summing
+  // its rows. Either way 2·numel(a)·n FLOPs: m = S rows (or k), k the reduction.
+  const bool grouped = base_op(d.op) == "_grouped_mm";
   if (d.inputs.size() < 2 || d.shapes.empty()) return;
-  const auto& a = nodes[d.inputs[d.inputs.size() - 2]].shapes;
+  const auto& a = nodes[d.inputs[grouped ? 0 : d.inputs.size() - 2]].shapes;
   const auto& o = d.shapes[0];
   if (a.empty() || o.size() < 2) return;
   double m = static_cast<double>(o[o.size() - 2]), nn = static_cast<double>(o.back());
   double k = static_cast<double>(a[0].back());
-  const double batch = o.size() == 3 ? static_cast<double>(o[0]) : 1.0;
+  const double batch = o.size() == 3 && !grouped ? static_cast<double>(o[0]) : 1.0;
   m *= batch;
+  if (grouped && a[0].size() == 2) m = static_cast<double>(a[0][0]);
   // The forward GEMM of the same Linear: this one, or for a backward GEMM the one reading
   // the same weight (a dgrad) or the same saved input (a wgrad). A tied weight (GPT's head
   // sharing the embedding) gives its backward GEMMs the other module's path, or none.
@@ -431,6 +437,7 @@ void Lowering::lower_gemm(std::size_t i, const CapturedNode& d, bool fwd, graph:
     else if (in_tokens)
       k /= cp;
   }
+  if (expert3d_gemm(i)) ep_gemms.push_back(static_cast<std::uint32_t>(i));
   const bool expert = moe_scaled && expert_of(d.module) >= 0;
   if (expert) {
     // A local expert receives the token copies of all ep ranks of its group.
@@ -451,6 +458,14 @@ void Lowering::lower_gemm(std::size_t i, const CapturedNode& d, bool fwd, graph:
   // (Megatron's gradient_accumulation_fusion).
   const double main_grad = weight_gradient ? 2 * opt.main_grad_bytes * m * nn : 0.0;
   op.mem_bytes = 2 * (m * k + k * nn + m * nn) + main_grad;
+  if (grouped) {
+    // Every group's matrix is read (or written): the 3-D operand whole, this rank's E/ep.
+    const auto& b = nodes[d.inputs[1]].shapes;
+    const double e = static_cast<double>(std::max<std::int64_t>(opt.ep, 1));
+    const double wb = !b.empty() && b[0].size() == 3 ? numel(b[0]) / e : 0.0;
+    const double ob = o.size() == 3 ? numel(o) / e : m * nn;
+    op.mem_bytes = 2 * (numel(a[0]) + (wb > 0 ? wb : k * nn) + ob) + main_grad;
+  }
   if (opt.fp8 && !style.empty()) {
     // torchao's Float8Linear (roofline_utils.py): fp8 operands, a bf16 result.
     op.gemm_dtype = graph::GemmDtype::Fp8;
@@ -536,6 +551,11 @@ void Lowering::ep_collectives() {
     }
     double copies = 0;
     for (const auto& [e, b] : input_of_expert) copies += b;
+    // Experts as 3-D weights: each token goes to its top-k experts' ranks, k copies of the
+    // hidden states (however the model batches its expert GEMMs: gpt-fast multiplies each token
+    // once by its k gathered weights).
+    if (input_of_expert.empty() && hidden_input < n)
+      copies = static_cast<double>(expert3d_topk) * tensor_bytes(nodes[hidden_input]) / cp;
     copies *= opt.all_to_all_scale;
     for (const bool fwd : {true, false}) {
       std::vector<std::uint32_t> g;
@@ -546,7 +566,9 @@ void Lowering::ep_collectives() {
                                     fwd ? graph::OpName::EpDispatch : graph::OpName::EpCombine,
                                     fwd ? graph::Phase::Forward : graph::Phase::Backward, copies);
       const std::uint32_t first = g.front();
-      pre[first].push_back({a2a, root(nodes[first].inputs[nodes[first].inputs.size() - 2])});
+      const std::size_t row =
+          base_op(nodes[first].op) == "_grouped_mm" ? 0 : nodes[first].inputs.size() - 2;
+      pre[first].push_back({a2a, root(nodes[first].inputs[row])});
       a2a.name = fwd ? graph::OpName::EpCombine : graph::OpName::EpDispatch;
       beside[g.back()].push_back({a2a, false});
     }

@@ -178,6 +178,11 @@ class Lowering {
   // fp8: casts before an fp8 all-gather
   std::vector<std::vector<graph::Op>> pre_casts = std::vector<std::vector<graph::Op>>(n);
   std::vector<std::uint32_t> ep_gemms;  // the local experts' GEMMs, in capture order
+  /// Experts held as 3-D weights (expert_weights_of): their placeholders, and whether a GEMM
+  /// reads one (through a gather) or makes one's gradient (a grouped GEMM's [E, k, n] output).
+  std::set<std::uint32_t> expert3d_params;
+  std::int64_t expert3d_topk = 0;
+  bool expert3d_gemm(std::size_t i) const;
   // Collectives issued beside a node's op (CP's key/value exchange around attention): the first
   // starts with the op before it (cp p2p) or after it (the backward reduce-scatter under
   // cp all_gather), each further one after the previous; the compute op after waits for them.

@@ -215,6 +215,52 @@ r = sh("run", fcfg, "--set", "parallel.fsdp=false", "-o", os.path.join(tmp, "x")
 check(r.returncode != 0 and r.stderr.count("\n") == 1 and "applied FSDP2 over 8 ranks" in
       r.stderr, f"FSDP capture without parallel.fsdp refused ({r.stderr.strip()!r})")
 
+# Qwen3-MoE with expert parallelism (inputs/hf/qwen3-235b-a22b-config.json: 128 experts, top-8,
+# expert FFN 1536, h 4096, 64 heads of 128, 4 KV heads), 2 layers, sequence 1024, its experts
+# through transformers' grouped_mm (torch._grouped_mm on 3-D weights), captured on one device
+# (tests/capture/hf_factories.py) and run at EP 8 · DP 64 on 64 GPUs. By hand, per layer:
+# GEMM FLOPs 3·T·2·(h·(q + 2kv) + q·h + h·E + k·3·h·f) with q = 64·128, kv = 4·128 — every EP rank
+# runs its E/8 experts on all k·T token copies (balanced routing); the dispatch and combine
+# all-to-alls of k·T·h bf16 = 64 MiB each, forward and backward.
+qm = os.path.join(tmp, "qwen3-moe.h5")
+r = sh("capture", "--factory", os.path.join(repo, "tests/capture/hf_factories.py") +
+       ":qwen3_moe_2layers", "-o", qm, "--summary", "--tp", "1")
+check(r.returncode == 0 and "128 experts, top-8" in r.stdout and
+      "captured / expected = 1.0000" in r.stdout,
+      f"Qwen3-MoE: 3-D experts found, 6·N·T with top-8 of 128 ({r.stderr.strip()[-300:]})")
+T, Hq, Kq, Eq, Fq = 1024, 64 * 128, 4 * 128, 128, 1536
+qcfg = os.path.join(tmp, "qm.yaml")
+with open(qcfg, "w") as f:
+    f.write(f"model: {{source: {qm}}}\nparallel: {{tp: 1, pp: 1, dp: 64, "
+            "expert_model_parallel_size: 8}\ntraining: {micro_batch_size: 1, "
+            "global_batch_size: 64, precision: bf16}\ncluster: {preset: dgx-h100, num_gpus: 64}\n")
+r = sh("graph", qcfg, "-o", os.path.join(tmp, "gqm.h5"))
+if r.returncode == 0:
+    with h5py.File(os.path.join(tmp, "gqm.h5")) as f:
+        t = f[f"templates/{f['ranks/class'][0]}"]
+        k, layer, b, fl = (t[x][()] for x in ("kind", "layer", "comm_bytes", "flops"))
+        a2a = sorted(b[(k == 11) & (layer == 0)].tolist())
+        gemm = fl[(k == 0) & (layer == 0)].sum()
+else:
+    a2a, gemm = r.stderr, 0
+hand = 3 * T * 2 * (H * (Hq + 2 * Kq) + Hq * H + H * Eq + 8 * 3 * H * Fq)
+check(a2a == [8.0 * T * H * 2] * 4 and gemm == hand,
+      f"Qwen3-MoE at EP 8: all-to-alls {a2a} == 4 × {8 * T * H * 2}; GEMM FLOPs {gemm:.6g} == "
+      f"{hand:.6g}")
+qb = os.path.join(tmp, "qmb.yaml")
+with open(qb, "w") as f:
+    f.write(f"model: {{hf_config: {os.path.join(repo, 'inputs/hf/qwen3-235b-a22b-config.json')}, "
+            "num_layers: 2, seq_length: 1024, moe_layer_freq: 1}\nparallel: {tp: 1, pp: 1, "
+            "dp: 64, expert_model_parallel_size: 8}\ntraining: {micro_batch_size: 1, "
+            "global_batch_size: 64, precision: bf16}\ncluster: {preset: dgx-h100, num_gpus: 64}\n")
+t = []
+for cfg, o in ((qcfg, "qm-run"), (qb, "qmb-run")):
+    r = sh("run", cfg, "-o", os.path.join(tmp, o), "--quiet")
+    t.append(json.load(open(os.path.join(tmp, o, "summary.json")))["iteration_time_s"]
+             if r.returncode == 0 else float("nan"))
+check(abs(t[0] / t[1] - 1) <= 0.03, f"Qwen3-MoE at EP 8: iteration {t[0]:.6f} s against the "
+      f"builder's {t[1]:.6f} s ({t[0] / t[1]:.4f}x)")
+
 # Chakra ET per rank of such a capture (as Flint exports), at 64 ranks: one file per rank, and
 # its replay gives the direct run's iteration time.
 small = os.path.join(tmp, "w64.h5")

@@ -144,6 +144,17 @@ for mode in ("inductor", "blocks", "eager"):
 r = sh("run", config(moe, tp=2, dp=4), "--set",
        "parallel.sequence_parallel=true", "-o", os.path.join(tmp, "x"))
 check(one_line_error(r, "3-D weights", "not lowered yet"), f"gpt-fast MoE at TP 2: {r.stderr!r}")
+# EP 2: the experts' GEMMs read weights gathered by the router's indices; each EP rank runs its 4
+# experts on all k·T token copies, with the dispatch and combine all-to-alls of k·T·h bf16 around
+# them in both passes.
+r, g = graph(config(moe), "parallel.expert_model_parallel_size=2")
+if g is not None:
+    with h5py.File(os.path.join(tmp, "g.h5")) as f:
+        t = f[f"templates/{f['ranks/class'][0]}"]
+        a2a = sorted(t["comm_bytes"][()][(t["kind"][()] == 11) & (t["layer"][()] == 0)].tolist())
+else:
+    a2a = r.stderr
+check(a2a == [2.0 * K * S * H] * 4, f"gpt-fast MoE at EP 2: all-to-alls {a2a}")
 r = sh("run", config(moe), "--set", "model.num_experts=4", "-o", os.path.join(tmp, "x"))
 check(one_line_error(r, "model.num_experts", "disagrees with the capture"),
       f"gpt-fast MoE: num_experts 4 refused ({r.stderr!r})")
