@@ -9,29 +9,23 @@ titan_parallelize.py, torchtitan's plan) as the entry point, and the refusals.
 Usage: test_hf_dtensor.py REPO SCALESCOPE"""
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
 import h5py
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from checks import check, finish, runner  # noqa: E402
+
 repo, scalescope = os.path.abspath(sys.argv[1]), sys.argv[2]
 config = os.path.join(repo, "inputs/hf/llama3-8b-config.json")
 tmp = tempfile.mkdtemp()
-failures = []
 H, HEADS, KV, DH, F, V = 4096, 32, 8, 128, 14336, 128256
 TP, WORLD, S, B, L = 8, 1024, 1024, 1, 2
 
 
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
-
-
-def sh(*args):
-    return subprocess.run([scalescope, *args], capture_output=True, text=True)
+sh = runner(scalescope)
 
 
 def capture(out, *extra):
@@ -106,12 +100,14 @@ check(collectives(nodes) == megatron and "user's parallelize function" in meta["
 # Replayed on 1,024 GPUs (TP 8 · DP 128) against the builder's Llama 3 8B at the same shapes,
 # with cuDNN's attention as the builder's Transformer Engine runs it and the built-in embedding
 # and head on both sides: the graph's per-layer collectives, and the iteration within 3 %.
-def yaml(path, model):
+def yaml(path, model, parallel=None, gpus=WORLD, gbs=None):
+    """An experiment: `model` and `parallel` as YAML flow mappings (default TP 8 with SP over
+    `gpus`), micro-batch 1, on dgx-h100."""
+    parallel = parallel or f"{{tp: {TP}, pp: 1, dp: {gpus // TP}, sequence_parallel: true}}"
     with open(path, "w") as f:
-        f.write(f"model: {model}\n"
-                f"parallel: {{tp: {TP}, pp: 1, dp: {WORLD // TP}, sequence_parallel: true}}\n"
-                f"training: {{micro_batch_size: 1, global_batch_size: {WORLD // TP}, "
-                f"precision: bf16}}\ncluster: {{preset: dgx-h100, num_gpus: {WORLD}}}\n")
+        f.write(f"model: {model}\nparallel: {parallel}\n"
+                f"training: {{micro_batch_size: 1, global_batch_size: {gbs or gpus // TP}, "
+                f"precision: bf16}}\ncluster: {{preset: dgx-h100, num_gpus: {gpus}}}\n")
     return path
 
 
@@ -193,11 +189,8 @@ fsdp_meta = json.loads(dict(h5py.File(fs)["meta"].attrs)["fsdp_json"]) if r.retu
 check(fsdp_meta.get("all_gather_bytes") == 2 * local and
       fsdp_meta.get("reduce_scatter_bytes") == 4 * local and fsdp_meta.get("shard") == 8,
       f"FSDP2's parameter group: {fsdp_meta} against {2 * local} / {4 * local} by hand")
-fcfg = os.path.join(tmp, "fsdp.yaml")
-with open(fcfg, "w") as f:
-    f.write(f"model: {{source: {fs}}}\nparallel: {{tp: 8, pp: 1, dp: 8, sequence_parallel: true, "
-            "fsdp: true}\ntraining: {micro_batch_size: 1, global_batch_size: 8, precision: "
-            "bf16}\ncluster: {preset: dgx-h100, num_gpus: 64}\n")
+fcfg = yaml(os.path.join(tmp, "fsdp.yaml"), f"{{source: {fs}}}",
+            "{tp: 8, pp: 1, dp: 8, sequence_parallel: true, fsdp: true}", 64)
 r = sh("graph", fcfg, "-o", os.path.join(tmp, "gf.h5"))
 if r.returncode == 0:
     with h5py.File(os.path.join(tmp, "gf.h5")) as f:
@@ -229,11 +222,8 @@ check(r.returncode == 0 and "128 experts, top-8" in r.stdout and
       "captured / expected = 1.0000" in r.stdout,
       f"Qwen3-MoE: 3-D experts found, 6·N·T with top-8 of 128 ({r.stderr.strip()[-300:]})")
 T, Hq, Kq, Eq, Fq = 1024, 64 * 128, 4 * 128, 128, 1536
-qcfg = os.path.join(tmp, "qm.yaml")
-with open(qcfg, "w") as f:
-    f.write(f"model: {{source: {qm}}}\nparallel: {{tp: 1, pp: 1, dp: 64, "
-            "expert_model_parallel_size: 8}\ntraining: {micro_batch_size: 1, "
-            "global_batch_size: 64, precision: bf16}\ncluster: {preset: dgx-h100, num_gpus: 64}\n")
+EP8 = "{tp: 1, pp: 1, dp: 64, expert_model_parallel_size: 8}"
+qcfg = yaml(os.path.join(tmp, "qm.yaml"), f"{{source: {qm}}}", EP8, 64, 64)
 r = sh("graph", qcfg, "-o", os.path.join(tmp, "gqm.h5"))
 if r.returncode == 0:
     with h5py.File(os.path.join(tmp, "gqm.h5")) as f:
@@ -247,12 +237,9 @@ hand = 3 * T * 2 * (H * (Hq + 2 * Kq) + Hq * H + H * Eq + 8 * 3 * H * Fq)
 check(a2a == [8.0 * T * H * 2] * 4 and gemm == hand,
       f"Qwen3-MoE at EP 8: all-to-alls {a2a} == 4 × {8 * T * H * 2}; GEMM FLOPs {gemm:.6g} == "
       f"{hand:.6g}")
-qb = os.path.join(tmp, "qmb.yaml")
-with open(qb, "w") as f:
-    f.write(f"model: {{hf_config: {os.path.join(repo, 'inputs/hf/qwen3-235b-a22b-config.json')}, "
-            "num_layers: 2, seq_length: 1024, moe_layer_freq: 1}\nparallel: {tp: 1, pp: 1, "
-            "dp: 64, expert_model_parallel_size: 8}\ntraining: {micro_batch_size: 1, "
-            "global_batch_size: 64, precision: bf16}\ncluster: {preset: dgx-h100, num_gpus: 64}\n")
+qb = yaml(os.path.join(tmp, "qmb.yaml"),
+          f"{{hf_config: {os.path.join(repo, 'inputs/hf/qwen3-235b-a22b-config.json')}, "
+          "num_layers: 2, seq_length: 1024, moe_layer_freq: 1}", EP8, 64, 64)
 t = []
 for cfg, o in ((qcfg, "qm-run"), (qb, "qmb-run")):
     r = sh("run", cfg, "-o", os.path.join(tmp, o), "--quiet")
@@ -266,11 +253,7 @@ check(abs(t[0] / t[1] - 1) <= 0.03, f"Qwen3-MoE at EP 8: iteration {t[0]:.6f} s 
 small = os.path.join(tmp, "w64.h5")
 r = sh("capture", "--hf-config", config, "--world", "64", "--tp", str(TP), "--sp", "--layers",
        str(L), "--seq", str(S), "-o", small)
-cfg64 = os.path.join(tmp, "w64.yaml")
-with open(cfg64, "w") as f:
-    f.write(f"model: {{source: {small}}}\nparallel: {{tp: 8, pp: 1, dp: 8, sequence_parallel: "
-            "true}\ntraining: {micro_batch_size: 1, global_batch_size: 8, precision: bf16}\n"
-            "cluster: {preset: dgx-h100, num_gpus: 64}\n")
+cfg64 = yaml(os.path.join(tmp, "w64.yaml"), f"{{source: {small}}}", gpus=64)
 os.makedirs(os.path.join(tmp, "et"))
 steps = [sh("run", cfg64, "-o", os.path.join(tmp, "r64"), "--quiet"),
          sh("graph", cfg64, "-o", os.path.join(tmp, "g64.h5")),
@@ -295,8 +278,5 @@ r = sh("capture", "--hf-config", config, "--world", "1024", "--tp", "16", "--lay
 check(r.returncode == 2 and r.stderr.count("\n") == 1 and "8 key/value heads" in r.stderr and
       not os.path.exists(os.path.join(tmp, "tp16.h5")), f"TP 16 refused ({r.stderr.strip()!r})")
 
-if failures:
-    print(f"{len(failures)} FAILED")
-    sys.exit(1)
-print("ok: Hugging Face Llama 3 through DTensor TP 8 + SP: Megatron's collectives, the builder's "
+finish("ok: Hugging Face Llama 3 through DTensor TP 8 + SP: Megatron's collectives, the builder's "
       "time")

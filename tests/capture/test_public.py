@@ -13,28 +13,22 @@ FFN 704 (gpt-oss: 256), 8 experts top-2.
 Usage: test_public.py REPO SCALESCOPE"""
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
 import h5py
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from checks import check, finish, runner  # noqa: E402
+
 repo, scalescope = sys.argv[1], sys.argv[2]
 factories = os.path.join(repo, "tests/capture/public/factories.py")
 tmp = tempfile.mkdtemp()
-failures = []
 H, HEADS, DH, KV, V, S, L, F, E, K = 256, 8, 32, 2, 512, 256, 2, 704, 8, 2
 
 
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
-
-
-def sh(*args):
-    return subprocess.run([scalescope, *args], capture_output=True, text=True)
+sh = runner(scalescope)
 
 
 def capture(name, *extra, summary=True):
@@ -191,7 +185,4 @@ check("costs every block as its first" in r.stdout, "gpt-oss: the run says the b
 with open(os.path.join(tmp, "run-oss", "summary.json")) as f:
     check(json.load(f)["model"] == "factories.py:gpt_oss", "gpt-oss: the run names the capture")
 
-if failures:
-    print(f"{len(failures)} FAILED")
-    sys.exit(1)
-print("ok: public models captured; every finding checked")
+finish("ok: public models captured; every finding checked")

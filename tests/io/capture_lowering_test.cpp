@@ -130,26 +130,36 @@ TEST(CaptureSdpa, BackwardOpsReadQueryKeyValueAfterTheOutputGradient) {
   EXPECT_EQ(workload::aten_class("_safe_softmax.default"), workload::AtenClass::MemoryBound);
 }
 
+/// Appends a bf16 node of one output to a hand-built block graph.
+void add_node(workload::Capture& c, const std::string& name, const std::string& kind,
+              const std::string& op, std::vector<std::uint32_t> in, std::vector<std::int64_t> shape,
+              const std::string& module = "", const std::string& param = "") {
+  c.block.push_back({name,
+                     kind,
+                     op,
+                     std::move(in),
+                     {std::move(shape)},
+                     {"bfloat16"},
+                     module,
+                     param,
+                     false,
+                     "",
+                     ""});
+}
+
 /// One nn.Linear [k → n] on m tokens, forward and backward, as make_fx traces it: x [m, k] and
 /// the weight [n, k] (module "lin", colwise in the plan), the output gradient dy [m, n] given;
 /// y = x · wᵀ, dx = dy · w, dw = dyᵀ · x.
 workload::Capture linear_capture(std::int64_t m, std::int64_t k, std::int64_t n) {
   workload::Capture c;
-  const std::vector<std::string> bf16 = {"bfloat16"};
-  auto node = [&](const std::string& name, const std::string& kind, const std::string& op,
-                  std::vector<std::uint32_t> in, std::vector<std::int64_t> shape,
-                  const std::string& module = "", const std::string& param = "") {
-    c.block.push_back(
-        {name, kind, op, std::move(in), {std::move(shape)}, bf16, module, param, false, "", ""});
-  };
-  node("x", "placeholder", "", {}, {m, k});
-  node("w", "placeholder", "", {}, {n, k}, "lin", "lin.weight");
-  node("wt", "call_function", "t.default", {1}, {k, n}, "lin");
-  node("dy", "placeholder", "", {}, {m, n});
-  node("y", "call_function", "mm.default", {0, 2}, {m, n}, "lin");
-  node("dx", "call_function", "mm.default", {3, 1}, {m, k});
-  node("dyt", "call_function", "t.default", {3}, {n, m});
-  node("dw", "call_function", "mm.default", {6, 0}, {n, k});
+  add_node(c, "x", "placeholder", "", {}, {m, k});
+  add_node(c, "w", "placeholder", "", {}, {n, k}, "lin", "lin.weight");
+  add_node(c, "wt", "call_function", "t.default", {1}, {k, n}, "lin");
+  add_node(c, "dy", "placeholder", "", {}, {m, n});
+  add_node(c, "y", "call_function", "mm.default", {0, 2}, {m, n}, "lin");
+  add_node(c, "dx", "call_function", "mm.default", {3, 1}, {m, k});
+  add_node(c, "dyt", "call_function", "t.default", {3}, {n, m});
+  add_node(c, "dw", "call_function", "mm.default", {6, 0}, {n, k});
   c.block.push_back({"out", "output", "", {4, 5, 7}, {}, {}, "", "", false, "", ""});
   return c;
 }
@@ -162,21 +172,14 @@ TEST(CaptureSp, InputGradientThroughAGatheredWeightIsNoWeightGradient) {
   // directly): its reduction split instead, and an fp32 main-grad read and write of m·k added.
   const std::int64_t m = 1024, k = 256, n = 512;
   workload::Capture c;
-  const std::vector<std::string> bf16 = {"bfloat16"};
-  auto node = [&](const std::string& name, const std::string& kind, const std::string& op,
-                  std::vector<std::uint32_t> in, std::vector<std::int64_t> shape,
-                  const std::string& module = "", const std::string& param = "") {
-    c.block.push_back(
-        {name, kind, op, std::move(in), {std::move(shape)}, bf16, module, param, false, "", ""});
-  };
-  node("x", "placeholder", "", {}, {m, k});
-  node("w", "placeholder", "", {}, {n, k}, "r", "r.weight");
-  node("idx", "placeholder", "", {}, {n});
-  node("gw", "call_function", "index.Tensor", {1, 2}, {n, k}, "r");
-  node("gwt", "call_function", "t.default", {3}, {k, n}, "r");
-  node("y", "call_function", "mm.default", {0, 4}, {m, n}, "r");
-  node("dy", "call_function", "ones_like.default", {5}, {m, n});  // as capture.py seeds it
-  node("dx", "call_function", "mm.default", {6, 3}, {m, k});
+  add_node(c, "x", "placeholder", "", {}, {m, k});
+  add_node(c, "w", "placeholder", "", {}, {n, k}, "r", "r.weight");
+  add_node(c, "idx", "placeholder", "", {}, {n});
+  add_node(c, "gw", "call_function", "index.Tensor", {1, 2}, {n, k}, "r");
+  add_node(c, "gwt", "call_function", "t.default", {3}, {k, n}, "r");
+  add_node(c, "y", "call_function", "mm.default", {0, 4}, {m, n}, "r");
+  add_node(c, "dy", "call_function", "ones_like.default", {5}, {m, n});  // as capture.py seeds it
+  add_node(c, "dx", "call_function", "mm.default", {6, 3}, {m, k});
   c.block.push_back({"out", "output", "", {5, 7}, {}, {}, "", "", false, "", ""});
   workload::TpPlan plan;
   plan.rules = {{"lin", "colwise"}};  // "r" stays replicated
