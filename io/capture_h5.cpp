@@ -292,8 +292,9 @@ std::string format_capture_summary(const workload::Capture& c, const workload::T
   if (!ew.params.empty()) {
     out += fmt::format("block expert weights (3-D, {} experts, top-{}):\n", ew.experts, ew.topk);
     for (const auto& [name, shape] : ew.params)
-      out += fmt::format("  {:<40}  {}x{}x{}  {}\n", name, shape[0], shape[1], shape[2],
-                         tp > 1 ? "not sharded: TP and EP of 3-D experts are not lowered yet" : "");
+      out +=
+          fmt::format("  {:<40}  {}x{}x{}  {}\n", name, shape[0], shape[1], shape[2],
+                      tp > 1 ? "whole on every TP rank (ETP 1); ETP > 1 is not lowered yet" : "");
   }
   const double attention = fused ? 0.0
                                  : 12.0 * static_cast<double>(c.num_blocks) *

@@ -417,11 +417,12 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
                     m.capture_path, captured);
       const workload::ExpertWeights ew = workload::capture_expert_weights(*m.capture);
       if (!ew.params.empty() &&
-          (p.tp() > 1 || c.training.moe_expert_load_skew > 0 || m.moe_expert_capacity_factor > 0))
+          (p.etp() > 1 || c.training.moe_expert_load_skew > 0 || m.moe_expert_capacity_factor > 0))
         throw_input(
             "{}: the capture {} holds its experts as 3-D weights ({} {}x{}x{}, gathered or "
-            "grouped): their tensor parallelism, load skew and capacity are not lowered yet "
-            "(run parallel.tp: 1; expert parallelism is)",
+            "grouped): their tensor parallelism (expert_tensor_parallel_size > 1), load skew "
+            "and capacity are not lowered yet (expert parallelism is, and TP with "
+            "expert_tensor_parallel_size: 1, torchtitan's default)",
             f, m.capture_path, ew.params.front().first, ew.params.front().second[0],
             ew.params.front().second[1], ew.params.front().second[2]);
       refuse(p.moe_token_dispatcher_type == workload::MoeDispatcher::AllGather,

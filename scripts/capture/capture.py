@@ -542,6 +542,11 @@ class MaskProvenance:
     def kind(self, tensor):
         return self.kinds.get(id(tensor), "")
 
+    def mark(self, tensor, kind):
+        """A mask known causal otherwise (a Hugging Face attention's own is_causal)."""
+        self.kinds[id(tensor)] = kind
+        self.keep = getattr(self, "keep", []) + [tensor]
+
 
 def block_signatures(model, blocks, mode, call):
     """Per block of the list, the ATen ops its forward runs (op and output shapes), from one fake
@@ -781,6 +786,12 @@ def capture(model_spec, args_path, batch, seq, dtype, blocks_path, factory=None,
     bvals0 = [t for _, t in block_buffers]
     rest = tuple(block_args[1:])
     block_kwargs = seen.get("kwargs", {})
+    # Hugging Face hands its layers a materialized mask (a boolean one, made by comparisons, not
+    # tril); its attention modules declare is_causal, so that mask is a causal one.
+    mask = block_kwargs.get("attention_mask")
+    if isinstance(mask, torch.Tensor) and \
+            any(getattr(m, "is_causal", False) is True for m in block.modules()):
+        masks.mark(mask, "causal")
 
     def block_fn(pvals, hidden, bvals, *rest):
         state = as_mapping(pvals, block_pnames)

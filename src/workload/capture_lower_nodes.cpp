@@ -427,6 +427,10 @@ void Lowering::lower_gemm(std::size_t i, const CapturedNode& d, bool fwd, graph:
       st[i].seq = true;
     }
   }
+  if (grouped && o.size() == 3 && !fwd) {  // the experts' weight gradient, [E, k, n]
+    weight_gradient = true;
+    st[i].tokens = false;
+  }
   if (opt.cp > 1) {
     // This rank's tokens: the rows of a forward or dgrad GEMM (and of attention's batched
     // GEMMs: its queries), the reduction of a wgrad, whose output has no token dimension.
@@ -456,7 +460,11 @@ void Lowering::lower_gemm(std::size_t i, const CapturedNode& d, bool fwd, graph:
   // A weight gradient accumulated into the fp32 (or bf16) main-grad buffer the builder's DP
   // machinery reduces: its read and write, as the builder charges its wgrad GEMMs
   // (Megatron's gradient_accumulation_fusion).
-  const double main_grad = weight_gradient ? 2 * opt.main_grad_bytes * m * nn : 0.0;
+  // (A grouped GEMM's [E, k, n] gradient accumulates this rank's E/ep experts' matrices.)
+  const double grad_elements =
+      grouped && o.size() == 3 ? numel(o) / static_cast<double>(std::max<std::int64_t>(opt.ep, 1))
+                               : m * nn;
+  const double main_grad = weight_gradient ? 2 * opt.main_grad_bytes * grad_elements : 0.0;
   op.mem_bytes = 2 * (m * k + k * nn + m * nn) + main_grad;
   if (grouped) {
     // Every group's matrix is read (or written): the 3-D operand whole, this rank's E/ep.
@@ -555,7 +563,8 @@ void Lowering::ep_collectives() {
     // hidden states (however the model batches its expert GEMMs: gpt-fast multiplies each token
     // once by its k gathered weights).
     if (input_of_expert.empty() && hidden_input < n)
-      copies = static_cast<double>(expert3d_topk) * tensor_bytes(nodes[hidden_input]) / cp;
+      copies = static_cast<double>(expert3d_topk) * tensor_bytes(nodes[hidden_input]) /
+               (st[hidden_input].seq ? t : 1.0) / cp;
     copies *= opt.all_to_all_scale;
     for (const bool fwd : {true, false}) {
       std::vector<std::uint32_t> g;

@@ -219,7 +219,7 @@ qm = os.path.join(tmp, "qwen3-moe.h5")
 r = sh("capture", "--factory", os.path.join(repo, "tests/capture/hf_factories.py") +
        ":qwen3_moe_2layers", "-o", qm, "--summary", "--tp", "1")
 check(r.returncode == 0 and "128 experts, top-8" in r.stdout and
-      "captured / expected = 1.0000" in r.stdout,
+      "captured / expected = 1.0000" in r.stdout and "1 reading a causal mask" in r.stdout,
       f"Qwen3-MoE: 3-D experts found, 6·N·T with top-8 of 128 ({r.stderr.strip()[-300:]})")
 T, Hq, Kq, Eq, Fq = 1024, 64 * 128, 4 * 128, 128, 1536
 EP8 = "{tp: 1, pp: 1, dp: 64, expert_model_parallel_size: 8}"
@@ -240,13 +240,33 @@ check(a2a == [8.0 * T * H * 2] * 4 and gemm == hand,
 qb = yaml(os.path.join(tmp, "qmb.yaml"),
           f"{{hf_config: {os.path.join(repo, 'inputs/hf/qwen3-235b-a22b-config.json')}, "
           "num_layers: 2, seq_length: 1024, moe_layer_freq: 1}", EP8, 64, 64)
-t = []
-for cfg, o in ((qcfg, "qm-run"), (qb, "qmb-run")):
-    r = sh("run", cfg, "-o", os.path.join(tmp, o), "--quiet")
-    t.append(json.load(open(os.path.join(tmp, o, "summary.json")))["iteration_time_s"]
-             if r.returncode == 0 else float("nan"))
-check(abs(t[0] / t[1] - 1) <= 0.03, f"Qwen3-MoE at EP 8: iteration {t[0]:.6f} s against the "
-      f"builder's {t[1]:.6f} s ({t[0] / t[1]:.4f}x)")
+# And with TP 2 (SP) around experts kept whole on every TP rank (expert_tensor_parallel_size 1,
+# torchtitan's default): each TP rank's experts take its half of the sequence, so the
+# all-to-alls move k·(T/2)·h.
+EP8_TP2 = ("{tp: 2, pp: 1, dp: 32, expert_model_parallel_size: 8, "
+           "expert_tensor_parallel_size: 1, sequence_parallel: true}")
+qcfg2 = yaml(os.path.join(tmp, "qm2.yaml"), f"{{source: {qm}}}", EP8_TP2, 64, 64)
+qb2 = yaml(os.path.join(tmp, "qmb2.yaml"),
+           f"{{hf_config: {os.path.join(repo, 'inputs/hf/qwen3-235b-a22b-config.json')}, "
+           "num_layers: 2, seq_length: 1024, moe_layer_freq: 1}", EP8_TP2, 64, 64)
+r = sh("graph", qcfg2, "-o", os.path.join(tmp, "gqm2.h5"))
+if r.returncode == 0:
+    with h5py.File(os.path.join(tmp, "gqm2.h5")) as f:
+        t = f[f"templates/{f['ranks/class'][0]}"]
+        mb0 = (t["layer"][()] == 0) & (t["microbatch"][()] == 0) & (t["kind"][()] == 11)
+        a2a = sorted(t["comm_bytes"][()][mb0].tolist())
+else:
+    a2a = r.stderr
+check(a2a == [8.0 * T * H * 2 / 2] * 4, f"Qwen3-MoE at TP 2 · EP 8, ETP 1: all-to-alls {a2a}")
+for label, cap, builder in (("EP 8", qcfg, qb), ("TP 2 · EP 8 · ETP 1", qcfg2, qb2)):
+    t = []
+    for cfg, o in ((cap, "c"), (builder, "b")):
+        out = os.path.join(tmp, label.replace(" ", "").replace("·", "") + o)
+        r = sh("run", cfg, "-o", out, "--quiet")
+        t.append(json.load(open(os.path.join(out, "summary.json")))["iteration_time_s"]
+                 if r.returncode == 0 else float("nan"))
+    check(abs(t[0] / t[1] - 1) <= 0.03, f"Qwen3-MoE at {label}: iteration {t[0]:.6f} s "
+          f"against the builder's {t[1]:.6f} s ({t[0] / t[1]:.4f}x)")
 
 # Chakra ET per rank of such a capture (as Flint exports), at 64 ranks: one file per rank, and
 # its replay gives the direct run's iteration time.
