@@ -29,3 +29,9 @@ def qwen3_moe_2layers():
     """Qwen3-235B-A22B's config (128 experts, top-8, expert FFN 1536, h 4096, 64 heads of 128,
     4 KV heads), 2 layers, sequence 1024, experts through grouped_mm."""
     return _build("qwen3-235b-a22b-config.json", 2, 1024, _experts_implementation="grouped_mm")
+
+
+def mixtral_2layers():
+    """Mixtral 8x7B's config (8 experts, top-2, FFN 14336, h 4096, 32 heads, 8 KV heads),
+    2 layers, sequence 1024, experts through grouped_mm."""
+    return _build("mixtral-8x7b-config.json", 2, 1024, _experts_implementation="grouped_mm")

@@ -268,6 +268,34 @@ for label, cap, builder in (("EP 8", qcfg, qb), ("TP 2 · EP 8 · ETP 1", qcfg2,
     check(abs(t[0] / t[1] - 1) <= 0.03, f"Qwen3-MoE at {label}: iteration {t[0]:.6f} s "
           f"against the builder's {t[1]:.6f} s ({t[0] / t[1]:.4f}x)")
 
+# Mixtral 8x7B (inputs/hf/mixtral-8x7b-config.json: 8 experts, top-2, FFN 14336, h 4096) the
+# same way at EP 8: all-to-alls of k·T·h = 2·1024·4096 bf16 = 16 MiB, and the builder's time.
+mx = os.path.join(tmp, "mixtral.h5")
+r = sh("capture", "--factory", os.path.join(repo, "tests/capture/hf_factories.py") +
+       ":mixtral_2layers", "-o", mx, "--summary", "--tp", "1")
+check(r.returncode == 0 and "8 experts, top-2" in r.stdout and
+      "captured / expected = 1.0000" in r.stdout, f"Mixtral: 3-D experts, 6·N·T ratio 1.0000 "
+      f"({r.stderr.strip()[-300:]})")
+mcfg = yaml(os.path.join(tmp, "mx.yaml"), f"{{source: {mx}}}", EP8, 64, 64)
+mb = yaml(os.path.join(tmp, "mxb.yaml"),
+          f"{{hf_config: {os.path.join(repo, 'inputs/hf/mixtral-8x7b-config.json')}, "
+          "num_layers: 2, seq_length: 1024, moe_layer_freq: 1}", EP8, 64, 64)
+r = sh("graph", mcfg, "-o", os.path.join(tmp, "gmx.h5"))
+if r.returncode == 0:
+    with h5py.File(os.path.join(tmp, "gmx.h5")) as f:
+        t = f[f"templates/{f['ranks/class'][0]}"]
+        a2a = sorted(t["comm_bytes"][()][(t["kind"][()] == 11) & (t["layer"][()] == 0)].tolist())
+else:
+    a2a = r.stderr
+times = []
+for cfg, o in ((mcfg, "mxc"), (mb, "mxb")):
+    r = sh("run", cfg, "-o", os.path.join(tmp, o), "--quiet")
+    times.append(json.load(open(os.path.join(tmp, o, "summary.json")))["iteration_time_s"]
+                 if r.returncode == 0 else float("nan"))
+check(a2a == [2.0 * T * H * 2] * 4 and abs(times[0] / times[1] - 1) <= 0.03,
+      f"Mixtral at EP 8: all-to-alls {a2a}; iteration {times[0]:.6f} s against the builder's "
+      f"{times[1]:.6f} s ({times[0] / times[1]:.4f}x)")
+
 # Chakra ET per rank of such a capture (as Flint exports), at 64 ranks: one file per rank, and
 # its replay gives the direct run's iteration time.
 small = os.path.join(tmp, "w64.h5")
