@@ -70,7 +70,7 @@ int capture_command(const CaptureOptions& o) {
   }
   if (o.sp || o.fsdp || o.layers > 0 || !o.parallelize.empty())
     throw_input(
-        "scalescope capture: --sp, --layers and --parallelize apply to a DTensor capture "
+        "scalescope capture: --sp, --fsdp, --layers and --parallelize apply to a DTensor capture "
         "(--hf-config, or --factory with --world)");
   if (o.model.empty() == o.factory.empty())
     throw_input("scalescope capture: give path/to/file.py:ClassName or --factory FILE:FUNCTION");

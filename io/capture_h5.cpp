@@ -118,9 +118,31 @@ workload::Capture read_capture_h5(const std::string& path) {
       throw_input("{}: /meta shapes_json: malformed JSON: {}", path, e.what());
     }
     if (!j.is_object()) throw_input("{}: /meta shapes_json: expected a mapping", path);
+    // The model keys a DTensor capture's config gives (io/config reads them as these types).
+    static const std::set<std::string> counts = {
+        "hidden_size",     "num_attention_heads", "num_query_groups", "kv_channels",
+        "ffn_hidden_size", "num_layers",          "vocab_size",       "seq_length"};
+    static const std::set<std::string> flags = {"gated_linear_unit", "add_bias_linear",
+                                                "untie_embeddings"};
     for (const auto& [key, value] : j.items()) {
-      if (!value.is_primitive() || value.is_null())
-        throw_input("{}: /meta shapes_json: '{}': expected a scalar", path, key);
+      if (counts.count(key)) {
+        if (!value.is_number_integer() || value.get<std::int64_t>() < 1 ||
+            value.get<std::int64_t>() > kMaxDim)
+          throw_input("{}: /meta shapes_json: '{}' is {}, not an integer in [1, 2^40]", path, key,
+                      value.dump());
+      } else if (flags.count(key)) {
+        if (!value.is_boolean())
+          throw_input("{}: /meta shapes_json: '{}' is {}, not true or false", path, key,
+                      value.dump());
+      } else if (key == "position_embedding_type") {
+        if (value != "rope" && value != "learned_absolute")
+          throw_input(
+              "{}: /meta shapes_json: position_embedding_type {} is not rope or "
+              "learned_absolute",
+              path, value.dump());
+      } else {
+        throw_input("{}: /meta shapes_json: unknown key '{}'", path, key);
+      }
       c.shapes[key] = value.is_string() ? value.get<std::string>() : value.dump();
     }
     if (meta.has_attribute("fsdp_json")) {

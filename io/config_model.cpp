@@ -274,7 +274,9 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
       shapes.ffn = num("ffn_hidden_size");
       shapes.gated = flag("gated_linear_unit");
       shapes.bias = flag("add_bias_linear");
-      shapes.learned_positions = false;
+      if (const auto it = capture->shapes.find("position_embedding_type");
+          it != capture->shapes.end())
+        shapes.learned_positions = it->second == "learned_absolute";
     }
     std::vector<std::pair<const char*, std::int64_t>> ints = {
         {"num_layers", capture->num_blocks},       {"seq_length", capture->seq},

@@ -134,7 +134,7 @@ std::int64_t capture_experts(const Capture& c);
 /// Experts held as 3-D parameters [E, out, in] (gpt-fast's Mixtral, gpt-oss, grouped-GEMM MoE
 /// layers), read by batched GEMMs directly or through a gather by the router's indices: the
 /// parameters' names and shapes, E, the top-k (the last dimension of the block's `topk`), and
-/// the FLOPs of one token through one expert, forward (2 · Σ out·in of its weights).
+/// one expert's GEMM weights (Σ out·in; a token through it costs twice that forward).
 struct ExpertWeights {
   std::vector<std::pair<std::string, std::vector<std::int64_t>>> params;
   std::int64_t experts = 0, topk = 0;

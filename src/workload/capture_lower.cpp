@@ -68,11 +68,13 @@ Lowering::Lowering(const std::vector<CapturedNode>& graph, const TpPlan& tp_plan
       compiled(inductor),
       opt(options),
       part(parts) {
-  if (opt.ep > 1) {  // experts as 3-D weights: their GEMMs get EP's all-to-alls
+  std::int64_t experts3d = 0;  // experts as 3-D weights: their GEMMs get EP's all-to-alls
+  if (opt.ep > 1) {
     std::set<std::string> names;
     const ExpertWeights ew = expert_weights_of(nodes);
     for (const auto& [name, shape] : ew.params) names.insert(name);
     expert3d_topk = ew.topk;
+    experts3d = ew.experts;
     for (std::uint32_t i = 0; i < n; ++i)
       if (nodes[i].kind == "placeholder" && names.count(nodes[i].param)) expert3d_params.insert(i);
   }
@@ -111,7 +113,6 @@ Lowering::Lowering(const std::vector<CapturedNode>& graph, const TpPlan& tp_plan
   const std::int64_t experts = experts_in(nodes);
   // Experts as 3-D weights (grouped or gathered GEMMs): every rank's GEMMs take the same k·T
   // token copies under balanced routing, on its E/ep experts' weights; EP adds the all-to-alls.
-  const std::int64_t experts3d = expert3d_params.empty() ? 0 : expert_weights_of(nodes).experts;
   if (experts3d > 0 && experts3d % opt.ep != 0)
     throw_input("capture: expert parallelism {} does not divide the {} experts (3-D weights)",
                 opt.ep, experts3d);
@@ -177,31 +178,26 @@ bool Lowering::expert3d_gemm(std::size_t i) const {
   if (expert3d_params.empty()) return false;
   const CapturedNode& d = nodes[i];
   if (base_op(d.op) == "_grouped_mm" && !d.shapes.empty() && d.shapes[0].size() == 3) return true;
-  for (std::uint32_t j : d.inputs) {
-    for (int depth = 0; depth < 8; ++depth) {
-      const std::uint32_t r = root(j);
-      if (expert3d_params.count(r)) return true;
-      const std::string b = base_op(nodes[r].op);
-      if (nodes[r].kind != "call_function" || nodes[r].inputs.empty() ||
-          (b != "index" && b != "gather" && b != "index_select" && b != "_to_copy" && b != "clone"))
-        break;
-      j = nodes[r].inputs[0];
-    }
-  }
+  for (std::uint32_t j : d.inputs)
+    if (expert3d_params.count(source_of(j))) return true;
   return false;
 }
 
-bool Lowering::is_weight(std::uint32_t j) const {
+std::uint32_t Lowering::source_of(std::uint32_t j) const {
   for (int depth = 0; depth < 8; ++depth) {
-    const CapturedNode& r = nodes[root(j)];
-    if (r.kind == "placeholder") return !r.param.empty();
-    const std::string b = base_op(r.op);
-    if (r.kind != "call_function" || r.inputs.empty() ||
+    const std::uint32_t r = root(j);
+    const std::string b = base_op(nodes[r].op);
+    if (nodes[r].kind != "call_function" || nodes[r].inputs.empty() ||
         (b != "index" && b != "gather" && b != "index_select" && b != "_to_copy" && b != "clone"))
-      return false;
-    j = r.inputs[0];  // the gathered or cast tensor
+      return r;
+    j = nodes[r].inputs[0];  // the gathered or cast tensor
   }
-  return false;
+  return root(j);
+}
+
+bool Lowering::is_weight(std::uint32_t j) const {
+  const CapturedNode& r = nodes[source_of(j)];
+  return r.kind == "placeholder" && !r.param.empty();
 }
 
 bool Lowering::is_view(std::uint32_t i) const {

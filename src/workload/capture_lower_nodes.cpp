@@ -460,20 +460,16 @@ void Lowering::lower_gemm(std::size_t i, const CapturedNode& d, bool fwd, graph:
   // A weight gradient accumulated into the fp32 (or bf16) main-grad buffer the builder's DP
   // machinery reduces: its read and write, as the builder charges its wgrad GEMMs
   // (Megatron's gradient_accumulation_fusion).
-  // (A grouped GEMM's [E, k, n] gradient accumulates this rank's E/ep experts' matrices.)
-  const double grad_elements =
-      grouped && o.size() == 3 ? numel(o) / static_cast<double>(std::max<std::int64_t>(opt.ep, 1))
-                               : m * nn;
-  const double main_grad = weight_gradient ? 2 * opt.main_grad_bytes * grad_elements : 0.0;
-  op.mem_bytes = 2 * (m * k + k * nn + m * nn) + main_grad;
-  if (grouped) {
-    // Every group's matrix is read (or written): the 3-D operand whole, this rank's E/ep.
-    const auto& b = nodes[d.inputs[1]].shapes;
-    const double e = static_cast<double>(std::max<std::int64_t>(opt.ep, 1));
-    const double wb = !b.empty() && b[0].size() == 3 ? numel(b[0]) / e : 0.0;
-    const double ob = o.size() == 3 ? numel(o) / e : m * nn;
-    op.mem_bytes = 2 * (numel(a[0]) + (wb > 0 ? wb : k * nn) + ob) + main_grad;
-  }
+  // A grouped GEMM reads (or, for the weights' gradient, writes) every group's matrix: the
+  // 3-D operand whole, this rank's E/ep experts; its [E, k, n] gradient is accumulated whole.
+  const double rank_share = 1.0 / static_cast<double>(std::max<std::int64_t>(opt.ep, 1));
+  const auto& b = nodes[d.inputs[1]].shapes;
+  const double read = grouped ? numel(a[0]) : m * k;
+  const double matrix =
+      grouped && !b.empty() && b[0].size() == 3 ? numel(b[0]) * rank_share : k * nn;
+  const double written = grouped && o.size() == 3 ? numel(o) * rank_share : m * nn;
+  const double main_grad = weight_gradient ? 2 * opt.main_grad_bytes * written : 0.0;
+  op.mem_bytes = 2 * (read + matrix + written) + main_grad;
   if (opt.fp8 && !style.empty()) {
     // torchao's Float8Linear (roofline_utils.py): fp8 operands, a bf16 result.
     op.gemm_dtype = graph::GemmDtype::Fp8;

@@ -86,6 +86,9 @@ class Lowering {
   /// Whether operand j is a parameter: through views, and through gathers and casts of it (an
   /// expert weight picked by the router's indices, a weight cast to the compute dtype).
   bool is_weight(std::uint32_t j) const;
+  /// The tensor behind operand j: through views, gathers (index, gather, index_select) and
+  /// casts (_to_copy, clone) of their first input.
+  std::uint32_t source_of(std::uint32_t j) const;
   bool is_view(std::uint32_t i) const;
   double expert_factor(const std::string& module) const;
   bool remote_expert(const std::string& module) const;

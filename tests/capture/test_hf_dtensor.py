@@ -9,6 +9,7 @@ titan_parallelize.py, torchtitan's plan) as the entry point, and the refusals.
 Usage: test_hf_dtensor.py REPO SCALESCOPE"""
 import json
 import os
+import shutil
 import sys
 import tempfile
 
@@ -315,6 +316,23 @@ same = ok and json.load(open(os.path.join(tmp, "r64", "summary.json")))["iterati
 check(r.returncode == 0 and ok and len(ets) == 64 and same,
       f"Chakra export: {len(ets)} rank files, replayed to the direct run's time "
       f"({[s.stderr.strip()[-200:] for s in steps if s.returncode]})")
+
+# A damaged capture's shape keys: one line naming the key, no run.
+for edit, words in ((("hidden_size", "4096.5"), "not an integer"), (("hidden_size", "0"),
+                    "not an integer"), (("gated_linear_unit", '"yes"'), "not true or false"),
+                    (("position_embedding_type", '"alibi"'), "not rope"),
+                    (("moe_topk", "2"), "unknown key")):
+    bad = os.path.join(tmp, "bad-shapes.h5")
+    shutil.copy(shipped, bad)
+    with h5py.File(bad, "r+") as f:
+        shapes = json.loads(f["meta"].attrs["shapes_json"])
+        shapes[edit[0]] = json.loads(edit[1])
+        f["meta"].attrs["shapes_json"] = json.dumps(shapes)
+    cfg = yaml(os.path.join(tmp, "bad.yaml"), f"{{source: {bad}}}")
+    r = sh("run", cfg, "-o", os.path.join(tmp, "bad-run"))
+    check(r.returncode != 0 and r.stderr.count("\n") == 1 and words in r.stderr and
+          edit[0] in r.stderr and not os.path.exists(os.path.join(tmp, "bad-run", "summary.json")),
+          f"shapes_json {edit[0]}={edit[1]} refused ({r.stderr.strip()[-160:]!r})")
 
 # Refusals, one line each: another layout than the capture's; KV heads that TP cannot split.
 r = sh("run", cap_cfg, "--set", "parallel.tp=4", "--set", "parallel.dp=256",
