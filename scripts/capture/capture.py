@@ -537,7 +537,7 @@ class MaskProvenance:
                     keep.append(out)  # ids stay valid while the tensor lives
                 return out
 
-        self.mode, self.kinds = Mode(), kinds
+        self.mode, self.kinds, self.keep = Mode(), kinds, keep
 
     def kind(self, tensor):
         return self.kinds.get(id(tensor), "")
@@ -545,7 +545,7 @@ class MaskProvenance:
     def mark(self, tensor, kind):
         """A mask known causal otherwise (a Hugging Face attention's own is_causal)."""
         self.kinds[id(tensor)] = kind
-        self.keep = getattr(self, "keep", []) + [tensor]
+        self.keep.append(tensor)  # its id stays valid
 
 
 def block_signatures(model, blocks, mode, call):
@@ -570,7 +570,7 @@ def block_signatures(model, blocks, mode, call):
 
     handles = []
     for i, b in enumerate(blocks):
-        handles.append(b.register_forward_pre_hook(lambda mod, a, i=i: at.append(i) and None))
+        handles.append(b.register_forward_pre_hook(lambda mod, a, i=i: at.append(i)))
         handles.append(b.register_forward_hook(leave))
     try:
         with mode, Recorder():

@@ -235,22 +235,46 @@ def capture_hf(config_path, world, tp, sp, layers, seq, batch, parallelize="", f
         if not any(isinstance(p, DTensor) for p in layer.parameters()):
             raise CaptureError(f"{parallelize}: left {blocks_path}.0 unsharded (no DTensor "
                                "parameter): nothing to capture at --tp")
-    # How each parent of a column-wise projection is called (positionally or by keyword): the
-    # sequence-parallel input layout goes where the hidden states are handed.
+    # One fake forward of the model with this layer alone gives the layer's inputs (the rotary
+    # tables, the mask) and, for sequence parallelism, how each parent of a column-wise
+    # projection is called (positionally or by keyword: the sequence-parallel layout goes where
+    # the hidden states are handed). It stops before the layer runs, or after it when the parents
+    # are watched (the layer is not parallelized yet then).
     styles, parents = ({}, set()) if parallelize else tp_styles(config, tp, sp)
-    calls = {}
-    if sp and not parallelize:
-        def called(p):
-            def hook(m, a, k):
-                calls.setdefault(p, "hidden_states" in k)
-            return hook
-        hooks = [layer.get_submodule(p).register_forward_pre_hook(called(p), with_kwargs=True)
-                 for p in parents]
-        with mode:
-            ids = torch.zeros(batch, seq, dtype=torch.long)
-            cap.traced(where, "forward", lambda: model(input_ids=ids))
-        for hk in hooks:
-            hk.remove()
+    probe = sp and not parallelize
+    calls, seen = {}, {}
+
+    class Stop(Exception):
+        pass
+
+    def stop(*_):
+        raise Stop()
+
+    def grab(m, a, k):
+        seen.setdefault("kw", (a, k))
+
+    def called(p):
+        def hook(m, a, k):
+            calls.setdefault(p, "hidden_states" in k)
+        return hook
+    cap.set_submodule(model, blocks_path, cap.block_list(blocks, [layer]))
+    hooks = [layer.register_forward_pre_hook(grab, with_kwargs=True)]
+    hooks += [layer.get_submodule(p).register_forward_pre_hook(called(p), with_kwargs=True)
+              for p in parents] if probe else []
+    hooks.append(layer.register_forward_hook(stop) if probe
+                 else layer.register_forward_pre_hook(stop, with_kwargs=True))
+    with mode:
+        ids = torch.zeros(batch, seq, dtype=torch.long)
+        try:
+            model(ids)
+        except Stop:
+            pass
+        except Exception as e:
+            raise CaptureError(f"{where}: forward: {type(e).__name__}: {cap.one_line(e)}")
+        finally:
+            for hk in hooks:
+                hk.remove()
+    if probe:
         for p in parents:
             styles[p] = PrepareModuleInput(
                 input_kwarg_layouts={"hidden_states": Shard(1)},
@@ -265,36 +289,13 @@ def capture_hf(config_path, world, tp, sp, layers, seq, batch, parallelize="", f
     if not parallelize:
         with mode:
             parallelize_module(layer, tp_mesh, styles)
-    # The layer's inputs inside the model: hidden states (this rank's sequence share under SP)
-    # and the rotary tables.
-    seen = {}
-
-    def grab(m, a, k):
-        seen.setdefault("kw", (a, k))
-    hk = layer.register_forward_pre_hook(grab, with_kwargs=True)
-    cap.set_submodule(model, blocks_path, cap.block_list(blocks, [layer]))
-    with mode:
-        ids = torch.zeros(batch, seq, dtype=torch.long)
-        # Only the layer's inputs are wanted: stop after its pre-hook.
-        class Stop(Exception):
-            pass
-
-        def stop(m, a, k):
-            raise Stop()
-        hs = layer.register_forward_pre_hook(stop, with_kwargs=True)
-        try:
-            model(ids)
-        except Stop:
-            pass
-        except Exception as e:
-            raise CaptureError(f"{where}: forward: {type(e).__name__}: {cap.one_line(e)}")
-        finally:
-            hs.remove()
-    hk.remove()
+    # The layer's inputs but the hidden states (this rank's sequence share is made below).
     args, kwargs = seen["kw"]
     kwargs = dict(kwargs)
-    hidden_full = args[0] if args else kwargs.pop("hidden_states")
-    args = args[1:]
+    if args:
+        args = args[1:]
+    else:
+        kwargs.pop("hidden_states")
     names, plocals, specs = [], [], []
     for n, p in layer.named_parameters():
         names.append(n)

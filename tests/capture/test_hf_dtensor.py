@@ -29,6 +29,19 @@ TP, WORLD, S, B, L = 8, 1024, 1024, 1, 2
 sh = runner(scalescope)
 
 
+def template(cfg, name):
+    """Rank 0's ops in the graph of experiment `cfg` (kind, layer, role, phase, microbatch,
+    comm_bytes, flops as arrays), or None and the error."""
+    out = os.path.join(tmp, name + ".h5")
+    r = sh("graph", cfg, "-o", out)
+    if r.returncode != 0:
+        return None, r.stderr
+    with h5py.File(out) as f:
+        t = f[f"templates/{f['ranks/class'][0]}"]
+        return {x: t[x][()] for x in ("kind", "layer", "role", "phase", "microbatch",
+                                      "comm_bytes", "flops")}, ""
+
+
 def capture(out, *extra):
     r = sh("capture", "--hf-config", config, "--world", str(WORLD), "--tp", str(TP), "--sp",
            "--layers", str(L), "--seq", str(S), "-o", out, "--summary", *extra)
@@ -124,13 +137,10 @@ for name, cfg in (("capture", cap_cfg), ("builder", builder)):
 ratio = times["capture"] / times["builder"]
 check(abs(ratio - 1) <= 0.03, f"iteration: DTensor capture {times['capture']:.6f} s, builder "
       f"{times['builder']:.6f} s ({ratio:.4f}x)")
-r = sh("graph", cap_cfg, "-o", os.path.join(tmp, "g.h5"))
-with h5py.File(os.path.join(tmp, "g.h5")) as f:
-    t = f[f"templates/{f['ranks/class'][0]}"]
-    k, layer, role, b = t["kind"][()], t["layer"][()], t["role"][()], t["comm_bytes"][()]
-    tp0 = (layer == 0) & (role == 1)
-    got = {name: sorted(b[tp0 & (k == kind)].tolist()) for name, kind in
-           (("all_reduce", 7), ("all_gather", 8), ("reduce_scatter", 9))}
+t, err = template(cap_cfg, "g")
+tp0 = (t["layer"] == 0) & (t["role"] == 1) if t else None
+got = {name: sorted(t["comm_bytes"][tp0 & (t["kind"] == kind)].tolist()) for name, kind in
+       (("all_reduce", 7), ("all_gather", 8), ("reduce_scatter", 9))} if t else err
 check(got == {"all_reduce": [H * 2.0] * 2, "all_gather": [float(bsh)] * 4,
               "reduce_scatter": [float(bsh)] * 4}, f"replayed layer 0's TP collectives {got}")
 
@@ -192,16 +202,10 @@ check(fsdp_meta.get("all_gather_bytes") == 2 * local and
       f"FSDP2's parameter group: {fsdp_meta} against {2 * local} / {4 * local} by hand")
 fcfg = yaml(os.path.join(tmp, "fsdp.yaml"), f"{{source: {fs}}}",
             "{tp: 8, pp: 1, dp: 8, sequence_parallel: true, fsdp: true}", 64)
-r = sh("graph", fcfg, "-o", os.path.join(tmp, "gf.h5"))
-if r.returncode == 0:
-    with h5py.File(os.path.join(tmp, "gf.h5")) as f:
-        t = f[f"templates/{f['ranks/class'][0]}"]
-        k, layer, role, ph, b = (t[x][()] for x in ("kind", "layer", "role", "phase", "comm_bytes"))
-        dp0 = (layer == 0) & (role == 2)
-        got = {(int(kk), int(pp)): sorted(b[dp0 & (k == kk) & (ph == pp)].tolist())
-               for kk in (8, 9) for pp in (0, 1)}
-else:
-    got = r.stderr
+t, err = template(fcfg, "gf")
+dp0 = (t["layer"] == 0) & (t["role"] == 2) if t else None
+got = {(kk, pp): sorted(t["comm_bytes"][dp0 & (t["kind"] == kk) & (t["phase"] == pp)].tolist())
+       for kk in (8, 9) for pp in (0, 1)} if t else err
 check(got == {(8, 0): [2.0 * local], (8, 1): [2.0 * local], (9, 0): [],
               (9, 1): [4.0 * local]},
       f"replayed FSDP per layer: all-gather forward and backward, reduce-scatter backward {got}")
@@ -225,15 +229,9 @@ check(r.returncode == 0 and "128 experts, top-8" in r.stdout and
 T, Hq, Kq, Eq, Fq = 1024, 64 * 128, 4 * 128, 128, 1536
 EP8 = "{tp: 1, pp: 1, dp: 64, expert_model_parallel_size: 8}"
 qcfg = yaml(os.path.join(tmp, "qm.yaml"), f"{{source: {qm}}}", EP8, 64, 64)
-r = sh("graph", qcfg, "-o", os.path.join(tmp, "gqm.h5"))
-if r.returncode == 0:
-    with h5py.File(os.path.join(tmp, "gqm.h5")) as f:
-        t = f[f"templates/{f['ranks/class'][0]}"]
-        k, layer, b, fl = (t[x][()] for x in ("kind", "layer", "comm_bytes", "flops"))
-        a2a = sorted(b[(k == 11) & (layer == 0)].tolist())
-        gemm = fl[(k == 0) & (layer == 0)].sum()
-else:
-    a2a, gemm = r.stderr, 0
+t, err = template(qcfg, "gqm")
+a2a = sorted(t["comm_bytes"][(t["kind"] == 11) & (t["layer"] == 0)].tolist()) if t else err
+gemm = t["flops"][(t["kind"] == 0) & (t["layer"] == 0)].sum() if t else 0
 hand = 3 * T * 2 * (H * (Hq + 2 * Kq) + Hq * H + H * Eq + 8 * 3 * H * Fq)
 check(a2a == [8.0 * T * H * 2] * 4 and gemm == hand,
       f"Qwen3-MoE at EP 8: all-to-alls {a2a} == 4 × {8 * T * H * 2}; GEMM FLOPs {gemm:.6g} == "
@@ -250,14 +248,9 @@ qcfg2 = yaml(os.path.join(tmp, "qm2.yaml"), f"{{source: {qm}}}", EP8_TP2, 64, 64
 qb2 = yaml(os.path.join(tmp, "qmb2.yaml"),
            f"{{hf_config: {os.path.join(repo, 'inputs/hf/qwen3-235b-a22b-config.json')}, "
            "num_layers: 2, seq_length: 1024, moe_layer_freq: 1}", EP8_TP2, 64, 64)
-r = sh("graph", qcfg2, "-o", os.path.join(tmp, "gqm2.h5"))
-if r.returncode == 0:
-    with h5py.File(os.path.join(tmp, "gqm2.h5")) as f:
-        t = f[f"templates/{f['ranks/class'][0]}"]
-        mb0 = (t["layer"][()] == 0) & (t["microbatch"][()] == 0) & (t["kind"][()] == 11)
-        a2a = sorted(t["comm_bytes"][()][mb0].tolist())
-else:
-    a2a = r.stderr
+t, err = template(qcfg2, "gqm2")
+a2a = sorted(t["comm_bytes"][(t["layer"] == 0) & (t["microbatch"] == 0) &
+                             (t["kind"] == 11)].tolist()) if t else err
 check(a2a == [8.0 * T * H * 2 / 2] * 4, f"Qwen3-MoE at TP 2 · EP 8, ETP 1: all-to-alls {a2a}")
 for label, cap, builder in (("EP 8", qcfg, qb), ("TP 2 · EP 8 · ETP 1", qcfg2, qb2)):
     t = []
@@ -281,13 +274,8 @@ mcfg = yaml(os.path.join(tmp, "mx.yaml"), f"{{source: {mx}}}", EP8, 64, 64)
 mb = yaml(os.path.join(tmp, "mxb.yaml"),
           f"{{hf_config: {os.path.join(repo, 'inputs/hf/mixtral-8x7b-config.json')}, "
           "num_layers: 2, seq_length: 1024, moe_layer_freq: 1}", EP8, 64, 64)
-r = sh("graph", mcfg, "-o", os.path.join(tmp, "gmx.h5"))
-if r.returncode == 0:
-    with h5py.File(os.path.join(tmp, "gmx.h5")) as f:
-        t = f[f"templates/{f['ranks/class'][0]}"]
-        a2a = sorted(t["comm_bytes"][()][(t["kind"][()] == 11) & (t["layer"][()] == 0)].tolist())
-else:
-    a2a = r.stderr
+t, err = template(mcfg, "gmx")
+a2a = sorted(t["comm_bytes"][(t["kind"] == 11) & (t["layer"] == 0)].tolist()) if t else err
 times = []
 for cfg, o in ((mcfg, "mxc"), (mb, "mxb")):
     r = sh("run", cfg, "-o", os.path.join(tmp, o), "--quiet")
