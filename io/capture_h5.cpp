@@ -203,7 +203,8 @@ double gemm_flops(const std::vector<workload::CapturedNode>& nodes) {
   return total;
 }
 
-/// Parameters read by GEMMs (through views): the N of 6·N·tokens, each counted once.
+/// Parameters read by GEMMs (through views and casts: DeepSeek's router runs in fp32): the N
+/// of 6·N·tokens, each counted once.
 double gemm_weights(const std::vector<workload::CapturedNode>& nodes) {
   std::set<std::uint32_t> seen;
   double n = 0;
@@ -211,7 +212,8 @@ double gemm_weights(const std::vector<workload::CapturedNode>& nodes) {
     if (d.kind != "call_function" || workload::aten_class(d.op) != workload::AtenClass::Gemm)
       continue;
     for (std::uint32_t j : d.inputs) {
-      while (workload::aten_class(nodes[j].op) == workload::AtenClass::View &&
+      while ((workload::aten_class(nodes[j].op) == workload::AtenClass::View ||
+              nodes[j].op.rfind("_to_copy", 0) == 0) &&
              nodes[j].kind == "call_function" && !nodes[j].inputs.empty())
         j = nodes[j].inputs.front();
       const workload::CapturedNode& p = nodes[j];
@@ -229,7 +231,8 @@ std::string format_capture_summary(const workload::Capture& c, const workload::T
                                    std::int64_t tp) {
   std::string out;
   const double tokens = static_cast<double>(c.batch * c.seq);
-  const std::int64_t hidden = workload::capture_shapes(c).hidden;
+  const workload::CaptureShapes shapes = workload::capture_shapes(c);
+  const std::int64_t hidden = shapes.hidden;
   out += fmt::format(
       "capture of {}: {} blocks ({}), micro-batch {} × {} tokens, hidden {}, "
       "vocabulary {}, PyTorch {}\n",
@@ -318,10 +321,16 @@ std::string format_capture_summary(const workload::Capture& c, const workload::T
           fmt::format("  {:<40}  {}x{}x{}  {}\n", name, shape[0], shape[1], shape[2],
                       tp > 1 ? "whole on every TP rank (ETP 1); ETP > 1 is not lowered yet" : "");
   }
-  const double attention = fused ? 0.0
-                                 : 12.0 * static_cast<double>(c.num_blocks) *
-                                       static_cast<double>(c.seq) * static_cast<double>(hidden) *
-                                       tokens;
+  // The scores' and values' widths: h each, or with multi-latent attention a·(d_qk + d_rope)
+  // and a·d_v (DeepSeek-V3: 128·192 and 128·128 against h 7168).
+  const bool mla = shapes.mla.value_or(false);
+  const double width =
+      mla ? static_cast<double>(shapes.heads * (shapes.qk_head_dim + shapes.qk_pos_emb_head_dim +
+                                                shapes.v_head_dim))
+          : 2.0 * static_cast<double>(hidden);
+  const double attention =
+      fused ? 0.0
+            : 6.0 * static_cast<double>(c.num_blocks) * static_cast<double>(c.seq) * width * tokens;
   const double expected = 6 * n * tokens + attention;
   out += fmt::format(
       "iteration GEMM FLOPs per micro-batch: captured {:.4g}; 6·N·T {:.4g} (N = {:.4g} GEMM "
@@ -329,7 +338,8 @@ std::string format_capture_summary(const workload::Capture& c, const workload::T
       captured, 6 * n * tokens, n,
       ew.params.empty() ? "" : fmt::format(", experts' at top-{} of {}", ew.topk, ew.experts),
       tokens,
-      fused ? " (attention fused: not in either)"
+      fused ? std::string(" (attention fused: not in either)")
+      : mla ? fmt::format(" + attention 6·L·s·a·(d_qk + d_rope + d_v)·T {:.4g}", attention)
             : fmt::format(" + attention 12·L·s·h·T {:.4g}", attention),
       expected > 0 ? captured / expected : 0.0);
   return out;

@@ -279,16 +279,34 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
         shapes.learned_positions = it->second == "learned_absolute";
     }
     std::vector<std::pair<const char*, std::int64_t>> ints = {
-        {"num_layers", capture->num_blocks},       {"seq_length", capture->seq},
-        {"vocab_size", capture->vocab_size},       {"hidden_size", shapes.hidden},
-        {"num_attention_heads", shapes.heads},     {"kv_channels", shapes.head_dim},
-        {"num_query_groups", shapes.query_groups}, {"ffn_hidden_size", shapes.ffn},
-        {"num_experts", shapes.experts},           {"moe_router_topk", shapes.topk},
-        {"moe_ffn_hidden_size", shapes.expert_ffn}};
+        {"num_layers", capture->num_blocks},
+        {"seq_length", capture->seq},
+        {"vocab_size", capture->vocab_size},
+        {"hidden_size", shapes.hidden},
+        {"num_attention_heads", shapes.heads},
+        {"kv_channels", shapes.head_dim},
+        {"num_query_groups", shapes.query_groups},
+        {"ffn_hidden_size", shapes.ffn},
+        {"num_experts", shapes.experts},
+        {"moe_router_topk", shapes.topk},
+        {"moe_ffn_hidden_size", shapes.expert_ffn},
+        {"moe_shared_expert_intermediate_size", shapes.shared_ffn},
+        {"moe_router_num_groups", shapes.router_groups},
+        {"moe_router_group_topk", shapes.router_group_topk},
+        {"kv_lora_rank", shapes.kv_lora_rank},
+        {"qk_head_dim", shapes.qk_head_dim},
+        {"qk_pos_emb_head_dim", shapes.qk_pos_emb_head_dim},
+        {"v_head_dim", shapes.v_head_dim}};
+    // q_lora_rank 0 is a shape the capture shows (queries projected from the hidden states).
+    const bool mla = shapes.mla.value_or(false);
+    if (mla) ints.emplace_back("q_lora_rank", shapes.q_lora_rank);
     for (const auto& [key, value] : ints) {
-      if (value <= 0) continue;  // the capture cannot tell
+      if (value < 0 || (value == 0 && !(mla && std::string_view(key) == "q_lora_rank")))
+        continue;  // the capture cannot tell
       if (const Value* given = get(merged, key)) {
-        const std::int64_t g = detail::read_positive_int(*given, std::string("model.") + key);
+        const std::int64_t g = value == 0
+                                   ? detail::read_int(*given, std::string("model.") + key)
+                                   : detail::read_positive_int(*given, std::string("model.") + key);
         if (g == value) continue;
         if (std::string_view(key) == "num_layers") {
           capture_layers_note = fmt::format(
@@ -304,8 +322,9 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
     }
     // Flags the capture determines must agree with the experiment's (a preset's included):
     // gated_linear_unit: false on a gated capture would cost a non-gated MLP.
-    for (const auto& [key, value] : {std::pair{"gated_linear_unit", shapes.gated},
-                                     std::pair{"add_bias_linear", shapes.bias}}) {
+    for (const auto& [key, value] :
+         {std::pair{"gated_linear_unit", shapes.gated}, std::pair{"add_bias_linear", shapes.bias},
+          std::pair{"multi_latent_attention", shapes.mla}}) {
       if (!value) continue;
       if (const Value* given = get(merged, key)) {
         if (detail::read_bool(*given, std::string("model.") + key) != *value)

@@ -382,7 +382,6 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
            "parallel.context_parallel_size > 1 and model.compile: eager on a matmul-softmax "
            "attention (CP needs a fused attention: scaled_dot_product_attention in the capture, "
            "or model.compile: inductor)");
-    refuse(m.multi_latent_attention, "MLA shape keys");
     if (!m.capture->parallelized.empty()) {
       // PyTorch parallelized it: the layout is the capture's.
       if (p.tp() != m.capture->tp || p.sequence_parallel != m.capture->sp)

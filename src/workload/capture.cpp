@@ -172,12 +172,29 @@ ExpertWeights expert_weights_of(const std::vector<CapturedNode>& nodes) {
     w.weights_per_expert += static_cast<double>(d.shapes[0][1] * d.shapes[0][2]);
   }
   if (w.experts == 0) return w;
-  for (const CapturedNode& d : nodes)
-    if (d.kind == "call_function" && base_op(d.op) == "topk" && !d.shapes.empty() &&
-        !d.shapes[0].empty()) {
-      w.topk = d.shapes[0].back();
-      break;
+  // The routing's top-k: the one over the experts' dimension ([T, E] scores). Group-limited
+  // routing (DeepSeek-V3's n_group / topk_group) first takes top-k's of each group's scores
+  // ([T, g, E/g]) and then the best groups ([T, g]); those set the group keys, not the top-k.
+  std::int64_t first = 0;
+  for (const CapturedNode& d : nodes) {
+    if (d.kind != "call_function" || base_op(d.op) != "topk" || d.shapes.empty() ||
+        d.shapes[0].empty() || d.inputs.empty() || nodes[d.inputs[0]].shapes.empty())
+      continue;
+    const std::vector<std::int64_t>& in = nodes[d.inputs[0]].shapes[0];
+    const std::int64_t k = d.shapes[0].back();
+    if (first == 0) first = k;
+    if (in.empty()) continue;
+    if (in.back() == w.experts && w.topk == 0) {
+      w.topk = k;
+    } else if (in.size() >= 2 && in[in.size() - 2] > 1 &&
+               in[in.size() - 2] * in.back() == w.experts) {
+      w.groups = in[in.size() - 2];
+    } else if (w.groups > 0 && in.back() == w.groups) {
+      w.group_topk = k;
     }
+  }
+  if (w.topk == 0) w.topk = first;  // scores of another shape: the first top-k, as before
+  if (w.group_topk == 0) w.groups = 0;
   return w;
 }
 
@@ -316,6 +333,35 @@ std::vector<std::pair<std::string, std::uint32_t>> forward_linears(
   return out;
 }
 
+/// Multi-latent attention's shapes (DeepSeek-V2/V3, `modeling_deepseek_v3.py`) from the
+/// attention's column-wise up projections and its row-wise output projection: the query's
+/// (heads × (qk_head_dim + rope) wide, from the query latent or the hidden states), the keys'
+/// and values' (heads × (qk_head_dim + v_head_dim) wide, from the KV latent), the output's
+/// (heads × v_head_dim in). Shapes that do not fit this leave the attention unread (mla
+/// unknown): the keys the capture cannot tell are then the experiment's.
+void mla_shapes(CaptureShapes& out, const std::vector<std::string>& up, const std::string& o_proj,
+                std::map<std::string, std::int64_t>& in_dim,
+                std::map<std::string, std::int64_t>& out_dim) {
+  out.mla.reset();
+  if (up.size() != 2 || in_dim[o_proj] % out.heads != 0) return;
+  const std::int64_t q_head = out.head_dim;  // the scores' per-head width: nope + rope
+  const std::int64_t v_head = in_dim[o_proj] / out.heads;
+  const bool q_first = out_dim[up[0]] == out.heads * q_head;
+  const std::string& q = q_first ? up[0] : up[1];
+  const std::string& kv = q_first ? up[1] : up[0];
+  if (out_dim[q] != out.heads * q_head || out_dim[kv] % out.heads != 0) return;
+  const std::int64_t nope = out_dim[kv] / out.heads - v_head;
+  if (nope <= 0 || nope > q_head || in_dim[kv] == out.hidden) return;
+  out.mla = true;
+  out.q_lora_rank = in_dim[q] == out.hidden ? 0 : in_dim[q];
+  out.kv_lora_rank = in_dim[kv];
+  out.qk_head_dim = nope;
+  out.qk_pos_emb_head_dim = q_head - nope;
+  out.v_head_dim = v_head;
+  out.query_groups = out.heads;  // every head its own keys and values, up-projected
+  out.head_dim = 0;              // kv_channels does not apply: the three widths above do
+}
+
 }  // namespace
 
 CaptureShapes capture_shapes(const Capture& c) {
@@ -332,6 +378,8 @@ CaptureShapes capture_shapes(const Capture& c) {
   if (const ExpertWeights ew = capture_expert_weights(c); ew.experts > 0) {
     out.experts = ew.experts;
     out.topk = ew.topk;
+    out.router_groups = ew.groups;
+    out.router_group_topk = ew.group_topk;
     // The expert MLP's width: what the weight writing the hidden size reads ([E, h, f]); its
     // up projections ([E, ·, h]) are gated when they write twice that width.
     std::size_t down = ew.params.size();
@@ -394,19 +442,29 @@ CaptureShapes capture_shapes(const Capture& c) {
     std::int64_t sum = 0;
     int feeding = 0;
     int pair = 0;
+    std::vector<std::string> up;  // the attention's column-wise projections
     for (const auto& [module, i] : linears) {
       const std::string style = plan.style_of(module);
       if (style == "colwise") {
         sum += out_dim[module];
         ++feeding;
+        if (pair == 0) up.push_back(module);
       } else if (style == "rowwise") {
-        // From the projections' widths, before the fused kernel's key heads: a model that
-        // repeats its KV heads before scaled_dot_product_attention (gpt-fast's
-        // repeat_interleave) hands the kernel as many key heads as query heads.
-        if (pair == 0 && out.heads > 0 && sum > out.heads * out.head_dim)
+        if (pair == 0 && out.heads > 0) out.mla = false;
+        if (pair == 0 && out.heads > 0 &&
+            std::any_of(up.begin(), up.end(),
+                        [&](const std::string& u) { return in_dim[u] != out.hidden; })) {
+          // Up projections from latents: multi-latent attention.
+          mla_shapes(out, up, module, in_dim, out_dim);
+        } else if (pair == 0 && out.heads > 0 && sum > out.heads * out.head_dim) {
+          // From the projections' widths, before the fused kernel's key heads: a model that
+          // repeats its KV heads before scaled_dot_product_attention (gpt-fast's
+          // repeat_interleave) hands the kernel as many key heads as query heads.
           out.query_groups = (sum / out.head_dim - out.heads) / 2;
+        }
         if (pair == 1) {
-          out.ffn = in_dim[module];
+          // Beside 3-D experts, a dense MLP is the shared experts' (DeepSeek's, Qwen2-MoE's).
+          (out.experts > 0 ? out.shared_ffn : out.ffn) = in_dim[module];
           out.gated = feeding == 2;
         }
         ++pair;

@@ -116,6 +116,13 @@ TpPlan capture_default_plan(const Capture& c, const std::string& path);
 struct CaptureShapes {
   std::int64_t hidden = 0, heads = 0, head_dim = 0, query_groups = 0, ffn = 0;
   std::int64_t experts = 0, topk = 0, expert_ffn = 0;  ///< 3-D expert weights only
+  std::int64_t shared_ffn = 0;                         ///< beside 3-D experts: shared experts
+  std::int64_t router_groups = 0, router_group_topk = 0;
+  /// Multi-latent attention (DeepSeek-V2/V3): the attention's up projections read latents
+  /// rather than the hidden states. q_lora_rank 0: queries straight from the hidden states.
+  std::optional<bool> mla;  ///< known where the block's attention was found
+  std::int64_t q_lora_rank = 0, kv_lora_rank = 0, qk_head_dim = 0, qk_pos_emb_head_dim = 0,
+               v_head_dim = 0;
   std::optional<bool> gated, bias, learned_positions;
 };
 CaptureShapes capture_shapes(const Capture& c);
@@ -133,12 +140,14 @@ void check_tp_plan(const Capture& c, const TpPlan& plan, std::int64_t tp,
 std::int64_t capture_experts(const Capture& c);
 /// Experts held as 3-D parameters [E, out, in] (gpt-fast's Mixtral, gpt-oss, grouped-GEMM MoE
 /// layers), read by batched GEMMs directly or through a gather by the router's indices: the
-/// parameters' names and shapes, E, the top-k (the last dimension of the block's `topk`), and
-/// one expert's GEMM weights (Σ out·in; a token through it costs twice that forward).
+/// parameters' names and shapes, E, the top-k (of the block's `topk` over the experts' scores),
+/// group-limited routing, and one expert's GEMM weights (Σ out·in; a token through it costs twice
+/// that forward).
 struct ExpertWeights {
   std::vector<std::pair<std::string, std::vector<std::int64_t>>> params;
   std::int64_t experts = 0, topk = 0;
-  double weights_per_expert = 0;  ///< Σ out·in over the 3-D weights (biases excluded)
+  std::int64_t groups = 0, group_topk = 0;  ///< group-limited routing (0: none)
+  double weights_per_expert = 0;            ///< Σ out·in over the 3-D weights (biases excluded)
 };
 ExpertWeights capture_expert_weights(const Capture& c);
 ExpertWeights expert_weights_of(const std::vector<CapturedNode>& nodes);

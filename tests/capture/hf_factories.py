@@ -35,3 +35,13 @@ def mixtral_2layers():
     """Mixtral 8x7B's config (8 experts, top-2, FFN 14336, h 4096, 32 heads, 8 KV heads),
     2 layers, sequence 1024, experts through grouped_mm."""
     return _build("mixtral-8x7b-config.json", 2, 1024, _experts_implementation="grouped_mm")
+
+
+def deepseek_v3_2layers():
+    """DeepSeek-V3's config (multi-latent attention: q_lora_rank 1536, kv_lora_rank 512, 128
+    heads of 128 + 64 rotary, values 128; 256 routed experts top-8 of 4 best of 8 groups, 1
+    shared expert, expert FFN 2048; router in fp32), 2 layers, both MoE (first_k_dense_replace 0:
+    the captured block is repeated, and the published model's 3 dense layers are another block
+    class), sequence 1024, experts through grouped_mm."""
+    return _build("deepseek-v3-config.json", 2, 1024, first_k_dense_replace=0,
+                  _experts_implementation="grouped_mm")

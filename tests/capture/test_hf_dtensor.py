@@ -285,6 +285,56 @@ check(a2a == [2.0 * T * H * 2] * 4 and abs(times[0] / times[1] - 1) <= 0.03,
       f"Mixtral at EP 8: all-to-alls {a2a}; iteration {times[0]:.6f} s against the builder's "
       f"{times[1]:.6f} s ({times[0] / times[1]:.4f}x)")
 
+# DeepSeek-V3 (inputs/hf/deepseek-v3-config.json: multi-latent attention, 256 experts top-8 in
+# 4 of 8 groups, a shared expert, h 7168), both layers MoE, at EP 8 on 8 GPUs. By hand, per
+# layer: the weights GEMMs read, q_a 7168·1536, q_b 1536·128·192, kv_a 7168·576, kv_b
+# 512·128·256, o 128·128·7168, router 7168·256, k = 8 routed and 1 shared expert of 3·7168·2048;
+# 6·T of each; the attention 3.5 × (2·a·s²·(192 + 128)) / 2 (causal, fused when compiled, its
+# backward 2.5× the forward); the dispatch and combine all-to-alls of k·T·h bf16 = 112 MiB.
+DSH, DSA, DSF = 7168, 128, 2048
+ds = os.path.join(tmp, "deepseek.h5")
+r = sh("capture", "--factory", os.path.join(repo, "tests/capture/hf_factories.py") +
+       ":deepseek_v3_2layers", "-o", ds, "--summary", "--tp", "1")
+check(r.returncode == 0 and "256 experts, top-8" in r.stdout and
+      "captured / expected = 1.0000" in r.stdout and "6·L·s·a·(d_qk + d_rope + d_v)·T" in r.stdout,
+      f"DeepSeek-V3: top-8 of the group-limited routing, MLA's attention, 6·N·T ratio 1.0000 "
+      f"({r.stderr.strip()[-300:]})")
+ds_json = os.path.join(tmp, "deepseek-v3-2moe.json")
+with open(os.path.join(repo, "inputs/hf/deepseek-v3-config.json")) as f:
+    dsc = json.load(f)
+dsc.update(num_hidden_layers=2, first_k_dense_replace=0)
+with open(ds_json, "w") as f:
+    json.dump(dsc, f)
+DSEP = "{tp: 1, pp: 1, dp: 8, expert_model_parallel_size: 8}"
+dcfg = yaml(os.path.join(tmp, "ds.yaml"), f"{{source: {ds}}}", DSEP, 8, 8)
+dbld = yaml(os.path.join(tmp, "dsb.yaml"), f"{{hf_config: {ds_json}, seq_length: 1024}}",
+            DSEP, 8, 8)
+t, err = template(dcfg, "gds")
+l0 = (t["layer"] == 0) & (t["microbatch"] == 0) if t else None
+a2a = sorted(t["comm_bytes"][l0 & (t["kind"] == 11)].tolist()) if t else err
+weights = (DSH * 1536 + 1536 * DSA * 192 + DSH * 576 + 512 * DSA * 256 + DSA * 128 * DSH +
+           DSH * 256 + 9 * 3 * DSH * DSF)
+gemm = t["flops"][l0 & (t["kind"] == 0)].sum() if t else 0
+attn = t["flops"][l0 & (t["kind"] == 1)].sum() if t else 0
+check(gemm == 6 * T * weights and attn == 3.5 * 2 * DSA * T * T * (192 + 128) / 2 and
+      a2a == [8.0 * T * DSH * 2] * 4,
+      f"DeepSeek-V3 at EP 8: GEMM FLOPs {gemm:.6g} == {6 * T * weights:.6g}, attention "
+      f"{attn:.6g}, all-to-alls {a2a} by hand")
+times = []
+for cfg, o in ((dcfg, "dsc"), (dbld, "dsb")):
+    r = sh("run", cfg, "-o", os.path.join(tmp, o), "--quiet")
+    times.append(json.load(open(os.path.join(tmp, o, "summary.json")))["iteration_time_s"]
+                 if r.returncode == 0 else float("nan"))
+check(abs(times[0] / times[1] - 1) <= 0.03, f"DeepSeek-V3 at EP 8: iteration {times[0]:.6f} s "
+      f"against the builder's {times[1]:.6f} s ({times[0] / times[1]:.4f}x)")
+# The MLA keys come from the capture: one that disagrees is an error naming it.
+for key, value in (("kv_lora_rank", 256), ("multi_latent_attention", "false"),
+                   ("moe_router_group_topk", 2)):
+    r = sh("run", dcfg, "--set", f"model.{key}={value}", "-o", os.path.join(tmp, "dsx"))
+    check(r.returncode != 0 and r.stderr.count("\n") == 1 and key in r.stderr and
+          "disagrees with the capture" in r.stderr, f"model.{key}={value} against the DeepSeek "
+          f"capture refused ({r.stderr.strip()[-200:]!r})")
+
 # Chakra ET per rank of such a capture (as Flint exports), at 64 ranks: one file per rank, and
 # its replay gives the direct run's iteration time.
 small = os.path.join(tmp, "w64.h5")
