@@ -136,7 +136,10 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
   out << YAML::Key << "schedule" << YAML::Value
       << (p.schedule == workload::Schedule::GPipe       ? "gpipe"
           : p.schedule == workload::Schedule::LoopedBfs ? "looped_bfs"
+          : p.schedule == workload::Schedule::Actions   ? "actions"
                                                         : "1f1b");
+  if (p.schedule == workload::Schedule::Actions)
+    out << YAML::Key << "pipeline_actions" << YAML::Value << p.pipeline_actions_path;
   out << YAML::Key << "overlap_grad_reduce" << YAML::Value << p.overlap_grad_reduce;
   out << YAML::Key << "overlap_param_gather" << YAML::Value << p.overlap_param_gather;
   out << YAML::Key << "fp8_param_gather" << YAML::Value << p.fp8_param_gather;

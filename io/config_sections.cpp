@@ -9,6 +9,7 @@
 #include "cost/gpu.hpp"
 #include "io/config_internal.hpp"
 #include "io/megatron_args.hpp"
+#include "io/pipeline_actions.hpp"
 
 namespace scalescope::io::detail {
 
@@ -277,10 +278,28 @@ workload::ParallelPlan build_parallel(const Section& s) {
                          detail::read_string(*v, r.key("schedule"))));
   }
   {
-    const std::string sched = r.choice("schedule", {"1f1b", "gpipe", "looped_bfs"}, "1f1b");
+    const std::string sched =
+        r.choice("schedule", {"1f1b", "gpipe", "looped_bfs", "actions"}, "1f1b");
     p.schedule = sched == "gpipe"        ? workload::Schedule::GPipe
                  : sched == "looped_bfs" ? workload::Schedule::LoopedBfs
+                 : sched == "actions"    ? workload::Schedule::Actions
                                          : workload::Schedule::OneFOneB;
+  }
+  // torch.distributed.pipelining's action table (schedule: actions): the file's syntax here,
+  // its fit to the layout and batch in validate().
+  if (const Value* v = r.find("pipeline_actions")) {
+    if (p.schedule != workload::Schedule::Actions)
+      fail(*v, r.key("pipeline_actions"), "applies to schedule: actions");
+    const std::string file = detail::read_string(*v, r.key("pipeline_actions"));
+    const fs::path path = fs::path(file).is_absolute() ? fs::path(file) : base_dir(*v) / file;
+    if (!is_file(path))
+      fail(*v, r.key("pipeline_actions"), fmt::format("file {} not found", display(path)));
+    p.pipeline_actions_path = fs::absolute(path).lexically_normal().string();
+    p.pipeline_actions = read_pipeline_actions(p.pipeline_actions_path);
+  } else if (p.schedule == workload::Schedule::Actions) {
+    fail(*r.find("schedule"), r.key("schedule"),
+         "actions needs parallel.pipeline_actions (a torch.distributed.pipelining action "
+         "table, compute-only CSV)");
   }
   r.flag("overlap_grad_reduce", p.overlap_grad_reduce);
   r.flag("overlap_param_gather", p.overlap_param_gather);

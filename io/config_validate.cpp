@@ -7,6 +7,7 @@
 #include "core/error.hpp"
 #include "io/config_internal.hpp"
 #include "io/megatron_args.hpp"
+#include "io/pipeline_actions.hpp"
 
 namespace scalescope::io::detail {
 
@@ -514,7 +515,14 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
   }
   // Megatron-Core's forward_backward_pipelining_with_interleaving rules (on each run of the
   // schedule).
-  if (p.interleaved() && p.schedule != workload::Schedule::LoopedBfs) {
+  // torch.distributed.pipelining's action table: checked against the layout and batch, and
+  // lowered with its transfers as PyTorch's runtime runs it (idempotent: a lowered table is
+  // kept as it is).
+  if (p.schedule == workload::Schedule::Actions)
+    p.pipeline_actions = lower_pipeline_actions(
+        p.pipeline_actions, pp, p.vpp(), tr.microbatches_per_run(p.dp()), p.pipeline_actions_path);
+  if (p.interleaved() && p.schedule != workload::Schedule::LoopedBfs &&
+      p.schedule != workload::Schedule::Actions) {
     const std::int64_t mbs = tr.microbatches_per_run(p.dp());
     const std::int64_t group = p.microbatch_group_size();
     if (group > mbs || group < pp)

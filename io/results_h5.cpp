@@ -112,6 +112,7 @@ void write_summary(const h5::Group& root, const emu::Summary& s, const Share& sh
   g.set_attribute("peak_memory_bytes", s.peak_memory_bytes);
   g.set_attribute("model", s.model_name);
   if (!s.software_stack.empty()) g.set_attribute("software_stack", s.software_stack);
+  if (!s.pipeline_schedule.empty()) g.set_attribute("pipeline_schedule", s.pipeline_schedule);
   g.set_attribute("gpu", s.gpu);
   g.set_attribute("tokens_per_iteration", s.tokens_per_iteration);
   g.set_attribute("model_flops_per_iteration", s.model_flops_per_iteration);

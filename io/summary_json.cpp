@@ -118,6 +118,7 @@ void write_summary_json(const emu::RunResults& r, const std::string& path) {
   j["model"] = s.model_name;
   j["gpu"] = s.gpu;
   if (!s.software_stack.empty()) j["software_stack"] = s.software_stack;
+  if (!s.pipeline_schedule.empty()) j["pipeline_schedule"] = s.pipeline_schedule;
   if (!s.sandbox_ranks.empty())
     j["sandbox"] = Json{{"ranks", s.sandbox_ranks},
                         {"backend", s.sandbox_backend},
@@ -218,6 +219,7 @@ std::string format_summary_table(const emu::RunResults& r) {
   row("model", s.model_name);
   row("GPU", s.gpu);
   if (!s.software_stack.empty()) row("software stack", s.software_stack);
+  if (!s.pipeline_schedule.empty()) row("pipeline schedule", s.pipeline_schedule);
   row("world size", fmt::format("{}", s.world_size));
   row("iteration time", figure(s.iteration_time_s(), 6, " s"));
   if (!r.ranks.empty()) {

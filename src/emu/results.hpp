@@ -156,6 +156,9 @@ struct Summary {
   SimTime sandbox_pure_replay_time = 0;  ///< the same job replayed without the sandbox
   std::string model_name;
   std::string software_stack;  ///< training.stack, "" when none was given
+  /// Where a pipeline's order came from when it is not a built-in schedule (a
+  /// torch.distributed.pipelining action table), "" otherwise.
+  std::string pipeline_schedule;
   std::string gpu;
   /// What-ifs (docs/config.md "What-if"): their texts, and the iteration time of the same run
   /// without them (0: none).

@@ -45,8 +45,20 @@ enum class CpCommType : std::uint8_t { P2p, AllGather, A2a };
 /// layer-wise selective checkpointing, `selective_ac_option: N`).
 enum class RecomputeMethod : std::uint8_t { Uniform, Block, Interval };
 /// OneFOneB: Megatron's 1F1B (interleaved with VP > 1); GPipe; LoopedBfs: torch's
-/// ScheduleLoopedBFS (breadth-first: every micro-batch of a model chunk before the next chunk).
-enum class Schedule : std::uint8_t { OneFOneB, GPipe, LoopedBfs };
+/// ScheduleLoopedBFS (breadth-first: every micro-batch of a model chunk before the next chunk);
+/// Actions: a torch.distributed.pipelining action table (ParallelPlan::pipeline_actions).
+enum class Schedule : std::uint8_t { OneFOneB, GPipe, LoopedBfs, Actions };
+/// An action of a pipeline rank, as torch.distributed.pipelining's `_Action` writes it ("2F0":
+/// stage 2's forward of micro-batch 0; "1B3": stage 1's full backward of micro-batch 3; "3SEND_F0"
+/// stage 3 sends micro-batch 0's output; "4RECV_F0" stage 4 receives it; Idle: a blank cell, a
+/// step of a compute-only table in which the rank waits).
+enum class PipeAction : std::uint8_t { Forward, Backward, SendF, RecvF, SendB, RecvB, Idle };
+struct PipelineAction {
+  std::int32_t stage = 0;       ///< the virtual stage: chunk · PP + rank (PyTorch's loop style)
+  std::int32_t microbatch = 0;  ///< within one run of the schedule
+  PipeAction kind = PipeAction::Forward;
+  bool compute() const { return kind == PipeAction::Forward || kind == PipeAction::Backward; }
+};
 /// GEMM precision of the linear layers: bf16 / fp16, Transformer Engine's fp8 (a recipe below),
 /// or NVFP4 (TE's NVFP4BlockScaling on Blackwell: E2M1 values with an E4M3 scale per 16 and a
 /// per-tensor fp32 scale; Megatron's --fp4-format e2m1 --fp4-recipe nvfp4).
@@ -110,6 +122,11 @@ struct ParallelPlan {
   /// keeping unsharded gradients between micro-batches. docs/config.md cites the lines.
   bool fsdp_reduce_every_microbatch = true;
   Schedule schedule = Schedule::OneFOneB;
+  /// schedule: actions — each pipeline rank's actions in order with their transfers (PyTorch's
+  /// pipeline_order_with_comms; a compute-only table is lowered as PyTorch lowers it), and the
+  /// file they came from.
+  std::vector<std::vector<PipelineAction>> pipeline_actions;
+  std::string pipeline_actions_path;
   bool overlap_grad_reduce = false;   ///< DP reduction overlapped with the last backward
   bool overlap_param_gather = false;  ///< param all-gather overlapped with the next forward
   /// fp8 training with fp8 primary weights (Megatron's --fp8-param-gather, TE's fp8_model_init):

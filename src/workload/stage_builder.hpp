@@ -254,6 +254,7 @@ class StageBuilder {
   void gpipe();
   void interleaved();
   void looped_bfs();
+  void run_actions(const std::vector<PipelineAction>& actions);
   std::vector<std::uint32_t> reduce_buckets(std::int64_t chunk, std::uint32_t end_of_backward);
   void finish_iteration();
 

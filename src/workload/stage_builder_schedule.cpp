@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -265,6 +266,52 @@ void StageBuilder::looped_bfs() {
       backward(i, c);
       if (!(first_ && c == 0)) sends.push_back(post(true, CommRole::PpPrev, i));
     }
+  for (std::uint32_t s : sends) wait_for(s);
+}
+
+/// A rank's actions of a torch.distributed.pipelining action table with its transfers
+/// (`_PipelineScheduleRuntime._step_microbatches` over pipeline_order_with_comms): a receive is
+/// posted where the table puts it and waited for by its forward or backward, a send posted
+/// where the table puts it (after its compute) and waited for at the end of the step. Stage s
+/// is chunk s / p of rank s mod p: a forward's input comes from the previous rank (the last
+/// rank's chunk c feeds the first rank's chunk c + 1), a backward's gradient from the next.
+void StageBuilder::run_actions(const std::vector<PipelineAction>& actions) {
+  const std::int64_t p = p_.pp();
+  std::vector<std::uint32_t> sends;
+  std::map<std::pair<std::int64_t, std::int64_t>, std::uint32_t> recv_f, recv_b;
+  const auto take = [](auto& posted, std::int64_t stage, std::int64_t mb) {
+    const auto it = posted.find({stage, mb});
+    if (it == posted.end()) return kNone;  // a pipeline end: nothing to receive
+    const std::uint32_t op = it->second;
+    posted.erase(it);
+    return op;
+  };
+  for (const PipelineAction& a : actions) {
+    switch (a.kind) {
+      case PipeAction::RecvF:
+        recv_f[{a.stage, a.microbatch}] = post(false, CommRole::PpPrev, a.microbatch);
+        break;
+      case PipeAction::RecvB:
+        recv_b[{a.stage, a.microbatch}] = post(false, CommRole::PpNext, a.microbatch);
+        break;
+      case PipeAction::SendF:
+        sends.push_back(post(true, CommRole::PpNext, a.microbatch));
+        break;
+      case PipeAction::SendB:
+        sends.push_back(post(true, CommRole::PpPrev, a.microbatch));
+        break;
+      case PipeAction::Forward:
+        if (const std::uint32_t r = take(recv_f, a.stage, a.microbatch); r != kNone) wait_for(r);
+        forward(a.microbatch, a.stage / p);
+        break;
+      case PipeAction::Backward:
+        if (const std::uint32_t r = take(recv_b, a.stage, a.microbatch); r != kNone) wait_for(r);
+        backward(a.microbatch, a.stage / p);
+        break;
+      case PipeAction::Idle:
+        break;
+    }
+  }
   for (std::uint32_t s : sends) wait_for(s);
 }
 

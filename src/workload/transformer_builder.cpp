@@ -147,6 +147,8 @@ graph::RankProgram StageBuilder::build() {
     std::fill(chunk_backwards_.begin(), chunk_backwards_.end(), 0);
     if (p_.schedule == Schedule::LoopedBfs)
       looped_bfs();
+    else if (p_.schedule == Schedule::Actions)
+      run_actions(p_.pipeline_actions[static_cast<std::size_t>(stage_)]);
     else if (p_.interleaved())
       interleaved();
     else if (p_.schedule == Schedule::GPipe)

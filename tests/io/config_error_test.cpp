@@ -128,6 +128,14 @@ TEST(ConfigError, EveryBadInputNamesFileAndKey) {
       {Yaml().set("parallel", "fsdp", "true").set("parallel", "reshard_after_forward", "true"),
        "parallel.reshard_after_forward"},
       {Yaml().set("parallel", "schedule", "ZBVZeroBubble"), "parallel.schedule"},
+      // A torch.distributed.pipelining action table: needed by schedule: actions, and only there.
+      {Yaml().set("parallel", "schedule", "actions"), "actions needs parallel.pipeline_actions"},
+      {Yaml().set("parallel", "pipeline_actions", "table.csv"),
+       "parallel.pipeline_actions: applies to schedule: actions"},
+      {Yaml()
+           .set("parallel", "schedule", "actions")
+           .set("parallel", "pipeline_actions", "missing/table.csv"),
+       "parallel.pipeline_actions: file"},
       // Worlds past 2^24 GPUs (2^32 segfaulted, 2^31 ended in bad_alloc).
       {Yaml().set("cluster", "num_gpus", "4294967296").drop("parallel", "dp"),
        "cluster.num_gpus=4294967296 exceeds"},

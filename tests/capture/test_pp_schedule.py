@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""torch.distributed.pipelining's schedules as PyTorch itself computes them (issue 39): the
+action tables of its schedule classes (scripts/capture/pp_schedule.py: the classes constructed
+with stand-in stages), replayed by `parallel.schedule: actions`. Checked: a compute-only table
+lowered by scalescope runs exactly as PyTorch's own lowering (pipeline_order_with_comms) of it;
+ScheduleLoopedBFS's table runs exactly as the built-in looped_bfs; Interleaved1F1B against
+Megatron-Core's interleaved 1F1B at the same layout; the refusals.
+Usage: test_pp_schedule.py REPO SCALESCOPE"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from checks import check, finish, runner  # noqa: E402
+
+repo, scalescope = os.path.abspath(sys.argv[1]), sys.argv[2]
+tmp = tempfile.mkdtemp()
+sh = runner(scalescope)
+script = os.path.join(repo, "scripts/capture/pp_schedule.py")
+
+
+def table(name, pp, v, m, fmt="compute_comms"):
+    out = os.path.join(tmp, f"{name}-{pp}-{v}-{m}-{fmt}.csv")
+    r = subprocess.run([sys.executable, script, name, "--pp", str(pp), "--stages-per-rank", str(v),
+                        "--microbatches", str(m), "--format", fmt, "-o", out],
+                       capture_output=True, text=True)
+    return out if r.returncode == 0 else r.stderr.strip()
+
+
+def experiment(pp, v, m, schedule, actions=None):
+    """Llama 3 8B's shapes, 2 layers a virtual stage, sequence 2048, PP × VP on pp GPUs (DP 1),
+    m micro-batches of 1."""
+    path = os.path.join(tmp, f"x-{pp}-{v}-{m}-{schedule}-{os.path.basename(actions or '')}.yaml")
+    extra = f", pipeline_actions: {actions}" if actions else ""
+    with open(path, "w") as f:
+        f.write(f"model: {{preset: llama3-8b, num_layers: {2 * pp * v}, seq_length: 2048}}\n"
+                f"parallel: {{tp: 1, pp: {pp}, dp: 1, virtual_pipeline_model_parallel_size: {v}, "
+                f"schedule: {schedule}{extra}}}\n"
+                f"training: {{micro_batch_size: 1, global_batch_size: {m}, precision: bf16}}\n"
+                f"cluster: {{preset: dgx-h100, num_gpus: {pp}}}\n")
+    return path
+
+
+def run(cfg, name):
+    out = os.path.join(tmp, name)
+    r = sh("run", cfg, "-o", out, "--quiet")
+    if r.returncode != 0:
+        return None, r.stderr.strip()
+    with open(os.path.join(out, "summary.json")) as f:
+        return json.load(f), ""
+
+
+for name, pp, v, m in (("Interleaved1F1B", 4, 2, 8), ("Interleaved1F1B", 4, 2, 12),
+                       ("Interleaved1F1B", 2, 4, 4), ("LoopedBFS", 4, 2, 8),
+                       ("LoopedBFS", 8, 2, 16)):
+    comms, only = table(name, pp, v, m), table(name, pp, v, m, "compute_only")
+    a, ea = run(experiment(pp, v, m, "actions", comms), "a")
+    b, eb = run(experiment(pp, v, m, "actions", only), "b")
+    label = f"{name} PP {pp} × {v} stages a rank, {m} micro-batches"
+    check(a is not None and b is not None and
+          a["iteration_time_s"] == b["iteration_time_s"] and
+          "torch.distributed.pipelining" in a.get("pipeline_schedule", ""),
+          f"{label}: PyTorch's pipeline_order_with_comms and scalescope's lowering of its "
+          f"pipeline_order run alike ({a and a['iteration_time_s']} s, "
+          f"{b and b['iteration_time_s']} s; {ea or eb})")
+    builtin, eb = run(experiment(pp, v, m, "looped_bfs" if name == "LoopedBFS" else "1f1b"), "c")
+    if a is None or builtin is None:
+        check(False, f"{label}: runs ({ea or eb})")
+    elif name == "LoopedBFS":
+        check(a["iteration_time_s"] == builtin["iteration_time_s"],
+              f"{label}: PyTorch's table runs as the built-in looped_bfs "
+              f"({a['iteration_time_s']} s, {builtin['iteration_time_s']} s)")
+    else:
+        ratio = a["iteration_time_s"] / builtin["iteration_time_s"]
+        check(abs(ratio - 1) <= 0.03,
+              f"{label}: PyTorch's Interleaved1F1B {a['iteration_time_s']:.6f} s against "
+              f"Megatron-Core's interleaved 1F1B {builtin['iteration_time_s']:.6f} s "
+              f"({ratio:.4f}x)")
+
+# A table made for another batch, and the schedules that are not modelled: one line each.
+t8 = table("Interleaved1F1B", 4, 2, 8)
+r = sh("run", experiment(4, 2, 16, "actions", t8), "-o", os.path.join(tmp, "x"))
+check(r.returncode != 0 and r.stderr.count("\n") == 1 and "never runs 0F8" in r.stderr,
+      f"a table of 8 micro-batches on a run of 16 refused ({r.stderr.strip()!r})")
+for name in ("ZBVZeroBubble", "InterleavedZeroBubble", "DualPipeV"):
+    t = table(name, 4, 2, 8)
+    r = sh("run", experiment(4, 2, 8, "actions", t), "-o", os.path.join(tmp, "x"))
+    check(r.returncode != 0 and r.stderr.count("\n") == 1 and
+          ("split backwards" in r.stderr or "V-shaped" in r.stderr),
+          f"{name}'s table refused ({r.stderr.strip()[-200:]!r})")
+msg = table("1F1B", 4, 1, 8)
+check("runs its own loop" in msg, f"Schedule1F1B: no action table to replay ({msg!r})")
+finish("ok: torch.distributed.pipelining's action tables replayed as PyTorch runs them")
