@@ -268,14 +268,19 @@ workload::ParallelPlan build_parallel(const Section& s) {
     std::transform(name.begin(), name.end(), name.begin(),
                    [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
     for (const char* torch_only :
-         {"zbv", "zbvzerobubble", "schedulezbvzerobubble", "interleavedzerobubble",
-          "scheduleinterleavedzerobubble", "dualpipev", "scheduledualpipev"})
+         {"zbv", "zbvzerobubble", "schedulezbvzerobubble", "dualpipev", "scheduledualpipev"})
       if (name == torch_only)
         fail(*v, r.key("schedule"),
-             fmt::format("'{}' (torch.distributed.pipelining) is not modelled: the schedules are "
-                         "1f1b, gpipe, looped_bfs and interleaved 1F1B "
-                         "(virtual_pipeline_model_parallel_size > 1)",
+             fmt::format("'{}' (torch.distributed.pipelining) places two stages V-shaped on a "
+                         "rank, which is not modelled: the schedules are 1f1b, gpipe, looped_bfs, "
+                         "interleaved 1F1B (virtual_pipeline_model_parallel_size > 1) and "
+                         "actions (a torch.distributed.pipelining action table)",
                          detail::read_string(*v, r.key("schedule"))));
+    if (name == "interleavedzerobubble" || name == "scheduleinterleavedzerobubble")
+      fail(*v, r.key("schedule"),
+           fmt::format("'{}': give its action table, schedule: actions with pipeline_actions "
+                       "(scripts/capture/pp_schedule.py InterleavedZeroBubble writes it)",
+                       detail::read_string(*v, r.key("schedule"))));
   }
   {
     const std::string sched =

@@ -518,9 +518,27 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
   // torch.distributed.pipelining's action table: checked against the layout and batch, and
   // lowered with its transfers as PyTorch's runtime runs it (idempotent: a lowered table is
   // kept as it is).
-  if (p.schedule == workload::Schedule::Actions)
+  if (p.schedule == workload::Schedule::Actions) {
     p.pipeline_actions = lower_pipeline_actions(
         p.pipeline_actions, pp, p.vpp(), tr.microbatches_per_run(p.dp()), p.pipeline_actions_path);
+    // Split backwards (zero bubble): the builder's layers defer their weight-gradient GEMMs;
+    // what else would have to move with them is refused, not approximated.
+    bool split = false;
+    for (const auto& row : p.pipeline_actions)
+      for (const workload::PipelineAction& a : row)
+        split = split || a.kind == workload::PipeAction::BackwardInput;
+    const auto refuse_split = [&](bool cond, const char* what) {
+      if (split && cond)
+        throw_input(
+            "{}: the pipeline action table {} splits backwards (I / W) and {}: not "
+            "modelled yet",
+            f, p.pipeline_actions_path, what);
+    };
+    refuse_split(m.capture != nullptr,
+                 "the model is a capture (model.source: its lowered backward is not split)");
+    refuse_split(p.zero() >= 3, "ZeRO-3 / FSDP reduces each layer after its backward");
+    refuse_split(p.delay_wgrad_compute, "parallel.delay_wgrad_compute defers the same GEMMs");
+  }
   if (p.interleaved() && p.schedule != workload::Schedule::LoopedBfs &&
       p.schedule != workload::Schedule::Actions) {
     const std::int64_t mbs = tr.microbatches_per_run(p.dp());

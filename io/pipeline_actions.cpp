@@ -62,6 +62,10 @@ const char* type_name(PipeAction k) {
       return "RECV_B";
     case PipeAction::Idle:
       return "";
+    case PipeAction::BackwardInput:
+      return "I";
+    case PipeAction::BackwardWeight:
+      return "W";
   }
   return "?";
 }
@@ -109,11 +113,6 @@ PipelineTable read_pipeline_actions(const std::string& path) {
       const std::string type = m[2].str();
       if (type == "REDUCE_GRAD" || type == "UNSHARD" || type == "RESHARD")
         continue;  // the run reduces and gathers from the plan
-      if (type == "I" || type == "W")
-        throw_input(
-            "{}: split backwards (I / W, zero-bubble schedules) are not modelled; the table's "
-            "backwards must be full (B)",
-            where());
       if (m[3].str().empty()) throw_input("{}: the action has no micro-batch", where());
       const auto number = [&](const std::string& text) {
         if (text.size() > 9) throw_input("{}: {} is out of range", where(), text);
@@ -121,6 +120,8 @@ PipelineTable read_pipeline_actions(const std::string& path) {
       };
       const PipeAction kind = type == "F"        ? PipeAction::Forward
                               : type == "B"      ? PipeAction::Backward
+                              : type == "I"      ? PipeAction::BackwardInput
+                              : type == "W"      ? PipeAction::BackwardWeight
                               : type == "SEND_F" ? PipeAction::SendF
                               : type == "RECV_F" ? PipeAction::RecvF
                               : type == "SEND_B" ? PipeAction::SendB
@@ -159,29 +160,46 @@ PipelineTable lower_pipeline_actions(const PipelineTable& table, std::int64_t pp
         throw_input("{}: rank {} runs {} but a run of the schedule has {} micro-batches", path, r,
                     name, microbatches);
       if (!seen.insert(key(a)).second) throw_input("{}: rank {} runs {} twice", path, r, name);
-      if (a.kind == PipeAction::Backward &&
+      if ((a.kind == PipeAction::Backward || a.kind == PipeAction::BackwardInput) &&
           !seen.count({PipeAction::Forward, a.stage, a.microbatch}))
         throw_input("{}: rank {} runs {} before its forward", path, r, name);
+      if (a.kind == PipeAction::BackwardWeight &&
+          !seen.count({PipeAction::BackwardInput, a.stage, a.microbatch}))
+        throw_input("{}: rank {} runs {} before its input gradient ({})", path, r, name,
+                    action_name({a.stage, a.microbatch, PipeAction::BackwardInput}));
       comms = comms || !a.compute();
     }
   for (std::int32_t s = 0; s < stages; ++s)
-    for (std::int32_t mb = 0; mb < microbatches; ++mb)
-      for (const PipeAction k : {PipeAction::Forward, PipeAction::Backward})
+    for (std::int32_t mb = 0; mb < microbatches; ++mb) {
+      // A forward, and a full backward or its two halves.
+      const bool split = seen.count({PipeAction::BackwardInput, s, mb}) > 0;
+      if (split && seen.count({PipeAction::Backward, s, mb}))
+        throw_input("{}: rank {} runs both {} and {}", path, s % pp,
+                    action_name({s, mb, PipeAction::Backward}),
+                    action_name({s, mb, PipeAction::BackwardInput}));
+      for (const PipeAction k :
+           {PipeAction::Forward, split ? PipeAction::BackwardInput : PipeAction::Backward,
+            split ? PipeAction::BackwardWeight : PipeAction::Forward})
         if (!seen.count({k, s, mb}))
           throw_input("{}: rank {} never runs {}", path, s % pp, action_name({s, mb, k}));
+    }
   // The transfers a compute action needs: a forward's input from the previous stage, a
   // backward's gradient from the next (none at the ends of the pipeline).
+  // (A split backward's input half receives and sends; the weight half needs nothing.)
+  const auto input_gradient = [](PipeAction k) {
+    return k == PipeAction::Backward || k == PipeAction::BackwardInput;
+  };
   const auto recv_of = [&](const PipelineAction& a) -> std::optional<PipelineAction> {
     if (a.kind == PipeAction::Forward && a.stage > 0)
       return PipelineAction{a.stage, a.microbatch, PipeAction::RecvF};
-    if (a.kind == PipeAction::Backward && a.stage < stages - 1)
+    if (input_gradient(a.kind) && a.stage < stages - 1)
       return PipelineAction{a.stage, a.microbatch, PipeAction::RecvB};
     return std::nullopt;
   };
   const auto send_of = [&](const PipelineAction& a) -> std::optional<PipelineAction> {
     if (a.kind == PipeAction::Forward && a.stage < stages - 1)
       return PipelineAction{a.stage, a.microbatch, PipeAction::SendF};
-    if (a.kind == PipeAction::Backward && a.stage > 0)
+    if (input_gradient(a.kind) && a.stage > 0)
       return PipelineAction{a.stage, a.microbatch, PipeAction::SendB};
     return std::nullopt;
   };
@@ -208,10 +226,11 @@ PipelineTable lower_pipeline_actions(const PipelineTable& table, std::int64_t pp
                         action_name(*send));
         } else {
           const bool send = a.kind == PipeAction::SendF || a.kind == PipeAction::SendB;
-          const PipelineAction compute{a.stage, a.microbatch,
-                                       a.kind == PipeAction::SendF || a.kind == PipeAction::RecvF
-                                           ? PipeAction::Forward
-                                           : PipeAction::Backward};
+          const bool forward = a.kind == PipeAction::SendF || a.kind == PipeAction::RecvF;
+          PipelineAction compute{a.stage, a.microbatch,
+                                 forward ? PipeAction::Forward : PipeAction::Backward};
+          if (!forward && seen.count({PipeAction::BackwardInput, a.stage, a.microbatch}))
+            compute.kind = PipeAction::BackwardInput;  // a split backward's input half
           if (send && !before.count(key(compute)))
             throw_input("{}: rank {} runs {} before {}", path, r, action_name(a),
                         action_name(compute));
@@ -266,7 +285,8 @@ PipelineTable lower_pipeline_actions(const PipelineTable& table, std::int64_t pp
           }
         active = kept;
         prepared.push_back(compute[i]);
-        if (compute[i].kind == PipeAction::Backward &&
+        if ((compute[i].kind == PipeAction::Backward ||
+             compute[i].kind == PipeAction::BackwardWeight) &&
             ++backwards[compute[i].stage] == microbatches)
           prepared.push_back(step);  // REDUCE_GRAD
       }

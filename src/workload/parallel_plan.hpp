@@ -50,14 +50,28 @@ enum class RecomputeMethod : std::uint8_t { Uniform, Block, Interval };
 enum class Schedule : std::uint8_t { OneFOneB, GPipe, LoopedBfs, Actions };
 /// An action of a pipeline rank, as torch.distributed.pipelining's `_Action` writes it ("2F0":
 /// stage 2's forward of micro-batch 0; "1B3": stage 1's full backward of micro-batch 3; "3SEND_F0"
-/// stage 3 sends micro-batch 0's output; "4RECV_F0" stage 4 receives it; Idle: a blank cell, a
-/// step of a compute-only table in which the rank waits).
-enum class PipeAction : std::uint8_t { Forward, Backward, SendF, RecvF, SendB, RecvB, Idle };
+/// stage 3 sends micro-batch 0's output; "4RECV_F0" stage 4 receives it; "1I0" / "1W0" the two
+/// halves of a split backward (zero-bubble schedules: the input gradient, then the weight
+/// gradients); Idle: a blank cell, a step of a compute-only table in which the rank waits).
+enum class PipeAction : std::uint8_t {
+  Forward,
+  Backward,
+  SendF,
+  RecvF,
+  SendB,
+  RecvB,
+  Idle,
+  BackwardInput,
+  BackwardWeight
+};
 struct PipelineAction {
   std::int32_t stage = 0;       ///< the virtual stage: chunk · PP + rank (PyTorch's loop style)
   std::int32_t microbatch = 0;  ///< within one run of the schedule
   PipeAction kind = PipeAction::Forward;
-  bool compute() const { return kind == PipeAction::Forward || kind == PipeAction::Backward; }
+  bool compute() const {
+    return kind == PipeAction::Forward || kind == PipeAction::Backward ||
+           kind == PipeAction::BackwardInput || kind == PipeAction::BackwardWeight;
+  }
 };
 /// GEMM precision of the linear layers: bf16 / fp16, Transformer Engine's fp8 (a recipe below),
 /// or NVFP4 (TE's NVFP4BlockScaling on Blackwell: E2M1 values with an E4M3 scale per 16 and a

@@ -136,6 +136,7 @@ class StageBuilder {
     ++seg_;
   }
   std::uint32_t wgrad(const Op& op);
+  std::uint32_t defer_weight_grad(const Op& op, std::vector<std::uint32_t> deps, double held);
   void issue_in_key_order();
   void mark_cuda_graphs();
   std::uint32_t add_beside(const Op& op);
@@ -285,6 +286,13 @@ class StageBuilder {
   std::int64_t ovl_nf_ = 0, ovl_nb_ = 0, ovl_pairs_ = 0, ovl_slot_ = 0;
   int ovl_pos_ = 0;
   std::uint64_t seg_ = 0;
+  /// Ops carry issue keys (keys_) and the program is put in their order after the schedule: EP
+  /// overlap's combined steps, or an action table's split backwards (zero bubble).
+  bool keyed_ = false;
+  /// A split backward's input half (an I action) is being emitted: weight-gradient ops go to
+  /// its W action's position (defer_seg_) instead of the chain.
+  bool defer_wgrad_ = false;
+  std::uint64_t defer_seg_ = 0;
   std::vector<std::uint64_t> keys_;
   std::int64_t cur_layer_ = -1, cur_mb_ = -1;
   std::int64_t emb_alloc_ = 0, head_alloc_ = 0, ce_alloc_ = 0, mtp_alloc_ = 0;

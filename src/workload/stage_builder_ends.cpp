@@ -251,8 +251,11 @@ void StageBuilder::head_backward(std::int64_t layer) {
   chain(dgrad);
   Op wgrad = gemm(OpName::LogitsGemm, Phase::Backward, V / t, h, T);
   wgrad.mem_bytes += 2 * p_.grad_bytes() * V / t * h;
-  wgrad.mem_free = ce.mem_alloc;
-  chain(wgrad);
+  wgrad.mem_free = ce.mem_alloc;  // the logits' gradient, held until it runs
+  if (defer_wgrad_)
+    defer_weight_grad(wgrad, {}, 2 * T * h);
+  else
+    chain(wgrad);
   if (tp_comm() && p_.sequence_parallel)
     chain(collective(OpKind::ReduceScatter, CommRole::Tp, OpName::TpReduceScatter, Phase::Backward,
                      hidden_bytes_));

@@ -287,12 +287,14 @@ void StageBuilder::mla_projections_backward(std::int64_t l) {
   chain(gemm(OpName::KvDownGemm, Phase::Backward, Tl, h, kvl + dpe));
   Op wg = gemm(OpName::KvDownGemm, Phase::Backward, h, kvl + dpe, Tl);
   wg.mem_bytes += 2 * p_.grad_bytes() * h * (kvl + dpe);
-  ready_[param_key(l, kQkv)] = chain(wg);
+  ready_[param_key(l, kQkv)] =
+      defer_wgrad_ ? defer_weight_grad(wg, {}, 2 * Tl * (h + kvl + dpe)) : chain(wg);
   if (ql > 0) {
     chain(gemm(OpName::QDownGemm, Phase::Backward, Tl, h, ql));
     Op qw = gemm(OpName::QDownGemm, Phase::Backward, h, ql, Tl);
     qw.mem_bytes += 2 * p_.grad_bytes() * h * ql;
-    ready_[param_key(l, kQkv)] = chain(qw);
+    ready_[param_key(l, kQkv)] =
+        defer_wgrad_ ? defer_weight_grad(qw, {}, 2 * Tl * (h + ql)) : chain(qw);
   }
 }
 
@@ -442,8 +444,14 @@ std::uint32_t StageBuilder::column_backward(OpName name, double m, double n, dou
   Op wgrad = gemm(name, Phase::Backward, k, n, m);  // dW = Xᵀ·dY: [k, T]×[T, n]
   wgrad.mem_bytes += 2 * p_.grad_bytes() * k * n;   // main_grad accumulation (MODELING §1.1)
   if (ub_ && reduce != kNone) wgrad.comm_sms = kPipelineSms;  // beside the bulk reduce-scatter
-  std::uint32_t wg = add_free(wgrad, after_dg);
-  chain_ = wg;
+  std::uint32_t wg = kNone;
+  if (defer_wgrad_) {  // zero bubble: the chain goes on from the dgrad
+    wg = defer_weight_grad(wgrad, after_dg, 2 * m * (k + n));
+    chain_ = dg;
+  } else {
+    wg = add_free(wgrad, after_dg);
+    chain_ = wg;
+  }
   if (reduce != kNone) pending_reduce_ = reduce;
   return wg;
 }
@@ -458,6 +466,7 @@ std::uint32_t StageBuilder::row_backward(OpName name, double m, double n, double
   wait_for_overlapped(gathered);
   Op wgrad = gemm(name, Phase::Backward, k, n, m);
   wgrad.mem_bytes += 2 * p_.grad_bytes() * k * n;
+  if (defer_wgrad_) return defer_weight_grad(wgrad, {}, 2 * m * (k + n));
   return chain(wgrad);
 }
 

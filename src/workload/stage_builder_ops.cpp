@@ -163,7 +163,7 @@ void StageBuilder::free_at_chain(double bytes) {
 std::uint32_t StageBuilder::add_free(const Op& op, std::vector<std::uint32_t> deps) {
   std::sort(deps.begin(), deps.end());
   deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
-  if (p_.moe_a2a_overlap)
+  if (keyed_)
     keys_.push_back((seg_ << 32) | (ovl_ ? static_cast<std::uint64_t>(ovl_slot_ * 16 + ovl_pos_)
                                          : std::uint64_t{0}));
   return prog_.add(op, deps);
@@ -212,6 +212,10 @@ void StageBuilder::ovl_stage(int f, int b) {
 /// A weight-gradient GEMM: on the chain, or under delay_wgrad_compute beside it (nothing on
 /// the chain waits for it) at the backward's position 4.
 std::uint32_t StageBuilder::wgrad(const Op& op) {
+  if (defer_wgrad_) {  // a grouped GEMM [k, n] over m rows per expert: it reads X and dY
+    const double rows = static_cast<double>(op.shape[2]) * local_experts_;
+    return defer_weight_grad(op, {}, 2 * rows * (op.shape[0] + op.shape[1]));
+  }
   if (!p_.delay_wgrad_compute) return chain(op);
   const int pos = ovl_pos_;
   ovl_stage(-1, 4);
@@ -220,11 +224,35 @@ std::uint32_t StageBuilder::wgrad(const Op& op) {
   return id;
 }
 
+/// A weight-gradient op of a split backward's input half (zero bubble's I action): issued at
+/// its W action (defer_seg_) rather than on the chain, after the ops it reads (`deps` and the
+/// chain so far). The tensors it reads, `held` bytes (its input and output gradient), stay
+/// allocated from now until it runs; whatever waits for it (the DP bucket of its gradient)
+/// moves after it in issue_in_key_order.
+std::uint32_t StageBuilder::defer_weight_grad(const Op& op, std::vector<std::uint32_t> deps,
+                                              double held) {
+  if (chain_ != kNone) {
+    deps.push_back(chain_);
+    prog_.ops[chain_].mem_alloc += static_cast<std::int64_t>(held);
+  }
+  Op w = op;
+  w.mem_free += static_cast<std::int64_t>(held);
+  const std::uint64_t seg = std::exchange(seg_, defer_seg_);
+  const std::uint32_t id = add_free(w, std::move(deps));
+  seg_ = seg;
+  return id;
+}
+
 /// Puts the program in the issue order the keys give (stable: ops of equal keys keep the
-/// order they were emitted in) and renumbers the dependencies.
+/// order they were emitted in) and renumbers the dependencies. An op issues no earlier than
+/// what it depends on: its key is raised to its dependencies' (a DP bucket waiting for a
+/// deferred weight gradient moves after it; EP overlap's keys already respect this).
 void StageBuilder::issue_in_key_order() {
   if (keys_.empty()) return;
   SCALESCOPE_EXPECTS(keys_.size() == prog_.ops.size());
+  for (std::uint32_t i = 0; i < keys_.size(); ++i)
+    for (const std::uint32_t* d = prog_.deps_begin(i); d != prog_.deps_end(i); ++d)
+      keys_[i] = std::max(keys_[i], keys_[*d]);
   std::vector<std::uint32_t> order(keys_.size());
   std::iota(order.begin(), order.end(), 0u);
   std::stable_sort(order.begin(), order.end(),

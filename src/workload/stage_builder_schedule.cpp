@@ -275,10 +275,18 @@ void StageBuilder::looped_bfs() {
 /// where the table puts it (after its compute) and waited for at the end of the step. Stage s
 /// is chunk s / p of rank s mod p: a forward's input comes from the previous rank (the last
 /// rank's chunk c feeds the first rank's chunk c + 1), a backward's gradient from the next.
+/// A split backward (zero bubble: `backward_one_chunk(full_backward=False)`, then
+/// `backward_weight_one_chunk`): the I action emits the backward with its weight-gradient ops
+/// keyed to the W action's position (defer_weight_grad); the program is put in key order after
+/// the schedule (issue_in_key_order), so those ops issue where W stands.
 void StageBuilder::run_actions(const std::vector<PipelineAction>& actions) {
   const std::int64_t p = p_.pp();
   std::vector<std::uint32_t> sends;
   std::map<std::pair<std::int64_t, std::int64_t>, std::uint32_t> recv_f, recv_b;
+  std::map<std::pair<std::int64_t, std::int64_t>, std::uint64_t> weight_at;  // W's position
+  for (std::size_t k = 0; k < actions.size(); ++k)
+    if (actions[k].kind == PipeAction::BackwardWeight)
+      weight_at[{actions[k].stage, actions[k].microbatch}] = k + 1;
   const auto take = [](auto& posted, std::int64_t stage, std::int64_t mb) {
     const auto it = posted.find({stage, mb});
     if (it == posted.end()) return kNone;  // a pipeline end: nothing to receive
@@ -286,7 +294,9 @@ void StageBuilder::run_actions(const std::vector<PipelineAction>& actions) {
     posted.erase(it);
     return op;
   };
-  for (const PipelineAction& a : actions) {
+  for (std::size_t k = 0; k < actions.size(); ++k) {
+    const PipelineAction& a = actions[k];
+    if (keyed_) seg_ = k + 1;  // ops before the schedule keep key 0
     switch (a.kind) {
       case PipeAction::RecvF:
         recv_f[{a.stage, a.microbatch}] = post(false, CommRole::PpPrev, a.microbatch);
@@ -305,13 +315,19 @@ void StageBuilder::run_actions(const std::vector<PipelineAction>& actions) {
         forward(a.microbatch, a.stage / p);
         break;
       case PipeAction::Backward:
+      case PipeAction::BackwardInput:
         if (const std::uint32_t r = take(recv_b, a.stage, a.microbatch); r != kNone) wait_for(r);
+        defer_wgrad_ = a.kind == PipeAction::BackwardInput;
+        if (defer_wgrad_) defer_seg_ = weight_at.at({a.stage, a.microbatch});
         backward(a.microbatch, a.stage / p);
+        defer_wgrad_ = false;
         break;
+      case PipeAction::BackwardWeight:  // emitted by its I action, keyed here
       case PipeAction::Idle:
         break;
     }
   }
+  if (keyed_) seg_ = actions.size() + 1;
   for (std::uint32_t s : sends) wait_for(s);
 }
 

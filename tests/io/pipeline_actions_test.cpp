@@ -107,6 +107,57 @@ TEST_F(PipelineActions, BuilderRunsTheTablesOrder) {
   EXPECT_EQ(recvs, 6);
 }
 
+TEST_F(PipelineActions, SplitBackwardIssuesWeightGradientsAtTheirWAction) {
+  // Zero bubble's split backward on one stage, two micro-batches: F0 F1 I0 I1 W0 W1. The I
+  // actions run the backward without its weight-gradient GEMMs, which issue at their W
+  // actions. A linear's weight gradient costs what its forward GEMM costs (2·m·n·k with the
+  // same m, n, k), so each W run's GEMM FLOPs equal its micro-batch's forward GEMM FLOPs (the
+  // layers' linears and the output layer; core attention is no GEMM), and the I runs hold the
+  // rest of the backward: data gradients costing the forward's GEMMs again, and attention. The
+  // order of (micro-batch, pass) runs is F0 F1 B0 B1 B0 B1.
+  const std::string path = table("0F0,0F1,0I0,0I1,0W0,0W1\n");
+  workload::ModelSpec m;
+  m.num_layers = 2;
+  m.hidden_size = 1024;
+  m.ffn_hidden_size = 3584;
+  m.num_attention_heads = 16;
+  m.num_query_groups = 4;
+  m.vocab_size = 32000;
+  m.seq_length = 1024;
+  workload::ParallelPlan p;
+  p.data_parallel_size = 1;
+  p.schedule = workload::Schedule::Actions;
+  p.pipeline_actions = lower_pipeline_actions(read_pipeline_actions(path), 1, 1, 2, path);
+  workload::TrainingSpec t;
+  t.micro_batch_size = 1;
+  t.global_batch_size = 2;
+  const graph::SlicedGraph g = workload::build_graph(m, p, t);
+  struct Run {
+    int mb, phase;
+    double gemm_flops, all_flops;
+  };
+  std::vector<Run> runs;
+  for (const graph::Op& op : g.templates[0].ops) {
+    if (op.microbatch == graph::kNoIndex) continue;
+    if (op.phase != graph::Phase::Forward && op.phase != graph::Phase::Backward) continue;
+    const int phase = op.phase == graph::Phase::Backward ? 1 : 0;
+    if (runs.empty() || runs.back().mb != op.microbatch || runs.back().phase != phase)
+      runs.push_back({op.microbatch, phase, 0, 0});
+    if (op.kind == graph::OpKind::Gemm) runs.back().gemm_flops += op.flops;
+    runs.back().all_flops += op.flops;
+  }
+  ASSERT_EQ(runs.size(), 6u);
+  const std::vector<std::pair<int, int>> want{{0, 0}, {1, 0}, {0, 1}, {1, 1}, {0, 1}, {1, 1}};
+  for (std::size_t i = 0; i < 6; ++i)
+    EXPECT_EQ(std::make_pair(runs[i].mb, runs[i].phase), want[i]) << i;
+  EXPECT_GT(runs[0].gemm_flops, 0);
+  EXPECT_EQ(runs[4].all_flops, runs[0].gemm_flops);  // W0: the weight gradients only
+  EXPECT_EQ(runs[5].all_flops, runs[1].gemm_flops);
+  // I0: the data gradients, which cost the forward's GEMMs too, and core attention's backward.
+  EXPECT_EQ(runs[2].gemm_flops, runs[0].gemm_flops);
+  EXPECT_GT(runs[2].all_flops, runs[2].gemm_flops);
+}
+
 TEST_F(PipelineActions, BadTablesAreOneLineErrorsNamingTheRankAndAction) {
   struct Case {
     std::string csv;
@@ -115,7 +166,9 @@ TEST_F(PipelineActions, BadTablesAreOneLineErrorsNamingTheRankAndAction) {
   };
   const std::vector<Case> cases{
       {"0F0,0B0\n", 2, 1, 1, "1 rows (pipeline ranks) but pipeline_model_parallel_size is 2"},
-      {"0F0,0I0,0W0\n", 1, 1, 1, "cell 2 '0I0': split backwards"},
+      {"0F0,0W0,0I0\n", 1, 1, 1, "rank 0 runs 0W0 before its input gradient (0I0)"},
+      {"0F0,0I0\n", 1, 1, 1, "rank 0 never runs 0W0"},
+      {"0F0,0I0,0B0,0W0\n", 1, 1, 1, "rank 0 runs both 0B0 and 0I0"},
       {"(0F1;1B0)OVERLAP_F_B\n", 1, 1, 1, "OVERLAP_F_B"},
       {"0F0,0X0\n", 1, 1, 1, "cell 2 '0X0': not an action"},
       {"0F0,0B0,1F0\n1F0,1B0\n", 2, 1, 1, "rank 0 runs 1F0, an action of rank 1"},
