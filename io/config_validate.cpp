@@ -534,8 +534,6 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
             "modelled yet",
             f, p.pipeline_actions_path, what);
     };
-    refuse_split(m.capture != nullptr,
-                 "the model is a capture (model.source: its lowered backward is not split)");
     refuse_split(p.zero() >= 3, "ZeRO-3 / FSDP reduces each layer after its backward");
     refuse_split(p.delay_wgrad_compute, "parallel.delay_wgrad_compute defers the same GEMMs");
   }

@@ -2,7 +2,9 @@
 """docs/flint.md's table: a captured reference module against the built-in builder at the same
 layout, per layer (forward + backward of one micro-batch) and per iteration.
 
-    scripts/validate/flint_table.py [BUILD_DIR]      (needs /usr/bin/python3 with torch and h5py)
+    scripts/validate/flint_table.py [BUILD_DIR]      (needs h5py; captures with the interpreter
+                                                      scripts/capture/python picks: the pinned
+                                                      PyTorch 2.x venv, else Debian's 1.13)
 
 The shipped experiments as they are, but for what captures do not lower yet (TE's TP overlap: off
 in both runs; and selective recomputation for eager captures, which recompute nothing then). Each model twice: captured with model.compile: inductor against the
@@ -97,17 +99,19 @@ def layer_counts(graph):
     return c, gemm, attention
 
 
+# The capture interpreter as `scalescope capture` picks it ($SCALESCOPE_PYTHON, the venv, 1.13).
+PY = os.path.join(repo, "scripts/capture/python")
 rows = []
 for idx, (name, module, args, seq, plan, experiment) in enumerate(CASES):
     cap = os.path.join(tmp, f"{idx}.capture.h5")
     script = os.path.join(repo, "scripts/capture/capture.py")
     if module.startswith("factory:"):
-        run("/usr/bin/python3", script, "--factory",
+        run(PY, script, "--factory",
             os.path.join(repo, module[len("factory:"):]), "--seq", str(seq), "-o", cap)
     else:
         argfile = os.path.join(tmp, f"{idx}.args.yaml")
         json.dump(args, open(argfile, "w"))
-        run("/usr/bin/python3", script, os.path.join(repo, "inputs/pytorch", module), "--args",
+        run(PY, script, os.path.join(repo, "inputs/pytorch", module), "--args",
             argfile, "--seq", str(seq), "-o", cap)
     exp = os.path.join(repo, "inputs/experiments", experiment + ".yaml")
     layout = ["--set", "parallel.cp=2", "--set", "parallel.dp=4"] if "CP 2" in name else []
@@ -133,6 +137,7 @@ for idx, (name, module, args, seq, plan, experiment) in enumerate(CASES):
         rows.append(f"| {name} | {label_mode} | {experiment}.yaml, {w} GPUs | {counts} | "
                     f"{gc / gb:.4f} / {ac / ab:.4f} | {tc:.3f} / {tb:.3f} s ({tc / tb:.3f}×) | "
                     f"{mc:.1f} / {mb:.1f} GiB |")
+print("PyTorch " + run(PY, "-c", "import torch; print(torch.__version__)").strip())
 print("| model | capture compiled as | layout | ops per layer, captured:builder "
       "| GEMM / attention FLOPs ratio | iteration captured / builder "
       "| peak memory captured / builder |")

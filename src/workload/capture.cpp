@@ -440,14 +440,12 @@ CaptureShapes capture_shapes(const Capture& c) {
     // Column-wise linears in graph order up to each row-wise one: the attention's projections
     // before its output projection, the MLP's up projections before its down projection.
     std::int64_t sum = 0;
-    int feeding = 0;
     int pair = 0;
     std::vector<std::string> up;  // the attention's column-wise projections
     for (const auto& [module, i] : linears) {
       const std::string style = plan.style_of(module);
       if (style == "colwise") {
         sum += out_dim[module];
-        ++feeding;
         if (pair == 0) up.push_back(module);
       } else if (style == "rowwise") {
         if (pair == 0 && out.heads > 0) out.mla = false;
@@ -465,11 +463,15 @@ CaptureShapes capture_shapes(const Capture& c) {
         if (pair == 1) {
           // Beside 3-D experts, a dense MLP is the shared experts' (DeepSeek's, Qwen2-MoE's).
           (out.experts > 0 ? out.shared_ffn : out.ffn) = in_dim[module];
-          out.gated = feeding == 2;
+          // Gated when the up projections write twice the down projection's input: w1 and w3
+          // side by side, or one fused w13 (Megatron's layout) whose output is split.
+          if (sum == 2 * in_dim[module])
+            out.gated = true;
+          else if (sum == in_dim[module])
+            out.gated = false;
         }
         ++pair;
         sum = 0;
-        feeding = 0;
       }
     }
   }

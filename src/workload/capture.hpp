@@ -185,6 +185,9 @@ struct LoweredBlock {
   /// kChain op (async TP: a GEMM consuming its operand's all-gather chunk by chunk).
   static constexpr std::int32_t kChain = -1, kPassStart = -2, kChainOverlap = -3;
   std::vector<std::int32_t> forward_after, backward_after;
+  /// Indices in `backward` of the weight-gradient GEMMs (the planned linears', the experts',
+  /// a replicated linear's under SP): what a zero-bubble W action runs.
+  std::vector<std::uint32_t> backward_weight_grads;
   /// lower_outer only: per op, 0 = before the blocks, 1 = after them.
   std::vector<std::uint8_t> forward_part, backward_part;
   std::array<double, 2> saved_by_part{};

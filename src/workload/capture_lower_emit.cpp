@@ -106,6 +106,8 @@ void Lowering::emit_own(const graph::Op& o, bool f, const std::vector<std::uint3
   last_compute[f] = self;
   record_part(f, ms.front());
   list.push_back(o);
+  if (!f && std::any_of(ms.begin(), ms.end(), [&](std::uint32_t m) { return weight_grad_node[m]; }))
+    out.backward_weight_grads.push_back(static_cast<std::uint32_t>(self));
   for (std::uint32_t m : ms)
     if (tail[m]) emit_compute(f, *tail[m], m, LoweredBlock::kChain);  // at at[m] + 1
   const std::int32_t done = last_compute[f];  // the op itself, or its last chunk

@@ -431,6 +431,15 @@ void Lowering::lower_gemm(std::size_t i, const CapturedNode& d, bool fwd, graph:
     weight_gradient = true;
     st[i].tokens = false;
   }
+  // What a zero-bubble W action runs: the weight gradients the plan's rules found, and any
+  // other backward matrix product (not batched: attention's are) that reads no parameter, a
+  // replicated linear's (a router's) at any layout.
+  bool reads_param = false;
+  for (std::uint32_t j : d.inputs) reads_param = reads_param || is_weight(j);
+  const std::string bop = base_op(d.op);
+  weight_grad_node[i] =
+      weight_gradient || (!fwd && !reads_param && (bop == "mm" || bop == "addmm") &&
+                          o.size() == 2 && a[0].size() == 2);
   if (opt.cp > 1) {
     // This rank's tokens: the rows of a forward or dgrad GEMM (and of attention's batched
     // GEMMs: its queries), the reduction of a wgrad, whose output has no token dimension.

@@ -175,6 +175,7 @@ class Lowering {
   // Async TP: (tensor, forward) all-gathered as a plan GEMM's row operand; the plan GEMMs.
   std::set<std::pair<std::uint32_t, bool>> row_gathers;
   std::vector<bool> plan_gemm = std::vector<bool>(n, false);
+  std::vector<bool> weight_grad_node = std::vector<bool>(n, false);  ///< a weight's gradient GEMM
   // async TP: a GEMM's last chunk
   std::vector<std::optional<graph::Op>> tail = std::vector<std::optional<graph::Op>>(n);
   std::set<std::uint32_t> scattered;  // partial sums reduce-scattered (SP): the scatter's result

@@ -293,6 +293,7 @@ class StageBuilder {
   /// its W action's position (defer_seg_) instead of the chain.
   bool defer_wgrad_ = false;
   std::uint64_t defer_seg_ = 0;
+  std::uint32_t last_deferred_ = kNone;  ///< a captured layer's last deferred weight gradient
   std::vector<std::uint64_t> keys_;
   std::int64_t cur_layer_ = -1, cur_mb_ = -1;
   std::int64_t emb_alloc_ = 0, head_alloc_ = 0, ce_alloc_ = 0, mtp_alloc_ = 0;

@@ -165,7 +165,13 @@ void StageBuilder::captured_pass(const std::vector<Op>& ops, const std::vector<s
         chain(again, std::exchange(pending, {}));
       }
     }
-    if (after[k] == LoweredBlock::kChain) {
+    if (defer_wgrad_ && &ops == &lowered_.backward && after[k] == LoweredBlock::kChain &&
+        std::binary_search(lowered_.backward_weight_grads.begin(),
+                           lowered_.backward_weight_grads.end(), static_cast<std::uint32_t>(k))) {
+      // Zero bubble's I action: the weight gradient issues at W (it reads [k, m] and [k, n]).
+      const double held = 2.0 * op.shape[2] * (op.shape[0] + op.shape[1]);
+      ids.push_back(last_deferred_ = defer_weight_grad(op, pending, held));
+    } else if (after[k] == LoweredBlock::kChain) {
       ids.push_back(chain(op, std::exchange(pending, {})));
     } else if (after[k] == LoweredBlock::kChainOverlap) {
       ids.push_back(chain(op, {}));  // the pending collectives run beside it
@@ -191,7 +197,10 @@ void StageBuilder::captured_backward(std::int64_t l, std::int64_t mb) {
   std::int64_t input = 0;
   if (auto it = saved_input_.find({l, mb}); it != saved_input_.end()) input = it->second;
   free_at_chain(static_cast<double>(saved.first + saved.second + input));
-  for (std::int64_t k = 0; k < kParts; ++k) ready_[param_key(l, k)] = chain_;
+  // Split: the gradients are ready once the layer's last deferred weight gradient ran.
+  const std::uint32_t ready = defer_wgrad_ && last_deferred_ != kNone ? last_deferred_ : chain_;
+  for (std::int64_t k = 0; k < kParts; ++k) ready_[param_key(l, k)] = ready;
+  last_deferred_ = kNone;
 }
 
 /// The final norm, the output layer and the loss; `layer` ≥ 0: an MTP module's (its final

@@ -284,9 +284,12 @@ void StageBuilder::run_actions(const std::vector<PipelineAction>& actions) {
   std::vector<std::uint32_t> sends;
   std::map<std::pair<std::int64_t, std::int64_t>, std::uint32_t> recv_f, recv_b;
   std::map<std::pair<std::int64_t, std::int64_t>, std::uint64_t> weight_at;  // W's position
+  // Keys: this run's actions after the previous runs' (gradient accumulation runs the schedule
+  // several times), ops before the schedule at 0.
+  const std::uint64_t base = seg_ + 1;
   for (std::size_t k = 0; k < actions.size(); ++k)
     if (actions[k].kind == PipeAction::BackwardWeight)
-      weight_at[{actions[k].stage, actions[k].microbatch}] = k + 1;
+      weight_at[{actions[k].stage, actions[k].microbatch}] = base + k;
   const auto take = [](auto& posted, std::int64_t stage, std::int64_t mb) {
     const auto it = posted.find({stage, mb});
     if (it == posted.end()) return kNone;  // a pipeline end: nothing to receive
@@ -296,7 +299,7 @@ void StageBuilder::run_actions(const std::vector<PipelineAction>& actions) {
   };
   for (std::size_t k = 0; k < actions.size(); ++k) {
     const PipelineAction& a = actions[k];
-    if (keyed_) seg_ = k + 1;  // ops before the schedule keep key 0
+    if (keyed_) seg_ = base + k;
     switch (a.kind) {
       case PipeAction::RecvF:
         recv_f[{a.stage, a.microbatch}] = post(false, CommRole::PpPrev, a.microbatch);
@@ -327,7 +330,7 @@ void StageBuilder::run_actions(const std::vector<PipelineAction>& actions) {
         break;
     }
   }
-  if (keyed_) seg_ = actions.size() + 1;
+  if (keyed_) seg_ = base + actions.size();  // the sends' waits, then what follows the run
   for (std::uint32_t s : sends) wait_for(s);
 }
 

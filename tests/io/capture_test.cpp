@@ -10,10 +10,12 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <tuple>
 
 #include "core/error.hpp"
 #include "cost/cost_model.hpp"
 #include "io/config.hpp"
+#include "io/pipeline_actions.hpp"
 #include "temp_dir_test.hpp"
 #include "workload/transformer_builder.hpp"
 
@@ -149,12 +151,56 @@ TEST_F(Capture, LlamaBlockMatchesTheBuilderPerLayer) {
 // model.compile: inductor — the eager attention becomes one fused kernel per pass with flash
 // attention's FLOPs, point-wise ops fuse into kernels that read and write each tensor once. The
 // capture is taken at s = h = 1024, where only the weight read tells a dgrad from a wgrad.
+TEST_F(Capture, SplitBackwardDefersTheCapturedWeightGradients) {
+  // Zero bubble's split backward on a captured block (compiled), one stage, two micro-batches:
+  // F0 F1 I0 I1 W0 W1. Each layer's W run holds exactly its weight-gradient GEMMs, which cost
+  // what its forward GEMMs cost (the same 2·m·n·k per linear), and the layer runs go F0 F1 B0
+  // B1 B0 B1 (the output layer's gradient, in the outer graph, stays with I).
+  const std::string path = file("capture.h5");
+  if (!capture(path)) GTEST_SKIP() << "SKIPPED LOUDLY: no PyTorch (scripts/setup.sh installs it)";
+  const std::string table = file("zb.csv");
+  std::ofstream(table) << "0F0,0F1,0I0,0I1,0W0,0W1\n";
+  workload::ModelSpec m = llama_spec();
+  m.capture = std::make_shared<const workload::Capture>(read_capture_h5(path));
+  m.capture_compiled = true;
+  workload::ParallelPlan p;
+  p.data_parallel_size = 1;
+  p.schedule = workload::Schedule::Actions;
+  p.pipeline_actions = lower_pipeline_actions(read_pipeline_actions(table), 1, 1, 2, table);
+  workload::TrainingSpec t;
+  t.micro_batch_size = 1;
+  t.global_batch_size = 2;
+  const graph::SlicedGraph g = workload::build_graph(m, p, t);
+  std::vector<std::tuple<int, int, double>> runs;  // micro-batch, backward, GEMM FLOPs of layer 0
+  for (const graph::Op& op : g.templates[0].ops) {
+    if (op.layer != 0 || op.microbatch == graph::kNoIndex) continue;
+    if (op.phase != graph::Phase::Forward && op.phase != graph::Phase::Backward) continue;
+    const int b = op.phase == graph::Phase::Backward ? 1 : 0;
+    if (runs.empty() || std::get<0>(runs.back()) != op.microbatch || std::get<1>(runs.back()) != b)
+      runs.emplace_back(op.microbatch, b, 0.0);
+    if (op.kind == graph::OpKind::Gemm) std::get<2>(runs.back()) += op.flops;
+  }
+  ASSERT_EQ(runs.size(), 6u);
+  const std::vector<std::pair<int, int>> order{{0, 0}, {1, 0}, {0, 1}, {1, 1}, {0, 1}, {1, 1}};
+  for (std::size_t i = 0; i < 6; ++i)
+    EXPECT_EQ(std::make_pair(std::get<0>(runs[i]), std::get<1>(runs[i])), order[i]) << i;
+  EXPECT_GT(std::get<2>(runs[0]), 0);
+  EXPECT_EQ(std::get<2>(runs[4]), std::get<2>(runs[0]));  // W0: the weight gradients
+  EXPECT_EQ(std::get<2>(runs[2]), std::get<2>(runs[0]));  // I0: the data gradients
+}
+
 TEST_F(Capture, CompiledBlockFusesAttentionAndPointwiseKernels) {
   const std::string path = file("capture.h5");
   if (!capture(path, 1024, ", fused_projections: true"))
     GTEST_SKIP() << "SKIPPED LOUDLY: no PyTorch (scripts/setup.sh installs it)";
   const workload::Capture c = read_capture_h5(path);
   const double s = 1024, h = 1024, f = 2816, a = 8, dh = 128;
+  // The fused projections' shapes: wqkv writes q + 2·kv = (8 + 2·2)·128, w13 writes 2·f, which
+  // the down projection's f halves: gated (it read "not gated" from one column-wise linear).
+  const workload::CaptureShapes shapes = workload::capture_shapes(c);
+  EXPECT_EQ(shapes.query_groups, 2);
+  EXPECT_EQ(shapes.ffn, 2816);
+  EXPECT_EQ(shapes.gated, std::optional<bool>(true));
   for (const std::int64_t tp : {1, 2}) {
     SCOPED_TRACE(tp);
     const double t = static_cast<double>(tp);

@@ -156,6 +156,22 @@ TEST_F(PipelineActions, SplitBackwardIssuesWeightGradientsAtTheirWAction) {
   // I0: the data gradients, which cost the forward's GEMMs too, and core attention's backward.
   EXPECT_EQ(runs[2].gemm_flops, runs[0].gemm_flops);
   EXPECT_GT(runs[2].all_flops, runs[2].gemm_flops);
+
+  // Gradient accumulation runs the table twice (micro-batches 0-1, then 2-3): the second run
+  // follows the first whole, its W actions included: F0 F1 B0 B1 B0 B1 F2 F3 B2 B3 B2 B3.
+  t.global_batch_size = 4;
+  t.gradient_accumulation_steps = 2;
+  const graph::SlicedGraph twice = workload::build_graph(m, p, t);
+  std::vector<std::pair<int, int>> order;
+  for (const graph::Op& op : twice.templates[0].ops) {
+    if (op.microbatch == graph::kNoIndex) continue;
+    if (op.phase != graph::Phase::Forward && op.phase != graph::Phase::Backward) continue;
+    const std::pair<int, int> k{op.microbatch, op.phase == graph::Phase::Backward ? 1 : 0};
+    if (order.empty() || order.back() != k) order.push_back(k);
+  }
+  const std::vector<std::pair<int, int>> runs_twice{{0, 0}, {1, 0}, {0, 1}, {1, 1}, {0, 1}, {1, 1},
+                                                    {2, 0}, {3, 0}, {2, 1}, {3, 1}, {2, 1}, {3, 1}};
+  EXPECT_EQ(order, runs_twice);
 }
 
 TEST_F(PipelineActions, BadTablesAreOneLineErrorsNamingTheRankAndAction) {
