@@ -535,6 +535,7 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
             f, p.pipeline_actions_path, what);
     };
     refuse_split(p.zero() >= 3, "ZeRO-3 / FSDP reduces each layer after its backward");
+    refuse_split(p.zero() == 2, "ZeRO-2 reduces each micro-batch's gradients after its backward");
     refuse_split(p.delay_wgrad_compute, "parallel.delay_wgrad_compute defers the same GEMMs");
   }
   if (p.interleaved() && p.schedule != workload::Schedule::LoopedBfs &&

@@ -41,9 +41,9 @@ std::vector<std::string> csv_cells(const std::string& line) {
 }
 
 std::string trim(const std::string& s) {
-  const std::size_t a = s.find_first_not_of(" \t");
+  const std::size_t a = s.find_first_not_of(" \t\r");
   if (a == std::string::npos) return "";
-  return s.substr(a, s.find_last_not_of(" \t") - a + 1);
+  return s.substr(a, s.find_last_not_of(" \t\r") - a + 1);
 }
 
 const char* type_name(PipeAction k) {

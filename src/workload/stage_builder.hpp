@@ -294,6 +294,8 @@ class StageBuilder {
   bool defer_wgrad_ = false;
   std::uint64_t defer_seg_ = 0;
   std::uint32_t last_deferred_ = kNone;  ///< a captured layer's last deferred weight gradient
+  std::vector<std::uint32_t> deferred_;  ///< every deferred weight gradient of the iteration
+  double held_ = 0;  ///< bytes the deferred GEMMs of the current I action hold until their W
   std::vector<std::uint64_t> keys_;
   std::int64_t cur_layer_ = -1, cur_mb_ = -1;
   std::int64_t emb_alloc_ = 0, head_alloc_ = 0, ce_alloc_ = 0, mtp_alloc_ = 0;

@@ -224,12 +224,21 @@ std::vector<std::uint32_t> StageBuilder::reduce_buckets(std::int64_t chunk,
   const std::int64_t saved_layer = std::exchange(cur_layer_, -1);
   std::vector<std::uint32_t> reductions;
   std::vector<std::pair<std::uint32_t, std::size_t>> order;
+  std::vector<std::vector<std::uint32_t>> deps(buckets_.size());
   for (std::size_t k = 0; k < buckets_.size(); ++k) {
     if ((chunk >= 0 && buckets_[k].chunk != chunk) || !reduces(buckets_[k])) continue;
     std::uint32_t ready = end_of_backward;
     if (p_.overlap_grad_reduce) {
+      // Each of its gradients: with split backwards (zero bubble) the weight gradients come
+      // later than their emission order says.
       ready = 0;
-      for (std::int64_t key : buckets_[k].keys) ready = std::max(ready, ready_.at(key));
+      for (std::int64_t key : buckets_[k].keys) {
+        ready = std::max(ready, ready_.at(key));
+        deps[k].push_back(ready_.at(key));
+      }
+    } else {
+      deps[k] = deferred_;  // split backwards' weight gradients, issued after end_of_backward
+      deps[k].push_back(end_of_backward);
     }
     order.emplace_back(ready, k);
   }
@@ -242,7 +251,7 @@ std::vector<std::uint32_t> StageBuilder::reduce_buckets(std::int64_t chunk,
     reductions.push_back(
         add_free(bucket_collective(b, rs ? OpKind::ReduceScatter : OpKind::AllReduce, Phase::Other,
                                    p_.grad_bytes() * b.params),
-                 {ready}));
+                 deps[k]));
   }
   cur_layer_ = saved_layer;
   return reductions;

@@ -146,6 +146,9 @@ void StageBuilder::captured_pass(const std::vector<Op>& ops, const std::vector<s
                                  std::int64_t l, std::int64_t mb, std::int64_t alloc, Phase phase) {
   const std::uint32_t start = chain_;
   std::vector<std::uint32_t> ids, pending;
+  // What a collective produced by op k starts after: op k, or for a weight gradient deferred to
+  // W (split backwards) the chain op before it, so that nothing at I waits for W.
+  std::vector<std::uint32_t> anchor;
   std::size_t attention = 0;  // backward attention ops seen
   for (std::size_t k = 0; k < ops.size(); ++k) {
     Op op = ops[k];
@@ -170,19 +173,23 @@ void StageBuilder::captured_pass(const std::vector<Op>& ops, const std::vector<s
                            lowered_.backward_weight_grads.end(), static_cast<std::uint32_t>(k))) {
       // Zero bubble's I action: the weight gradient issues at W (it reads [k, m] and [k, n]).
       const double held = 2.0 * op.shape[2] * (op.shape[0] + op.shape[1]);
+      anchor.push_back(chain_);
       ids.push_back(last_deferred_ = defer_weight_grad(op, pending, held));
-    } else if (after[k] == LoweredBlock::kChain) {
+      continue;
+    }
+    if (after[k] == LoweredBlock::kChain) {
       ids.push_back(chain(op, std::exchange(pending, {})));
     } else if (after[k] == LoweredBlock::kChainOverlap) {
       ids.push_back(chain(op, {}));  // the pending collectives run beside it
     } else {
-      const std::uint32_t from = after[k] >= 0 ? ids[static_cast<std::size_t>(after[k])]
+      const std::uint32_t from = after[k] >= 0 ? anchor[static_cast<std::size_t>(after[k])]
                                                : (start != kNone ? start : chain_);
       std::vector<std::uint32_t> deps;
       if (from != kNone) deps.push_back(from);
       ids.push_back(add_free(op, deps));
       pending.push_back(ids.back());
     }
+    anchor.push_back(ids.back());
   }
   for (std::uint32_t c : pending) wait_for(c);
 }
@@ -261,10 +268,8 @@ void StageBuilder::head_backward(std::int64_t layer) {
   Op wgrad = gemm(OpName::LogitsGemm, Phase::Backward, V / t, h, T);
   wgrad.mem_bytes += 2 * p_.grad_bytes() * V / t * h;
   wgrad.mem_free = ce.mem_alloc;  // the logits' gradient, held until it runs
-  if (defer_wgrad_)
-    defer_weight_grad(wgrad, {}, 2 * T * h);
-  else
-    chain(wgrad);
+  const std::uint32_t head_wgrad =
+      defer_wgrad_ ? defer_weight_grad(wgrad, {}, 2 * T * h) : chain(wgrad);
   if (tp_comm() && p_.sequence_parallel)
     chain(collective(OpKind::ReduceScatter, CommRole::Tp, OpName::TpReduceScatter, Phase::Backward,
                      hidden_bytes_));
@@ -273,6 +278,8 @@ void StageBuilder::head_backward(std::int64_t layer) {
              local / h, h, norm_kind());
   norm.mem_free = head_alloc_;
   ready_[-2] = chain(norm);
+  // Split backwards: the output layer's gradient is made at W, after the norm's (in order).
+  if (defer_wgrad_) ready_[-2] = head_wgrad;
 }
 
 }  // namespace scalescope::workload::detail

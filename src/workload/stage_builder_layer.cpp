@@ -466,7 +466,11 @@ std::uint32_t StageBuilder::row_backward(OpName name, double m, double n, double
   wait_for_overlapped(gathered);
   Op wgrad = gemm(name, Phase::Backward, k, n, m);
   wgrad.mem_bytes += 2 * p_.grad_bytes() * k * n;
-  if (defer_wgrad_) return defer_weight_grad(wgrad, {}, 2 * m * (k + n));
+  if (defer_wgrad_)  // it reads the gathered output gradient
+    return defer_weight_grad(
+        wgrad,
+        gathered != kNone ? std::vector<std::uint32_t>{gathered} : std::vector<std::uint32_t>{},
+        2 * m * (k + n));
   return chain(wgrad);
 }
 

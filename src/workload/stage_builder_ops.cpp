@@ -227,19 +227,21 @@ std::uint32_t StageBuilder::wgrad(const Op& op) {
 /// A weight-gradient op of a split backward's input half (zero bubble's I action): issued at
 /// its W action (defer_seg_) rather than on the chain, after the ops it reads (`deps` and the
 /// chain so far). The tensors it reads, `held` bytes (its input and output gradient), stay
-/// allocated from now until it runs; whatever waits for it (the DP bucket of its gradient)
-/// moves after it in issue_in_key_order.
+/// allocated from the end of the I action (where the backward frees what the layers saved)
+/// until it runs; whatever waits for it (the DP bucket of its gradient) moves after it in
+/// issue_in_key_order.
 std::uint32_t StageBuilder::defer_weight_grad(const Op& op, std::vector<std::uint32_t> deps,
                                               double held) {
-  if (chain_ != kNone) {
-    deps.push_back(chain_);
-    prog_.ops[chain_].mem_alloc += static_cast<std::int64_t>(held);
-  }
+  SCALESCOPE_EXPECTS(chain_ != kNone);
+  deps.push_back(chain_);
+  held_ += std::ceil(held);  // allocated at the end of the I action (run_actions)
   Op w = op;
-  w.mem_free += static_cast<std::int64_t>(held);
+  w.mem_free += static_cast<std::int64_t>(std::ceil(held));
+  w.comm_sms = 0;  // at W nothing runs beside it (at I a bulk reduce-scatter would)
   const std::uint64_t seg = std::exchange(seg_, defer_seg_);
   const std::uint32_t id = add_free(w, std::move(deps));
   seg_ = seg;
+  deferred_.push_back(id);
   return id;
 }
 

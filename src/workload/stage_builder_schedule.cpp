@@ -323,6 +323,8 @@ void StageBuilder::run_actions(const std::vector<PipelineAction>& actions) {
         defer_wgrad_ = a.kind == PipeAction::BackwardInput;
         if (defer_wgrad_) defer_seg_ = weight_at.at({a.stage, a.microbatch});
         backward(a.microbatch, a.stage / p);
+        if (defer_wgrad_) prog_.ops[chain_].mem_alloc += static_cast<std::int64_t>(held_);
+        held_ = 0;
         defer_wgrad_ = false;
         break;
       case PipeAction::BackwardWeight:  // emitted by its I action, keyed here

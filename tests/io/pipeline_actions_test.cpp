@@ -32,6 +32,30 @@ class PipelineActions : public TempDirTest {
     for (const auto& a : row) out.push_back(action_name(a));
     return out;
   }
+  /// A small Llama-like model of `layers` layers, and a plan running the table at `path` on
+  /// PP `pp` × VP `vpp` (DP 1) over `microbatches` micro-batches a run.
+  static workload::ModelSpec model(std::int64_t layers) {
+    workload::ModelSpec m;
+    m.num_layers = layers;
+    m.hidden_size = 1024;
+    m.ffn_hidden_size = 3584;
+    m.num_attention_heads = 16;
+    m.num_query_groups = 4;
+    m.vocab_size = 32000;
+    m.seq_length = 1024;
+    return m;
+  }
+  static workload::ParallelPlan plan(const std::string& path, std::int64_t pp, std::int64_t vpp,
+                                     std::int64_t microbatches) {
+    workload::ParallelPlan p;
+    p.pipeline_model_parallel_size = pp;
+    p.virtual_pipeline_model_parallel_size = vpp;
+    p.data_parallel_size = 1;
+    p.schedule = workload::Schedule::Actions;
+    p.pipeline_actions =
+        lower_pipeline_actions(read_pipeline_actions(path), pp, vpp, microbatches, path);
+    return p;
+  }
 };
 
 TEST_F(PipelineActions, ComputeOnlyTableGetsPyTorchsTransfers) {
@@ -72,20 +96,8 @@ TEST_F(PipelineActions, BuilderRunsTheTablesOrder) {
   const std::string path = table(
       "0F0,0F1,2F0,2F1,,,2B1,2B0,0B1,0B0\n"
       ",1F0,1F1,3F0,3F1,3B1,3B0,1B1,1B0\n");
-  workload::ModelSpec m;
-  m.num_layers = 4;
-  m.hidden_size = 1024;
-  m.ffn_hidden_size = 3584;
-  m.num_attention_heads = 16;
-  m.num_query_groups = 4;
-  m.vocab_size = 32000;
-  m.seq_length = 1024;
-  workload::ParallelPlan p;
-  p.pipeline_model_parallel_size = 2;
-  p.virtual_pipeline_model_parallel_size = 2;
-  p.data_parallel_size = 1;
-  p.schedule = workload::Schedule::Actions;
-  p.pipeline_actions = lower_pipeline_actions(read_pipeline_actions(path), 2, 2, 2, path);
+  const workload::ModelSpec m = model(4);
+  const workload::ParallelPlan p = plan(path, 2, 2, 2);
   workload::TrainingSpec t;
   t.micro_batch_size = 1;
   t.global_batch_size = 2;
@@ -116,18 +128,8 @@ TEST_F(PipelineActions, SplitBackwardIssuesWeightGradientsAtTheirWAction) {
   // rest of the backward: data gradients costing the forward's GEMMs again, and attention. The
   // order of (micro-batch, pass) runs is F0 F1 B0 B1 B0 B1.
   const std::string path = table("0F0,0F1,0I0,0I1,0W0,0W1\n");
-  workload::ModelSpec m;
-  m.num_layers = 2;
-  m.hidden_size = 1024;
-  m.ffn_hidden_size = 3584;
-  m.num_attention_heads = 16;
-  m.num_query_groups = 4;
-  m.vocab_size = 32000;
-  m.seq_length = 1024;
-  workload::ParallelPlan p;
-  p.data_parallel_size = 1;
-  p.schedule = workload::Schedule::Actions;
-  p.pipeline_actions = lower_pipeline_actions(read_pipeline_actions(path), 1, 1, 2, path);
+  const workload::ModelSpec m = model(2);
+  const workload::ParallelPlan p = plan(path, 1, 1, 2);
   workload::TrainingSpec t;
   t.micro_batch_size = 1;
   t.global_batch_size = 2;
@@ -172,6 +174,42 @@ TEST_F(PipelineActions, SplitBackwardIssuesWeightGradientsAtTheirWAction) {
   const std::vector<std::pair<int, int>> runs_twice{{0, 0}, {1, 0}, {0, 1}, {1, 1}, {0, 1}, {1, 1},
                                                     {2, 0}, {3, 0}, {2, 1}, {3, 1}, {2, 1}, {3, 1}};
   EXPECT_EQ(order, runs_twice);
+
+  // With data parallelism the gradient reductions wait for the weight gradients: every DP
+  // collective depends (through its dependencies) on the last op of the last W run, overlapped
+  // with the backward or not (issue order alone would not hold a collective back: it runs on
+  // its own stream).
+  t.gradient_accumulation_steps = 1;  // DP 2: two micro-batches a replica
+  for (const bool overlap : {true, false}) {
+    workload::ParallelPlan dp = p;
+    dp.data_parallel_size = 2;
+    dp.overlap_grad_reduce = overlap;
+    const graph::SlicedGraph g2 = workload::build_graph(m, dp, t);
+    const graph::RankProgram& prog = g2.templates[0];
+    std::uint32_t last_w = 0;  // the last backward op of micro-batch 1: W1's last GEMM
+    for (std::uint32_t i = 0; i < prog.size(); ++i)
+      if (prog.ops[i].phase == graph::Phase::Backward && prog.ops[i].microbatch == 1) last_w = i;
+    ASSERT_EQ(prog.ops[last_w].kind, graph::OpKind::Gemm) << overlap;
+    int reductions = 0;
+    for (std::uint32_t i = 0; i < prog.size(); ++i) {
+      if (prog.ops[i].role != graph::CommRole::Dp || !graph::is_communication(prog.ops[i].kind))
+        continue;
+      ++reductions;
+      std::vector<char> seen(prog.size(), 0);
+      std::vector<std::uint32_t> todo{i};
+      while (!todo.empty()) {
+        const std::uint32_t x = todo.back();
+        todo.pop_back();
+        for (const std::uint32_t* d = prog.deps_begin(x); d != prog.deps_end(x); ++d)
+          if (!seen[*d]) {
+            seen[*d] = 1;
+            todo.push_back(*d);
+          }
+      }
+      EXPECT_TRUE(seen[last_w]) << overlap << " reduction " << i;
+    }
+    EXPECT_GT(reductions, 0) << overlap;
+  }
 }
 
 TEST_F(PipelineActions, BadTablesAreOneLineErrorsNamingTheRankAndAction) {
