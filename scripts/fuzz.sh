@@ -17,7 +17,7 @@ while (($#)); do
     *) targets+=("$1"); shift ;;
   esac
 done
-((${#targets[@]})) || targets=(chakra experiment megatron hf_config graph_h5 capture_h5)
+((${#targets[@]})) || targets=(chakra experiment megatron hf_config graph_h5 capture_h5 pipeline_actions)
 fuzz=${SCALESCOPE_FUZZ_BUILD_DIR:-$root/build-fuzz}
 CC=clang CXX=clang++ cmake -S "$root" -B "$fuzz" -DCMAKE_BUILD_TYPE=Release \
   -DSCALESCOPE_FUZZ=ON -DSCALESCOPE_ENABLE_CUDA=OFF >/dev/null
