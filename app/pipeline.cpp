@@ -188,17 +188,13 @@ void fill_summary(emu::RunResults& r, const io::ExperimentConfig& c) {
   emu::Summary& s = r.summary;
   s.model_name = c.model.name;
   s.software_stack = c.training.stack;
-  if (c.parallel.schedule == workload::Schedule::Actions) {
-    bool split = false;
-    for (const auto& row : c.parallel.pipeline_actions)
-      for (const workload::PipelineAction& a : row)
-        split = split || a.kind == workload::PipeAction::BackwardInput;
+  if (c.parallel.schedule == workload::Schedule::Actions)
     s.pipeline_schedule = fmt::format(
         "torch.distributed.pipelining action table {} (its transfers as PyTorch's runtime "
         "posts them{})",
         c.parallel.pipeline_actions_path,
-        split ? "; split backwards: weight gradients at their W actions" : "");
-  }
+        c.parallel.splits_backwards() ? "; split backwards: weight gradients at their W actions"
+                                      : "");
   if (c.training.precision == workload::Precision::Fp8) {
     s.peak_lowp_flops_per_gpu = cost::find_gpu(c.cluster.gpu).peak_tflops_fp8 * 1e12;
     s.lowp_format = "fp8";

@@ -523,10 +523,7 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
         p.pipeline_actions, pp, p.vpp(), tr.microbatches_per_run(p.dp()), p.pipeline_actions_path);
     // Split backwards (zero bubble): the builder's layers defer their weight-gradient GEMMs;
     // what else would have to move with them is refused, not approximated.
-    bool split = false;
-    for (const auto& row : p.pipeline_actions)
-      for (const workload::PipelineAction& a : row)
-        split = split || a.kind == workload::PipeAction::BackwardInput;
+    const bool split = p.splits_backwards();
     const auto refuse_split = [&](bool cond, const char* what) {
       if (split && cond)
         throw_input(

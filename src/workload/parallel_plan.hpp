@@ -141,6 +141,13 @@ struct ParallelPlan {
   /// file they came from.
   std::vector<std::vector<PipelineAction>> pipeline_actions;
   std::string pipeline_actions_path;
+  /// Whether the action table splits backwards (zero bubble's I and W actions).
+  bool splits_backwards() const {
+    for (const auto& row : pipeline_actions)
+      for (const PipelineAction& a : row)
+        if (a.kind == PipeAction::BackwardInput) return true;
+    return false;
+  }
   bool overlap_grad_reduce = false;   ///< DP reduction overlapped with the last backward
   bool overlap_param_gather = false;  ///< param all-gather overlapped with the next forward
   /// fp8 training with fp8 primary weights (Megatron's --fp8-param-gather, TE's fp8_model_init):

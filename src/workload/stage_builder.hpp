@@ -136,7 +136,9 @@ class StageBuilder {
     ++seg_;
   }
   std::uint32_t wgrad(const Op& op);
-  std::uint32_t defer_weight_grad(const Op& op, std::vector<std::uint32_t> deps, double held);
+  std::uint32_t defer_weight_grad(const Op& op, std::vector<std::uint32_t> deps = {},
+                                  double held = -1);
+  std::uint32_t chain_weight_grad(const Op& op, std::vector<std::uint32_t> deps = {});
   void issue_in_key_order();
   void mark_cuda_graphs();
   std::uint32_t add_beside(const Op& op);

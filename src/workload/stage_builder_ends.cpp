@@ -171,10 +171,9 @@ void StageBuilder::captured_pass(const std::vector<Op>& ops, const std::vector<s
     if (defer_wgrad_ && &ops == &lowered_.backward && after[k] == LoweredBlock::kChain &&
         std::binary_search(lowered_.backward_weight_grads.begin(),
                            lowered_.backward_weight_grads.end(), static_cast<std::uint32_t>(k))) {
-      // Zero bubble's I action: the weight gradient issues at W (it reads [k, m] and [k, n]).
-      const double held = 2.0 * op.shape[2] * (op.shape[0] + op.shape[1]);
+      // Zero bubble's I action: the weight gradient issues at W.
       anchor.push_back(chain_);
-      ids.push_back(last_deferred_ = defer_weight_grad(op, pending, held));
+      ids.push_back(last_deferred_ = defer_weight_grad(op, pending));
       continue;
     }
     if (after[k] == LoweredBlock::kChain) {

@@ -287,14 +287,12 @@ void StageBuilder::mla_projections_backward(std::int64_t l) {
   chain(gemm(OpName::KvDownGemm, Phase::Backward, Tl, h, kvl + dpe));
   Op wg = gemm(OpName::KvDownGemm, Phase::Backward, h, kvl + dpe, Tl);
   wg.mem_bytes += 2 * p_.grad_bytes() * h * (kvl + dpe);
-  ready_[param_key(l, kQkv)] =
-      defer_wgrad_ ? defer_weight_grad(wg, {}, 2 * Tl * (h + kvl + dpe)) : chain(wg);
+  ready_[param_key(l, kQkv)] = chain_weight_grad(wg);
   if (ql > 0) {
     chain(gemm(OpName::QDownGemm, Phase::Backward, Tl, h, ql));
     Op qw = gemm(OpName::QDownGemm, Phase::Backward, h, ql, Tl);
     qw.mem_bytes += 2 * p_.grad_bytes() * h * ql;
-    ready_[param_key(l, kQkv)] =
-        defer_wgrad_ ? defer_weight_grad(qw, {}, 2 * Tl * (h + ql)) : chain(qw);
+    ready_[param_key(l, kQkv)] = chain_weight_grad(qw);
   }
 }
 
@@ -446,7 +444,7 @@ std::uint32_t StageBuilder::column_backward(OpName name, double m, double n, dou
   if (ub_ && reduce != kNone) wgrad.comm_sms = kPipelineSms;  // beside the bulk reduce-scatter
   std::uint32_t wg = kNone;
   if (defer_wgrad_) {  // zero bubble: the chain goes on from the dgrad
-    wg = defer_weight_grad(wgrad, after_dg, 2 * m * (k + n));
+    wg = defer_weight_grad(wgrad, after_dg);
     chain_ = dg;
   } else {
     wg = add_free(wgrad, after_dg);
@@ -466,12 +464,9 @@ std::uint32_t StageBuilder::row_backward(OpName name, double m, double n, double
   wait_for_overlapped(gathered);
   Op wgrad = gemm(name, Phase::Backward, k, n, m);
   wgrad.mem_bytes += 2 * p_.grad_bytes() * k * n;
-  if (defer_wgrad_)  // it reads the gathered output gradient
-    return defer_weight_grad(
-        wgrad,
-        gathered != kNone ? std::vector<std::uint32_t>{gathered} : std::vector<std::uint32_t>{},
-        2 * m * (k + n));
-  return chain(wgrad);
+  // It reads the gathered output gradient (on the chain the gather is already waited for).
+  return chain_weight_grad(wgrad, gathered != kNone ? std::vector<std::uint32_t>{gathered}
+                                                    : std::vector<std::uint32_t>{});
 }
 
 /// The next op on the chain also waits for the overlapped TP reduction, if any.

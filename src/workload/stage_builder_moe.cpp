@@ -246,8 +246,7 @@ void StageBuilder::moe_backward(std::int64_t l) {
   Op rw = gemm(OpName::Router, B, h, E, Tl);
   rw.gemm_dtype = graph::GemmDtype::Bf16;
   rw.mem_bytes += 2 * p_.grad_bytes() * h * E;
-  ready_[param_key(l, kRouter)] =
-      defer_wgrad_ ? defer_weight_grad(rw, {}, 2 * Tl * (h + E)) : chain(rw);
+  ready_[param_key(l, kRouter)] = chain_weight_grad(rw);
 }
 
 /// The experts' activation over N rows of width f: reads FC1's output (φ₁·f), writes FC2's

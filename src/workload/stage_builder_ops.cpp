@@ -226,13 +226,14 @@ std::uint32_t StageBuilder::wgrad(const Op& op) {
 
 /// A weight-gradient op of a split backward's input half (zero bubble's I action): issued at
 /// its W action (defer_seg_) rather than on the chain, after the ops it reads (`deps` and the
-/// chain so far). The tensors it reads, `held` bytes (its input and output gradient), stay
-/// allocated from the end of the I action (where the backward frees what the layers saved)
-/// until it runs; whatever waits for it (the DP bucket of its gradient) moves after it in
-/// issue_in_key_order.
+/// chain so far). The tensors it reads, `held` bytes (its input and output gradient; by default
+/// those of a GEMM [k, n] summing over m rows, bf16: 2·m·(k + n)), stay allocated from the end
+/// of the I action (where the backward frees what the layers saved) until it runs; whatever
+/// waits for it (the DP bucket of its gradient) moves after it in issue_in_key_order.
 std::uint32_t StageBuilder::defer_weight_grad(const Op& op, std::vector<std::uint32_t> deps,
                                               double held) {
   SCALESCOPE_EXPECTS(chain_ != kNone);
+  if (held < 0) held = 2.0 * op.shape[2] * (op.shape[0] + op.shape[1]);
   deps.push_back(chain_);
   held_ += std::ceil(held);  // allocated at the end of the I action (run_actions)
   Op w = op;
@@ -243,6 +244,12 @@ std::uint32_t StageBuilder::defer_weight_grad(const Op& op, std::vector<std::uin
   seg_ = seg;
   deferred_.push_back(id);
   return id;
+}
+
+/// A weight-gradient GEMM on the chain (after `deps` too), or deferred to its W action while a
+/// split backward's input half is emitted.
+std::uint32_t StageBuilder::chain_weight_grad(const Op& op, std::vector<std::uint32_t> deps) {
+  return defer_wgrad_ ? defer_weight_grad(op, std::move(deps)) : chain(op, std::move(deps));
 }
 
 /// Puts the program in the issue order the keys give (stable: ops of equal keys keep the

@@ -26,10 +26,7 @@ StageBuilder::StageBuilder(const ModelSpec& m, const ParallelPlan& p, const Trai
   if (ep_rank >= 0) prog_.name += "_ep_" + std::to_string(ep_rank);
   first_ = stage == 0;
   last_ = stage == p.pp() - 1;
-  keyed_ = p.moe_a2a_overlap;
-  if (p.schedule == Schedule::Actions)
-    for (const PipelineAction& a : p.pipeline_actions[static_cast<std::size_t>(stage)])
-      keyed_ = keyed_ || a.kind == PipeAction::BackwardInput;
+  keyed_ = p.moe_a2a_overlap || p.splits_backwards();
   layers_ = layers_on_stage(m, p, stage);
   for (std::int64_t c = 0; c < p.vpp(); ++c) {
     chunk_layers_.push_back(layers_in_chunk(m, p, stage, c));
