@@ -81,6 +81,7 @@ struct CaptureOptions {
   /// base_model_tp_plan.
   std::string hf_config, parallelize;
   std::int64_t world = 0, layers = 0;
+  std::int64_t ep = 0;  ///< MoE: the config's base_model_ep_plan at this EP degree (0: none)
   bool sp = false;
   bool fsdp = false;  ///< FSDP2 on the layers over the dp mesh dimension
 };

@@ -61,6 +61,7 @@ int capture_command(const CaptureOptions& o) {
     if (o.sp) cmd += " --sp";
     if (o.fsdp) cmd += " --fsdp";
     if (o.layers > 0) cmd += fmt::format(" --layers {}", o.layers);
+    if (o.ep > 0) cmd += fmt::format(" --ep {}", o.ep);
     if (!o.parallelize.empty()) cmd += fmt::format(" --parallelize '{}'", o.parallelize);
     const int code = shell(cmd);
     if (code != 0 || !o.summary) return code;
@@ -68,9 +69,10 @@ int capture_command(const CaptureOptions& o) {
     std::cout << io::format_capture_summary(captured, workload::TpPlan{}, o.tp);
     return 0;
   }
-  if (o.sp || o.fsdp || o.layers > 0 || !o.parallelize.empty())
+  if (o.sp || o.fsdp || o.layers > 0 || o.ep > 0 || !o.parallelize.empty())
     throw_input(
-        "scalescope capture: --sp, --fsdp, --layers and --parallelize apply to a DTensor capture "
+        "scalescope capture: --sp, --fsdp, --ep, --layers and --parallelize apply to a DTensor "
+        "capture "
         "(--hf-config, or --factory with --world)");
   if (o.model.empty() == o.factory.empty())
     throw_input("scalescope capture: give path/to/file.py:ClassName or --factory FILE:FUNCTION");

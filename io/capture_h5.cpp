@@ -108,6 +108,12 @@ workload::Capture read_capture_h5(const std::string& path) {
       c.plan_source = meta.string_attribute("tp_plan_source");
     c.world = meta_count(meta, "world", std::int64_t{1} << 24);
     c.sp = meta.attribute<std::int64_t>("sp") != 0;
+    if (meta.has_attribute("ep")) c.ep = meta_count(meta, "ep", 1 << 16);
+    if (c.world % c.tp != 0 || c.world % c.ep != 0 || (c.ep > 1 && c.ep % c.tp != 0))
+      throw_input(
+          "{}: /meta world {}, tp {} and ep {} do not nest (ep a multiple of tp, both "
+          "dividing world)",
+          path, c.world, c.tp, c.ep);
     c.block_parameters = static_cast<double>(meta.attribute<std::int64_t>("block_parameters"));
     if (c.block_parameters <= 0 || c.block_parameters > 1e15)
       throw_input("{}: /meta block_parameters out of range", path);
@@ -120,8 +126,9 @@ workload::Capture read_capture_h5(const std::string& path) {
     if (!j.is_object()) throw_input("{}: /meta shapes_json: expected a mapping", path);
     // The model keys a DTensor capture's config gives (io/config reads them as these types).
     static const std::set<std::string> counts = {
-        "hidden_size",     "num_attention_heads", "num_query_groups", "kv_channels",
-        "ffn_hidden_size", "num_layers",          "vocab_size",       "seq_length"};
+        "hidden_size",     "num_attention_heads", "num_query_groups",   "kv_channels",
+        "ffn_hidden_size", "num_layers",          "vocab_size",         "seq_length",
+        "num_experts",     "moe_router_topk",     "moe_ffn_hidden_size"};
     static const std::set<std::string> flags = {"gated_linear_unit", "add_bias_linear",
                                                 "untie_embeddings"};
     for (const auto& [key, value] : j.items()) {
@@ -257,8 +264,10 @@ std::string format_capture_summary(const workload::Capture& c, const workload::T
       classes[workload::AtenClass::Unknown], block_flops);
   out += workload::describe_causal_attention(c, workload::CausalMask::Auto) + "\n";
   if (!c.parallelized.empty()) {
-    out += fmt::format("tensor parallelism: PyTorch's DTensor at TP {}{} in a world of {} ({})\n",
-                       c.tp, c.sp ? " with SP" : "", c.world, c.plan_source);
+    out += fmt::format("tensor parallelism: PyTorch's DTensor at TP {}{}{} in a world of {} ({})\n",
+                       c.tp, c.sp ? " with SP" : "",
+                       c.ep > 1 ? fmt::format(", EP {}", c.ep) : std::string(), c.world,
+                       c.plan_source);
     if (c.fsdp_shard > 0)
       out += fmt::format(
           "FSDP2 per layer (PyTorch's FSDPParamGroup, over {} ranks): all-gather {:.4g} MiB "
@@ -280,6 +289,7 @@ std::string format_capture_summary(const workload::Capture& c, const workload::T
     } else {  // PyTorch's own collectives, at the capture's layout
       workload::LowerOptions o;
       o.parallel_tp = c.tp;
+      o.parallel_ep = c.ep;
       tp = c.tp;
       b = workload::lower_block(c, workload::TpPlan{}, 1, false, false, o);
     }
@@ -295,7 +305,8 @@ std::string format_capture_summary(const workload::Capture& c, const workload::T
       for (const auto& [kind, cb] : comms)
         list += fmt::format("{}{} × {} ({:.3g} MiB in all)", list.empty() ? "" : ", ", cb.first,
                             kind, cb.second / (1 << 20));
-      out += fmt::format("TP {}{} collectives per block, {}: {}\n", tp,
+      out += fmt::format("TP {}{}{} collectives per block, {}: {}\n", tp,
+                         c.ep > 1 ? fmt::format(" · EP {}", c.ep) : std::string(),
                          c.parallelized.empty() ? ""
                          : c.sp                 ? " + SP (PyTorch's)"
                                                 : " (PyTorch's)",
@@ -310,12 +321,19 @@ std::string format_capture_summary(const workload::Capture& c, const workload::T
   const double captured = static_cast<double>(c.num_blocks) * block_flops + gemm_flops(c.outer);
   // Experts held as 3-D weights: a token goes through top-k of the E experts, so k experts'
   // weights count once per token.
+  // A DTensor capture at EP: this rank's E/ep experts take the TP group's k·T copies split over
+  // its TP ranks (transformers' AllToAllEP), as the other weights are split.
   const workload::ExpertWeights ew = workload::capture_expert_weights(c);
-  const double expert_n = static_cast<double>(ew.topk) * ew.weights_per_expert;
+  const double expert_n = static_cast<double>(ew.topk) * ew.weights_per_expert /
+                          static_cast<double>(c.parallelized.empty() || c.ep == 1 ? 1 : c.tp);
   const double n = static_cast<double>(c.num_blocks) * (gemm_weights(c.block) + expert_n) +
                    gemm_weights(c.outer);
   if (!ew.params.empty()) {
-    out += fmt::format("block expert weights (3-D, {} experts, top-{}):\n", ew.experts, ew.topk);
+    out +=
+        fmt::format("block expert weights (3-D, {} experts{}, top-{}):\n", ew.experts,
+                    c.ep > 1 ? fmt::format(" on this rank of {} (EP {})", ew.experts * c.ep, c.ep)
+                             : std::string(),
+                    ew.topk);
     for (const auto& [name, shape] : ew.params)
       out +=
           fmt::format("  {:<40}  {}x{}x{}  {}\n", name, shape[0], shape[1], shape[2],
@@ -336,7 +354,8 @@ std::string format_capture_summary(const workload::Capture& c, const workload::T
       "iteration GEMM FLOPs per micro-batch: captured {:.4g}; 6·N·T {:.4g} (N = {:.4g} GEMM "
       "weights{}, T = {} tokens){}; captured / expected = {:.4f}\n",
       captured, 6 * n * tokens, n,
-      ew.params.empty() ? "" : fmt::format(", experts' at top-{} of {}", ew.topk, ew.experts),
+      ew.params.empty() ? ""
+                        : fmt::format(", experts' at top-{} of {}", ew.topk, ew.experts * c.ep),
       tokens,
       fused ? std::string(" (attention fused: not in either)")
       : mla ? fmt::format(" + attention 6·L·s·a·(d_qk + d_rope + d_v)·T {:.4g}", attention)

@@ -272,6 +272,9 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
       shapes.head_dim = num("kv_channels");
       shapes.query_groups = num("num_query_groups");
       shapes.ffn = num("ffn_hidden_size");
+      shapes.experts = num("num_experts");
+      shapes.topk = num("moe_router_topk");
+      shapes.expert_ffn = num("moe_ffn_hidden_size");
       shapes.gated = flag("gated_linear_unit");
       shapes.bias = flag("add_bias_linear");
       if (const auto it = capture->shapes.find("position_embedding_type");

@@ -292,7 +292,8 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
                 m.moe_ffn_hidden_size);
     must_divide("parallel.tensor_model_parallel_size", tp,
                 "model.moe_shared_expert_intermediate_size", m.moe_shared_expert_intermediate_size);
-    if (tp > 1 && !p.sequence_parallel)
+    // (Megatron's rule; a capture PyTorch parallelized runs transformers' layout as it is.)
+    if (tp > 1 && !p.sequence_parallel && !(m.capture && !m.capture->parallelized.empty()))
       throw_input(
           "{}: MoE with tensor_model_parallel_size={} needs parallel.sequence_parallel: true "
           "(Megatron: 'When using MoE and tensor parallelism, sequence parallelism must be used')",
@@ -394,8 +395,18 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
       if (p.world() != m.capture->world)
         throw_input("{}: the cluster has {} GPUs but the capture {} was made in a world of {}", f,
                     p.world(), m.capture_path, m.capture->world);
-      refuse(cp > 1 || p.ep() > 1 || p.tp_comm_overlap,
-             "a DTensor capture and CP, EP or TP overlap");
+      refuse(cp > 1 || p.tp_comm_overlap, "a DTensor capture and CP or TP overlap");
+      // Its experts as PyTorch's plan sharded them (transformers' EP: whole experts, ETP 1).
+      if (p.ep() != m.capture->ep)
+        throw_input(
+            "{}: parallel.expert_model_parallel_size={} but the capture {} was parallelized with "
+            "EP {} (capture it again at this layout)",
+            f, p.ep(), m.capture_path, m.capture->ep);
+      if (m.moe() && p.tp() > 1 && p.etp() != 1)
+        throw_input(
+            "{}: parallel.expert_tensor_parallel_size={} but the capture {} keeps whole experts "
+            "on every rank (transformers' EP plan: expert_tensor_parallel_size: 1)",
+            f, p.etp(), m.capture_path);
       // FSDP2 as the capture applied it (its FSDPParamGroup): the experiment's must be the same.
       if (m.capture->fsdp_shard > 0 && (!p.fsdp || p.zero_shard() != m.capture->fsdp_shard ||
                                         p.reshard_after_forward != m.capture->fsdp_reshard))
@@ -411,7 +422,8 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
     }
     if (m.moe()) {
       // The capture's experts are the model's: EP lowers them (balanced routing).
-      const std::int64_t captured = workload::capture_experts(*m.capture);
+      // (A DTensor capture's 3-D weights are this rank's E/ep.)
+      const std::int64_t captured = workload::capture_experts(*m.capture) * m.capture->ep;
       if (captured != m.num_experts)
         throw_input("{}: model.num_experts={} but the capture {} has {} experts", f, m.num_experts,
                     m.capture_path, captured);

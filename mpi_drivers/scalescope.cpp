@@ -160,6 +160,11 @@ int main(int argc, char** argv) {
   ccmd->add_flag("--fsdp", cap.fsdp,
                  "DTensor capture: FSDP2 (fully_shard) on the layers over the dp mesh dimension "
                  "as torchtitan applies it; its parameter groups are recorded");
+  ccmd->add_option("--ep", cap.ep,
+                   "DTensor capture of an MoE config: its base_model_ep_plan applied by "
+                   "transformers' apply_expert_parallelism at this EP degree (a multiple of "
+                   "--tp), tokens exchanged by all-to-all under balanced routing")
+      ->check(CLI::PositiveNumber);
   ccmd->add_option("--layers", cap.layers,
                    "With --hf-config: decoder layers (default: the config's)")
       ->check(CLI::PositiveNumber);

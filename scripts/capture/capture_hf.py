@@ -70,9 +70,11 @@ def replicated_with_grad_allreduce():
     return Style()
 
 
-def tp_styles(config, tp, sp):
+def tp_styles(config, tp, sp, layer):
     """The config's base_model_tp_plan as parallelize_module styles for one decoder layer (keys
-    relative to the layer), with torchtitan's sequence-parallel additions when `sp`."""
+    relative to the layer), with torchtitan's sequence-parallel additions when `sp`. Keys naming
+    nothing in this layer are left out (an MoE model's plan also covers its dense MLPs)."""
+    present = {n for n, _ in layer.named_modules()}
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput,
                                                    RowwiseParallel, SequenceParallel)
@@ -84,6 +86,8 @@ def tp_styles(config, tp, sp):
         if not key.startswith("layers.*."):
             continue  # embeddings and head: the run uses the built-in ones
         rel = key[len("layers.*."):]
+        if rel not in present:
+            continue
         if style in ("colwise", "colwise_rep"):
             plan[rel] = ColwiseParallel()
             parents.add(rel.rpartition(".")[0])
@@ -112,8 +116,19 @@ def hf_model(config_path, layers, mode):
         config.num_hidden_layers = layers
     config._attn_implementation = "sdpa"
     config.use_cache = False
-    if getattr(config, "num_local_experts", None) or getattr(config, "num_experts", None):
-        raise CaptureError(f"{where}: MoE models are not captured through DTensor yet")
+    experts = getattr(config, "num_local_experts", None) or getattr(config, "num_experts", None)
+    if experts:
+        if getattr(config, "kv_lora_rank", None) or getattr(config, "n_shared_experts", None):
+            raise CaptureError(f"{where}: {config.model_type} (multi-latent attention or shared "
+                               "experts) is not captured through DTensor yet (the single-device "
+                               "capture, --factory, with scalescope's EP reads it)")
+        if getattr(config, "mlp_only_layers", None) or \
+                getattr(config, "decoder_sparse_step", 1) != 1:
+            raise CaptureError(f"{where}: dense and MoE layers mixed (mlp_only_layers / "
+                               "decoder_sparse_step): one block class is captured")
+        # transformers' experts "implementation" for training: torch._grouped_mm over the tokens
+        # sorted by expert (its default eager loop branches on the routing).
+        config._experts_implementation = "grouped_mm"
     h = config.hidden_size
     heads = config.num_attention_heads
     shapes = {"hidden_size": h, "num_attention_heads": heads,
@@ -126,6 +141,10 @@ def hf_model(config_path, layers, mode):
                                       getattr(config, "mlp_bias", False)),
               "position_embedding_type": "rope",
               "untie_embeddings": not bool(getattr(config, "tie_word_embeddings", False))}
+    if experts:
+        shapes.update({"num_experts": experts, "moe_router_topk": config.num_experts_per_tok,
+                       "moe_ffn_hidden_size": getattr(config, "moe_intermediate_size", None) or
+                       config.intermediate_size})
     default = torch.get_default_dtype()
     torch.set_default_dtype(torch.bfloat16)  # Module.to swaps fake tensors and fails on 2.x
     try:
@@ -186,8 +205,67 @@ def fsdp_plan(layer, mesh, reshard):
             "source": "FSDPParamGroup of fully_shard(layer, mesh=dp)"}
 
 
+def ep_plan(config, layer):
+    """The config's base_model_ep_plan for one decoder layer (keys relative to it: the names
+    transformers' apply_expert_parallelism looks up)."""
+    shipped = dict(getattr(config, "base_model_ep_plan", None) or {})
+    if not shipped:
+        raise CaptureError(f"{config.model_type}: the config ships no base_model_ep_plan")
+    names = {n for n, _ in layer.named_modules()} | {n for n, _ in layer.named_parameters()}
+    plan = {}
+    for key, style in shipped.items():
+        rel = key[len("layers.*."):] if key.startswith("layers.*.") else None
+        if rel is None or rel not in names:
+            raise CaptureError(f"{config.model_type}: base_model_ep_plan key {key} names nothing "
+                               "in the decoder layer")
+        plan[rel] = style
+    if "ep_dispatch_experts" not in plan.values():
+        raise CaptureError(f"{config.model_type}: base_model_ep_plan has no ep_dispatch_experts "
+                           "rule (how tokens reach the experts)")
+    return plan
+
+
+class BalancedSplits:
+    """transformers' AllToAllEP reads the all-to-all's split sizes back to the host every layer
+    (`.tolist()` of the per-rank token counts): data the fake run does not have. Inside its
+    dispatch, those sizes are the balanced routing's, T·k / ep rows to and from every EP rank
+    (the assumption scalescope's own EP lowering makes; said in capture.h5 and the summary)."""
+
+    def __init__(self, tp, ep):
+        from transformers.distributed.expert_parallel import AllToAllEP
+        self.cls, self.tp, self.ep, self.rows = AllToAllEP, tp, ep, None
+        self.calls = 0
+
+    def __enter__(self):
+        cls, me = self.cls, self
+        from torch._subclasses.fake_tensor import FakeTensor
+        self.fake = FakeTensor  # defines its own tolist
+        self.dispatch, self.tolist = cls._dispatch_tokens, FakeTensor.tolist
+
+        def dispatch(inst, hidden_states, top_k_index, top_k_weights):
+            n, k = hidden_states.size(0), top_k_index.size(-1)
+            me.rows = -(-n // me.tp) * k  # Shard(0) over TP: this rank's (the first) share
+            try:
+                return me.dispatch(inst, hidden_states, top_k_index, top_k_weights)
+            finally:
+                me.rows = None
+
+        def tolist(t):
+            if me.rows is not None and t.dim() == 2 and tuple(t.shape) == (2, me.ep):
+                me.calls += 1
+                share = [me.rows // me.ep + (1 if r < me.rows % me.ep else 0)
+                         for r in range(me.ep)]
+                return [share, list(share)]
+            return me.tolist(t)
+        cls._dispatch_tokens, self.fake.tolist = dispatch, tolist
+        return self
+
+    def __exit__(self, *_):
+        self.cls._dispatch_tokens, self.fake.tolist = self.dispatch, self.tolist
+
+
 def capture_hf(config_path, world, tp, sp, layers, seq, batch, parallelize="", factory="",
-               fsdp=False):
+               fsdp=False, ep=1):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Replicate, Shard
     from torch.distributed.tensor.parallel import (PrepareModuleInput, SequenceParallel,
@@ -202,6 +280,9 @@ def capture_hf(config_path, world, tp, sp, layers, seq, batch, parallelize="", f
         raise CaptureError(f"{where}: --world {world} is not a multiple of --tp {tp}")
     if sp and seq % tp != 0:
         raise CaptureError(f"{where}: --seq {seq} is not a multiple of --tp {tp} (SP)")
+    if ep > 1 and (ep % tp != 0 or world % ep != 0):
+        raise CaptureError(f"{where}: --ep {ep} must be a multiple of --tp {tp} and divide "
+                           f"--world {world} (transformers' EP groups hold whole TP groups)")
     mode = FakeTensorMode()
     model, config, shapes, where = factory_model(factory, layers, mode) if factory \
         else hf_model(config_path, layers, mode)
@@ -210,7 +291,15 @@ def capture_hf(config_path, world, tp, sp, layers, seq, batch, parallelize="", f
         raise CaptureError(f"{where}: {heads} attention heads and {kv} key/value heads must "
                            f"both be multiples of --tp {tp} (ColwiseParallel splits heads)")
     dist.init_process_group("fake", rank=0, world_size=world, store=FakeStore())
-    mesh = init_device_mesh("cpu", (world // tp, tp), mesh_dim_names=("dp", "tp"))
+    if ep > 1:
+        # transformers' layout (DistributedConfig.efsdp_size): an EP group is ep consecutive
+        # ranks, whole TP groups; the ranks holding the same experts are ep apart.
+        mesh = init_device_mesh("cpu", (world // ep, ep // tp, tp),
+                                mesh_dim_names=("edp", "ep_dp", "tp"))
+        mesh["edp", "ep_dp"]._flatten("dp")
+        ep_mesh = mesh["ep_dp", "tp"]._flatten("ep")
+    else:
+        mesh = init_device_mesh("cpu", (world // tp, tp), mesh_dim_names=("dp", "tp"))
     tp_mesh = mesh["tp"]
     model.train()
     blocks_path, blocks = cap.find_blocks(model, "", where)
@@ -240,7 +329,7 @@ def capture_hf(config_path, world, tp, sp, layers, seq, batch, parallelize="", f
     # projection is called (positionally or by keyword: the sequence-parallel layout goes where
     # the hidden states are handed). It stops before the layer runs, or after it when the parents
     # are watched (the layer is not parallelized yet then).
-    styles, parents = ({}, set()) if parallelize else tp_styles(config, tp, sp)
+    styles, parents = ({}, set()) if parallelize else tp_styles(config, tp, sp, layer)
     probe = sp and not parallelize
     calls, seen = {}, {}
 
@@ -286,9 +375,23 @@ def capture_hf(config_path, world, tp, sp, layers, seq, batch, parallelize="", f
                 styles[name] = SequenceParallel()
     for st in styles.values():
         st.src_data_rank = None  # no scatter of (fake) initial values
+    moe = "num_experts" in shapes
+    if moe and parallelize:
+        raise CaptureError(f"{parallelize}: an MoE model through the user's parallelize "
+                           "function is not read yet (the config's plans are)")
+    if moe and sp:
+        raise CaptureError(f"{where}: an MoE model with --sp: transformers' EP dispatch takes "
+                           "replicated hidden states (not read yet with sequence parallelism)")
+    if ep > 1 and not moe:
+        raise CaptureError(f"{where}: --ep {ep} but the model has no experts")
     if not parallelize:
         with mode:
-            parallelize_module(layer, tp_mesh, styles)
+            if styles:
+                parallelize_module(layer, tp_mesh, styles)
+            if ep > 1:
+                from transformers.distributed.expert_parallel import apply_expert_parallelism
+                apply_expert_parallelism(layer, ep_mesh, tp_mesh, ep_plan(config, layer),
+                                         ep_implementation="all_to_all")
     # The layer's inputs but the hidden states (this rank's sequence share is made below).
     args, kwargs = seen["kw"]
     kwargs = dict(kwargs)
@@ -323,9 +426,16 @@ def capture_hf(config_path, world, tp, sp, layers, seq, batch, parallelize="", f
                                     allow_unused=True)
         return out, grads
     tracker = cap.ModuleTracker(layer)
-    gm = cap.traced(where, "layer", lambda: cap.trace(joint, (plocals, x) + tuple(args),
-                                                       tracker, mode))
-    tracker.remove()
+    splits = BalancedSplits(tp, ep) if ep > 1 else None
+    try:
+        if splits:
+            splits.__enter__()
+        gm = cap.traced(where, "layer", lambda: cap.trace(joint, (plocals, x) + tuple(args),
+                                                           tracker, mode))
+    finally:
+        if splits:
+            splits.__exit__()
+        tracker.remove()
     gm.graph.eliminate_dead_code()  # DTensor's sharding propagation leaves dead global-shape ops
     gm.recompile()
     prefix = f"{blocks_path}.0."
@@ -345,7 +455,11 @@ def capture_hf(config_path, world, tp, sp, layers, seq, batch, parallelize="", f
             d["module"] = prefix + d["module"] if d["module"] else prefix.rstrip(".")
     for d, n in zip(nodes, gm.graph.nodes):
         target = str(n.target)
-        if n.op == "call_function" and target.startswith("c10d."):
+        if n.op == "call_function" and target.startswith("c10d.alltoall_base_"):
+            # transformers' AllToAllEP exchanges the per-expert token counts in place before the
+            # host reads the split sizes: a small all-to-all the host waits for.
+            d["group_size"] = dist.ProcessGroup.unbox(getattr(gm, n.args[2].target)).size()
+        elif n.op == "call_function" and target.startswith("c10d."):
             raise CaptureError(f"{where}: PyTorch issued an in-place collective ({target}) "
                                "outside the functional collectives: not read yet")
         if n.op == "call_function" and target.startswith("_c10d_functional.") and \
@@ -362,12 +476,15 @@ def capture_hf(config_path, world, tp, sp, layers, seq, batch, parallelize="", f
             "blocks_attr": blocks_path, "num_blocks": shapes["num_layers"],
             "vocab_size": shapes["vocab_size"], "loss": "builder",
             "capture_seconds": time.time() - t0, "parallelized": "dtensor", "tp": tp,
-            "sp": int(sp), "world": world, "shapes_json": json.dumps(shapes),
+            "sp": int(sp), "world": world, "ep": ep, "shapes_json": json.dumps(shapes),
             "block_parameters": block_parameters,
             **({"fsdp_json": json.dumps(fsdp_meta)} if fsdp_meta else {}),
             "tp_plan_source": f"{parallelize} (the user's parallelize function)" if parallelize
             else "the config's base_model_tp_plan, applied by parallelize_module"
-                 + (" with torchtitan's sequence parallelism" if sp else "")}
+                 + (" with torchtitan's sequence parallelism" if sp else "")
+                 + (f"; its base_model_ep_plan by transformers' apply_expert_parallelism (EP "
+                    f"{ep}, all_to_all; split sizes of balanced routing: the fake run has no "
+                    "token counts)" if ep > 1 else "")}
     return meta, nodes
 
 
@@ -380,6 +497,9 @@ def main():
     p.add_argument("--world", type=int, required=True, help="ranks of the fake process group")
     p.add_argument("--tp", type=int, required=True, help="tensor-parallel degree")
     p.add_argument("--sp", action="store_true", help="sequence parallelism")
+    p.add_argument("--ep", type=int, default=1, help="expert-parallel degree (MoE models: the "
+                   "config's base_model_ep_plan applied by transformers' "
+                   "apply_expert_parallelism, tokens exchanged by all-to-all)")
     p.add_argument("--layers", type=int, default=0, help="num_hidden_layers (default: the config's)")
     p.add_argument("--seq", type=int, default=4096)
     p.add_argument("--batch", type=int, default=1)
@@ -391,14 +511,15 @@ def main():
                    "recorded")
     p.add_argument("-o", "--output", required=True)
     a = p.parse_args()
-    for flag, v in (("--world", a.world), ("--tp", a.tp), ("--seq", a.seq), ("--batch", a.batch)):
+    for flag, v in (("--world", a.world), ("--tp", a.tp), ("--ep", a.ep), ("--seq", a.seq),
+                    ("--batch", a.batch)):
         if v <= 0:
             p.error(f"{flag} must be positive")
     try:
         if bool(a.config) == bool(a.factory):
             p.error("give a config.json or --factory FILE.py:FUNCTION")
         meta, nodes = capture_hf(a.config, a.world, a.tp, a.sp, a.layers, a.seq, a.batch,
-                                 a.parallelize, a.factory, a.fsdp)
+                                 a.parallelize, a.factory, a.fsdp, a.ep)
         cap.write(a.output, meta, nodes, [])
     except CaptureError as e:
         print(f"capture: error: {e}", file=sys.stderr)

@@ -134,10 +134,10 @@ std::string describe_causal_attention(const Capture& c, CausalMask m) {
 }
 
 ExpertWeights capture_expert_weights(const Capture& c) {
-  return expert_weights_of(c.block);
+  return expert_weights_of(c.block, c.ep);
 }
 
-ExpertWeights expert_weights_of(const std::vector<CapturedNode>& nodes) {
+ExpertWeights expert_weights_of(const std::vector<CapturedNode>& nodes, std::int64_t ep) {
   ExpertWeights w;
   // Consumers, to follow a parameter through views and gathers to a batched GEMM.
   std::vector<std::vector<std::uint32_t>> consumers(nodes.size());
@@ -164,7 +164,7 @@ ExpertWeights expert_weights_of(const std::vector<CapturedNode>& nodes) {
   for (std::uint32_t i = 0; i < nodes.size(); ++i) {
     const CapturedNode& d = nodes[i];
     if (d.kind != "placeholder" || d.param.empty() || d.shapes.empty() || d.shapes[0].size() != 3 ||
-        d.shapes[0][0] < 2 || !reaches_batched_gemm(i))
+        d.shapes[0][0] * ep < 2 || !reaches_batched_gemm(i))
       continue;
     if (w.experts != 0 && w.experts != d.shapes[0][0]) continue;  // not the same experts
     w.experts = d.shapes[0][0];
@@ -176,6 +176,7 @@ ExpertWeights expert_weights_of(const std::vector<CapturedNode>& nodes) {
   // routing (DeepSeek-V3's n_group / topk_group) first takes top-k's of each group's scores
   // ([T, g, E/g]) and then the best groups ([T, g]); those set the group keys, not the top-k.
   std::int64_t first = 0;
+  const std::int64_t all = w.experts * ep;
   for (const CapturedNode& d : nodes) {
     if (d.kind != "call_function" || base_op(d.op) != "topk" || d.shapes.empty() ||
         d.shapes[0].empty() || d.inputs.empty() || nodes[d.inputs[0]].shapes.empty())
@@ -184,10 +185,9 @@ ExpertWeights expert_weights_of(const std::vector<CapturedNode>& nodes) {
     const std::int64_t k = d.shapes[0].back();
     if (first == 0) first = k;
     if (in.empty()) continue;
-    if (in.back() == w.experts && w.topk == 0) {
+    if (in.back() == all && w.topk == 0) {
       w.topk = k;
-    } else if (in.size() >= 2 && in[in.size() - 2] > 1 &&
-               in[in.size() - 2] * in.back() == w.experts) {
+    } else if (in.size() >= 2 && in[in.size() - 2] > 1 && in[in.size() - 2] * in.back() == all) {
       w.groups = in[in.size() - 2];
     } else if (w.groups > 0 && in.back() == w.groups) {
       w.group_topk = k;
@@ -632,6 +632,8 @@ AtenClass aten_class(const std::string& op) {
   if (op.rfind("_c10d_functional.", 0) == 0)
     return op.rfind("_c10d_functional.wait_tensor", 0) == 0 ? AtenClass::View
                                                             : AtenClass::Collective;
+  // transformers' AllToAllEP exchanges its token counts with an in-place c10d all-to-all.
+  if (op.rfind("c10d.alltoall_base_", 0) == 0) return AtenClass::Collective;
   static const std::set<std::string> gemm = {"mm",         "addmm",  "bmm",        "baddbmm",
                                              "_scaled_mm", "matmul", "_grouped_mm"};
   static const std::set<std::string> attention = {

@@ -45,6 +45,9 @@ struct Capture {
   std::string parallelized;
   std::string plan_source;  ///< what parallelized it (the config's plan, the user's function)
   std::int64_t tp = 1, world = 1;
+  /// Expert parallelism PyTorch's plan applied (transformers' apply_expert_parallelism): the
+  /// block's experts are this rank's E/ep and its all-to-alls are in the graph.
+  std::int64_t ep = 1;
   bool sp = false;
   std::map<std::string, std::string> shapes;  ///< key → YAML scalar
   double block_parameters = 0;
@@ -149,8 +152,10 @@ struct ExpertWeights {
   std::int64_t groups = 0, group_topk = 0;  ///< group-limited routing (0: none)
   double weights_per_expert = 0;            ///< Σ out·in over the 3-D weights (biases excluded)
 };
+/// `experts` is the block's own count: this rank's E/ep in a capture PyTorch parallelized with
+/// EP `ep` (Capture::ep), whose router still scores all E·ep.
 ExpertWeights capture_expert_weights(const Capture& c);
-ExpertWeights expert_weights_of(const std::vector<CapturedNode>& nodes);
+ExpertWeights expert_weights_of(const std::vector<CapturedNode>& nodes, std::int64_t ep = 1);
 /// The captured block's parameters (each tensor once), elements.
 double capture_block_parameters(const Capture& c);
 /// Whether the captured block's attention is a fused kernel (PyTorch 2.x's
@@ -249,6 +254,8 @@ struct LowerOptions {
   /// A DTensor-parallelized capture's TP degree: the group its collectives must run over (it is
   /// lowered at tp 1: its shapes are already this rank's).
   std::int64_t parallel_tp = 0;
+  /// And its EP degree: the group its all-to-alls run over.
+  std::int64_t parallel_ep = 0;
   /// fp8 under FSDP with torchao's float8 all-gather (enable_fsdp_float8_all_gather, with
   /// precompute_float8_dynamic_scale_for_fsdp): a weight is cast on its FSDP shard (1/fsdp_shard
   /// of it) before a 1-byte all-gather, in the forward and again for the backward's re-gather;

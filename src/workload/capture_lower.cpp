@@ -89,7 +89,9 @@ Lowering::Lowering(const std::vector<CapturedNode>& graph, const TpPlan& tp_plan
   // not functionalise). Such writes are found by the tensor behind the views.
   std::map<std::uint32_t, std::vector<std::uint32_t>> writers;  // tensor → in-place ops on it
   for (std::uint32_t i = 0; i < n; ++i) {
-    const std::string b = base_op(nodes[i].op);
+    // (c10d's own ops, `c10d.alltoall_base_.default`, write their first input too.)
+    const std::string& op = nodes[i].op;
+    const std::string b = op.rfind("c10d.", 0) == 0 ? base_op(op.substr(5)) : base_op(op);
     if (nodes[i].kind == "call_function" && b.size() > 1 && b.back() == '_' && b[0] != '_' &&
         !nodes[i].inputs.empty())
       writers[root(nodes[i].inputs.front())].push_back(i);

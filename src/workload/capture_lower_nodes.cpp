@@ -106,16 +106,40 @@ void Lowering::lower_node(std::size_t i) {
     // names, as it is: nccl-tests' size S is the gathered output of an all-gather and the input
     // of a reduce-scatter or an all-reduce (the capture's shapes are this rank's).
     const std::string name = d.op.substr(d.op.find('.') + 1, d.op.rfind('.') - d.op.find('.') - 1);
-    if (d.inputs.empty() || d.shapes.empty())
+    const bool counts = d.op.rfind("c10d.alltoall_base_", 0) == 0;
+    if (d.inputs.empty() || (d.shapes.empty() && !counts) || (counts && d.inputs.size() < 2))
       throw_input("captured collective {} (node {}) has no input or output", d.op, i);
-    if (d.group_size != opt.parallel_tp)
+    const bool a2a = counts || name == "all_to_all_single";
+    if (a2a ? d.group_size != opt.parallel_ep : d.group_size != opt.parallel_tp)
       throw_input(
-          "captured collective {} (node {}) runs over a group of {} ranks; only the "
-          "tensor-parallel group ({} ranks) is lowered yet",
-          d.op, i, d.group_size, opt.parallel_tp);
+          "captured collective {} (node {}) runs over a group of {} ranks; the {} group has {} "
+          "(other groups are not lowered yet)",
+          d.op, i, d.group_size, a2a ? "expert-parallel" : "tensor-parallel",
+          a2a ? opt.parallel_ep : opt.parallel_tp);
+    if (d.group_size == 1) {  // a group of one rank (TP 1): nothing moves
+      st[i] = st[d.inputs[0]];
+      return;
+    }
     graph::OpKind kind = graph::OpKind::AllReduce;
     graph::OpName opname = graph::OpName::TpAllReduce;
     double bytes = tensor_bytes(nodes[d.inputs[0]]);
+    if (a2a) {
+      // EP's token exchange (transformers' AllToAllEP): nccl-tests' size is the send buffer.
+      // In each pass the dispatch and the combine alternate (backward: the combine's gradient
+      // first); the count exchange before a forward dispatch is read back by the host, which
+      // waits for it (`.tolist()` of the split sizes).
+      const std::size_t pass = fwd ? 0 : 1;
+      const bool first = counts || captured_a2a[pass] % 2 == 0;
+      if (!counts) ++captured_a2a[pass];
+      graph::Op exchange =
+          collective_op(graph::OpKind::AllToAll, graph::CommRole::Ep,
+                        first == fwd ? graph::OpName::EpDispatch : graph::OpName::EpCombine, phase,
+                        tensor_bytes(nodes[d.inputs[counts ? 1 : 0]]));
+      exchange.host_sync = counts ? 1 : 0;
+      pre[i].push_back({exchange, root(d.inputs[counts ? 1 : 0])});
+      st[i] = st[d.inputs[counts ? 1 : 0]];
+      return;
+    }
     if (name == "all_gather_into_tensor") {
       kind = graph::OpKind::AllGather;
       opname = graph::OpName::TpAllGather;

@@ -182,6 +182,7 @@ class Lowering {
   // fp8: casts before an fp8 all-gather
   std::vector<std::vector<graph::Op>> pre_casts = std::vector<std::vector<graph::Op>>(n);
   std::vector<std::uint32_t> ep_gemms;  // the local experts' GEMMs, in capture order
+  std::array<int, 2> captured_a2a{};    // PyTorch's EP all-to-alls so far, per pass
   /// Experts held as 3-D weights (expert_weights_of): their placeholders, and whether a GEMM
   /// reads one (through a gather) or makes one's gradient (a grouped GEMM's [E, k, n] output).
   std::set<std::uint32_t> expert3d_params;

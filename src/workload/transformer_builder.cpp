@@ -110,7 +110,13 @@ StageBuilder::StageBuilder(const ModelSpec& m, const ParallelPlan& p, const Trai
     if (!m.capture->parallelized.empty()) {
       // Parallelized by PyTorch itself (DTensor): this rank's shapes and PyTorch's own
       // collectives, lowered as they are (io/config checks TP and SP equal the capture's).
+      // Its experts too (EP in the graph): the lowering adds no all-to-all and no routing share.
       lo.parallel_tp = m.capture->tp;
+      lo.parallel_ep = m.capture->ep;
+      lo.ep = 1;
+      lo.expert_tokens.clear();
+      lo.all_to_all_scale = 1;
+      lo.experts_replicated = false;
       lowered_ = lower_block(*m.capture, TpPlan{}, 1, false, m.capture_compiled, lo);
     } else {
       check_tp_plan(*m.capture, m.capture_plan, p.tp(), m.capture_path);

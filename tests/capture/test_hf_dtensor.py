@@ -285,6 +285,96 @@ check(a2a == [2.0 * T * H * 2] * 4 and abs(times[0] / times[1] - 1) <= 0.03,
       f"Mixtral at EP 8: all-to-alls {a2a}; iteration {times[0]:.6f} s against the builder's "
       f"{times[1]:.6f} s ({times[0] / times[1]:.4f}x)")
 
+# The same MoE configs parallelized by PyTorch and transformers themselves (`--hf-config --ep`):
+# the config's base_model_tp_plan by DTensor and its base_model_ep_plan by transformers'
+# apply_expert_parallelism (EP groups of ep consecutive ranks, whole TP groups; AllToAllEP). The
+# fake run has no token counts, so the split sizes its dispatch reads back to the host are those
+# of balanced routing, k·T/ep rows to each EP rank. By hand from expert_parallel.py, per layer:
+# forward, the token counts exchanged in place (ep·E/ep int64 = 1 KiB, which the host waits for),
+# the dispatch and the combine all-to-alls of k·(T/t)·h bf16 (each TP rank sends its 1/t of the
+# TP group's shared tokens); backward, the combine's and the dispatch's gradients. At TP 2 with
+# its hidden states replicated (transformers' EP takes them so): forward o_proj's all-reduce and
+# the combine's all-gather of [T, h] (full_tensor), backward q_proj's, k_proj's and v_proj's
+# input-gradient all-reduces (DTensor reduces each Replicate input on its own; Megatron sums
+# them first), the q/k norms' [128] all-reduces, and the dispatch's Shard(0) chunk's gradients
+# all-gathered: [T, h] and the routing weights' [T, k].
+def hf_moe(name, cfg, tp, ep):
+    out = os.path.join(tmp, name + ".h5")
+    r = sh("capture", "--hf-config", os.path.join(repo, "inputs/hf", cfg), "--world", "64",
+           "--tp", str(tp), "--ep", str(ep), "--layers", "2", "--seq", "1024", "-o", out,
+           "--summary")
+    if r.returncode != 0:
+        check(False, f"{name}: capture ({r.stderr.strip()[-300:]})")
+        return None, r.stdout
+    nodes = json.loads(bytes(h5py.File(out)["block/nodes_json"][()]).decode())
+    got = collectives(nodes)
+    for i, n in enumerate(nodes):  # the in-place count exchange
+        if n["op"].startswith("c10d.alltoall_base_"):
+            t = nodes[n["inputs"][1]]
+            got.append(("fwd", "counts", int(np.prod(t["shapes"][0])) * 8, n["group_size"]))
+    return out, sorted(got)
+
+
+def run_time(cfg, name):
+    r = sh("run", cfg, "-o", os.path.join(tmp, name), "--quiet")
+    return json.load(open(os.path.join(tmp, name, "summary.json")))["iteration_time_s"] \
+        if r.returncode == 0 else float("nan")
+
+
+a2a = 8 * T * H * 2
+for label, tp, builder in (("EP 8", 1, qb), ("TP 2 · EP 8", 2, qb2)):
+    out, got = hf_moe("qm-dt" + str(tp), "qwen3-235b-a22b-config.json", tp, 8)
+    hand = sorted([("fwd", "counts", 128 * 8, 8)] +
+                  [(p, "all_to_all_single", a2a // tp, 8) for p in ("fwd", "bwd") for _ in "dc"] +
+                  [("bwd", "all_reduce", DH * 2, tp)] * 2 +
+                  ([("fwd", "all_reduce", T * H * 2, 2), ("fwd", "all_gather_into_tensor",
+                                                          T * H * 2, 2)] +
+                   [("bwd", "all_reduce", T * H * 2, 2)] * 3 +
+                   [("bwd", "all_gather_into_tensor", T * H * 2, 2),
+                    ("bwd", "all_gather_into_tensor", T * 8 * 2, 2)] if tp > 1 else []))
+    check(got == hand, f"Qwen3-MoE through DTensor + transformers' EP at {label}: collectives "
+          f"by hand\n       got  {got}\n       hand {hand}")
+    if out is None:
+        continue
+    parallel = ("{tp: 1, pp: 1, dp: 64, expert_model_parallel_size: 8}" if tp == 1 else
+                "{tp: 2, pp: 1, dp: 32, expert_model_parallel_size: 8, "
+                "expert_tensor_parallel_size: 1}")
+    cfg = yaml(os.path.join(tmp, f"qm-dt{tp}.yaml"), f"{{source: {out}}}", parallel, 64, 64)
+    t, err = template(cfg, f"gqmdt{tp}")
+    l0 = (t["layer"] == 0) & (t["microbatch"] == 0) if t else None
+    moved = sorted(t["comm_bytes"][l0 & (t["kind"] == 11)].tolist()) if t else err
+    gemm = t["flops"][l0 & (t["kind"] == 0)].sum() if t else 0
+    # Attention's projections split over TP, the router whole on every TP rank (replicated
+    # hidden states), the experts on this TP rank's k·T/t token copies.
+    by_hand = 3 * T * 2 * ((H * (Hq + 2 * Kq) + Hq * H) / tp + H * Eq + 8 * 3 * H * Fq / tp)
+    times = [run_time(cfg, f"qm-dt{tp}-run"), run_time(builder, f"qm-dt{tp}-brun")]
+    check(moved == [128.0 * 8] + [a2a / tp] * 4 and gemm == by_hand and
+          abs(times[0] / times[1] - 1) <= 0.03,
+          f"Qwen3-MoE DTensor at {label} replayed: all-to-alls {moved}, GEMM FLOPs {gemm:.6g} == "
+          f"{by_hand:.6g}; iteration {times[0]:.6f} s against the builder's {times[1]:.6f} s "
+          f"({times[0] / times[1]:.4f}x{', the builder with SP as Megatron needs' if tp > 1 else ''})")
+    if tp == 1:
+        r = sh("run", cfg, "--set", "parallel.expert_model_parallel_size=4", "-o",
+               os.path.join(tmp, "x"))
+        check(r.returncode != 0 and r.stderr.count("\n") == 1 and "parallelized with EP 8" in
+              r.stderr, f"EP 4 on an EP 8 capture refused ({r.stderr.strip()!r})")
+out, got = hf_moe("mx-dt", "mixtral-8x7b-config.json", 1, 8)
+hand = sorted([("fwd", "counts", 8 * 8, 8)] +
+              [(p, "all_to_all_single", 2 * T * H * 2, 8) for p in ("fwd", "bwd") for _ in "dc"])
+mcfg = yaml(os.path.join(tmp, "mx-dt.yaml"), f"{{source: {out}}}", EP8, 64, 64) if out else None
+times = [run_time(mcfg, "mx-dt-run"), run_time(mb, "mx-dt-brun")] if out else [1.0, 0.0]
+check(got == hand and abs(times[0] / times[1] - 1) <= 0.03,
+      f"Mixtral through DTensor + transformers' EP at EP 8: collectives {got} by hand; iteration "
+      f"{times[0]:.6f} s against the builder's {times[1]:.6f} s ({times[0] / times[1]:.4f}x)")
+for args, words in ((["--hf-config", config, "--tp", "1", "--ep", "8"], "has no experts"),
+                    (["--hf-config", os.path.join(repo, "inputs/hf/qwen3-235b-a22b-config.json"),
+                      "--tp", "2", "--ep", "3"], "must be a multiple of --tp 2")):
+    r = sh("capture", *args, "--world", "64", "--layers", "1", "--seq", "1024", "-o",
+           os.path.join(tmp, "ep-bad.h5"))
+    check(r.returncode == 2 and r.stderr.count("\n") == 1 and words in r.stderr and
+          not os.path.exists(os.path.join(tmp, "ep-bad.h5")), f"{args[-3:]} refused "
+          f"({r.stderr.strip()!r})")
+
 # DeepSeek-V3 (inputs/hf/deepseek-v3-config.json: multi-latent attention, 256 experts top-8 in
 # 4 of 8 groups, a shared expert, h 7168), both layers MoE, at EP 8 on 8 GPUs. By hand, per
 # layer: the weights GEMMs read, q_a 7168·1536, q_b 1536·128·192, kv_a 7168·576, kv_b
