@@ -125,18 +125,37 @@ workload::Capture read_capture_h5(const std::string& path) {
     }
     if (!j.is_object()) throw_input("{}: /meta shapes_json: expected a mapping", path);
     // The model keys a DTensor capture's config gives (io/config reads them as these types).
-    static const std::set<std::string> counts = {
-        "hidden_size",     "num_attention_heads", "num_query_groups",   "kv_channels",
-        "ffn_hidden_size", "num_layers",          "vocab_size",         "seq_length",
-        "num_experts",     "moe_router_topk",     "moe_ffn_hidden_size"};
+    static const std::set<std::string> counts = {"hidden_size",
+                                                 "num_attention_heads",
+                                                 "num_query_groups",
+                                                 "kv_channels",
+                                                 "ffn_hidden_size",
+                                                 "num_layers",
+                                                 "vocab_size",
+                                                 "seq_length",
+                                                 "num_experts",
+                                                 "moe_router_topk",
+                                                 "moe_ffn_hidden_size",
+                                                 "moe_shared_expert_intermediate_size",
+                                                 "moe_router_num_groups",
+                                                 "moe_router_group_topk",
+                                                 "kv_lora_rank",
+                                                 "qk_head_dim",
+                                                 "qk_pos_emb_head_dim",
+                                                 "v_head_dim"};
     static const std::set<std::string> flags = {"gated_linear_unit", "add_bias_linear",
-                                                "untie_embeddings"};
+                                                "untie_embeddings", "multi_latent_attention"};
     for (const auto& [key, value] : j.items()) {
       if (counts.count(key)) {
         if (!value.is_number_integer() || value.get<std::int64_t>() < 1 ||
             value.get<std::int64_t>() > kMaxDim)
           throw_input("{}: /meta shapes_json: '{}' is {}, not an integer in [1, 2^40]", path, key,
                       value.dump());
+      } else if (key == "q_lora_rank") {  // 0: queries straight from the hidden states
+        if (!value.is_number_integer() || value.get<std::int64_t>() < 0 ||
+            value.get<std::int64_t>() > kMaxDim)
+          throw_input("{}: /meta shapes_json: 'q_lora_rank' is {}, not an integer in [0, 2^40]",
+                      path, value.dump());
       } else if (flags.count(key)) {
         if (!value.is_boolean())
           throw_input("{}: /meta shapes_json: '{}' is {}, not true or false", path, key,

@@ -275,6 +275,15 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
       shapes.experts = num("num_experts");
       shapes.topk = num("moe_router_topk");
       shapes.expert_ffn = num("moe_ffn_hidden_size");
+      shapes.shared_ffn = num("moe_shared_expert_intermediate_size");
+      shapes.router_groups = num("moe_router_num_groups");
+      shapes.router_group_topk = num("moe_router_group_topk");
+      shapes.mla = flag("multi_latent_attention");
+      shapes.q_lora_rank = num("q_lora_rank");
+      shapes.kv_lora_rank = num("kv_lora_rank");
+      shapes.qk_head_dim = num("qk_head_dim");
+      shapes.qk_pos_emb_head_dim = num("qk_pos_emb_head_dim");
+      shapes.v_head_dim = num("v_head_dim");
       shapes.gated = flag("gated_linear_unit");
       shapes.bias = flag("add_bias_linear");
       if (const auto it = capture->shapes.find("position_embedding_type");

@@ -70,6 +70,26 @@ def replicated_with_grad_allreduce():
     return Style()
 
 
+def mla_kv_a_proj(rope_dim):
+    """Hugging Face's `mla_kv_a_proj` (MlaKvAProjParallel, DeepSeek's kv_a_proj_with_mqa): the
+    projection stays whole on every TP rank; the rotary key it produces bypasses the column-wise
+    kv_b_proj, so its gradient (partial: each rank's heads) is all-reduced over TP."""
+    from torch.distributed.tensor.parallel import ParallelStyle
+
+    class Style(ParallelStyle):
+        def _apply(self, module, device_mesh):
+            group = device_mesh.get_group()
+            forward = module.forward
+
+            def wrapped(*args, **kwargs):
+                out = forward(*args, **kwargs)
+                kv, rope = out.split([out.shape[-1] - rope_dim, rope_dim], dim=-1)
+                return torch.cat([kv, _GradAllReduce.apply(rope, group)], dim=-1)
+            module.forward = wrapped
+            return module
+    return Style()
+
+
 def tp_styles(config, tp, sp, layer):
     """The config's base_model_tp_plan as parallelize_module styles for one decoder layer (keys
     relative to the layer), with torchtitan's sequence-parallel additions when `sp`. Keys naming
@@ -95,6 +115,8 @@ def tp_styles(config, tp, sp, layer):
             plan[rel] = RowwiseParallel(output_layouts=Shard(1)) if sp else RowwiseParallel()
         elif style == "replicated_with_grad_allreduce":
             plan[rel] = replicated_with_grad_allreduce()
+        elif style == "mla_kv_a_proj":
+            plan[rel] = mla_kv_a_proj(config.qk_rope_head_dim)
         else:
             raise CaptureError(f"{config.model_type}: base_model_tp_plan style '{style}' of "
                                f"{key} is not read yet (colwise and rowwise are)")
@@ -118,14 +140,6 @@ def hf_model(config_path, layers, mode):
     config.use_cache = False
     experts = getattr(config, "num_local_experts", None) or getattr(config, "num_experts", None)
     if experts:
-        if getattr(config, "kv_lora_rank", None) or getattr(config, "n_shared_experts", None):
-            raise CaptureError(f"{where}: {config.model_type} (multi-latent attention or shared "
-                               "experts) is not captured through DTensor yet (the single-device "
-                               "capture, --factory, with scalescope's EP reads it)")
-        if getattr(config, "mlp_only_layers", None) or \
-                getattr(config, "decoder_sparse_step", 1) != 1:
-            raise CaptureError(f"{where}: dense and MoE layers mixed (mlp_only_layers / "
-                               "decoder_sparse_step): one block class is captured")
         # transformers' experts "implementation" for training: torch._grouped_mm over the tokens
         # sorted by expert (its default eager loop branches on the routing).
         config._experts_implementation = "grouped_mm"
@@ -145,6 +159,22 @@ def hf_model(config_path, layers, mode):
         shapes.update({"num_experts": experts, "moe_router_topk": config.num_experts_per_tok,
                        "moe_ffn_hidden_size": getattr(config, "moe_intermediate_size", None) or
                        config.intermediate_size})
+        if getattr(config, "n_shared_experts", None):
+            shapes["moe_shared_expert_intermediate_size"] = \
+                config.n_shared_experts * config.moe_intermediate_size
+        if (getattr(config, "n_group", None) or 1) > 1:  # group-limited routing (DeepSeek-V3)
+            shapes.update({"moe_router_num_groups": config.n_group,
+                           "moe_router_group_topk": config.topk_group})
+    if getattr(config, "kv_lora_rank", None):
+        # Multi-latent attention (DeepSeek-V2/V3), in Megatron's keys: qk_head_dim is the
+        # non-rotary part of a query / key head.
+        shapes.pop("kv_channels")
+        shapes.update({"multi_latent_attention": True, "num_query_groups": heads,
+                       "q_lora_rank": config.q_lora_rank or 0,
+                       "kv_lora_rank": config.kv_lora_rank,
+                       "qk_head_dim": config.qk_nope_head_dim,
+                       "qk_pos_emb_head_dim": config.qk_rope_head_dim,
+                       "v_head_dim": config.v_head_dim})
     default = torch.get_default_dtype()
     torch.set_default_dtype(torch.bfloat16)  # Module.to swaps fake tensors and fails on 2.x
     try:
@@ -304,6 +334,12 @@ def capture_hf(config_path, world, tp, sp, layers, seq, batch, parallelize="", f
     model.train()
     blocks_path, blocks = cap.find_blocks(model, "", where)
     layer = blocks["0"] if isinstance(blocks, torch.nn.ModuleDict) else blocks[0]
+    kinds = [type(getattr(b, "mlp", None)).__name__ for b in
+             (blocks.values() if isinstance(blocks, torch.nn.ModuleDict) else blocks)]
+    if len(set(kinds)) > 1:
+        raise CaptureError(f"{where}: its decoder layers differ ({', '.join(sorted(set(kinds)))}"
+                           ": dense and MoE layers, e.g. first_k_dense_replace / mlp_only_layers);"
+                           " one block class is captured: make them alike in the config")
     block_parameters = sum(p.numel() for p in layer.parameters())
     if parallelize:
         # The user's own parallelization, as their training script runs it: FUNCTION(model,
