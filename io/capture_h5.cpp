@@ -64,6 +64,11 @@ std::vector<workload::CapturedNode> read_nodes(const h5::Group& g, const std::st
       d.mask = n.value("mask", std::string());
       d.causal = n.value("causal", false);
       d.group_size = n.value("group_size", std::int64_t{0});
+      d.kernel = n.value("kernel", workload::CapturedNode::kKernelUnread);
+      if (n.contains("kernel") &&
+          (d.kernel < workload::CapturedNode::kNoKernel || d.kernel > (std::int64_t{1} << 31)))
+        throw_input("{}: {}/nodes_json: node {} ('{}'): kernel {} is outside [-1, 2^31]", path,
+                    g.path(), out.size(), d.name, d.kernel);
       if (d.group_size < 0 || d.group_size > (std::int64_t{1} << 24))
         throw_input("{}: {}/nodes_json: node {} ('{}'): group_size {} is outside [0, 2^24]", path,
                     g.path(), out.size(), d.name, d.group_size);
@@ -99,6 +104,27 @@ workload::Capture read_capture_h5(const std::string& path) {
   c.blocks_attr = meta.string_attribute("blocks_attr");
   if (meta.has_attribute("blocks_differ")) c.blocks_differ = meta.string_attribute("blocks_differ");
   if (meta.has_attribute("loss")) c.loss = meta.string_attribute("loss");
+  if (meta.has_attribute("fusion_json")) {
+    // {"block": {"source": "inductor", "kernels": [f, b]} or {"source": "re-derived", "why":
+    // ...}, "outer": ...} (capture.py's inductor_kernels).
+    nlohmann::json f;
+    try {
+      f = nlohmann::json::parse(meta.string_attribute("fusion_json"));
+    } catch (const nlohmann::json::exception& e) {
+      throw_input("{}: /meta fusion_json: malformed JSON: {}", path, e.what());
+    }
+    const auto said = [&](const char* graph) -> std::string {
+      if (!f.is_object() || !f.contains(graph)) return "";
+      const auto& g = f.at(graph);
+      const std::string source = g.is_object() ? g.value("source", std::string()) : "";
+      if (source == "inductor") return "inductor";
+      if (source == "re-derived") return "re-derived: " + g.value("why", std::string());
+      throw_input("{}: /meta fusion_json: {}.source '{}' is not inductor or re-derived", path,
+                  graph, source);
+    };
+    c.block_fusion = said("block");
+    c.outer_fusion = said("outer");
+  }
   if (meta.has_attribute("parallelized")) {
     c.parallelized = meta.string_attribute("parallelized");
     if (c.parallelized != "dtensor")
@@ -282,6 +308,9 @@ std::string format_capture_summary(const workload::Capture& c, const workload::T
       classes[workload::AtenClass::MemoryBound], classes[workload::AtenClass::View],
       classes[workload::AtenClass::Unknown], block_flops);
   out += workload::describe_causal_attention(c, workload::CausalMask::Auto) + "\n";
+  out += fmt::format("compiled kernels (model.compile: inductor): block {}, outer graph {}\n",
+                     workload::describe_fusion(c.block_fusion),
+                     workload::describe_fusion(c.outer_fusion));
   if (!c.parallelized.empty()) {
     out += fmt::format("tensor parallelism: PyTorch's DTensor at TP {}{}{} in a world of {} ({})\n",
                        c.tp, c.sp ? " with SP" : "",

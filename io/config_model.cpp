@@ -556,6 +556,10 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
       m.capture_compiled = c != "eager";
       m.capture_outer_compiled = c == "inductor";
     }
+    if (m.capture_compiled && capture->block_fusion.rfind("re-derived", 0) == 0)
+      m.capture_note += fmt::format("{}the compiled block's kernels are {}",
+                                    m.capture_note.empty() ? "" : "; note: ",
+                                    workload::describe_fusion(capture->block_fusion));
     if (const Value* outer = get(inline_keys, "outer"))
       m.capture_outer =
           detail::read_choice(*outer, "model.outer", {"captured", "builder"}) == "captured";

@@ -815,6 +815,7 @@ def capture(model_spec, args_path, batch, seq, dtype, blocks_path, factory=None,
                            rest_masks)
     block_nodes = test_truncation(block_nodes)
     check_trace(where, "block", block_nodes, pnames, expected)
+    fusion = {"block": inductor_kernels(g_block, block_nodes, mode)}
 
     # Outer: the model with a marker in place of its blocks, through the loss.
     tracker.remove()
@@ -843,18 +844,41 @@ def capture(model_spec, args_path, batch, seq, dtype, blocks_path, factory=None,
     outer_nodes = describe(g_outer, onames, 1, [n for n, _ in outer_buffers], len(opvals),
                            [masks.kind(t) for _, t in outer_buffers], masks)
     check_trace(where, "outer", outer_nodes, onames, expected)
+    fusion["outer"] = inductor_kernels(g_outer, outer_nodes, mode)
     tracker.remove()
     set_submodule(model, blocks_path, block_list(container(), [block] * num_blocks))
     meta = {"format_version": FORMAT_VERSION, "model": factory or model_spec, "class": cls_name,
             "args": json.dumps(kwargs), "torch_version": torch.__version__, "batch": batch,
             "seq": seq, "dtype": dtype, "blocks_attr": blocks_path, "num_blocks": num_blocks,
-            "vocab_size": vocab, "loss": loss_from, "capture_seconds": time.time() - t0}
+            "vocab_size": vocab, "loss": loss_from, "capture_seconds": time.time() - t0,
+            "fusion_json": json.dumps(fusion)}
     if blocks_differ:
         meta["blocks_differ"] = blocks_differ
     plan = file_tp_plan()
     if plan:
         meta["tp_plan"] = json.dumps(plan)
     return meta, block_nodes, outer_nodes
+
+
+def inductor_kernels(gm, nodes, mode):
+    """Inductor's own fusion decisions for the joint graph gm (scripts/capture/
+    inductor_fusion.py), written into its described nodes as "kernel" (a kernel number, or -1
+    for an op Inductor emits no kernel for); what happened, for capture.h5's meta: {"source":
+    "inductor", "kernels": [forward, backward]} or {"source": "re-derived", "why": ...} where
+    Inductor could not be read (PyTorch 1.13 has no Inductor; the lowering re-derives)."""
+    if not hasattr(torch, "compile"):
+        return {"source": "re-derived", "why": f"PyTorch {torch.__version__} has no Inductor"}
+    try:
+        import inductor_fusion
+        kernel, counts = inductor_fusion.kernels(gm, mode)
+    except Exception as e:  # noqa: BLE001  (said in the capture and the run, never silent)
+        why = f"{type(e).__name__}: {one_line(e)}"
+        return {"source": "re-derived", "why": "Inductor: " + (why if len(why) <= 160 else
+                                                                why[:157] + "...")}
+    for d, n in zip(nodes, gm.graph.nodes):
+        if n.name in kernel:
+            d["kernel"] = kernel[n.name]
+    return {"source": "inductor", "kernels": counts}
 
 
 def write(path, meta, block_nodes, outer_nodes):

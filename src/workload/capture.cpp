@@ -94,6 +94,15 @@ const char* causal_mask_name(CausalMask m) {
   return m == CausalMask::Auto ? "auto" : m == CausalMask::Assume ? "assume" : "materialized";
 }
 
+std::string describe_fusion(const std::string& source) {
+  if (source == "inductor") return "Inductor's own fusion (read from its scheduler)";
+  constexpr std::string_view rederived = "re-derived: ";
+  if (source.rfind(rederived, 0) == 0)
+    return fmt::format("re-derived by the lowering's rules ({})", source.substr(rederived.size()));
+  return "re-derived by the lowering's rules (the capture does not say: made before Inductor "
+         "was read)";
+}
+
 bool costed_causal(CausalMask m, bool is_causal, bool tril_mask) {
   return m == CausalMask::Assume || is_causal || (m == CausalMask::Auto && tril_mask);
 }

@@ -26,6 +26,11 @@ struct CapturedNode {
   std::string buffer;           ///< placeholders: the buffer's name (a causal mask), if it is one
   std::string mask;             ///< buffers: "tril" / "triu" when made by that op (a causal mask)
   std::int64_t group_size = 0;  ///< `_c10d_functional` collectives: the ranks of their group
+  /// Inductor's own fusion (scripts/capture/inductor_fusion.py): the number of the generated
+  /// kernel this op is in (ops of one number are one kernel), kNoKernel for an op Inductor makes
+  /// no kernel of (its producers write it in place), kKernelUnread where it was not read.
+  std::int64_t kernel = -2;
+  static constexpr std::int64_t kNoKernel = -1, kKernelUnread = -2;
 };
 
 struct Capture {
@@ -58,6 +63,10 @@ struct Capture {
   bool fsdp_reshard = true;
   double fsdp_all_gather_bytes = 0, fsdp_reduce_scatter_bytes = 0;
   std::vector<CapturedNode> block, outer;
+  /// Where the compiled kernels' fusion comes from, per graph: "inductor" (read from Inductor's
+  /// scheduler, CapturedNode::kernel) or "re-derived: WHY" (the lowering's rules, §2); empty for
+  /// a capture that does not say (older captures: re-derived).
+  std::string block_fusion, outer_fusion;
   /// The plan the model file declares (module pattern → parallelize_module style name, as
   /// written); empty: none.
   std::vector<std::pair<std::string, std::string>> file_tp_plan;
@@ -129,6 +138,9 @@ struct CaptureShapes {
   std::optional<bool> gated, bias, learned_positions;
 };
 CaptureShapes capture_shapes(const Capture& c);
+/// Capture::block_fusion / outer_fusion for the output: "Inductor's own fusion (read from its
+/// scheduler)" or "re-derived by the lowering's rules (WHY)".
+std::string describe_fusion(const std::string& source);
 /// The plan as lines "pattern  style" for the output.
 std::string describe_tp_plan(const TpPlan& plan);
 /// The linear layers of the captured block's forward (module path, in graph order) with the

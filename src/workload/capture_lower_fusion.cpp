@@ -3,6 +3,7 @@
 // ops into kernels; its partitioner decides what the backward keeps or recomputes; the kernels
 // are emitted in topological order, those feeding a TP collective first.
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -287,6 +288,8 @@ void Lowering::fuse_pointwise() {
     fusible[i] = pointwise(i) && !in_attention[i] && !st[i].remote &&
                  base_op(nodes[i].op) != "embedding" &&
                  base_op(nodes[i].op) != "embedding_dense_backward";
+  for (std::uint32_t i = 0; i < n; ++i)
+    if (nodes[i].kernel != CapturedNode::kKernelUnread) return fuse_as_inductor();
   for (std::uint32_t i = 0; i < n; ++i) {
     if (!fusible[i]) continue;
     for (std::uint32_t j : nodes[i].inputs) {
@@ -326,6 +329,44 @@ void Lowering::fuse_pointwise() {
           for (std::uint32_t c2 : consumers[m]) direct = direct || unit_of(c2) == ux;
         if (!direct) units.unite(ux, uy);
       }
+  }
+}
+
+bool Lowering::reads_reduced(std::uint32_t a, std::uint32_t b) {
+  for (std::uint32_t m : units.members[b])
+    for (std::uint32_t j : nodes[m].inputs)
+      if (st[root(j)].reduced && unit_of(root(j)) == a) return true;
+  return false;
+}
+
+void Lowering::fuse_as_inductor() {
+  // Inductor's own kernels (scripts/capture/inductor_fusion.py, read from its scheduler): the
+  // point-wise ops of one kernel number are one kernel, within one pass (and pipeline part; the
+  // capture's forward and backward were scheduled apart, as AOTAutograd's graphs are), split
+  // where the lowering puts a TP collective between two of them (Inductor scheduled the
+  // single-device graph) or where joining them would make a cycle. An op Inductor makes no
+  // kernel of (a concatenation written in place) joins a producer's kernel.
+  std::map<std::array<std::int64_t, 3>, std::uint32_t> first;  // (kernel, pass, part) → op
+  for (std::uint32_t i = 0; i < n; ++i) {
+    if (!fusible[i]) continue;
+    const std::int64_t k = nodes[i].kernel;
+    std::vector<std::uint32_t> with;
+    if (k == CapturedNode::kNoKernel) {
+      for (std::uint32_t j : nodes[i].inputs)
+        if (fusible[root(j)] && forward[root(j)] == forward[i]) with.push_back(root(j));
+    } else if (k >= 0) {
+      const auto [it, fresh] = first.try_emplace(
+          {k, forward[i] ? 1 : 0, part.empty() ? 0 : static_cast<std::int64_t>(part[i])}, i);
+      if (!fresh) with.push_back(it->second);
+    }
+    for (std::uint32_t p : with) {
+      if (!part.empty() && part[p] != part[i]) continue;
+      const std::uint32_t a = unit_of(p), b = unit_of(i);
+      if (a == b || reads_reduced(a, b) || reads_reduced(b, a) || indirect(a, b) || indirect(b, a))
+        continue;
+      units.unite(a, b);
+      break;
+    }
   }
 }
 

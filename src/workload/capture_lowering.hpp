@@ -134,6 +134,8 @@ class Lowering {
   bool indirect(std::uint32_t a, std::uint32_t b);
   double out_numel(std::uint32_t i) const;
   void fuse_pointwise();
+  void fuse_as_inductor();  // the kernels Inductor's scheduler made (CapturedNode::kernel)
+  bool reads_reduced(std::uint32_t a, std::uint32_t b);  // unit b reads a's TP-reduced output
   bool backward_readers_fusible(std::uint32_t x) const;
   void partition();
   void unit_ops();

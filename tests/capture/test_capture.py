@@ -16,6 +16,7 @@ except ImportError as e:
     print(f"SKIP: {e} (scripts/setup.sh installs python3-torch and python3-h5py)")
     sys.exit(77)
 
+torch_major = int(torch.__version__.split(".")[0])
 repo = sys.argv[1]
 capture = os.path.join(repo, "scripts/capture/capture.py")
 tmp = tempfile.mkdtemp()
@@ -76,6 +77,23 @@ for op in ("embedding", "nll_loss_forward", "nll_loss_backward", "embedding_dens
     check(op in ops, f"llama outer graph lacks {op}: {sorted(ops)}")
 # The output layer: 2·T·h·V forward, ×3 with its backward.
 check(gemm_flops(g["outer"]) == 3 * 2 * T * h * 1000, f"outer GEMM FLOPs {gemm_flops(g['outer'])}")
+
+# Inductor's own fusion decisions (scripts/capture/inductor_fusion.py): with PyTorch 2.x, read
+# from Inductor's scheduler for both graphs, every point-wise op of the block in a numbered
+# kernel (its decomposition's ops are what Inductor fuses); with 1.13 (no Inductor) the capture
+# says the lowering re-derives them.
+fusion = json.loads(meta["fusion_json"])
+pointwise = [n for n in g["block"] if n["kind"] == "call_function" and
+             n["op"].split(".")[0] in ("add", "mul", "pow", "rsqrt", "mean", "silu", "neg", "cat")]
+if torch_major >= 2:
+    check(fusion["block"]["source"] == "inductor" and fusion["outer"]["source"] == "inductor" and
+          len(fusion["block"]["kernels"]) == 2 and min(fusion["block"]["kernels"]) > 0,
+          f"PyTorch 2: Inductor's fusion read for both graphs ({fusion})")
+    missing = [n["name"] for n in pointwise if "kernel" not in n]
+    check(pointwise and not missing, f"point-wise ops without Inductor's kernel: {missing}")
+else:
+    check(fusion["block"]["source"] == "re-derived" and "no Inductor" in fusion["block"]["why"],
+          f"PyTorch 1.13: fusion re-derived, and said ({fusion})")
 
 # GPT: biased linears are addmm; the MLP is 4h wide.
 meta, g = run("gpt3.py:GPT", {"vocab_size": 1000, "block_size": 128, "n_layer": 2, "n_head": 4,

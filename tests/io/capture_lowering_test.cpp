@@ -237,6 +237,51 @@ TEST(CaptureMemory, TemporariesLiveFromTheirWriterToTheirLastReader) {
   EXPECT_EQ(compiled.forward[1].mem_transient, static_cast<std::int64_t>(mk));
 }
 
+TEST(CaptureInductor, KernelsReadFromInductorReplaceTheRederivedFusion) {
+  // x [m, k] → s = x + x → u = −s → e = exp(u) → y = e · wᵀ. The lowering's rules fuse the three
+  // point-wise ops into one kernel (reads x once, writes e: 2·2·m·k bytes). When the capture says
+  // Inductor's scheduler put s and u in kernel 0 and e in kernel 1 (CapturedNode::kernel), the
+  // block has those two kernels: the first reads x and writes u (2·2·m·k bytes), the second
+  // reads u and writes e (2·2·m·k). A cat Inductor makes no kernel of (kernel −1) joins its
+  // producer's kernel.
+  const std::int64_t m = 1024, k = 512, n = 256;
+  const std::vector<std::string> bf16 = {"bfloat16"};
+  const auto block = [&](std::int64_t ks, std::int64_t ku, std::int64_t ke) {
+    workload::Capture c;
+    c.block.push_back({"x", "placeholder", "", {}, {{m, k}}, bf16, "", "", false, "", ""});
+    c.block.push_back(
+        {"w", "placeholder", "", {}, {{n, k}}, bf16, "lin", "lin.weight", false, "", ""});
+    c.block.push_back(
+        {"wt", "call_function", "t.default", {1}, {{k, n}}, bf16, "lin", "", false, "", ""});
+    c.block.push_back(
+        {"s", "call_function", "add.Tensor", {0, 0}, {{m, k}}, bf16, "", "", false, "", ""});
+    c.block.push_back(
+        {"u", "call_function", "neg.default", {3}, {{m, k}}, bf16, "", "", false, "", ""});
+    c.block.push_back(
+        {"e", "call_function", "exp.default", {4}, {{m, k}}, bf16, "", "", false, "", ""});
+    c.block.push_back(
+        {"y", "call_function", "mm.default", {5, 2}, {{m, n}}, bf16, "lin", "", false, "", ""});
+    c.block.push_back({"out", "output", "", {6}, {}, {}, "", "", false, "", ""});
+    c.block[3].kernel = ks;
+    c.block[4].kernel = ku;
+    c.block[5].kernel = ke;
+    return workload::lower_block(c, workload::llama_tp_plan(), 1, false, true);
+  };
+  const double mk = 2.0 * m * k;
+  const auto pointwise = [](const workload::LoweredBlock& b) {
+    std::vector<double> bytes;
+    for (const graph::Op& op : b.forward)
+      if (op.kind != graph::OpKind::Gemm) bytes.push_back(op.mem_bytes);
+    return bytes;
+  };
+  using K = workload::CapturedNode;
+  EXPECT_EQ(pointwise(block(K::kKernelUnread, K::kKernelUnread, K::kKernelUnread)),
+            (std::vector<double>{2 * mk}));
+  EXPECT_EQ(pointwise(block(0, 0, 1)), (std::vector<double>{2 * mk, 2 * mk}));
+  EXPECT_EQ(pointwise(block(0, 1, 2)), (std::vector<double>{2 * mk, 2 * mk, 2 * mk}));
+  EXPECT_EQ(pointwise(block(0, K::kNoKernel, 1)), (std::vector<double>{2 * mk, 2 * mk}));
+}
+
 TEST(CaptureMemory, EagerLossParallelHoldsTheDecompositionsIntermediates) {
   // The head and loss of an eager outer graph at TP 2: logits = h · wᵀ (colwise "output": this
   // rank's V/2 columns), their fp32 copy x, log_softmax, nll_loss; backward nll_loss_backward,
