@@ -308,9 +308,11 @@ std::string format_capture_summary(const workload::Capture& c, const workload::T
       classes[workload::AtenClass::MemoryBound], classes[workload::AtenClass::View],
       classes[workload::AtenClass::Unknown], block_flops);
   out += workload::describe_causal_attention(c, workload::CausalMask::Auto) + "\n";
-  out += fmt::format("compiled kernels (model.compile: inductor): block {}, outer graph {}\n",
-                     workload::describe_fusion(c.block_fusion),
-                     workload::describe_fusion(c.outer_fusion));
+  out +=
+      fmt::format("compiled kernels (model.compile: inductor): block {}{}\n",
+                  workload::describe_fusion(c.block_fusion),
+                  c.outer.empty() ? std::string()
+                                  : ", outer graph " + workload::describe_fusion(c.outer_fusion));
   if (!c.parallelized.empty()) {
     out += fmt::format("tensor parallelism: PyTorch's DTensor at TP {}{}{} in a world of {} ({})\n",
                        c.tp, c.sp ? " with SP" : "",

@@ -486,6 +486,7 @@ def capture_hf(config_path, world, tp, sp, layers, seq, batch, parallelize="", f
         def kind(t):
             return "causal" if causal and mask is not None and t is mask else ""
     nodes = cap.describe(gm, pnames, 2, masks=HfMasks())
+    fusion = {"block": cap.inductor_kernels(gm, nodes, mode)}
     for d in nodes:  # the tracker names modules from the layer: make them the model's paths
         if d["module"] is not None and not d["module"].startswith(prefix):
             d["module"] = prefix + d["module"] if d["module"] else prefix.rstrip(".")
@@ -513,6 +514,7 @@ def capture_hf(config_path, world, tp, sp, layers, seq, batch, parallelize="", f
             "vocab_size": shapes["vocab_size"], "loss": "builder",
             "capture_seconds": time.time() - t0, "parallelized": "dtensor", "tp": tp,
             "sp": int(sp), "world": world, "ep": ep, "shapes_json": json.dumps(shapes),
+            "fusion_json": json.dumps(fusion),
             "block_parameters": block_parameters,
             **({"fsdp_json": json.dumps(fsdp_meta)} if fsdp_meta else {}),
             "tp_plan_source": f"{parallelize} (the user's parallelize function)" if parallelize

@@ -36,6 +36,13 @@ class _OnCuda(fx.Interpreter):
     """Re-runs a captured graph with every device= argument on CUDA (the capture ran on CPU
     fake tensors; Inductor's Triton backend is chosen by the tensors' device)."""
 
+    def get_attr(self, target, args, kwargs):
+        value = super().get_attr(target, args, kwargs)
+        if isinstance(value, torch.Tensor) and value.device.type == "cpu" and value.dim() > 0:
+            return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype,
+                                       device="cuda")
+        return value
+
     def call_function(self, target, args, kwargs):
         if isinstance(kwargs.get("device"), torch.device) and kwargs["device"].type == "cpu":
             kwargs = dict(kwargs, device=torch.device("cuda"))

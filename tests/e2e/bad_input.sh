@@ -151,10 +151,13 @@ expect_error capture_negative_dim "negative-dim.capture.h5: /block/nodes_json: n
 expect_error graph_ignored_set "model.num_layers=4 (graph: 8) does not apply to a stored graph" run --graph "$tmp/graph.h5" --set model.num_layers=4
 sed 's/^  pp: 2/  pp: 4/; s/^  dp: 8/  dp: 4/' "$qs" >"$tmp/pp4.yaml"
 expect_error graph_ignored_file "pp4.yaml: parallel.data_parallel_size=4 (graph: 8), parallel.pipeline_model_parallel_size=4 (graph: 2) do not apply" run "$tmp/pp4.yaml" --graph "$tmp/graph.h5"
-"$bin" run --chakra "$repo/../shared/formats/chakra-fixtures/custom-ring-allreduce-8npus-1MB/custom_allreduce" --set run.p2p=eager --quiet -o "$tmp/chakra-run" >/dev/null 2>&1 || { echo "FAIL chakra run"; fail=1; }
+# A Chakra trace of our own (the quickstart's graph exported), so that no fixture is needed.
+mkdir -p "$tmp/et"
+"$bin" export-chakra "$tmp/graph.h5" "$tmp/et/qs" >/dev/null 2>&1 || { echo "FAIL chakra export"; fail=1; }
+"$bin" run --chakra "$tmp/et/qs" --quiet -o "$tmp/chakra-run" >/dev/null 2>&1 || { echo "FAIL chakra run"; fail=1; }
 /usr/bin/python3 -c 'import h5py, sys; t = h5py.File(sys.argv[1])["meta"].attrs["config_text"]; open(sys.argv[2], "w").write(t.decode() if isinstance(t, bytes) else t)' "$tmp/chakra-run/results.h5" "$tmp/chakra-recorded.yaml"
 expect_error chakra_recorded_config "chakra-recorded.yaml: the configuration of a Chakra trace replay" run "$tmp/chakra-recorded.yaml"
-expect_error chakra_ignored_set "--set model.num_layers=2 does not apply to a Chakra trace" run --chakra "$repo/../shared/formats/chakra-fixtures/custom-ring-allreduce-8npus-1MB/custom_allreduce" --set model.num_layers=2
+expect_error chakra_ignored_set "--set model.num_layers=2 does not apply to a Chakra trace" run --chakra "$tmp/et/qs" --set model.num_layers=2
 
 # The output directory is checked before the replay (it was found unwritable only after it),
 # and a dead process's staging directory beside it is removed.
