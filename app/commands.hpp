@@ -21,6 +21,22 @@ int run_command(const MpiWorld& mpi, const std::string& config_path, const std::
                 const std::vector<std::uint32_t>& sandbox, const std::string& replay_path,
                 const std::vector<std::string>& whatif_texts);
 
+/// `scalescope run CONFIG --sandbox-program 'PROGRAM ARGS' [--sandbox R]`
+/// (app/script_commands.cpp, after the replay): the user's own program runs as sandbox rank
+/// `rank` of the experiment's world through scripts/sandbox/run_program.py (its process groups
+/// scalescope's backend), and its recorded calls are set against rank `rank`'s ops in the
+/// experiment's graph: `out_dir`/sandbox-program.json. `timeout_s`: the program's wall-clock
+/// limit.
+/// The checks of sandbox_program_command that need no replay (the rank within the world), made
+/// before it so that a bad rank leaves no output.
+void check_sandbox_program(const std::string& config_path,
+                           const std::vector<std::string>& overrides,
+                           const std::string& megatron_args, std::uint32_t rank);
+int sandbox_program_command(const std::string& config_path,
+                            const std::vector<std::string>& overrides,
+                            const std::string& megatron_args, const std::string& out_dir,
+                            std::uint32_t rank, const std::string& program, double timeout_s);
+
 /// `scalescope run --chakra PREFIX` (app/chakra_commands.cpp).
 int run_chakra_command(const MpiWorld& mpi, const std::string& prefix,
                        const std::string& comm_groups, const std::string& expand,

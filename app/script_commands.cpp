@@ -10,8 +10,11 @@
 #include <string>
 
 #include "app/commands.hpp"
+#include "app/pipeline.hpp"
 #include "core/error.hpp"
 #include "io/capture_h5.hpp"
+#include "io/config.hpp"
+#include "io/graph_h5.hpp"
 #include "workload/capture.hpp"
 
 namespace scalescope::app {
@@ -37,7 +40,47 @@ fs::path checkout_script(const std::string& command, const fs::path& relative) {
   return script;
 }
 
+/// `s` as one single-quoted shell word.
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return q + "'";
+}
+
 }  // namespace
+
+void check_sandbox_program(const std::string& config_path,
+                           const std::vector<std::string>& overrides,
+                           const std::string& megatron_args, std::uint32_t rank) {
+  checkout_script("run --sandbox-program", fs::path("scripts") / "sandbox" / "run_program.py");
+  const io::ExperimentConfig c = io::load_experiment(config_path, overrides, megatron_args);
+  if (static_cast<std::int64_t>(rank) >= c.parallel.world())
+    throw_input("--sandbox {}: the experiment {} has {} ranks", rank, c.path, c.parallel.world());
+}
+
+int sandbox_program_command(const std::string& config_path,
+                            const std::vector<std::string>& overrides,
+                            const std::string& megatron_args, const std::string& out_dir,
+                            std::uint32_t rank, const std::string& program, double timeout_s) {
+  const fs::path runner =
+      checkout_script("run --sandbox-program", fs::path("scripts") / "sandbox" / "run_program.py");
+  const fs::path python =
+      checkout_script("run --sandbox-program", fs::path("scripts") / "capture" / "python");
+  io::ExperimentConfig c = io::load_experiment(config_path, overrides, megatron_args);
+  const fs::path out = out_dir.empty() ? fs::path(c.run.output) : fs::path(out_dir);
+  const std::int64_t world = c.parallel.world();
+  // Rank `rank`'s ops in the experiment's graph, for the comparison.
+  const fs::path graph = out / "sandbox-graph.h5";
+  io::write_graph_h5(build(c), graph.string());
+  const std::string cmd = fmt::format(
+      "{} {} --world {} --rank {} --gpus-per-node {} --timeout {} --graph {} --summary {} -o {} "
+      "-- {}",
+      shell_quote(python.string()), shell_quote(runner.string()), world, rank,
+      c.cluster.gpus_per_node, timeout_s, shell_quote(graph.string()),
+      shell_quote((out / "summary.json").string()),
+      shell_quote((out / "sandbox-program.json").string()), shell_quote(program));
+  return shell(cmd);
+}
 
 int capture_command(const CaptureOptions& o) {
   const fs::path script =

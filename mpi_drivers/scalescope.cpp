@@ -81,6 +81,16 @@ int main(int argc, char** argv) {
   run->add_option("--sandbox", sandbox_list,
                   "Hybrid run: these ranks (comma-separated) execute their kernels for real "
                   "(run.sandbox_ranks)");
+  std::string sandbox_program;
+  double sandbox_timeout = 600;
+  run->add_option("--sandbox-program", sandbox_program,
+                  "Hybrid run with the user's own program: after the replay, 'PROGRAM ARGS' runs "
+                  "as sandbox rank --sandbox (default 0) of the experiment's world, its "
+                  "torch.distributed groups scalescope's backend; its calls against the graph's "
+                  "in OUT/sandbox-program.json");
+  run->add_option("--sandbox-timeout", sandbox_timeout,
+                  "--sandbox-program: the program's wall-clock limit in seconds (default 600)")
+      ->check(CLI::PositiveNumber);
   run->add_option("--replay-measurements", replay_path,
                   "Take the sandbox measurements from a hybrid run's results.h5 (no device)");
   std::string chakra_prefix, comm_groups, expand;
@@ -293,6 +303,24 @@ int main(int argc, char** argv) {
         if (std::find(sandbox.begin(), sandbox.end(), v) == sandbox.end())
           sandbox.push_back(static_cast<std::uint32_t>(v));
         pos = comma + 1;
+      }
+      if (!sandbox_program.empty()) {
+        // The user's program as a sandbox rank (issue 40; docs/sandbox.md): the replay first,
+        // then the program, whose calls are recorded and set against the graph's.
+        if (mpi.size() > 1)
+          throw_input("--sandbox-program: run it on one process (no mpirun) for now");
+        if (sandbox.size() > 1 || !replay_path.empty() || !graph_path.empty() || config.empty())
+          throw_input(
+              "--sandbox-program takes an experiment CONFIG and at most one --sandbox rank (no "
+              "--graph or --replay-measurements)");
+        app::check_sandbox_program(config, overrides, megatron_args,
+                                   sandbox.empty() ? 0 : sandbox.front());
+        const int rc = app::run_command(mpi, config, graph_path, out, overrides, megatron_args,
+                                        quiet, rollback_check, {}, replay_path, whatif_texts);
+        if (rc != 0) return rc;
+        return app::sandbox_program_command(config, overrides, megatron_args, out,
+                                            sandbox.empty() ? 0 : sandbox.front(), sandbox_program,
+                                            sandbox_timeout);
       }
       return app::run_command(mpi, config, graph_path, out, overrides, megatron_args, quiet,
                               rollback_check, sandbox, replay_path, whatif_texts);

@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""Runs the user's own, unmodified training program as sandbox rank R of a target-scale job
+(issue 40): the environment torch.distributed expects at the target world size (RANK,
+WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR / MASTER_PORT), and its process groups
+made scalescope's backend (scripts/sandbox/inject/sitecustomize.py → scalescope_pg.py), whose
+calls are recorded. Then the record against the execution graph's ops for that rank
+(`scalescope graph CONFIG`): per iteration (an optimizer step ends one), the collectives' kinds,
+counts and bytes, and where they diverge.
+
+    run_program.py --world N --rank R [--gpus-per-node G] [--timeout S] [--graph GRAPH.h5]
+                   -o REPORT.json -- PROGRAM ARGS...
+
+A program that fails or outlives --timeout ends with one line naming the sandbox rank and its
+last call; no report is written then."""
+import argparse
+import collections
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# graph::OpKind names of the collectives (src/graph/op.hpp), and the record's kinds for them.
+GRAPH_KINDS = {7: "all_reduce", 8: "all_gather", 9: "reduce_scatter", 10: "send_recv",
+               11: "all_to_all"}
+RECORD_KINDS = {"all_reduce": "all_reduce", "all_gather": "all_gather",
+                "reduce_scatter": "reduce_scatter", "all_to_all": "all_to_all",
+                "send": "send_recv", "recv": "send_recv"}
+
+
+class Failure(Exception):
+    pass
+
+
+def last_call(calls):
+    real = [c for c in calls if c["kind"] not in ("step",)]
+    if not real:
+        return "before its first torch.distributed call"
+    c = real[-1]
+    return (f"its last call #{c['seq']} {c['kind']}" +
+            (f" of {c['bytes']} B over {c['group_size']} ranks" if "bytes" in c else ""))
+
+
+def read_log(path):
+    calls = []
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if line:
+                    calls.append(json.loads(line))
+    return calls
+
+
+def launch(program, world, rank, gpus_per_node, timeout, log):
+    env = dict(os.environ)
+    env.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank % gpus_per_node),
+               LOCAL_WORLD_SIZE=str(gpus_per_node), GROUP_RANK=str(rank // gpus_per_node),
+               MASTER_ADDR="127.0.0.1", MASTER_PORT="29500", SCALESCOPE_SANDBOX="1",
+               SCALESCOPE_SANDBOX_LOG=log,
+               PYTHONPATH=os.pathsep.join([os.path.join(HERE, "inject")] +
+                                          ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])))
+    t0 = time.time()
+    try:
+        r = subprocess.run(program, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise Failure(f"sandbox rank {rank}: the program ran past {timeout} s (hung?); "
+                      f"{last_call(read_log(log))}")
+    calls = read_log(log)
+    if r.returncode != 0:
+        err = [x for x in r.stderr.strip().splitlines() if x.strip()]
+        raise Failure(f"sandbox rank {rank}: the program exited with {r.returncode} "
+                      f"({err[-1].strip() if err else 'no message'}); {last_call(calls)}")
+    return calls, time.time() - t0, r.stdout
+
+
+def iterations(calls):
+    """The record cut at optimizer steps: [(collectives of iteration k)]; what precedes the
+    first collective of the first iteration's work (process-group set-up) counts as set-up."""
+    its, cur = [], []
+    for c in calls:
+        if c["kind"] == "step":
+            its.append(cur)
+            cur = []
+        elif c["kind"] in RECORD_KINDS:
+            cur.append(c)
+    return its
+
+
+def graph_collectives(graph, rank):
+    """[(kind, bytes)] of rank `rank`'s communication ops, one iteration, in program order."""
+    import h5py
+    with h5py.File(graph) as f:
+        cls = f["ranks/class"][rank]
+        cls = cls.decode() if isinstance(cls, bytes) else str(cls)
+        t = f[f"templates/{cls}"]
+        kind, comm = t["kind"][:], t["comm_bytes"][:]
+    return [(GRAPH_KINDS[int(k)], float(b)) for k, b in zip(kind, comm) if int(k) in GRAPH_KINDS]
+
+
+def compare(program, graph):
+    """Counts and bytes per kind, and the first position where the sequences differ."""
+    def summary(seq):
+        out = collections.OrderedDict()
+        for k, b in seq:
+            n, total = out.get(k, (0, 0.0))
+            out[k] = (n + 1, total + b)
+        return {k: {"count": n, "bytes": total} for k, (n, total) in out.items()}
+    first = next((i for i, (a, b) in enumerate(zip(program, graph)) if a != b),
+                 None if len(program) == len(graph) else min(len(program), len(graph)))
+    return {"program": summary(program), "graph": summary(graph),
+            "first_difference": None if first is None else {
+                "position": first,
+                "program": list(program[first]) if first < len(program) else None,
+                "graph": list(graph[first]) if first < len(graph) else None}}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--world", type=int, required=True)
+    p.add_argument("--rank", type=int, default=0)
+    p.add_argument("--gpus-per-node", type=int, default=8)
+    p.add_argument("--timeout", type=float, default=600)
+    p.add_argument("--graph", help="scalescope graph output of the same experiment")
+    p.add_argument("--summary", help="the replay's summary.json: labelled a hybrid run")
+    p.add_argument("-o", "--output", required=True, help="the report (JSON)")
+    p.add_argument("program", nargs=argparse.REMAINDER)
+    a = p.parse_args()
+    program = a.program[1:] if a.program[:1] == ["--"] else a.program
+    if len(program) == 1:
+        program = shlex.split(program[0])
+    if not program:
+        p.error("give the program after --")
+    if not 0 <= a.rank < a.world:
+        p.error(f"--rank {a.rank} is outside the world of {a.world}")
+    log = tempfile.mktemp(prefix="scalescope-sandbox-", suffix=".jsonl")
+    try:
+        calls, wall, stdout = launch(program, a.world, a.rank, a.gpus_per_node, a.timeout, log)
+        its = iterations(calls)
+        if not its:
+            raise Failure(f"sandbox rank {a.rank}: the program made no optimizer step; "
+                          f"{last_call(calls)}")
+        steady = [(RECORD_KINDS[c["kind"]], float(c["bytes"])) for c in its[-1]]
+        report = {"rank": a.rank, "world": a.world, "program": program, "wall_seconds": wall,
+                  "iterations": len(its), "calls": calls,
+                  "assumption": "identical replicas (docs/sandbox.md)"}
+        if a.graph:
+            report["against_graph"] = compare(steady, graph_collectives(a.graph, a.rank))
+        tmp = a.output + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(report, f, indent=1)
+        os.replace(tmp, a.output)
+        if a.summary and os.path.exists(a.summary):
+            # The run is a hybrid one: said in its summary, beside the pure replay's figures.
+            with open(a.summary) as f:
+                summary = json.load(f)
+            d = report.get("against_graph", {}).get("first_difference")
+            summary["hybrid"] = {"sandbox_program": " ".join(program), "rank": a.rank,
+                                 "iterations": len(its), "report": os.path.basename(a.output),
+                                 "collectives_match_graph": None if not a.graph else d is None,
+                                 "figures": "the pure replay's (the program's own times are "
+                                            "not simulated yet)"}
+            with open(a.summary + ".tmp", "w") as f:
+                json.dump(summary, f, indent=1)
+            os.replace(a.summary + ".tmp", a.summary)
+    except Failure as e:
+        print(f"scalescope: error: {e}", file=sys.stderr)
+        return 1
+    finally:
+        if os.path.exists(log):
+            os.remove(log)
+    def listing(summary):
+        return ", ".join(f"{v['count']} × {k} ({v['bytes'] / 2**20:.4g} MiB)"
+                         for k, v in summary.items()) or "none"
+    print(f"hybrid run: sandbox rank {a.rank} of {a.world} ran the program ({len(its)} "
+          f"iterations, {wall:.1f} s wall, results under the identical-replica assumption)")
+    cmp_ = report.get("against_graph")
+    if cmp_:
+        print(f"  collectives, its last iteration: {listing(cmp_['program'])}")
+        print(f"  collectives, the graph's rank {a.rank}: {listing(cmp_['graph'])}")
+        d = cmp_["first_difference"]
+        print("  the same sequence" if d is None else
+              f"  they diverge at collective {d['position']}: the program's "
+              f"{tuple(d['program']) if d['program'] else 'nothing'}, the graph's "
+              f"{tuple(d['graph']) if d['graph'] else 'nothing'}")
+    print(f"  report: {a.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,256 @@
+"""The `scalescope` process-group backend for torch.distributed (issue 40): the user's own
+training program, unmodified, runs as a sandbox rank of a target-scale job whose other ranks are
+virtual (replayed by scalescope). Every collective and point-to-point call the program makes on a
+group containing the sandbox rank is recorded (kind, group, bytes, dtype, order) and completes
+with the result the whole group would have produced under the **identical-replica assumption**:
+the virtual ranks hold the same data as the sandbox rank (data parallelism's replicas before
+their batches differ; docs/sandbox.md states it):
+
+    all_reduce      SUM: n·x; AVG, MAX, MIN, BAND, BOR: x; PRODUCT: x^n    (n: group size)
+    all_gather      the input, n times
+    reduce_scatter  SUM: n·(this rank's chunk of the input); AVG, MAX, MIN: the chunk
+    all_to_all      from every peer the chunk addressed to this rank: this rank's own chunk for
+                    itself, n times (split sizes as given; uneven splits: each peer's part for
+                    this rank has this rank's input-split size)
+    broadcast       the input (every replica holds the root's data)
+    send            recorded; recv: the buffer as an identical peer would send it (unchanged)
+    barrier         recorded
+
+Only groups that contain the sandbox rank are instantiated (torch.distributed creates no backend
+for a group the calling rank is not in: PrismLLM's group reduction). Calls return completed
+Work objects: the program's wall-clock pace never enters simulated time, which scalescope
+computes from the record (`SCALESCOPE_SANDBOX_LOG`, one JSON object a line)."""
+import json
+import os
+import threading
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import _create_work_from_future
+from torch.futures import Future
+
+_SUM, _AVG, _PRODUCT = dist.ReduceOp.SUM, dist.ReduceOp.AVG, dist.ReduceOp.PRODUCT
+_UNCHANGED = {dist.ReduceOp.MAX, dist.ReduceOp.MIN, dist.ReduceOp.BAND, dist.ReduceOp.BOR}
+
+
+def _nbytes(tensors):
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+class Recorder:
+    """The calls of this process, in order, to a JSON-lines file (or kept in memory)."""
+
+    def __init__(self, path=None):
+        self.path = path
+        self.calls = []
+        self._lock = threading.Lock()
+        self._file = open(path, "w") if path else None
+
+    def add(self, **call):
+        with self._lock:
+            call["seq"] = len(self.calls)
+            self.calls.append(call)
+            if self._file:
+                self._file.write(json.dumps(call) + "\n")
+                self._file.flush()
+
+
+RECORDER = Recorder(os.environ.get("SCALESCOPE_SANDBOX_LOG"))
+
+
+def _op_name(op):
+    for name in ("SUM", "AVG", "PRODUCT", "MAX", "MIN", "BAND", "BOR", "BXOR", "PREMUL_SUM"):
+        if op == getattr(dist.ReduceOp, name, None):
+            return name.lower()
+    return str(op)
+
+
+class ScalescopeProcessGroup(dist.ProcessGroup):
+    """A group of `size` ranks in which this process is rank `rank`; the others are virtual."""
+
+    def __init__(self, rank, size, ranks=None, name=""):
+        super().__init__(rank, size)
+        self.global_ranks = list(ranks) if ranks is not None else None
+        self.label = name
+
+    # -- helpers --
+    def _done(self, result):
+        fut = Future()
+        fut.set_result(result)
+        return _create_work_from_future(fut)
+
+    def _record(self, kind, tensors, **extra):
+        ts = [t for t in tensors if isinstance(t, torch.Tensor)]
+        RECORDER.add(kind=kind, group=self.label, group_size=self.size(), rank=self.rank(),
+                     ranks=self.global_ranks, bytes=_nbytes(ts),
+                     dtype=str(ts[0].dtype).replace("torch.", "") if ts else "",
+                     shape=list(ts[0].shape) if ts else [], **extra)
+
+    def _reduce(self, t, op):
+        n = self.size()
+        if op == _SUM:
+            t.mul_(n)
+        elif op == _PRODUCT:
+            t.pow_(n)
+        elif op != _AVG and op not in _UNCHANGED:
+            raise RuntimeError(f"scalescope backend: reduce op {_op_name(op)} is not modelled")
+
+    # -- collectives --
+    def allreduce(self, tensors, opts):
+        op = opts.reduceOp if hasattr(opts, "reduceOp") else opts
+        self._record("all_reduce", tensors, op=_op_name(op))
+        for t in tensors:
+            self._reduce(t, op)
+        return self._done(tensors)
+
+    def allreduce_coalesced(self, tensors, opts):
+        return self.allreduce(tensors, opts)
+
+    def allgather(self, output_lists, inputs, opts=None):
+        # nccl-tests' size: the gathered output
+        self._record("all_gather", [o for outs in output_lists for o in outs])
+        for outs, x in zip(output_lists, inputs):
+            for o in outs:
+                o.copy_(x)
+        return self._done(output_lists)
+
+    def _allgather_base(self, output, input, opts=None):
+        self._record("all_gather", [output])
+        output.copy_(input.reshape(1, -1).expand(self.size(), -1).reshape(output.shape))
+        return self._done([output])
+
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        for o, i in zip(outputs, inputs):
+            self._allgather_base(o, i, opts)
+        return self._done(outputs)
+
+    def _chunk(self, x):
+        return x.reshape(self.size(), -1)[self.rank()]
+
+    def reduce_scatter(self, outputs, input_lists, opts):
+        self._record("reduce_scatter", [i for ins in input_lists for i in ins],
+                     op=_op_name(opts.reduceOp))
+        for o, ins in zip(outputs, input_lists):
+            o.copy_(ins[self.rank()])
+            self._reduce(o, opts.reduceOp)
+        return self._done(outputs)
+
+    def _reduce_scatter_base(self, output, input, opts):
+        self._record("reduce_scatter", [input], op=_op_name(opts.reduceOp))
+        output.copy_(self._chunk(input).reshape(output.shape))
+        self._reduce(output, opts.reduceOp)
+        return self._done([output])
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts):
+        for o, i in zip(outputs, inputs):
+            self._reduce_scatter_base(o, i, opts)
+        return self._done(outputs)
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        self._record("all_to_all", [input], input_splits=list(input_split_sizes),
+                     output_splits=list(output_split_sizes))
+        n, r = self.size(), self.rank()
+        if not input_split_sizes:
+            mine = self._chunk(input)
+            output.copy_(mine.reshape(1, -1).expand(n, -1).reshape(output.shape))
+        else:
+            start = sum(input_split_sizes[:r])
+            mine = input.narrow(0, start, input_split_sizes[r])
+            at = 0
+            for size in (output_split_sizes or [input_split_sizes[r]] * n):
+                k = min(size, mine.shape[0])
+                output.narrow(0, at, k).copy_(mine.narrow(0, 0, k))
+                at += size
+        return self._done([output])
+
+    def alltoall(self, outputs, inputs, opts=None):
+        self._record("all_to_all", inputs)
+        for o in outputs:
+            o.copy_(inputs[self.rank()])
+        return self._done(outputs)
+
+    def broadcast(self, tensors, opts):
+        self._record("broadcast", tensors, root=getattr(opts, "rootRank", 0))
+        return self._done(tensors)
+
+    def reduce(self, tensors, opts):
+        self._record("reduce", tensors, op=_op_name(opts.reduceOp), root=opts.rootRank)
+        if self.rank() == opts.rootRank:
+            for t in tensors:
+                self._reduce(t, opts.reduceOp)
+        return self._done(tensors)
+
+    def send(self, tensors, dst, tag=0):
+        self._record("send", tensors, peer=dst, tag=tag)
+        return self._done(tensors)
+
+    def recv(self, tensors, src, tag=0):
+        self._record("recv", tensors, peer=src, tag=tag)
+        return self._done(tensors)
+
+    def recv_anysource(self, tensors, tag=0):
+        raise RuntimeError("scalescope backend: recv from any source is not modelled (its peer "
+                           "is chosen at run time)")
+
+    def barrier(self, opts=None):
+        self._record("barrier", [])
+        return self._done([])
+
+    def getBackendName(self):
+        return "scalescope"
+
+    def name(self):
+        return "scalescope"
+
+
+def create(store, rank, size, timeout):
+    """torch.distributed's backend creator (Backend.register_backend)."""
+    return ScalescopeProcessGroup(rank, size)
+
+
+def create_extended(opts, backend_options):
+    """The extended creator: the group's global ranks and name are known (recorded per call)."""
+    ranks = list(opts.global_ranks_in_group or []) or list(range(opts.group_size))
+    return ScalescopeProcessGroup(opts.group_rank, opts.group_size, ranks, opts.group_id)
+
+
+def register():
+    """Registers the backend as "scalescope" for CPU and CUDA tensors."""
+    if "scalescope" not in dist.Backend.backend_list:
+        dist.Backend.register_backend("scalescope", create_extended, extended_api=True,
+                                      devices=["cpu", "cuda"])
+
+
+def install():
+    """Makes every process group of this program a scalescope one: init_process_group and
+    new_group take backend "scalescope" whatever the program names ("nccl", "gloo",
+    "cuda:nccl,cpu:gloo"), and the default group needs no rendezvous (its other ranks are
+    virtual): an in-process store. RANK and WORLD_SIZE come from the environment scalescope
+    sets (the target job's)."""
+    register()
+    c10d = dist.distributed_c10d
+    original_init, original_new_group = c10d.init_process_group, c10d.new_group
+
+    def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1,
+                           rank=-1, store=None, group_name="", pg_options=None, device_id=None,
+                           **kwargs):
+        world_size = world_size if world_size not in (-1, None) else int(os.environ["WORLD_SIZE"])
+        rank = rank if rank not in (-1, None) else int(os.environ["RANK"])
+        RECORDER.add(kind="init_process_group", requested_backend=str(backend),
+                     world_size=world_size, rank=rank)
+        kw = dict(backend="scalescope", world_size=world_size, rank=rank,
+                  store=store if store is not None else dist.HashStore(), group_name=group_name,
+                  **kwargs)
+        if timeout is not None:
+            kw["timeout"] = timeout
+        return original_init(**kw)
+
+    def new_group(ranks=None, timeout=None, backend=None, pg_options=None, *args, **kwargs):
+        return original_new_group(ranks, timeout, None, None, *args, **kwargs)
+
+    for module in (dist, c10d):
+        module.init_process_group = init_process_group
+        module.new_group = new_group
+    # Iteration boundaries: every optimizer step (torch.optim's global post-step hook).
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+    register_optimizer_step_post_hook(lambda opt, args, kwargs: RECORDER.add(kind="step"))

@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""The user's own program as a sandbox rank (issue 40, first part): the scalescope backend's
+collectives against results computed by hand under the identical-replica assumption, a small
+data-parallel program (tests/sandbox/ddp_program.py, which names "gloo" or "nccl" and knows
+nothing of scalescope) run as rank 0 of 1,024- and 16,384-rank jobs with its collectives by hand,
+a crash and a hang ending in one line naming the rank and its last call, and `scalescope run
+--sandbox-program` setting the program's collectives against the graph's.
+Usage: test_sandbox.py REPO SCALESCOPE   (the pinned PyTorch 2.x venv: tests/capture/torch2.sh)"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import torch
+import torch.distributed as dist
+
+repo, scalescope = os.path.abspath(sys.argv[1]), sys.argv[2]
+sys.path.insert(0, os.path.join(repo, "tests", "capture"))
+sys.path.insert(0, os.path.join(repo, "scripts", "sandbox"))
+from checks import check, finish  # noqa: E402
+import scalescope_pg  # noqa: E402
+
+tmp = tempfile.mkdtemp()
+runner = os.path.join(repo, "scripts/sandbox/run_program.py")
+program = os.path.join(repo, "tests/sandbox/ddp_program.py")
+
+# 1. The backend in this process: rank 0 of 8, the other 7 virtual. By hand, with every replica
+# holding this rank's data: a sum is 8 times the input, an average the input; an all-gather the
+# input 8 times; a reduce-scatter's sum 8 times this rank's chunk (chunk 0 of arange(16) over 8:
+# [0, 1]); an all-to-all gives this rank its own chunk 0 from each of the 8; a group of 4 sums 4
+# times; a group without rank 0 is not instantiated (torch gives this rank no group) and records
+# nothing.
+scalescope_pg.register()
+dist.init_process_group("scalescope", rank=0, world_size=8, store=dist.HashStore())
+got = {}
+t = torch.arange(4.)
+dist.all_reduce(t)
+got["sum"] = t.tolist()
+t = torch.arange(4.)
+dist.all_reduce(t, op=dist.ReduceOp.AVG)
+got["avg"] = t.tolist()
+o = torch.empty(16)
+dist.all_gather_into_tensor(o, torch.tensor([1., 2.]))
+got["all_gather"] = o.tolist()
+o = torch.empty(2)
+dist.reduce_scatter_tensor(o, torch.arange(16.))
+got["reduce_scatter"] = o.tolist()
+o = torch.empty(8)
+dist.all_to_all_single(o, torch.arange(8.) + 1)
+got["all_to_all"] = o.tolist()
+g4 = dist.new_group([0, 1, 2, 3])
+t = torch.ones(2)
+dist.all_reduce(t, group=g4)
+got["sum4"] = t.tolist()
+before = len(scalescope_pg.RECORDER.calls)
+other = dist.new_group([4, 5, 6, 7])
+got["other"] = other == dist.GroupMember.NON_GROUP_MEMBER and \
+    len(scalescope_pg.RECORDER.calls) == before
+hand = {"sum": [0., 8., 16., 24.], "avg": [0., 1., 2., 3.], "all_gather": [1., 2.] * 8,
+        "reduce_scatter": [0., 8.], "all_to_all": [1.] * 8, "sum4": [4., 4.], "other": True}
+check(got == hand, f"backend results by hand\n       got  {got}\n       hand {hand}")
+calls = [(c["kind"], c["bytes"], c["group_size"]) for c in scalescope_pg.RECORDER.calls]
+check(calls == [("all_reduce", 16, 8), ("all_reduce", 16, 8), ("all_gather", 64, 8),
+                ("reduce_scatter", 64, 8), ("all_to_all", 32, 8), ("all_reduce", 8, 4)],
+      f"recorded calls (kind, bytes: nccl-tests' size, group size) {calls}")
+dist.destroy_process_group()
+
+
+# 2. The program as rank 0 of 1,024 and 16,384 ranks. Its DDP buckets by hand: gradients in
+# reverse order, fp32, buckets of at most 0.05 MB: the second Linear's bias and weight (64 +
+# 256·64 = 16,448 values, 65,792 B), then the first's (256 + 64·256 = 16,640 values, 66,560 B);
+# and the loss it averages for its log (4 B) after each step. An optimizer step ends an
+# iteration, so an iteration's calls: the loss's all-reduce, then the two buckets'.
+def sandbox(world, *extra, timeout=120, out="r.json"):
+    path = os.path.join(tmp, out)
+    r = subprocess.run([sys.executable, runner, "--world", str(world), "--rank", "0",
+                        "--timeout", str(timeout), "-o", path, "--", sys.executable, program,
+                        *extra], capture_output=True, text=True)
+    return r, (json.load(open(path)) if os.path.exists(path) else None)
+
+
+for world, backend in ((1024, "gloo"), (16384, "nccl")):
+    r, rep = sandbox(world, "3", "--backend", backend, out=f"w{world}.json")
+    last = []
+    if rep:
+        its, cur = [], []
+        for c in rep["calls"]:
+            if c["kind"] == "step":
+                its.append(cur)
+                cur = []
+            elif c["kind"] in ("all_reduce", "all_gather", "reduce_scatter", "broadcast"):
+                cur.append((c["kind"], c["bytes"], c["group_size"]))
+        last = its[-1] if its else []
+    check(r.returncode == 0 and rep is not None and rep["iterations"] == 3 and
+          last == [("all_reduce", 4, world), ("all_reduce", 65792, world),
+                   ("all_reduce", 66560, world)] and
+          rep["calls"][0]["requested_backend"] == backend,
+          f"DDP program as rank 0 of {world} (it asked for {backend}): last iteration {last} "
+          f"({r.stderr.strip()[-300:]})")
+
+# 3. A program that fails, and one that hangs: one line naming the sandbox rank and its last
+# call, a non-zero exit, no report.
+r, rep = sandbox(1024, "3", "--crash", out="crash.json")
+check(r.returncode != 0 and r.stderr.count("\n") == 1 and "sandbox rank 0" in r.stderr and
+      "the program's own bug" in r.stderr and "last call" in r.stderr and rep is None,
+      f"a crashing program: {r.stderr.strip()!r}")
+r, rep = sandbox(1024, "3", "--hang", timeout=20, out="hang.json")
+check(r.returncode != 0 and r.stderr.count("\n") == 1 and "ran past 20" in r.stderr and
+      "last call" in r.stderr and rep is None, f"a hanging program: {r.stderr.strip()!r}")
+
+# 4. scalescope run --sandbox-program: the replay, then the program as rank 0 of the
+# experiment's 64 GPUs (quickstart at DP 64 with the distributed optimizer: the graph's rank 0
+# reduce-scatters its gradients and all-gathers its parameters), whose collectives differ from
+# the graph's: said, with the first difference, not hung.
+out = os.path.join(tmp, "hybrid")
+r = subprocess.run([scalescope, "run", os.path.join(repo, "inputs/experiments/quickstart.yaml"),
+                    "--set", "parallel.tp=1", "--set", "parallel.pp=1", "--set", "parallel.dp=64",
+                    "--set", "parallel.sequence_parallel=false", "-o", out, "--quiet",
+                    "--sandbox-program", f"{sys.executable} {program} 2"],
+                   capture_output=True, text=True)
+rep = json.load(open(os.path.join(out, "sandbox-program.json"))) \
+    if os.path.exists(os.path.join(out, "sandbox-program.json")) else {}
+cmp_ = rep.get("against_graph", {})
+check(r.returncode == 0 and "hybrid run: sandbox rank 0 of 64" in r.stdout and
+      "they diverge at collective 0" in r.stdout and cmp_.get("program", {}).get(
+          "all_reduce", {}).get("count") == 3 and "reduce_scatter" in cmp_.get("graph", {}) and
+      cmp_.get("first_difference") is not None,
+      f"run --sandbox-program: the program's collectives against the graph's, divergence said "
+      f"({r.stdout.strip()[-400:]} {r.stderr.strip()[-300:]})")
+r = subprocess.run([scalescope, "run", os.path.join(repo, "inputs/experiments/quickstart.yaml"),
+                    "-o", os.path.join(tmp, "bad"), "--sandbox", "64", "--sandbox-program",
+                    f"{sys.executable} {program}"], capture_output=True, text=True)
+check(r.returncode != 0 and r.stderr.count("\n") == 1 and "--sandbox 64" in r.stderr and
+      not os.path.exists(os.path.join(tmp, "bad")),
+      f"a sandbox rank outside the world refused before the replay ({r.stderr.strip()!r})")
+summary = json.load(open(os.path.join(out, "summary.json"))) \
+    if os.path.exists(os.path.join(out, "summary.json")) else {}
+check(summary.get("hybrid", {}).get("rank") == 0 and
+      summary["hybrid"]["collectives_match_graph"] is False,
+      f"summary.json labels the hybrid run ({summary.get('hybrid')})")
+
+finish("ok: the user's program as a sandbox rank: the backend by hand, DDP at 1,024 and 16,384 "
+       "ranks, crash and hang in one line, the divergence from the graph said")
