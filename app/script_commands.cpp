@@ -6,12 +6,16 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "app/commands.hpp"
 #include "app/pipeline.hpp"
 #include "core/error.hpp"
+#include "cost/cost_model.hpp"
 #include "io/capture_h5.hpp"
 #include "io/config.hpp"
 #include "io/graph_h5.hpp"
@@ -71,7 +75,8 @@ int sandbox_program_command(const std::string& config_path,
   const std::int64_t world = c.parallel.world();
   // Rank `rank`'s ops in the experiment's graph, for the comparison.
   const fs::path graph = out / "sandbox-graph.h5";
-  io::write_graph_h5(build(c), graph.string());
+  const graph::SlicedGraph g = build(c);
+  io::write_graph_h5(g, graph.string());
   const std::string cmd = fmt::format(
       "{} {} --world {} --rank {} --gpus-per-node {} --timeout {} --graph {} --summary {} -o {} "
       "-- {}",
@@ -79,7 +84,64 @@ int sandbox_program_command(const std::string& config_path,
       c.cluster.gpus_per_node, timeout_s, shell_quote(graph.string()),
       shell_quote((out / "summary.json").string()),
       shell_quote((out / "sandbox-program.json").string()), shell_quote(program));
-  return shell(cmd);
+  if (const int rc = shell(cmd); rc != 0) return rc;
+  // The program's own ops of its last iteration, one kernel each (eager), costed for the
+  // cluster's GPU, against the compute of rank `rank`'s template (one iteration).
+  const fs::path report_path = out / "sandbox-program.json";
+  nlohmann::json report;
+  {
+    std::ifstream f(report_path);
+    report = nlohmann::json::parse(f);
+  }
+  nlohmann::json last;
+  for (const auto& call : report.at("calls"))
+    if (call.at("kind") == "step") last = call.value("ops", nlohmann::json::array());
+  const cost::CostModel model(c.cluster, c.network);
+  double compute = 0, host = 0, kernels = 0, gemm = 0;
+  const auto tensors = [](const nlohmann::json& list) {
+    std::vector<workload::AtenTensor> ts;
+    for (const auto& t : list)
+      ts.push_back({t.at(0).get<std::vector<std::int64_t>>(), t.at(1).get<std::string>()});
+    return ts;
+  };
+  for (const auto& entry : last) {
+    const auto op = workload::eager_aten_op(entry.at(0).get<std::string>(), tensors(entry.at(1)),
+                                            tensors(entry.at(2)));
+    if (!op) continue;
+    const double n = entry.at(3).get<double>();
+    compute += n * static_cast<double>(model.compute_ns(*op)) * 1e-9;
+    host += n * static_cast<double>(model.host_ns(*op)) * 1e-9;
+    kernels += n;
+    if (op->kind == graph::OpKind::Gemm) gemm += n * op->flops;
+  }
+  double graph_compute = 0, graph_kernels = 0;
+  for (const graph::Op& op : g.program_of(rank).ops)
+    if (!graph::is_communication(op.kind)) {
+      graph_compute += static_cast<double>(model.compute_ns(op)) * 1e-9;
+      ++graph_kernels;
+    }
+  report["compute"] = {{"gpu", model.gpu().name},
+                       {"program_kernels", kernels},
+                       {"program_seconds", compute},
+                       {"program_host_seconds", host},
+                       {"program_gemm_flops", gemm},
+                       {"graph_kernels", graph_kernels},
+                       {"graph_seconds", graph_compute},
+                       {"note",
+                        "the program's last iteration, one kernel per ATen op (eager), GEMMs at "
+                        "the GPU's bf16 rate whatever dtype they ran in on this machine"}};
+  const fs::path tmp = report_path.string() + ".tmp";
+  {
+    std::ofstream f(tmp);
+    f << report.dump(1);
+  }
+  fs::rename(tmp, report_path);
+  std::cout << fmt::format(
+      "  compute, the program's last iteration on {}: {:.0f} kernels, {:.4g} ms (host issue {:.4g} "
+      "ms); the graph's rank {}: {:.0f} kernels, {:.4g} ms\n",
+      model.gpu().name, kernels, compute * 1e3, host * 1e3, rank, graph_kernels,
+      graph_compute * 1e3);
+  return 0;
 }
 
 int capture_command(const CaptureOptions& o) {

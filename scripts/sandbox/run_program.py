@@ -161,8 +161,8 @@ def main():
             summary["hybrid"] = {"sandbox_program": " ".join(program), "rank": a.rank,
                                  "iterations": len(its), "report": os.path.basename(a.output),
                                  "collectives_match_graph": None if not a.graph else d is None,
-                                 "figures": "the pure replay's (the program's own times are "
-                                            "not simulated yet)"}
+                                 "figures": "the pure replay's (the program's own compute: "
+                                            "the report's compute)"}
             with open(a.summary + ".tmp", "w") as f:
                 json.dump(summary, f, indent=1)
             os.replace(a.summary + ".tmp", a.summary)

@@ -75,11 +75,13 @@ class ScalescopeProcessGroup(dist.ProcessGroup):
 
     # -- helpers --
     def _done(self, result):
+        _IN_BACKEND.on = False
         fut = Future()
         fut.set_result(result)
         return _create_work_from_future(fut)
 
     def _record(self, kind, tensors, **extra):
+        _IN_BACKEND.on = True  # until _done: the fill below is not the program's
         ts = [t for t in tensors if isinstance(t, torch.Tensor)]
         RECORDER.add(kind=kind, group=self.label, group_size=self.size(), rank=self.rank(),
                      ranks=self.global_ranks, bytes=_nbytes(ts),
@@ -253,4 +255,49 @@ def install():
         module.new_group = new_group
     # Iteration boundaries: every optimizer step (torch.optim's global post-step hook).
     from torch.optim.optimizer import register_optimizer_step_post_hook
-    register_optimizer_step_post_hook(lambda opt, args, kwargs: RECORDER.add(kind="step"))
+    register_optimizer_step_post_hook(
+        lambda opt, args, kwargs: RECORDER.add(kind="step", ops=OPS.flush()))
+
+
+_IN_BACKEND = threading.local()
+
+
+def _tensor_meta(x):
+    return [list(x.shape), str(x.dtype).replace("torch.", "")]
+
+
+class OpRecorder(torch.utils._python_dispatch.TorchDispatchMode):
+    """The program's own ATen ops, as the dispatcher sees them below autograd (the kernels an
+    eager program launches), counted per (op, input and output shapes and dtypes) and flushed
+    into the record at each optimizer step as one "ops" entry: what scalescope costs for the
+    target GPU. The backend's own arithmetic (filling collective results) is left out."""
+
+    def __init__(self):
+        super().__init__()
+        self.counts = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if not getattr(_IN_BACKEND, "on", False):
+            flat_in = [x for x in torch.utils._pytree.tree_leaves((args, kwargs))
+                       if isinstance(x, torch.Tensor)]
+            flat_out = [x for x in torch.utils._pytree.tree_leaves(out)
+                        if isinstance(x, torch.Tensor)]
+            key = json.dumps([str(func).replace("aten.", "", 1),
+                              [_tensor_meta(x) for x in flat_in],
+                              [_tensor_meta(x) for x in flat_out]])
+            self.counts[key] = self.counts.get(key, 0) + 1
+        return out
+
+    def flush(self):
+        ops = [json.loads(k) + [n] for k, n in self.counts.items()]
+        self.counts = {}
+        return ops
+
+
+OPS = OpRecorder()
+
+
+def start_op_recording():
+    """Enters the op recorder for the program's main thread (the sandbox's start-up)."""
+    OPS.__enter__()

@@ -13,6 +13,7 @@
 
 #include "core/error.hpp"
 #include "workload/capture_internal.hpp"
+#include "workload/capture_lowering.hpp"
 
 namespace scalescope::workload {
 
@@ -635,6 +636,55 @@ TpPlan gpt_tp_plan() {
              {"mlp.c_proj", "rowwise"},  {"wte", "rowwise"},         {"lm_head", "colwise"}};
   p.source = "model.tp_plan: gpt";
   return p;
+}
+
+std::optional<graph::Op> eager_aten_op(const std::string& op, const std::vector<AtenTensor>& in,
+                                       const std::vector<AtenTensor>& out) {
+  const AtenClass cls = aten_class(op);
+  const std::string b = base_op(op);
+  if (cls == AtenClass::View || cls == AtenClass::Collective || op.rfind("profiler.", 0) == 0 ||
+      b == "_local_scalar_dense" || out.empty())
+    return std::nullopt;
+  const auto bytes = [&](const std::vector<AtenTensor>& ts) {
+    double n = 0;
+    for (const AtenTensor& t : ts) n += detail::numel(t.shape) * detail::dtype_bytes(t.dtype);
+    return n;
+  };
+  graph::Op o;
+  o.phase = graph::Phase::Forward;
+  o.mem_bytes = bytes(in) + bytes(out);
+  const auto dim = [](double x) { return static_cast<std::uint32_t>(std::max(1.0, x)); };
+  if (cls == AtenClass::Gemm && in.size() >= 2 && out[0].shape.size() >= 2) {
+    const auto& a = in[b == "_grouped_mm" ? 0 : in.size() - 2].shape;
+    const auto& y = out[0].shape;
+    double m = static_cast<double>(y[y.size() - 2]) *
+               (y.size() == 3 && b != "_grouped_mm" ? static_cast<double>(y[0]) : 1.0);
+    if (b == "_grouped_mm" && a.size() == 2) m = static_cast<double>(a[0]);
+    const double n = static_cast<double>(y.back()),
+                 k = a.empty() ? 1 : static_cast<double>(a.back());
+    o.kind = graph::OpKind::Gemm;
+    o.name = graph::OpName::AtenGemm;
+    o.shape = {dim(m), dim(n), dim(k)};
+    o.flops = 2 * m * n * k;
+    return o;
+  }
+  const std::size_t q_at = cls == AtenClass::Attention && is_backward_op(op) ? 1 : 0;
+  if (cls == AtenClass::Attention && in.size() > q_at && in[q_at].shape.size() == 4) {
+    const auto& q = in[q_at].shape;
+    const double sk = in.size() > q_at + 1 && in[q_at + 1].shape.size() == 4
+                          ? static_cast<double>(in[q_at + 1].shape[2])
+                          : static_cast<double>(q[2]);
+    const double bh = static_cast<double>(q[0] * q[1]);
+    o.kind = graph::OpKind::Attention;
+    o.name = graph::OpName::Attention;
+    o.shape = {dim(bh), dim(static_cast<double>(q[2])), dim(static_cast<double>(q[3]))};
+    o.flops = (q_at == 1 ? 2.5 : 1.0) * 4 * bh * static_cast<double>(q[2]) * sk *
+              static_cast<double>(q[3]);
+    return o;
+  }
+  o.kind = graph::OpKind::Elementwise;
+  o.name = graph::OpName::AtenOp;
+  return o;
 }
 
 AtenClass aten_class(const std::string& op) {

@@ -187,6 +187,18 @@ TpPlan gpt_tp_plan();
 /// capture; its `wait_tensor` is a View).
 enum class AtenClass : std::uint8_t { Gemm, Attention, MemoryBound, View, Unknown, Collective };
 AtenClass aten_class(const std::string& op);
+/// One ATen op an eager program ran (`op` without "aten.", e.g. "mm.default"), with its tensor
+/// inputs' and outputs' shapes and dtypes, as one kernel for the cost model (the capture
+/// lowering's per-op rules at TP 1): a GEMM [m, n, k] (mm, addmm, bmm, _grouped_mm: the last two
+/// operands), a fused attention from its query [b, h, s, d] (the backward 2.5× the forward,
+/// MODELING §1.1), a memory-bound kernel of its inputs' and outputs' bytes; nullopt for views,
+/// collectives and ops that launch nothing (profiler markers, _local_scalar_dense).
+struct AtenTensor {
+  std::vector<std::int64_t> shape;
+  std::string dtype;
+};
+std::optional<graph::Op> eager_aten_op(const std::string& op, const std::vector<AtenTensor>& in,
+                                       const std::vector<AtenTensor>& out);
 
 /// One captured block lowered for TP degree `tp`: compute ops (GEMMs sharded by the plan,
 /// memory-bound ops by the bytes they read and write, /tp inside the sharded region), the TP

@@ -119,6 +119,7 @@ r = subprocess.run([scalescope, "run", os.path.join(repo, "inputs/experiments/qu
                     "--set", "parallel.sequence_parallel=false", "-o", out, "--quiet",
                     "--sandbox-program", f"{sys.executable} {program} 2"],
                    capture_output=True, text=True)
+hybrid_stdout = r.stdout
 rep = json.load(open(os.path.join(out, "sandbox-program.json"))) \
     if os.path.exists(os.path.join(out, "sandbox-program.json")) else {}
 cmp_ = rep.get("against_graph", {})
@@ -134,6 +135,14 @@ r = subprocess.run([scalescope, "run", os.path.join(repo, "inputs/experiments/qu
 check(r.returncode != 0 and r.stderr.count("\n") == 1 and "--sandbox 64" in r.stderr and
       not os.path.exists(os.path.join(tmp, "bad")),
       f"a sandbox rank outside the world refused before the replay ({r.stderr.strip()!r})")
+# The program's own ops of its last iteration, costed for the H100: its GEMMs by hand, per
+# iteration 2·8·64·256 FLOPs each — two forward (addmm), the second layer's input and weight
+# gradients and the first layer's weight gradient (its input needs none): 5 of them.
+comp = rep.get("compute", {})
+check(comp.get("program_gemm_flops") == 5 * 2 * 8 * 64 * 256 and comp.get("gpu") == "H100-SXM"
+      and comp.get("program_seconds", 0) > 0 and comp.get("graph_seconds", 0) > 0 and
+      "compute, the program's last iteration on H100-SXM" in hybrid_stdout,
+      f"the program's ops costed for the target GPU ({comp})")
 summary = json.load(open(os.path.join(out, "summary.json"))) \
     if os.path.exists(os.path.join(out, "summary.json")) else {}
 check(summary.get("hybrid", {}).get("rank") == 0 and

@@ -9,3 +9,4 @@ if os.environ.get("SCALESCOPE_SANDBOX") == "1":
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import scalescope_pg
     scalescope_pg.install()
+    scalescope_pg.start_op_recording()
