@@ -204,12 +204,10 @@ workload::LoweredBlock lower_linear(std::int64_t m, std::int64_t k, std::int64_t
   return workload::lower_block(linear_capture(m, k, n), plan, tp, tp > 1, true, o);
 }
 
-TEST(CaptureMemory, TemporariesLiveFromTheirWriterToTheirLastReader) {
-  // x [m, k] → s = x + x → u = −s → y = u · wᵀ, forward only (nothing is kept for a backward).
-  // Eager, one kernel per op: s lives over add and neg, u over neg and the GEMM; y, the block's
-  // output, is held beyond the block (counted with the saved bytes). Compiled, add and neg fuse:
-  // s never leaves the kernel, and u lives from the fused kernel to the GEMM.
-  const std::int64_t m = 1024, k = 512, n = 256;
+/// x [m, k] → s = x + x → each op of `chain` on the one before ([m, k] bf16) → y = last · wᵀ
+/// ("lin", column-parallel in llama's plan), the block's output; forward only.
+workload::Capture pointwise_then_linear(std::int64_t m, std::int64_t k, std::int64_t n,
+                                        const std::vector<std::string>& chain) {
   workload::Capture c;
   const std::vector<std::string> bf16 = {"bfloat16"};
   c.block.push_back({"x", "placeholder", "", {}, {{m, k}}, bf16, "", "", false, "", ""});
@@ -219,11 +217,24 @@ TEST(CaptureMemory, TemporariesLiveFromTheirWriterToTheirLastReader) {
       {"wt", "call_function", "t.default", {1}, {{k, n}}, bf16, "lin", "", false, "", ""});
   c.block.push_back(
       {"s", "call_function", "add.Tensor", {0, 0}, {{m, k}}, bf16, "", "", false, "", ""});
+  for (const std::string& op : chain) {
+    const auto last = static_cast<std::uint32_t>(c.block.size() - 1);
+    c.block.push_back({op, "call_function", op, {last}, {{m, k}}, bf16, "", "", false, "", ""});
+  }
+  const auto last = static_cast<std::uint32_t>(c.block.size() - 1);
   c.block.push_back(
-      {"u", "call_function", "neg.default", {3}, {{m, k}}, bf16, "", "", false, "", ""});
-  c.block.push_back(
-      {"y", "call_function", "mm.default", {4, 2}, {{m, n}}, bf16, "lin", "", false, "", ""});
-  c.block.push_back({"out", "output", "", {5}, {}, {}, "", "", false, "", ""});
+      {"y", "call_function", "mm.default", {last, 2}, {{m, n}}, bf16, "lin", "", false, "", ""});
+  c.block.push_back({"out", "output", "", {last + 1}, {}, {}, "", "", false, "", ""});
+  return c;
+}
+
+TEST(CaptureMemory, TemporariesLiveFromTheirWriterToTheirLastReader) {
+  // x [m, k] → s = x + x → u = −s → y = u · wᵀ, forward only (nothing is kept for a backward).
+  // Eager, one kernel per op: s lives over add and neg, u over neg and the GEMM; y, the block's
+  // output, is held beyond the block (counted with the saved bytes). Compiled, add and neg fuse:
+  // s never leaves the kernel, and u lives from the fused kernel to the GEMM.
+  const std::int64_t m = 1024, k = 512, n = 256;
+  const workload::Capture c = pointwise_then_linear(m, k, n, {"neg.default"});
   const double mk = 2.0 * m * k;  // bf16 bytes of [m, k]
   const workload::LoweredBlock eager = workload::lower_block(c, workload::llama_tp_plan(), 1);
   ASSERT_EQ(eager.forward.size(), 3u);
@@ -245,23 +256,8 @@ TEST(CaptureInductor, KernelsReadFromInductorReplaceTheRederivedFusion) {
   // reads u and writes e (2·2·m·k). A cat Inductor makes no kernel of (kernel −1) joins its
   // producer's kernel.
   const std::int64_t m = 1024, k = 512, n = 256;
-  const std::vector<std::string> bf16 = {"bfloat16"};
   const auto block = [&](std::int64_t ks, std::int64_t ku, std::int64_t ke) {
-    workload::Capture c;
-    c.block.push_back({"x", "placeholder", "", {}, {{m, k}}, bf16, "", "", false, "", ""});
-    c.block.push_back(
-        {"w", "placeholder", "", {}, {{n, k}}, bf16, "lin", "lin.weight", false, "", ""});
-    c.block.push_back(
-        {"wt", "call_function", "t.default", {1}, {{k, n}}, bf16, "lin", "", false, "", ""});
-    c.block.push_back(
-        {"s", "call_function", "add.Tensor", {0, 0}, {{m, k}}, bf16, "", "", false, "", ""});
-    c.block.push_back(
-        {"u", "call_function", "neg.default", {3}, {{m, k}}, bf16, "", "", false, "", ""});
-    c.block.push_back(
-        {"e", "call_function", "exp.default", {4}, {{m, k}}, bf16, "", "", false, "", ""});
-    c.block.push_back(
-        {"y", "call_function", "mm.default", {5, 2}, {{m, n}}, bf16, "lin", "", false, "", ""});
-    c.block.push_back({"out", "output", "", {6}, {}, {}, "", "", false, "", ""});
+    workload::Capture c = pointwise_then_linear(m, k, n, {"neg.default", "exp.default"});
     c.block[3].kernel = ks;
     c.block[4].kernel = ku;
     c.block[5].kernel = ke;
