@@ -16,6 +16,8 @@
 #include "app/pipeline.hpp"
 #include "core/error.hpp"
 #include "cost/cost_model.hpp"
+#include "emu/emulation.hpp"
+#include "graph/sliced_graph.hpp"
 #include "io/capture_h5.hpp"
 #include "io/config.hpp"
 #include "io/graph_h5.hpp"
@@ -42,6 +44,107 @@ fs::path checkout_script(const std::string& command, const fs::path& relative) {
         "was built from)",
         command, script.string());
   return script;
+}
+
+/// The record's tensors ([[shape, dtype], …]).
+std::vector<workload::AtenTensor> aten_tensors(const nlohmann::json& list) {
+  std::vector<workload::AtenTensor> ts;
+  for (const auto& t : list)
+    ts.push_back({t.at(0).get<std::vector<std::int64_t>>(), t.at(1).get<std::string>()});
+  return ts;
+}
+
+/// The sandbox program's iteration `sequence` (its ATen ops and, as {"call": seq}, its
+/// collectives, scripts/sandbox/scalescope_pg.py's OpRecorder) as the program of every rank of a
+/// `world`-rank job (the identical-replica assumption: every rank runs it): one kernel per ATen
+/// op on the compute stream (workload::eager_aten_op); each collective on its stream after the
+/// op before it; an op that first reads a collective's output waits for it (an op without a
+/// kernel, a view, passes its waits to the next kernel); `.item()` (_local_scalar_dense) makes
+/// the host wait. nullopt, with `why`, where a collective runs over a group other than the
+/// world (not replayed yet).
+std::optional<graph::SlicedGraph> program_graph(const nlohmann::json& sequence,
+                                                const nlohmann::json& calls, std::uint32_t world,
+                                                std::string& why) {
+  graph::RankProgram p;
+  p.name = "sandbox_program";
+  std::map<std::int64_t, std::uint32_t> collective;  // record seq → op
+  std::vector<std::uint32_t> waits;
+  std::int64_t last = -1;  // the last compute op
+  bool a2a = false;
+  for (const auto& e : sequence) {
+    if (e.is_object()) {
+      const nlohmann::json& c = calls.at(e.at("call").get<std::size_t>());
+      if (c.at("group_size").get<std::uint32_t>() != world) {
+        why = fmt::format(
+            "its collective #{} ({}) runs over {} of the {} ranks: groups other "
+            "than the world are not replayed yet",
+            c.at("seq").get<std::int64_t>(), c.at("kind").get<std::string>(),
+            c.at("group_size").get<std::uint32_t>(), world);
+        return std::nullopt;
+      }
+      const std::string kind = c.at("kind").get<std::string>();
+      graph::Op op;
+      op.phase = graph::Phase::Other;
+      // A broadcast moves the root's S bytes to every rank: an all-gather's traffic; a barrier
+      // is PyTorch's one-element all-reduce.
+      op.kind = kind == "all_gather" || kind == "broadcast" ? graph::OpKind::AllGather
+                : kind == "reduce_scatter"                  ? graph::OpKind::ReduceScatter
+                : kind == "all_to_all"                      ? graph::OpKind::AllToAll
+                                                            : graph::OpKind::AllReduce;
+      if (kind == "send" || kind == "recv") {
+        why = "point-to-point calls are not replayed yet";
+        return std::nullopt;
+      }
+      a2a = a2a || op.kind == graph::OpKind::AllToAll;
+      op.role = op.kind == graph::OpKind::AllToAll ? graph::CommRole::Ep : graph::CommRole::Dp;
+      op.stream = graph::stream_of(op.role);
+      op.name = op.kind == graph::OpKind::AllToAll        ? graph::OpName::EpDispatch
+                : op.kind == graph::OpKind::AllGather     ? graph::OpName::DpAllGather
+                : op.kind == graph::OpKind::ReduceScatter ? graph::OpName::DpReduceScatter
+                                                          : graph::OpName::DpAllReduce;
+      op.comm_bytes = std::max(4.0, c.at("bytes").get<double>());
+      std::vector<std::uint32_t> deps;
+      if (last >= 0) deps.push_back(static_cast<std::uint32_t>(last));
+      collective[c.at("seq").get<std::int64_t>()] = p.add(op, deps);
+      continue;
+    }
+    for (const auto& w : e.at(3))
+      if (const auto it = collective.find(w.get<std::int64_t>()); it != collective.end())
+        waits.push_back(it->second);
+    const std::string name = e.at(0).get<std::string>();
+    std::optional<graph::Op> op;
+    if (name.rfind("_local_scalar_dense", 0) == 0) {
+      op = graph::Op{};  // the copy of one scalar to the host, which waits for it
+      op->kind = graph::OpKind::Elementwise;
+      op->name = graph::OpName::AtenOp;
+      op->mem_bytes = 8;
+      op->host_sync = 1;
+    } else {
+      op = workload::eager_aten_op(name, aten_tensors(e.at(1)), aten_tensors(e.at(2)));
+    }
+    if (!op) continue;
+    op->phase = graph::Phase::Other;
+    last = p.add(*op, waits);
+    waits.clear();
+  }
+  p.finalize();
+  graph::SlicedGraph g;
+  g.world_size = world;
+  g.templates.push_back(std::move(p));
+  g.rank_class.assign(world, 0);
+  std::vector<std::uint32_t> all(world);
+  for (std::uint32_t r = 0; r < world; ++r) all[r] = r;
+  g.rank_roles.assign(static_cast<std::size_t>(world) * graph::kNumRoles, graph::kNoComm);
+  const auto assign = [&](graph::CommKind kind, graph::CommRole role) {
+    const auto c = static_cast<std::int32_t>(g.comms.add(kind, all));
+    for (std::uint32_t r = 0; r < world; ++r)
+      g.rank_roles[static_cast<std::size_t>(r) * graph::kNumRoles +
+                   static_cast<std::size_t>(role)] = c;
+  };
+  assign(graph::CommKind::DpGroup, graph::CommRole::Dp);
+  if (a2a) assign(graph::CommKind::EpGroup, graph::CommRole::Ep);
+  graph::validate(g);
+  return g;
 }
 
 /// `s` as one single-quoted shell word.
@@ -96,19 +199,28 @@ int sandbox_program_command(const std::string& config_path,
   nlohmann::json last;
   for (const auto& call : report.at("calls"))
     if (call.at("kind") == "step") last = call.value("ops", nlohmann::json::array());
+  // The program's iteration replayed on every rank of the world (identical replicas).
+  std::string why;
+  const std::optional<graph::SlicedGraph> pg =
+      program_graph(last, report.at("calls"), static_cast<std::uint32_t>(world), why);
+  double program_iteration = 0;
+  if (pg) {
+    const ReplaySetup setup(c);
+    program_iteration =
+        static_cast<double>(emu::emulate(*pg, setup.costs, setup.options).summary.iteration_time) *
+        1e-9;
+  }
+  double replay_iteration = 0;
+  if (std::ifstream f(out / "summary.json"); f)
+    replay_iteration = nlohmann::json::parse(f).value("iteration_time_s", 0.0);
   const cost::CostModel model(c.cluster, c.network);
   double compute = 0, host = 0, kernels = 0, gemm = 0;
-  const auto tensors = [](const nlohmann::json& list) {
-    std::vector<workload::AtenTensor> ts;
-    for (const auto& t : list)
-      ts.push_back({t.at(0).get<std::vector<std::int64_t>>(), t.at(1).get<std::string>()});
-    return ts;
-  };
   for (const auto& entry : last) {
-    const auto op = workload::eager_aten_op(entry.at(0).get<std::string>(), tensors(entry.at(1)),
-                                            tensors(entry.at(2)));
+    if (entry.is_object()) continue;  // a collective
+    const auto op = workload::eager_aten_op(entry.at(0).get<std::string>(),
+                                            aten_tensors(entry.at(1)), aten_tensors(entry.at(2)));
     if (!op) continue;
-    const double n = entry.at(3).get<double>();
+    const double n = 1;
     compute += n * static_cast<double>(model.compute_ns(*op)) * 1e-9;
     host += n * static_cast<double>(model.host_ns(*op)) * 1e-9;
     kernels += n;
@@ -130,6 +242,13 @@ int sandbox_program_command(const std::string& config_path,
                        {"note",
                         "the program's last iteration, one kernel per ATen op (eager), GEMMs at "
                         "the GPU's bf16 rate whatever dtype they ran in on this machine"}};
+  report["iteration"] = {
+      {"program_seconds", pg ? nlohmann::json(program_iteration) : nlohmann::json(nullptr)},
+      {"replay_seconds", replay_iteration},
+      {"world", world},
+      {"note", pg ? "the program's last iteration run by every rank (identical replicas), "
+                    "replayed by the sequential engine"
+                  : "not replayed: " + why}};
   const fs::path tmp = report_path.string() + ".tmp";
   {
     std::ofstream f(tmp);
@@ -141,6 +260,13 @@ int sandbox_program_command(const std::string& config_path,
       "ms); the graph's rank {}: {:.0f} kernels, {:.4g} ms\n",
       model.gpu().name, kernels, compute * 1e3, host * 1e3, rank, graph_kernels,
       graph_compute * 1e3);
+  if (pg)
+    std::cout << fmt::format(
+        "  iteration, the program run by all {} ranks: {:.4g} ms simulated; the experiment's "
+        "replay: {:.4g} ms\n",
+        world, program_iteration * 1e3, replay_iteration * 1e3);
+  else
+    std::cout << "  iteration of the program not replayed: " << why << "\n";
   return 0;
 }
 

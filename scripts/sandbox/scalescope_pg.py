@@ -80,13 +80,16 @@ class ScalescopeProcessGroup(dist.ProcessGroup):
         fut.set_result(result)
         return _create_work_from_future(fut)
 
-    def _record(self, kind, tensors, **extra):
+    def _record(self, kind, tensors, outputs=(), **extra):
+        """Records the call (nccl-tests' size from `tensors`) in the program's order; the ops that
+        later read one of `outputs` wait for it (OpRecorder)."""
         _IN_BACKEND.on = True  # until _done: the fill below is not the program's
         ts = [t for t in tensors if isinstance(t, torch.Tensor)]
         RECORDER.add(kind=kind, group=self.label, group_size=self.size(), rank=self.rank(),
                      ranks=self.global_ranks, bytes=_nbytes(ts),
                      dtype=str(ts[0].dtype).replace("torch.", "") if ts else "",
                      shape=list(ts[0].shape) if ts else [], **extra)
+        OPS.collective(RECORDER.calls[-1]["seq"], outputs)
 
     def _reduce(self, t, op):
         n = self.size()
@@ -100,7 +103,7 @@ class ScalescopeProcessGroup(dist.ProcessGroup):
     # -- collectives --
     def allreduce(self, tensors, opts):
         op = opts.reduceOp if hasattr(opts, "reduceOp") else opts
-        self._record("all_reduce", tensors, op=_op_name(op))
+        self._record("all_reduce", tensors, tensors, op=_op_name(op))
         for t in tensors:
             self._reduce(t, op)
         return self._done(tensors)
@@ -110,14 +113,15 @@ class ScalescopeProcessGroup(dist.ProcessGroup):
 
     def allgather(self, output_lists, inputs, opts=None):
         # nccl-tests' size: the gathered output
-        self._record("all_gather", [o for outs in output_lists for o in outs])
+        outs = [o for outs in output_lists for o in outs]
+        self._record("all_gather", outs, outs)
         for outs, x in zip(output_lists, inputs):
             for o in outs:
                 o.copy_(x)
         return self._done(output_lists)
 
     def _allgather_base(self, output, input, opts=None):
-        self._record("all_gather", [output])
+        self._record("all_gather", [output], [output])
         output.copy_(input.reshape(1, -1).expand(self.size(), -1).reshape(output.shape))
         return self._done([output])
 
@@ -130,7 +134,7 @@ class ScalescopeProcessGroup(dist.ProcessGroup):
         return x.reshape(self.size(), -1)[self.rank()]
 
     def reduce_scatter(self, outputs, input_lists, opts):
-        self._record("reduce_scatter", [i for ins in input_lists for i in ins],
+        self._record("reduce_scatter", [i for ins in input_lists for i in ins], outputs,
                      op=_op_name(opts.reduceOp))
         for o, ins in zip(outputs, input_lists):
             o.copy_(ins[self.rank()])
@@ -138,7 +142,7 @@ class ScalescopeProcessGroup(dist.ProcessGroup):
         return self._done(outputs)
 
     def _reduce_scatter_base(self, output, input, opts):
-        self._record("reduce_scatter", [input], op=_op_name(opts.reduceOp))
+        self._record("reduce_scatter", [input], [output], op=_op_name(opts.reduceOp))
         output.copy_(self._chunk(input).reshape(output.shape))
         self._reduce(output, opts.reduceOp)
         return self._done([output])
@@ -149,7 +153,7 @@ class ScalescopeProcessGroup(dist.ProcessGroup):
         return self._done(outputs)
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
-        self._record("all_to_all", [input], input_splits=list(input_split_sizes),
+        self._record("all_to_all", [input], [output], input_splits=list(input_split_sizes),
                      output_splits=list(output_split_sizes))
         n, r = self.size(), self.rank()
         if not input_split_sizes:
@@ -166,17 +170,17 @@ class ScalescopeProcessGroup(dist.ProcessGroup):
         return self._done([output])
 
     def alltoall(self, outputs, inputs, opts=None):
-        self._record("all_to_all", inputs)
+        self._record("all_to_all", inputs, outputs)
         for o in outputs:
             o.copy_(inputs[self.rank()])
         return self._done(outputs)
 
     def broadcast(self, tensors, opts):
-        self._record("broadcast", tensors, root=getattr(opts, "rootRank", 0))
+        self._record("broadcast", tensors, tensors, root=getattr(opts, "rootRank", 0))
         return self._done(tensors)
 
     def reduce(self, tensors, opts):
-        self._record("reduce", tensors, op=_op_name(opts.reduceOp), root=opts.rootRank)
+        self._record("reduce", tensors, tensors, op=_op_name(opts.reduceOp), root=opts.rootRank)
         if self.rank() == opts.rootRank:
             for t in tensors:
                 self._reduce(t, opts.reduceOp)
@@ -187,7 +191,7 @@ class ScalescopeProcessGroup(dist.ProcessGroup):
         return self._done(tensors)
 
     def recv(self, tensors, src, tag=0):
-        self._record("recv", tensors, peer=src, tag=tag)
+        self._record("recv", tensors, tensors, peer=src, tag=tag)
         return self._done(tensors)
 
     def recv_anysource(self, tensors, tag=0):
@@ -266,15 +270,33 @@ def _tensor_meta(x):
     return [list(x.shape), str(x.dtype).replace("torch.", "")]
 
 
+def _storage(x):
+    try:
+        return x.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return None
+
+
 class OpRecorder(torch.utils._python_dispatch.TorchDispatchMode):
     """The program's own ATen ops, as the dispatcher sees them below autograd (the kernels an
-    eager program launches), counted per (op, input and output shapes and dtypes) and flushed
-    into the record at each optimizer step as one "ops" entry: what scalescope costs for the
-    target GPU. The backend's own arithmetic (filling collective results) is left out."""
+    eager program launches), in order, with the collectives between them, flushed into the
+    record at each optimizer step as that step's "ops": [op, [[shape, dtype] inputs], [[shape,
+    dtype] outputs], [collectives it waits for]] or {"call": seq} for a collective. An op waits
+    for a collective when it is the first to read that collective's output (by storage). The
+    backend's own arithmetic (filling collective results) is left out."""
 
     def __init__(self):
         super().__init__()
-        self.counts = {}
+        self.sequence = []
+        self.pending = {}  # storage pointer → the collective that wrote it, until first read
+
+    def collective(self, seq, outputs):
+        self.sequence.append({"call": seq})
+        for t in outputs:
+            if isinstance(t, torch.Tensor):
+                ptr = _storage(t)
+                if ptr:
+                    self.pending[ptr] = seq
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -283,15 +305,19 @@ class OpRecorder(torch.utils._python_dispatch.TorchDispatchMode):
                        if isinstance(x, torch.Tensor)]
             flat_out = [x for x in torch.utils._pytree.tree_leaves(out)
                         if isinstance(x, torch.Tensor)]
-            key = json.dumps([str(func).replace("aten.", "", 1),
-                              [_tensor_meta(x) for x in flat_in],
-                              [_tensor_meta(x) for x in flat_out]])
-            self.counts[key] = self.counts.get(key, 0) + 1
+            waits = []
+            if self.pending:
+                for x in flat_in:
+                    seq = self.pending.pop(_storage(x), None)
+                    if seq is not None and seq not in waits:
+                        waits.append(seq)
+            self.sequence.append([str(func).replace("aten.", "", 1),
+                                  [_tensor_meta(x) for x in flat_in],
+                                  [_tensor_meta(x) for x in flat_out], waits])
         return out
 
     def flush(self):
-        ops = [json.loads(k) + [n] for k, n in self.counts.items()]
-        self.counts = {}
+        ops, self.sequence = self.sequence, []
         return ops
 
 

@@ -143,6 +143,14 @@ check(comp.get("program_gemm_flops") == 5 * 2 * 8 * 64 * 256 and comp.get("gpu")
       and comp.get("program_seconds", 0) > 0 and comp.get("graph_seconds", 0) > 0 and
       "compute, the program's last iteration on H100-SXM" in hybrid_stdout,
       f"the program's ops costed for the target GPU ({comp})")
+# Its last iteration run by all 64 ranks (identical replicas) and replayed: no shorter than its
+# kernels back to back, nor than the host's issue of them (eager: one launch each), and said.
+it = rep.get("iteration", {})
+check(it.get("program_seconds") is not None and
+      it["program_seconds"] >= max(comp.get("program_seconds", 1), comp.get(
+          "program_host_seconds", 1)) and it.get("world") == 64 and
+      "iteration, the program run by all 64 ranks" in hybrid_stdout,
+      f"the program's iteration replayed at 64 ranks ({it}, compute {comp})")
 summary = json.load(open(os.path.join(out, "summary.json"))) \
     if os.path.exists(os.path.join(out, "summary.json")) else {}
 check(summary.get("hybrid", {}).get("rank") == 0 and
