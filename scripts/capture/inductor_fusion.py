@@ -139,13 +139,24 @@ def _kernels_of(part, mode):
     groups = []
 
     def read(scheduled):
+        # A kernel's own ops: those whose buffers it writes (each buffer's origin_node); the
+        # others in its origins are producers Inductor inlined into it (recomputed there, as in
+        # other kernels that read them): they do not join kernels together. (Llama 3's block:
+        # the key's rotary embedding is inlined into both its cat kernel and GQA's expansion
+        # copy; a split reduction's first stage owns no origin_node.)
         for s in scheduled:
-            names = set()
+            own, inlined = set(), set()
             for sub in s.get_nodes():
-                for o in (sub.node.origins if sub.node is not None else ()):
+                node = sub.node
+                if node is None:
+                    continue
+                main = getattr(node, "origin_node", None)
+                if main is not None and main.name in origin:
+                    own.add(origin[main.name])
+                for o in node.origins:
                     if o.name in origin:
-                        names.add(origin[o.name])
-            groups.append((type(s).__name__, names))
+                        inlined.add(origin[o.name])
+            groups.append((type(s).__name__, own, inlined - own))
         raise _Stop()
     saved_pass = config._post_fusion_custom_pass
     config._post_fusion_custom_pass = read
@@ -165,11 +176,12 @@ def kernels(gm, mode):
     kernels for (point-wise and reduction kernels, fused or not; extern kernels such as GEMMs
     are left out) and -1 for an op Inductor makes no kernel of (a concatenation its producers
     write in place: a NopKernelSchedulerNode). A captured op whose decomposition Inductor
-    spreads over several kernels joins them (the lowering's unit is the captured op)."""
+    spreads over several kernels (buffers of its own in each) joins them (the lowering's unit
+    is the captured op); one Inductor inlines into several kernels goes with the first."""
     saved = _patched()
     try:
         fwd, bwd = _split(gm)
-        parent, counts, nops = {}, [], set()
+        parent, counts, nops, inlined_in = {}, [], set(), {}
 
         def find(x):
             while parent[x] != x:
@@ -178,12 +190,16 @@ def kernels(gm, mode):
             return x
         for part in (fwd, bwd):
             n = 0
-            for kind, names in _kernels_of(part, mode):
+            for kind, names, inlined in _kernels_of(part, mode):
                 if kind.startswith("Nop"):
-                    nops |= names
-                if kind.startswith("Extern") or kind.startswith("Nop") or not names:
+                    nops |= names | inlined
+                if kind.startswith("Extern") or kind.startswith("Nop") or not (names or inlined):
                     continue
                 n += 1
+                if not names:  # only inlined producers' names: the kernel takes the first
+                    names = {min(inlined)}
+                for x in inlined:
+                    inlined_in.setdefault(x, min(names))
                 names = sorted(names)
                 for x in names:
                     parent.setdefault(x, x)
@@ -193,6 +209,9 @@ def kernels(gm, mode):
         roots = sorted({find(x) for x in parent})
         number = {r: i for i, r in enumerate(roots)}
         result = {x: -1 for x in nops}
+        # An op only inlined (never a buffer of its own) goes with the first kernel that
+        # recomputes it.
+        result.update({x: number[find(k)] for x, k in inlined_in.items() if x not in parent})
         result.update({x: number[find(x)] for x in parent})
         return result, counts
     finally:

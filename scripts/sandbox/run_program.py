@@ -17,6 +17,7 @@ import collections
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -36,7 +37,7 @@ class Failure(Exception):
 
 
 def last_call(calls):
-    real = [c for c in calls if c["kind"] not in ("step",)]
+    real = [c for c in calls if c["kind"] not in ("step", "group")]
     if not real:
         return "before its first torch.distributed call"
     c = real[-1]
@@ -64,17 +65,25 @@ def launch(program, world, rank, gpus_per_node, timeout, log):
                PYTHONPATH=os.pathsep.join([os.path.join(HERE, "inject")] +
                                           ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])))
     t0 = time.time()
+    try:  # its own process group, so that a timeout ends whatever it started too
+        proc = subprocess.Popen(program, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
+    except OSError as e:
+        raise Failure(f"sandbox rank {rank}: the program {program[0]!r} could not start "
+                      f"({e.strerror}; it runs without a shell: give the interpreter and script)")
     try:
-        r = subprocess.run(program, env=env, capture_output=True, text=True, timeout=timeout)
+        stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
         raise Failure(f"sandbox rank {rank}: the program ran past {timeout} s (hung?); "
                       f"{last_call(read_log(log))}")
     calls = read_log(log)
-    if r.returncode != 0:
-        err = [x for x in r.stderr.strip().splitlines() if x.strip()]
-        raise Failure(f"sandbox rank {rank}: the program exited with {r.returncode} "
+    if proc.returncode != 0:
+        err = [x for x in stderr.strip().splitlines() if x.strip()]
+        raise Failure(f"sandbox rank {rank}: the program exited with {proc.returncode} "
                       f"({err[-1].strip() if err else 'no message'}); {last_call(calls)}")
-    return calls, time.time() - t0, r.stdout
+    return calls, time.time() - t0, stdout
 
 
 def iterations(calls):
@@ -85,7 +94,7 @@ def iterations(calls):
         if c["kind"] == "step":
             its.append(cur)
             cur = []
-        elif c["kind"] in RECORD_KINDS:
+        elif c["kind"] not in ("group", "init_process_group"):
             cur.append(c)
     return its
 
@@ -136,19 +145,29 @@ def main():
         p.error("give the program after --")
     if not 0 <= a.rank < a.world:
         p.error(f"--rank {a.rank} is outside the world of {a.world}")
-    log = tempfile.mktemp(prefix="scalescope-sandbox-", suffix=".jsonl")
+    fd, log = tempfile.mkstemp(prefix="scalescope-sandbox-", suffix=".jsonl")
+    os.close(fd)
     try:
         calls, wall, stdout = launch(program, a.world, a.rank, a.gpus_per_node, a.timeout, log)
         its = iterations(calls)
         if not its:
             raise Failure(f"sandbox rank {a.rank}: the program made no optimizer step; "
                           f"{last_call(calls)}")
-        steady = [(RECORD_KINDS[c["kind"]], float(c["bytes"])) for c in its[-1]]
+        steady = [(RECORD_KINDS[c["kind"]], float(c["bytes"])) for c in its[-1]
+                  if c["kind"] in RECORD_KINDS]
+        # What the graph has no op for (broadcast, reduce, barrier): counted, not compared.
+        left_out = collections.Counter(c["kind"] for c in its[-1] if c["kind"] not in RECORD_KINDS)
         report = {"rank": a.rank, "world": a.world, "program": program, "wall_seconds": wall,
-                  "iterations": len(its), "calls": calls,
+                  "iterations": len(its), "stdout_tail": stdout[-4000:], "calls": calls,
                   "assumption": "identical replicas (docs/sandbox.md)"}
         if a.graph:
             report["against_graph"] = compare(steady, graph_collectives(a.graph, a.rank))
+            report["against_graph"]["not_compared"] = dict(left_out)
+            # The graph's SendRecv pairs a send with a receive; the program's are one call each.
+            report["against_graph"]["note"] = ("send and recv compared call by call (the graph's "
+                                               "send_recv ops pair them)")
+        with open(a.output + ".stdout", "w") as f:  # the program's own log, whole
+            f.write(stdout)
         tmp = a.output + ".tmp"
         with open(tmp, "w") as f:
             json.dump(report, f, indent=1)

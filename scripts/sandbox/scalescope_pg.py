@@ -44,7 +44,7 @@ class Recorder:
         self.path = path
         self.calls = []
         self._lock = threading.Lock()
-        self._file = open(path, "w") if path else None
+        self._file = open(path, "a") if path else None
 
     def add(self, **call):
         with self._lock:
@@ -65,6 +65,12 @@ def _op_name(op):
     return str(op)
 
 
+_CALLS = {"allreduce", "allreduce_coalesced", "allgather", "_allgather_base",
+          "allgather_into_tensor_coalesced", "reduce_scatter", "_reduce_scatter_base",
+          "reduce_scatter_tensor_coalesced", "alltoall_base", "alltoall", "broadcast", "reduce",
+          "send", "recv", "barrier"}
+
+
 class ScalescopeProcessGroup(dist.ProcessGroup):
     """A group of `size` ranks in which this process is rank `rank`; the others are virtual."""
 
@@ -75,7 +81,6 @@ class ScalescopeProcessGroup(dist.ProcessGroup):
 
     # -- helpers --
     def _done(self, result):
-        _IN_BACKEND.on = False
         fut = Future()
         fut.set_result(result)
         return _create_work_from_future(fut)
@@ -86,7 +91,7 @@ class ScalescopeProcessGroup(dist.ProcessGroup):
         _IN_BACKEND.on = True  # until _done: the fill below is not the program's
         ts = [t for t in tensors if isinstance(t, torch.Tensor)]
         RECORDER.add(kind=kind, group=self.label, group_size=self.size(), rank=self.rank(),
-                     ranks=self.global_ranks, bytes=_nbytes(ts),
+                     bytes=_nbytes(ts),
                      dtype=str(ts[0].dtype).replace("torch.", "") if ts else "",
                      shape=list(ts[0].shape) if ts else [], **extra)
         OPS.collective(RECORDER.calls[-1]["seq"], outputs)
@@ -205,6 +210,17 @@ class ScalescopeProcessGroup(dist.ProcessGroup):
     def getBackendName(self):
         return "scalescope"
 
+    def __getattribute__(self, name):
+        attr = object.__getattribute__(self, name)
+        if name in _CALLS and callable(attr):
+            def call(*args, **kwargs):
+                try:
+                    return attr(*args, **kwargs)
+                finally:
+                    _IN_BACKEND.on = False  # the fill of its results was not the program's
+            return call
+        return attr
+
     def name(self):
         return "scalescope"
 
@@ -217,6 +233,10 @@ def create(store, rank, size, timeout):
 def create_extended(opts, backend_options):
     """The extended creator: the group's global ranks and name are known (recorded per call)."""
     ranks = list(opts.global_ranks_in_group or []) or list(range(opts.group_size))
+    # The group's members once (the world's as "all"), its calls name it.
+    RECORDER.add(kind="group", group=opts.group_id, group_size=opts.group_size,
+                 rank=opts.group_rank,
+                 ranks="all" if ranks == list(range(opts.group_size)) else ranks)
     return ScalescopeProcessGroup(opts.group_rank, opts.group_size, ranks, opts.group_id)
 
 
@@ -254,13 +274,24 @@ def install():
     def new_group(ranks=None, timeout=None, backend=None, pg_options=None, *args, **kwargs):
         return original_new_group(ranks, timeout, None, None, *args, **kwargs)
 
-    for module in (dist, c10d):
-        module.init_process_group = init_process_group
-        module.new_group = new_group
+    import torch.distributed.device_mesh as device_mesh  # imported the originals by name
+    for module in (dist, c10d, device_mesh):
+        if hasattr(module, "init_process_group"):
+            module.init_process_group = init_process_group
+        if hasattr(module, "new_group"):
+            module.new_group = new_group
     # Iteration boundaries: every optimizer step (torch.optim's global post-step hook).
     from torch.optim.optimizer import register_optimizer_step_post_hook
-    register_optimizer_step_post_hook(
-        lambda opt, args, kwargs: RECORDER.add(kind="step", ops=OPS.flush()))
+    first = []
+
+    def stepped(opt, args, kwargs):
+        # An iteration ends where the first optimizer to step steps again (a program with
+        # several optimizers steps each once an iteration).
+        if not first:
+            first.append(id(opt))
+        if id(opt) == first[0]:
+            RECORDER.add(kind="step", ops=OPS.flush())
+    register_optimizer_step_post_hook(stepped)
 
 
 _IN_BACKEND = threading.local()
@@ -327,3 +358,54 @@ OPS = OpRecorder()
 def start_op_recording():
     """Enters the op recorder for the program's main thread (the sandbox's start-up)."""
     OPS.__enter__()
+
+
+def _cpu(d):
+    """A device argument naming CUDA, as the CPU; anything else as it is."""
+    if isinstance(d, torch.device) and d.type == "cuda":
+        return torch.device("cpu")
+    if isinstance(d, str) and d.startswith("cuda"):
+        return "cpu"
+    if isinstance(d, int) and not isinstance(d, bool):
+        return d
+    return d
+
+
+class CudaOnCpu(torch.overrides.TorchFunctionMode):
+    """A machine without a GPU runs a program written for CUDA: tensors it puts on a CUDA
+    device stay on the CPU (device arguments of factories and `.to`, `.cuda()`, `pin_memory`),
+    so that the program's own code runs unmodified; its ops are costed for the target GPU by
+    scalescope, never timed here."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        name = getattr(func, "__name__", "")
+        if name in ("cuda", "pin_memory") and args and isinstance(args[0], torch.Tensor):
+            return args[0]
+        if "device" in kwargs:
+            kwargs["device"] = _cpu(kwargs["device"])
+        if name == "to":
+            args = tuple(_cpu(a) for a in args)
+        return func(*args, **kwargs)
+
+
+CUDA_ON_CPU = CudaOnCpu()
+
+
+def run_cuda_on_cpu():
+    """What a CUDA program calls on the device that a CPU-only machine cannot do, made harmless
+    (set_device, synchronize, streams' waits), DistributedDataParallel's device_ids dropped for a
+    module on the CPU, and the device arguments mapped (CudaOnCpu)."""
+    torch.cuda.set_device = lambda *a, **k: None
+    torch.cuda.synchronize = lambda *a, **k: None
+    torch.cuda.current_device = lambda: 0
+    torch.cuda.device_count = lambda: 1
+    from torch.nn.parallel import DistributedDataParallel
+    init = DistributedDataParallel.__init__
+
+    def ddp_init(self, module, device_ids=None, output_device=None, *args, **kwargs):
+        if all(p.device.type == "cpu" for p in module.parameters()):
+            device_ids, output_device = None, None
+        init(self, module, device_ids, output_device, *args, **kwargs)
+    DistributedDataParallel.__init__ = ddp_init
+    CUDA_ON_CPU.__enter__()

@@ -642,8 +642,9 @@ std::optional<graph::Op> eager_aten_op(const std::string& op, const std::vector<
                                        const std::vector<AtenTensor>& out) {
   const AtenClass cls = aten_class(op);
   const std::string b = base_op(op);
+  // (An op returning nothing still launches: _foreach_*_ and _fused_adamw_ update in place.)
   if (cls == AtenClass::View || cls == AtenClass::Collective || op.rfind("profiler.", 0) == 0 ||
-      b == "_local_scalar_dense" || out.empty())
+      b == "_local_scalar_dense" || (in.empty() && out.empty()))
     return std::nullopt;
   const auto bytes = [&](const std::vector<AtenTensor>& ts) {
     double n = 0;
@@ -654,8 +655,10 @@ std::optional<graph::Op> eager_aten_op(const std::string& op, const std::vector<
   o.phase = graph::Phase::Forward;
   o.mem_bytes = bytes(in) + bytes(out);
   const auto dim = [](double x) { return static_cast<std::uint32_t>(std::max(1.0, x)); };
-  if (cls == AtenClass::Gemm && in.size() >= 2 && out[0].shape.size() >= 2) {
-    const auto& a = in[b == "_grouped_mm" ? 0 : in.size() - 2].shape;
+  if (cls == AtenClass::Gemm && in.size() >= 2 && !out.empty() && out[0].shape.size() >= 2) {
+    // The row operand: addmm's and baddbmm's second input (after the bias), else the first
+    // (mm, bmm, _scaled_mm's a before its scales, mm.out's before its out=, _grouped_mm's).
+    const auto& a = in[b == "addmm" || b == "baddbmm" ? 1 : 0].shape;
     const auto& y = out[0].shape;
     double m = static_cast<double>(y[y.size() - 2]) *
                (y.size() == 3 && b != "_grouped_mm" ? static_cast<double>(y[0]) : 1.0);

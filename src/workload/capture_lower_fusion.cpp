@@ -346,27 +346,33 @@ void Lowering::fuse_as_inductor() {
   // where the lowering puts a TP collective between two of them (Inductor scheduled the
   // single-device graph) or where joining them would make a cycle. An op Inductor makes no
   // kernel of (a concatenation written in place) joins a producer's kernel.
-  std::map<std::array<std::int64_t, 3>, std::uint32_t> first;  // (kernel, pass, part) → op
+  // (kernel, pass, part) → an op of each unit that kernel has become so far: a split kernel's
+  // later ops may still join the part after the split.
+  std::map<std::array<std::int64_t, 3>, std::vector<std::uint32_t>> pieces;
   for (std::uint32_t i = 0; i < n; ++i) {
     if (!fusible[i]) continue;
     const std::int64_t k = nodes[i].kernel;
     std::vector<std::uint32_t> with;
+    std::vector<std::uint32_t>* of_kernel = nullptr;
     if (k == CapturedNode::kNoKernel) {
       for (std::uint32_t j : nodes[i].inputs)
         if (fusible[root(j)] && forward[root(j)] == forward[i]) with.push_back(root(j));
     } else if (k >= 0) {
-      const auto [it, fresh] = first.try_emplace(
-          {k, forward[i] ? 1 : 0, part.empty() ? 0 : static_cast<std::int64_t>(part[i])}, i);
-      if (!fresh) with.push_back(it->second);
+      of_kernel =
+          &pieces[{k, forward[i] ? 1 : 0, part.empty() ? 0 : static_cast<std::int64_t>(part[i])}];
+      with = *of_kernel;
     }
+    bool joined = false;
     for (std::uint32_t p : with) {
       if (!part.empty() && part[p] != part[i]) continue;
       const std::uint32_t a = unit_of(p), b = unit_of(i);
       if (a == b || reads_reduced(a, b) || reads_reduced(b, a) || indirect(a, b) || indirect(b, a))
         continue;
       units.unite(a, b);
+      joined = true;
       break;
     }
+    if (of_kernel != nullptr && !joined) of_kernel->push_back(i);  // a new piece of the kernel
   }
 }
 
