@@ -76,6 +76,8 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
     out << YAML::Key << "sdpa" << YAML::Value << (m.capture_sdpa_flash ? "flash" : "cudnn");
     out << YAML::Key << "causal_mask" << YAML::Value
         << workload::causal_mask_name(m.capture_causal_mask);
+    out << YAML::Key << "fusion" << YAML::Value
+        << (m.capture_fusion_read ? "inductor" : "rederived");
   }
   if (m.moe()) {
     out << YAML::Key << "num_experts" << YAML::Value << m.num_experts;

@@ -147,7 +147,7 @@ Keys concat(Keys a, const Keys& b) {
 Keys section_keys(std::string_view section) {
   if (section == "model")
     return concat(kModelShapeKeys, {"preset", "hf_config", "source", "tp_plan", "compile", "outer",
-                                    "sdpa", "causal_mask", "pytorch", "pytorch_args",
+                                    "sdpa", "causal_mask", "fusion", "pytorch", "pytorch_args",
                                     "pytorch_blocks", "pytorch_tp_plan", "pytorch_factory"});
   if (section == "parallel") return kParallelKeys;
   if (section == "training") return kTrainingKeys;

@@ -218,7 +218,8 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
   }
   for (const auto& [k, v] : inline_keys)
     if (k != "preset" && k != "hf_config" && k != "source" && k != "tp_plan" && k != "compile" &&
-        k != "sdpa" && k != "causal_mask" && k != "outer" && k.rfind("pytorch", 0) != 0)
+        k != "sdpa" && k != "causal_mask" && k != "fusion" && k != "outer" &&
+        k.rfind("pytorch", 0) != 0)
       merged.insert_or_assign(k, v);
 
   // A captured model (docs/flint.md): its block replaces the built-in layer; the shape keys it
@@ -556,7 +557,15 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
       m.capture_compiled = c != "eager";
       m.capture_outer_compiled = c == "inductor";
     }
-    if (m.capture_compiled && capture->block_fusion.rfind("re-derived", 0) == 0)
+    if (const Value* fusion = get(inline_keys, "fusion"))
+      m.capture_fusion_read =
+          detail::read_choice(*fusion, "model.fusion", {"inductor", "rederived"}) == "inductor";
+    if (m.capture_compiled && !m.capture_fusion_read)
+      m.capture_note += fmt::format(
+          "{}the compiled kernels are re-derived by the lowering's "
+          "rules (model.fusion: rederived)",
+          m.capture_note.empty() ? "" : "; note: ");
+    else if (m.capture_compiled && capture->block_fusion.rfind("re-derived", 0) == 0)
       m.capture_note += fmt::format("{}the compiled block's kernels are {}",
                                     m.capture_note.empty() ? "" : "; note: ",
                                     workload::describe_fusion(capture->block_fusion));
@@ -575,6 +584,9 @@ workload::ModelSpec build_model(const Section& inline_keys, const std::string& e
     }
   } else if (const Value* mask = get(inline_keys, "causal_mask")) {
     fail(*mask, "model.causal_mask",
+         "applies to a captured model only (set model.source or model.pytorch)");
+  } else if (const Value* fusion = get(inline_keys, "fusion")) {
+    fail(*fusion, "model.fusion",
          "applies to a captured model only (set model.source or model.pytorch)");
   } else if (const Value* sdpa = get(inline_keys, "sdpa")) {
     fail(*sdpa, "model.sdpa",

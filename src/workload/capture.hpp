@@ -278,6 +278,9 @@ struct LowerOptions {
   /// A DTensor-parallelized capture's TP degree: the group its collectives must run over (it is
   /// lowered at tp 1: its shapes are already this rank's).
   std::int64_t parallel_tp = 0;
+  /// Compiled: take Inductor's kernels where the capture read them (CapturedNode::kernel); false
+  /// re-derives them (model.fusion: rederived).
+  bool inductor_kernels = true;
   /// And its EP degree: the group its all-to-alls run over.
   std::int64_t parallel_ep = 0;
   /// fp8 under FSDP with torchao's float8 all-gather (enable_fsdp_float8_all_gather, with

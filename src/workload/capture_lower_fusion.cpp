@@ -288,7 +288,7 @@ void Lowering::fuse_pointwise() {
     fusible[i] = pointwise(i) && !in_attention[i] && !st[i].remote &&
                  base_op(nodes[i].op) != "embedding" &&
                  base_op(nodes[i].op) != "embedding_dense_backward";
-  for (std::uint32_t i = 0; i < n; ++i)
+  for (std::uint32_t i = 0; opt.inductor_kernels && i < n; ++i)
     if (nodes[i].kernel != CapturedNode::kKernelUnread) return fuse_as_inductor();
   for (std::uint32_t i = 0; i < n; ++i) {
     if (!fusible[i]) continue;

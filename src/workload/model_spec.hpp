@@ -97,6 +97,9 @@ struct ModelSpec {
   /// flash (default; FlashAttention-2, PyTorch's default on Hopper until cuDNN ≥ 9.15 and what
   /// torchtitan pins on H100) or cudnn (cuDNN's fused attention, FlashAttention-3's rates).
   bool capture_sdpa_flash = true;
+  /// model.fusion: inductor (default: Inductor's own kernels where the capture read them,
+  /// CapturedNode::kernel) or rederived (the lowering's fusion rules, docs/flint.md §2).
+  bool capture_fusion_read = true;
   /// model.causal_mask: when a captured attention is costed as causal (half the square).
   CausalMask capture_causal_mask = CausalMask::Auto;
   /// model.outer: captured (default; the capture's embedding, head and loss, where it has them)

@@ -85,6 +85,7 @@ StageBuilder::StageBuilder(const ModelSpec& m, const ParallelPlan& p, const Trai
     lo.async_tp = p.tp_comm_overlap;
     lo.sdpa_flash = m.capture_sdpa_flash;
     lo.causal_mask = m.capture_causal_mask;
+    lo.inductor_kernels = m.capture_fusion_read;
     lo.fp8_fsdp_gather = fp8_fsdp_gather_;
     lo.fsdp_shard = static_cast<double>(p.zero_shard());
     lo.experts_replicated = m.moe() && p.etp() == 1 && p.tp() > 1;

@@ -66,6 +66,7 @@ expect_error tp_plan_without_source "model.tp_plan" run "$qs" --set model.tp_pla
 expect_error outer_without_source "model.outer" run "$qs" --set model.outer=builder
 expect_error compile_without_source "model.compile" run "$qs" --set model.compile=eager
 expect_error sdpa_without_source "model.sdpa" run "$qs" --set model.sdpa=flash
+expect_error fusion_without_source "model.fusion" run "$qs" --set model.fusion=rederived
 expect_error op_checkpointing_without_source "recompute: op" run "$qs" --set parallel.recompute=op
 expect_error cp_a2a_p2p "parallel.cp_comm_type" run "$qs" --set parallel.cp=2 --set parallel.dp=4 \
   --set parallel.cp_comm_type=a2a+p2p
