@@ -197,8 +197,12 @@ int sandbox_program_command(const std::string& config_path,
     report = nlohmann::json::parse(f);
   }
   nlohmann::json last;
+  double program_peak = 0;
   for (const auto& call : report.at("calls"))
-    if (call.at("kind") == "step") last = call.value("ops", nlohmann::json::array());
+    if (call.at("kind") == "step") {
+      last = call.value("ops", nlohmann::json::array());
+      program_peak = call.value("peak_bytes", 0.0);
+    }
   // The program's iteration replayed on every rank of the world (identical replicas).
   std::string why;
   const std::optional<graph::SlicedGraph> pg =
@@ -210,9 +214,12 @@ int sandbox_program_command(const std::string& config_path,
         static_cast<double>(emu::emulate(*pg, setup.costs, setup.options).summary.iteration_time) *
         1e-9;
   }
-  double replay_iteration = 0;
-  if (std::ifstream f(out / "summary.json"); f)
-    replay_iteration = nlohmann::json::parse(f).value("iteration_time_s", 0.0);
+  double replay_iteration = 0, replay_peak = 0;
+  if (std::ifstream f(out / "summary.json"); f) {
+    const nlohmann::json summary = nlohmann::json::parse(f);
+    replay_iteration = summary.value("iteration_time_s", 0.0);
+    replay_peak = summary.value("peak_memory_bytes", 0.0);
+  }
   const cost::CostModel model(c.cluster, c.network);
   double compute = 0, host = 0, kernels = 0, gemm = 0;
   for (const auto& entry : last) {
@@ -242,6 +249,12 @@ int sandbox_program_command(const std::string& config_path,
                        {"note",
                         "the program's last iteration, one kernel per ATen op (eager), GEMMs at "
                         "the GPU's bf16 rate whatever dtype they ran in on this machine"}};
+  report["memory"] = {{"program_peak_bytes", program_peak},
+                      {"replay_peak_bytes", replay_peak},
+                      {"note",
+                       "the program's own allocations on this machine (the storages its ops "
+                       "made, while a tensor holds them), in the dtypes it ran in, at their peak "
+                       "in its last iteration; the replay's: the modelled peak of the rank"}};
   report["iteration"] = {
       {"program_seconds", pg ? nlohmann::json(program_iteration) : nlohmann::json(nullptr)},
       {"replay_seconds", replay_iteration},
@@ -260,6 +273,10 @@ int sandbox_program_command(const std::string& config_path,
       "ms); the graph's rank {}: {:.0f} kernels, {:.4g} ms\n",
       model.gpu().name, kernels, compute * 1e3, host * 1e3, rank, graph_kernels,
       graph_compute * 1e3);
+  std::cout << fmt::format(
+      "  memory, the program's peak in its last iteration: {:.4g} GiB (its own allocations here, "
+      "in the dtypes it ran in); the replay's peak: {:.4g} GiB\n",
+      program_peak / (1 << 30), replay_peak / (1 << 30));
   if (pg)
     std::cout << fmt::format(
         "  iteration, the program run by all {} ranks: {:.4g} ms simulated; the experiment's "

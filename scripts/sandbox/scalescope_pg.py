@@ -23,6 +23,7 @@ computes from the record (`SCALESCOPE_SANDBOX_LOG`, one JSON object a line)."""
 import json
 import os
 import threading
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -290,7 +291,8 @@ def install():
         if not first:
             first.append(id(opt))
         if id(opt) == first[0]:
-            RECORDER.add(kind="step", ops=OPS.flush())
+            ops, peak, live = OPS.flush()
+            RECORDER.add(kind="step", ops=ops, peak_bytes=peak, live_bytes=live)
     register_optimizer_step_post_hook(stepped)
 
 
@@ -320,6 +322,31 @@ class OpRecorder(torch.utils._python_dispatch.TorchDispatchMode):
         super().__init__()
         self.sequence = []
         self.pending = {}  # storage pointer → the collective that wrote it, until first read
+        # The program's own allocations: each storage an op's output holds, alive while some
+        # tensor on it is (a weak reference on each); live bytes and their peak since the last
+        # flush.
+        self.storages = {}  # storage pointer → [bytes, tensors alive on it]
+        self.live = self.peak = 0
+
+    def _allocated(self, x):
+        ptr = _storage(x)
+        if not ptr:
+            return
+        entry = self.storages.get(ptr)
+        if entry is None:
+            entry = self.storages[ptr] = [x.untyped_storage().nbytes(), 0]
+            self.live += entry[0]
+            self.peak = max(self.peak, self.live)
+        entry[1] += 1
+        weakref.finalize(x, self._released, ptr)
+
+    def _released(self, ptr):
+        entry = self.storages.get(ptr)
+        if entry is not None:
+            entry[1] -= 1
+            if entry[1] == 0:
+                self.live -= entry[0]
+                del self.storages[ptr]
 
     def collective(self, seq, outputs):
         self.sequence.append({"call": seq})
@@ -345,11 +372,16 @@ class OpRecorder(torch.utils._python_dispatch.TorchDispatchMode):
             self.sequence.append([str(func).replace("aten.", "", 1),
                                   [_tensor_meta(x) for x in flat_in],
                                   [_tensor_meta(x) for x in flat_out], waits])
+            for x in flat_out:
+                if not isinstance(x, torch._subclasses.FakeTensor):
+                    self._allocated(x)
         return out
 
     def flush(self):
+        """This iteration's ops, and its peak and end-of-iteration live bytes."""
         ops, self.sequence = self.sequence, []
-        return ops
+        peak, self.peak = self.peak, self.live
+        return ops, peak, self.live
 
 
 OPS = OpRecorder()

@@ -214,6 +214,13 @@ else:
                 elif c["kind"] == "all_reduce":
                     cur.append((c["bytes"], c["group_size"]))
             last = its[-1] if its else []
+            # Its memory at the end of an iteration holds at least the fp32 parameters, their
+            # gradients and AdamW's two moments: 16 B × 6,840,960 (measured from its own
+            # allocations; the iteration's peak no lower).
+            steps = [c for c in rep.get("calls", []) if c["kind"] == "step"]
+            mem = (steps[-1]["live_bytes"], steps[-1]["peak_bytes"]) if steps else (0, 0)
+            check(16 * 6840960 <= mem[0] <= mem[1], f"nanoGPT's own memory at {world}: live "
+                  f"{mem[0]} B, peak {mem[1]} B, at least 16 · 6,840,960 B by hand")
             check(r.returncode == 0 and rep.get("calls", [{}])[0].get("requested_backend") ==
                   "nccl" and sum(b for b, _ in last) == 4 * 6840960 and
                   all(g == world for _, g in last) and "iter 3: loss" in rep.get("stdout_tail", ""),
@@ -230,6 +237,9 @@ else:
         rep = json.load(open(os.path.join(out, "sandbox-program.json"))) \
             if os.path.exists(os.path.join(out, "sandbox-program.json")) else {}
         it = rep.get("iteration", {})
+        check(rep.get("memory", {}).get("program_peak_bytes", 0) >= 16 * 6840960 and
+              rep["memory"].get("replay_peak_bytes", 0) > 0 and "memory, the program's peak" in
+              r.stdout, f"nanoGPT's peak memory beside the replay's ({rep.get('memory')})")
         check(r.returncode == 0 and (it.get("program_seconds") or 0) > 0 and
               it.get("world") == 1024 and "all_reduce" in rep.get("against_graph", {}).get(
                   "graph", {}), f"nanoGPT through run --sandbox-program at 1,024 GPUs: {it} "
