@@ -305,10 +305,9 @@ int main(int argc, char** argv) {
         pos = comma + 1;
       }
       if (!sandbox_program.empty()) {
-        // The user's program as a sandbox rank (issue 40; docs/sandbox.md): the replay first,
-        // then the program, whose calls are recorded and set against the graph's.
-        if (mpi.size() > 1)
-          throw_input("--sandbox-program: run it on one process (no mpirun) for now");
+        // The user's program as a sandbox rank (issue 40; docs/sandbox-program.md): the replay
+        // first (every process, whichever engine), then the program on process 0 only: its
+        // record and its own replay (sequential) do not depend on the process count.
         if (sandbox.size() > 1 || !replay_path.empty() || !graph_path.empty() || config.empty())
           throw_input(
               "--sandbox-program takes an experiment CONFIG and at most one --sandbox rank (no "
@@ -317,7 +316,7 @@ int main(int argc, char** argv) {
                                    sandbox.empty() ? 0 : sandbox.front());
         const int rc = app::run_command(mpi, config, graph_path, out, overrides, megatron_args,
                                         quiet, rollback_check, {}, replay_path, whatif_texts);
-        if (rc != 0) return rc;
+        if (rc != 0 || mpi.rank() != 0) return rc;
         return app::sandbox_program_command(config, overrides, megatron_args, out,
                                             sandbox.empty() ? 0 : sandbox.front(), sandbox_program,
                                             sandbox_timeout);

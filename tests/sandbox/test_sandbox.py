@@ -141,6 +141,28 @@ check(r.returncode == 0 and "hybrid run: sandbox rank 0 of 64" in r.stdout and
       cmp_.get("first_difference") is not None,
       f"run --sandbox-program: the program's collectives against the graph's, divergence said "
       f"({r.stdout.strip()[-400:]} {r.stderr.strip()[-300:]})")
+# The same under mpirun: the experiment's replay on the optimistic engine over 1 and 2 processes,
+# the program on process 0: the report's figures and the summary identical.
+env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_rmaps_base_oversubscribe="1")
+got = []
+for np_ in (1, 2):
+    o = os.path.join(tmp, f"np{np_}")
+    r = subprocess.run(["mpirun", "-np", str(np_), scalescope, "run",
+                        os.path.join(repo, "inputs/experiments/quickstart.yaml"),
+                        "--set", "parallel.tp=1", "--set", "parallel.pp=1", "--set",
+                        "parallel.dp=64", "--set", "parallel.sequence_parallel=false", "--set",
+                        "run.engine=optimistic", "-o", o, "--quiet", "--sandbox-program",
+                        f"{sys.executable} {program} 2"], capture_output=True, text=True, env=env)
+    if r.returncode == 0:
+        rp = json.load(open(os.path.join(o, "sandbox-program.json")))
+        sm = json.load(open(os.path.join(o, "summary.json")))
+        got.append(({k: rp[k] for k in ("iteration", "compute", "memory", "against_graph")},
+                    sm["iteration_time_s"], sm["hybrid"]))
+    else:
+        got.append(r.stderr.strip()[-300:])
+check(len(got) == 2 and not isinstance(got[0], str) and got[0] == got[1],
+      f"mpirun -np 1 and -np 2: the same report and summary ({str(got)[:300]})")
 r = subprocess.run([scalescope, "run", os.path.join(repo, "inputs/experiments/quickstart.yaml"),
                     "-o", os.path.join(tmp, "bad"), "--sandbox", "64", "--sandbox-program",
                     f"{sys.executable} {program}"], capture_output=True, text=True)
