@@ -437,10 +437,24 @@ def experiment_facts(config_text):
     return model, source, facts
 
 
+def program_note(s):
+    """A hybrid run with the user's own program (run --sandbox-program, summary.json "hybrid")."""
+    h = s.get("hybrid")
+    if not h:
+        return ""
+    match = h.get("collectives_match_graph")
+    return (f'<p class="note">Hybrid run: sandbox rank {esc(h["rank"])} ran the user\'s program '
+            f'<code>{esc(h["sandbox_program"])}</code> ({esc(h["iterations"])} iterations, '
+            f'identical-replica assumption); its collectives '
+            f'{"match" if match else "differ from" if match is False else "were not compared with"}'
+            f' the graph\'s. The figures below are the pure replay\'s; the program\'s own '
+            f'iteration, compute and memory are in <code>{esc(h["report"])}</code>.</p>')
+
+
 def hybrid_note(s):
     sb = s.get("sandbox")
     if not sb:
-        return ""
+        return program_note(s)
     if sb.get("functional_check"):
         return (f'<p class="warn"><b>Functional check, not a prediction.</b> Sandbox rank(s) '
                 f'{esc(", ".join(map(str, sb["ranks"])))} ran their kernels on the '

@@ -141,6 +141,12 @@ check(r.returncode == 0 and "hybrid run: sandbox rank 0 of 64" in r.stdout and
       cmp_.get("first_difference") is not None,
       f"run --sandbox-program: the program's collectives against the graph's, divergence said "
       f"({r.stdout.strip()[-400:]} {r.stderr.strip()[-300:]})")
+r = subprocess.run([scalescope, "report", out, "-o", os.path.join(tmp, "hybrid.html")],
+                   capture_output=True, text=True)
+html = open(os.path.join(tmp, "hybrid.html")).read() if r.returncode == 0 else r.stderr
+check("ran the user&#x27;s program" in html or "ran the user's program" in html,
+      f"the HTML report labels the hybrid run ({html[-200:] if r.returncode else 'said'})")
+
 # The same under mpirun: the experiment's replay on the optimistic engine over 1 and 2 processes,
 # the program on process 0: the report's figures and the summary identical.
 env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
