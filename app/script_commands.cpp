@@ -4,10 +4,12 @@
 // /usr/bin/python3).
 #include <sys/wait.h>
 
+#include <array>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -52,6 +54,11 @@ std::vector<workload::AtenTensor> aten_tensors(const nlohmann::json& list) {
   for (const auto& t : list)
     ts.push_back({t.at(0).get<std::vector<std::int64_t>>(), t.at(1).get<std::string>()});
   return ts;
+}
+
+/// A recorded attention op's is_causal (its fifth element, {"causal": …}).
+bool causal_of(const nlohmann::json& entry) {
+  return entry.size() > 4 && entry.at(4).is_object() && entry.at(4).value("causal", false);
 }
 
 /// The sandbox program's iteration `sequence` (its ATen ops and, as {"call": seq}, its
@@ -120,7 +127,8 @@ std::optional<graph::SlicedGraph> program_graph(const nlohmann::json& sequence,
       op->mem_bytes = 8;
       op->host_sync = 1;
     } else {
-      op = workload::eager_aten_op(name, aten_tensors(e.at(1)), aten_tensors(e.at(2)));
+      op =
+          workload::eager_aten_op(name, aten_tensors(e.at(1)), aten_tensors(e.at(2)), causal_of(e));
     }
     if (!op) continue;
     op->phase = graph::Phase::Other;
@@ -221,24 +229,48 @@ int sandbox_program_command(const std::string& config_path,
     replay_peak = summary.value("peak_memory_bytes", 0.0);
   }
   const cost::CostModel model(c.cluster, c.network);
-  double compute = 0, host = 0, kernels = 0, gemm = 0;
+  // Per op kind (gemm, attention, elementwise, …): kernels, GPU time and FLOPs, the program's
+  // and the graph's rank's: where their compute differs.
+  struct Kind {
+    double kernels = 0, seconds = 0, flops = 0;
+  };
+  std::map<std::string, std::array<Kind, 2>> by_kind;
+  double host = 0;
+  const auto add = [&](const graph::Op& op, int side) {
+    Kind& k = by_kind[std::string(graph::op_kind_name(op.kind))][static_cast<std::size_t>(side)];
+    k.kernels += 1;
+    k.seconds += static_cast<double>(model.compute_ns(op)) * 1e-9;
+    k.flops += op.flops;
+  };
   for (const auto& entry : last) {
     if (entry.is_object()) continue;  // a collective
-    const auto op = workload::eager_aten_op(entry.at(0).get<std::string>(),
-                                            aten_tensors(entry.at(1)), aten_tensors(entry.at(2)));
+    const auto op =
+        workload::eager_aten_op(entry.at(0).get<std::string>(), aten_tensors(entry.at(1)),
+                                aten_tensors(entry.at(2)), causal_of(entry));
     if (!op) continue;
-    const double n = 1;
-    compute += n * static_cast<double>(model.compute_ns(*op)) * 1e-9;
-    host += n * static_cast<double>(model.host_ns(*op)) * 1e-9;
-    kernels += n;
-    if (op->kind == graph::OpKind::Gemm) gemm += n * op->flops;
+    add(*op, 0);
+    host += static_cast<double>(model.host_ns(*op)) * 1e-9;
   }
-  double graph_compute = 0, graph_kernels = 0;
   for (const graph::Op& op : g.program_of(rank).ops)
-    if (!graph::is_communication(op.kind)) {
-      graph_compute += static_cast<double>(model.compute_ns(op)) * 1e-9;
-      ++graph_kernels;
+    if (!graph::is_communication(op.kind)) add(op, 1);
+  Kind total[2];
+  nlohmann::json kinds = nlohmann::json::object();
+  for (const auto& [name, sides] : by_kind) {
+    for (int side = 0; side < 2; ++side) {
+      total[side].kernels += sides[static_cast<std::size_t>(side)].kernels;
+      total[side].seconds += sides[static_cast<std::size_t>(side)].seconds;
     }
+    kinds[name] = {
+        {"program",
+         {{"kernels", sides[0].kernels}, {"seconds", sides[0].seconds}, {"flops", sides[0].flops}}},
+        {"graph",
+         {{"kernels", sides[1].kernels},
+          {"seconds", sides[1].seconds},
+          {"flops", sides[1].flops}}}};
+  }
+  const double kernels = total[0].kernels, compute = total[0].seconds;
+  const double graph_kernels = total[1].kernels, graph_compute = total[1].seconds;
+  const double gemm = by_kind.count("gemm") ? by_kind["gemm"][0].flops : 0.0;
   report["compute"] = {{"gpu", model.gpu().name},
                        {"program_kernels", kernels},
                        {"program_seconds", compute},
@@ -246,6 +278,7 @@ int sandbox_program_command(const std::string& config_path,
                        {"program_gemm_flops", gemm},
                        {"graph_kernels", graph_kernels},
                        {"graph_seconds", graph_compute},
+                       {"by_kind", kinds},
                        {"note",
                         "the program's last iteration, one kernel per ATen op (eager), GEMMs at "
                         "the GPU's bf16 rate whatever dtype they ran in on this machine"}};
@@ -273,6 +306,12 @@ int sandbox_program_command(const std::string& config_path,
       "ms); the graph's rank {}: {:.0f} kernels, {:.4g} ms\n",
       model.gpu().name, kernels, compute * 1e3, host * 1e3, rank, graph_kernels,
       graph_compute * 1e3);
+  for (const auto& [name, sides] : by_kind)
+    std::cout << fmt::format(
+        "    {:<12} program {:>5.0f} kernels {:>9.4g} ms {:>10.4g} FLOPs | graph {:>5.0f} kernels "
+        "{:>9.4g} ms {:>10.4g} FLOPs\n",
+        name, sides[0].kernels, sides[0].seconds * 1e3, sides[0].flops, sides[1].kernels,
+        sides[1].seconds * 1e3, sides[1].flops);
   std::cout << fmt::format(
       "  memory, the program's peak in its last iteration: {:.4g} GiB (its own allocations here, "
       "in the dtypes it ran in); the replay's peak: {:.4g} GiB\n",

@@ -369,9 +369,16 @@ class OpRecorder(torch.utils._python_dispatch.TorchDispatchMode):
                     seq = self.pending.pop(_storage(x), None)
                     if seq is not None and seq not in waits:
                         waits.append(seq)
-            self.sequence.append([str(func).replace("aten.", "", 1),
-                                  [_tensor_meta(x) for x in flat_in],
-                                  [_tensor_meta(x) for x in flat_out], waits])
+            entry = [str(func).replace("aten.", "", 1), [_tensor_meta(x) for x in flat_in],
+                     [_tensor_meta(x) for x in flat_out], waits]
+            if "attention" in entry[0]:  # its is_causal (by its schema), which halves its work
+                schema = func._schema
+                for k, arg in enumerate(schema.arguments):
+                    if arg.name == "is_causal":
+                        v = (kwargs or {}).get("is_causal",
+                                               args[k] if k < len(args) else arg.default_value)
+                        entry.append({"causal": bool(v)})
+            self.sequence.append(entry)
             for x in flat_out:
                 if not isinstance(x, torch._subclasses.FakeTensor):
                     self._allocated(x)

@@ -639,7 +639,7 @@ TpPlan gpt_tp_plan() {
 }
 
 std::optional<graph::Op> eager_aten_op(const std::string& op, const std::vector<AtenTensor>& in,
-                                       const std::vector<AtenTensor>& out) {
+                                       const std::vector<AtenTensor>& out, bool causal) {
   const AtenClass cls = aten_class(op);
   const std::string b = base_op(op);
   // (An op returning nothing still launches: _foreach_*_ and _fused_adamw_ update in place.)
@@ -681,8 +681,8 @@ std::optional<graph::Op> eager_aten_op(const std::string& op, const std::vector<
     o.kind = graph::OpKind::Attention;
     o.name = graph::OpName::Attention;
     o.shape = {dim(bh), dim(static_cast<double>(q[2])), dim(static_cast<double>(q[3]))};
-    o.flops = (q_at == 1 ? 2.5 : 1.0) * 4 * bh * static_cast<double>(q[2]) * sk *
-              static_cast<double>(q[3]);
+    o.flops = (q_at == 1 ? 2.5 : 1.0) * (causal ? 0.5 : 1.0) * 4 * bh * static_cast<double>(q[2]) *
+              sk * static_cast<double>(q[3]);
     return o;
   }
   o.kind = graph::OpKind::Elementwise;

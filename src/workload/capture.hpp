@@ -197,8 +197,9 @@ struct AtenTensor {
   std::vector<std::int64_t> shape;
   std::string dtype;
 };
+/// `causal`: a fused attention's is_causal (half the square).
 std::optional<graph::Op> eager_aten_op(const std::string& op, const std::vector<AtenTensor>& in,
-                                       const std::vector<AtenTensor>& out);
+                                       const std::vector<AtenTensor>& out, bool causal = false);
 
 /// One captured block lowered for TP degree `tp`: compute ops (GEMMs sharded by the plan,
 /// memory-bound ops by the bytes they read and write, /tp inside the sharded region), the TP

@@ -265,6 +265,20 @@ else:
         rep = json.load(open(os.path.join(out, "sandbox-program.json"))) \
             if os.path.exists(os.path.join(out, "sandbox-program.json")) else {}
         it = rep.get("iteration", {})
+        # Its own GEMMs and attention, by hand, per iteration (T = 2·64 tokens, h 128, V 50304):
+        # per layer 2·T·(3h² + h² + 4h² + 4h²), 2 layers, and the head 2·T·h·V, each 3× with the
+        # backward (the blocks' input gradients are needed: the embedding is trained) =
+        # 5,247,074,304; SDPA with is_causal 4·b·heads·s²·d/2 = 2,097,152 a layer forward, 2.5×
+        # that backward: 14,680,064. The graph of the same GPT has the same.
+        kinds = rep.get("compute", {}).get("by_kind", {})
+        gemm_hand = 3 * (2 * 2 * 128 * 12 * 128 * 128 + 2 * 128 * 128 * 50304)
+        attn_hand = 2 * 3.5 * 4 * 2 * 4 * 64 * 64 * 32 / 2
+        check(kinds.get("gemm", {}).get("program", {}).get("flops") == gemm_hand ==
+              kinds["gemm"]["graph"]["flops"] and
+              kinds.get("attention", {}).get("program", {}).get("flops") == attn_hand ==
+              kinds["attention"]["graph"]["flops"],
+              f"nanoGPT's own GEMM and attention FLOPs = {gemm_hand} and {attn_hand} by hand = "
+              f"the graph's ({ {k: v for k, v in kinds.items() if k in ('gemm', 'attention')} })")
         check(rep.get("memory", {}).get("program_peak_bytes", 0) >= 16 * 6840960 and
               rep["memory"].get("replay_peak_bytes", 0) > 0 and "memory, the program's peak" in
               r.stdout, f"nanoGPT's peak memory beside the replay's ({rep.get('memory')})")
