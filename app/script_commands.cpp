@@ -19,7 +19,7 @@
 #include "core/error.hpp"
 #include "cost/cost_model.hpp"
 #include "emu/emulation.hpp"
-#include "graph/sliced_graph.hpp"
+#include "graph/expand.hpp"
 #include "io/capture_h5.hpp"
 #include "io/config.hpp"
 #include "io/graph_h5.hpp"
@@ -77,7 +77,6 @@ std::optional<graph::SlicedGraph> program_graph(const nlohmann::json& sequence,
   std::map<std::int64_t, std::uint32_t> collective;  // record seq → op
   std::vector<std::uint32_t> waits;
   std::int64_t last = -1;  // the last compute op
-  bool a2a = false;
   for (const auto& e : sequence) {
     if (e.is_object()) {
       const nlohmann::json& c = calls.at(e.at("call").get<std::size_t>());
@@ -90,26 +89,18 @@ std::optional<graph::SlicedGraph> program_graph(const nlohmann::json& sequence,
         return std::nullopt;
       }
       const std::string kind = c.at("kind").get<std::string>();
-      graph::Op op;
-      op.phase = graph::Phase::Other;
-      // A broadcast moves the root's S bytes to every rank: an all-gather's traffic; a barrier
-      // is PyTorch's one-element all-reduce.
-      op.kind = kind == "all_gather" || kind == "broadcast" ? graph::OpKind::AllGather
-                : kind == "reduce_scatter"                  ? graph::OpKind::ReduceScatter
-                : kind == "all_to_all"                      ? graph::OpKind::AllToAll
-                                                            : graph::OpKind::AllReduce;
       if (kind == "send" || kind == "recv") {
         why = "point-to-point calls are not replayed yet";
         return std::nullopt;
       }
-      a2a = a2a || op.kind == graph::OpKind::AllToAll;
-      op.role = op.kind == graph::OpKind::AllToAll ? graph::CommRole::Ep : graph::CommRole::Dp;
-      op.stream = graph::stream_of(op.role);
-      op.name = op.kind == graph::OpKind::AllToAll        ? graph::OpName::EpDispatch
-                : op.kind == graph::OpKind::AllGather     ? graph::OpName::DpAllGather
-                : op.kind == graph::OpKind::ReduceScatter ? graph::OpName::DpReduceScatter
-                                                          : graph::OpName::DpAllReduce;
-      op.comm_bytes = std::max(4.0, c.at("bytes").get<double>());
+      // A broadcast moves the root's S bytes to every rank: an all-gather's traffic; a barrier
+      // is PyTorch's one-element all-reduce.
+      const graph::Op op = graph::world_collective(
+          kind == "all_gather" || kind == "broadcast" ? graph::OpKind::AllGather
+          : kind == "reduce_scatter"                  ? graph::OpKind::ReduceScatter
+          : kind == "all_to_all"                      ? graph::OpKind::AllToAll
+                                                      : graph::OpKind::AllReduce,
+          std::max(4.0, c.at("bytes").get<double>()));
       std::vector<std::uint32_t> deps;
       if (last >= 0) deps.push_back(static_cast<std::uint32_t>(last));
       collective[c.at("seq").get<std::int64_t>()] = p.add(op, deps);
@@ -135,24 +126,7 @@ std::optional<graph::SlicedGraph> program_graph(const nlohmann::json& sequence,
     last = p.add(*op, waits);
     waits.clear();
   }
-  p.finalize();
-  graph::SlicedGraph g;
-  g.world_size = world;
-  g.templates.push_back(std::move(p));
-  g.rank_class.assign(world, 0);
-  std::vector<std::uint32_t> all(world);
-  for (std::uint32_t r = 0; r < world; ++r) all[r] = r;
-  g.rank_roles.assign(static_cast<std::size_t>(world) * graph::kNumRoles, graph::kNoComm);
-  const auto assign = [&](graph::CommKind kind, graph::CommRole role) {
-    const auto c = static_cast<std::int32_t>(g.comms.add(kind, all));
-    for (std::uint32_t r = 0; r < world; ++r)
-      g.rank_roles[static_cast<std::size_t>(r) * graph::kNumRoles +
-                   static_cast<std::size_t>(role)] = c;
-  };
-  assign(graph::CommKind::DpGroup, graph::CommRole::Dp);
-  if (a2a) assign(graph::CommKind::EpGroup, graph::CommRole::Ep);
-  graph::validate(g);
-  return g;
+  return graph::replicated_world(std::move(p), world);
 }
 
 /// `s` as one single-quoted shell word.

@@ -16,6 +16,7 @@ the built-in embedding and head), and /meta: parallelized = "dtensor", tp, sp, w
 shape keys from the config (shapes_json) and the block's parameters before sharding
 (block_parameters)."""
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -264,7 +265,6 @@ class BalancedSplits:
     def __init__(self, tp, ep):
         from transformers.distributed.expert_parallel import AllToAllEP
         self.cls, self.tp, self.ep, self.rows = AllToAllEP, tp, ep, None
-        self.calls = 0
 
     def __enter__(self):
         cls, me = self.cls, self
@@ -282,7 +282,6 @@ class BalancedSplits:
 
         def tolist(t):
             if me.rows is not None and t.dim() == 2 and tuple(t.shape) == (2, me.ep):
-                me.calls += 1
                 share = [me.rows // me.ep + (1 if r < me.rows % me.ep else 0)
                          for r in range(me.ep)]
                 return [share, list(share)]
@@ -462,15 +461,11 @@ def capture_hf(config_path, world, tp, sp, layers, seq, batch, parallelize="", f
                                     allow_unused=True)
         return out, grads
     tracker = cap.ModuleTracker(layer)
-    splits = BalancedSplits(tp, ep) if ep > 1 else None
     try:
-        if splits:
-            splits.__enter__()
-        gm = cap.traced(where, "layer", lambda: cap.trace(joint, (plocals, x) + tuple(args),
-                                                           tracker, mode))
+        with BalancedSplits(tp, ep) if ep > 1 else contextlib.nullcontext():
+            gm = cap.traced(where, "layer", lambda: cap.trace(joint, (plocals, x) + tuple(args),
+                                                               tracker, mode))
     finally:
-        if splits:
-            splits.__exit__()
         tracker.remove()
     gm.graph.eliminate_dead_code()  # DTensor's sharding propagation leaves dead global-shape ops
     gm.recompile()

@@ -60,15 +60,12 @@ SlicedGraph expand_replicas(const SlicedGraph& g, std::uint32_t replicas) {
 
 namespace scalescope::graph {
 
-SlicedGraph collective_microbenchmark(OpKind kind, std::uint32_t ranks, double bytes) {
-  SCALESCOPE_EXPECTS(is_collective(kind) && ranks >= 1 && bytes >= 0);
-  SlicedGraph g;
-  g.world_size = ranks;
+Op world_collective(OpKind kind, double bytes) {
+  SCALESCOPE_EXPECTS(is_collective(kind) && bytes >= 0);
   const bool a2a = kind == OpKind::AllToAll;
-  const CommKind ck = a2a ? CommKind::EpGroup : CommKind::DpGroup;
   Op op;
   op.kind = kind;
-  op.role = role_of(ck);
+  op.role = role_of(a2a ? CommKind::EpGroup : CommKind::DpGroup);
   op.stream = stream_of(op.role);
   op.phase = Phase::Other;
   op.name = a2a                             ? OpName::EpDispatch
@@ -76,20 +73,37 @@ SlicedGraph collective_microbenchmark(OpKind kind, std::uint32_t ranks, double b
             : kind == OpKind::ReduceScatter ? OpName::DpReduceScatter
                                             : OpName::DpAllReduce;
   op.comm_bytes = bytes;
-  RankProgram p;
-  p.name = "microbenchmark";
-  p.add(op, {});
-  p.finalize();
-  g.templates.push_back(std::move(p));
+  return op;
+}
+
+SlicedGraph replicated_world(RankProgram program, std::uint32_t ranks) {
+  SCALESCOPE_EXPECTS(ranks >= 1);
+  program.finalize();
+  SlicedGraph g;
+  g.world_size = ranks;
   g.rank_class.assign(ranks, 0);
   std::vector<std::uint32_t> all(ranks);
   for (std::uint32_t r = 0; r < ranks; ++r) all[r] = r;
-  const auto c = static_cast<std::int32_t>(g.comms.add(ck, all));
   g.rank_roles.assign(static_cast<std::size_t>(ranks) * kNumRoles, kNoComm);
-  for (std::uint32_t r = 0; r < ranks; ++r)
-    g.rank_roles[static_cast<std::size_t>(r) * kNumRoles + static_cast<std::size_t>(op.role)] = c;
+  for (const CommKind k : {CommKind::DpGroup, CommKind::EpGroup}) {
+    const CommRole role = role_of(k);
+    bool used = false;
+    for (const Op& op : program.ops) used = used || (is_communication(op.kind) && op.role == role);
+    if (!used) continue;
+    const auto c = static_cast<std::int32_t>(g.comms.add(k, all));
+    for (std::uint32_t r = 0; r < ranks; ++r)
+      g.rank_roles[static_cast<std::size_t>(r) * kNumRoles + static_cast<std::size_t>(role)] = c;
+  }
+  g.templates.push_back(std::move(program));
   validate(g);
   return g;
+}
+
+SlicedGraph collective_microbenchmark(OpKind kind, std::uint32_t ranks, double bytes) {
+  RankProgram p;
+  p.name = "microbenchmark";
+  p.add(world_collective(kind, bytes), {});
+  return replicated_world(std::move(p), ranks);
 }
 
 }  // namespace scalescope::graph

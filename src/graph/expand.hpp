@@ -19,6 +19,13 @@ SlicedGraph expand_replicas(const SlicedGraph& g, std::uint32_t replicas);
 
 namespace scalescope::graph {
 
+/// A collective of `kind` (AllReduce, AllGather, ReduceScatter or AllToAll) of nccl-tests size
+/// `bytes` over a world-wide group: the data-parallel one, an all-to-all the expert-parallel one.
+Op world_collective(OpKind kind, double bytes);
+/// `ranks` ranks all running `program` (finalized here), each role its ops talk on (data- or
+/// expert-parallel) one communicator of every rank. Validates the result.
+SlicedGraph replicated_world(RankProgram program, std::uint32_t ranks);
+
 /// ASTRA-sim's collective microbenchmarks as a graph: `ranks` ranks, each running one collective
 /// of `kind` (AllReduce, AllGather, ReduceScatter or AllToAll) of nccl-tests size `bytes` over
 /// all of them (`scalescope chakra-microbench`, written out with io::write_chakra).
