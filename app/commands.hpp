@@ -12,30 +12,36 @@
 
 namespace scalescope::app {
 
+struct SandboxProgram;
+
 /// `scalescope run` (app/run_command.cpp): CONFIG (or --megatron-args, or the configuration a
 /// --graph graph.h5 carries), replayed once; with `sandbox` ranks a hybrid run, with
-/// `replay_path` its stored measurements, with `whatif_texts` against a baseline.
+/// `replay_path` its stored measurements, with `whatif_texts` against a baseline; with `program`
+/// (sandbox_program_command) the user's program on its rank where it fits the graph.
 int run_command(const MpiWorld& mpi, const std::string& config_path, const std::string& graph_path,
                 const std::string& out_override, const std::vector<std::string>& overrides,
                 const std::string& megatron_args, bool quiet, bool rollback_check,
                 const std::vector<std::uint32_t>& sandbox, const std::string& replay_path,
-                const std::vector<std::string>& whatif_texts);
+                const std::vector<std::string>& whatif_texts, SandboxProgram* program = nullptr);
 
 /// `scalescope run CONFIG --sandbox-program 'PROGRAM ARGS' [--sandbox R]`
-/// (app/script_commands.cpp, after the replay): the user's own program runs as sandbox rank
-/// `rank` of the experiment's world through scripts/sandbox/run_program.py (its process groups
-/// scalescope's backend), and its recorded calls are set against rank `rank`'s ops in the
-/// experiment's graph: `out_dir`/sandbox-program.json. `timeout_s`: the program's wall-clock
-/// limit.
-/// The checks of sandbox_program_command that need no replay (the rank within the world), made
-/// before it so that a bad rank leaves no output.
+/// (app/sandbox_program.cpp): the user's own program runs as sandbox rank `rank` of the
+/// experiment's world through scripts/sandbox/run_program.py (its process groups scalescope's
+/// backend; process 0 only), its recorded calls set against rank `rank`'s ops in the
+/// experiment's graph (`out_dir`/sandbox-program.json); then the experiment is replayed (every
+/// process, whichever engine) with rank `rank` running the program's last iteration where its
+/// collectives are the graph's, and the program's figures are reported beside the pure
+/// replay's. `timeout_s`: the program's wall-clock limit.
+/// The checks that need neither the program nor a replay (the rank within the world), made
+/// first so that a bad rank leaves no output.
 void check_sandbox_program(const std::string& config_path,
                            const std::vector<std::string>& overrides,
                            const std::string& megatron_args, std::uint32_t rank);
-int sandbox_program_command(const std::string& config_path,
+int sandbox_program_command(const MpiWorld& mpi, const std::string& config_path,
                             const std::vector<std::string>& overrides,
                             const std::string& megatron_args, const std::string& out_dir,
-                            std::uint32_t rank, const std::string& program, double timeout_s);
+                            std::uint32_t rank, const std::string& program, double timeout_s,
+                            bool quiet);
 
 /// `scalescope run --chakra PREFIX` (app/chakra_commands.cpp).
 int run_chakra_command(const MpiWorld& mpi, const std::string& prefix,

@@ -34,7 +34,7 @@ int run_command(const MpiWorld& mpi, const std::string& config_path, const std::
                 const std::string& out_override, const std::vector<std::string>& overrides,
                 const std::string& megatron_args, bool quiet, bool rollback_check,
                 const std::vector<std::uint32_t>& sandbox, const std::string& replay_path,
-                const std::vector<std::string>& whatif_texts) {
+                const std::vector<std::string>& whatif_texts, SandboxProgram* program) {
   // The configuration first (from CONFIG, or the one graph.h5 carries): the engine decides how
   // the graph is read.
   std::optional<io::ExperimentConfig> loaded;
@@ -106,6 +106,13 @@ int run_command(const MpiWorld& mpi, const std::string& config_path, const std::
   if (graph->world_size != static_cast<std::uint32_t>(c.parallel.world()))
     throw_input("{}: graph has {} ranks but the configuration has {} GPUs", graph_path,
                 graph->world_size, c.parallel.world());
+  // The user's program as a sandbox rank: its last iteration replaces that rank's ops where its
+  // collectives are the graph's (app/sandbox_program.cpp); the graph as built is kept for the
+  // pure replay beside it.
+  if (program != nullptr) {
+    program->pure = *graph;
+    if (embed_program(*graph, *program)) program->hybrid = *graph;
+  }
   const double build_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // What-ifs: the run is replayed without them first (the baseline), then with them on a cost
@@ -113,12 +120,14 @@ int run_command(const MpiWorld& mpi, const std::string& config_path, const std::
   const std::vector<emu::WhatIf> whatifs = io::read_whatifs(config_path, whatif_texts);
   // The iteration time of a replay that writes nothing: the what-ifs' baseline, a hybrid run's
   // pure replay. Same engine as the run, no traced ranks.
-  const auto iteration_time_of = [&](const emu::Costs& k, emu::EmulationOptions o) {
+  const auto iteration_time_of = [&](const emu::Costs& k, emu::EmulationOptions o,
+                                     const graph::SlicedGraph* other = nullptr) {
+    const graph::SlicedGraph& g = other != nullptr ? *other : *graph;
     o.trace_ranks.clear();
     o.engine = optimistic ? emu::EngineKind::Optimistic : emu::EngineKind::Sequential;
     return optimistic
-               ? emu::emulate_distributed(*graph, k, o, MPI_COMM_WORLD).local.summary.iteration_time
-               : emu::emulate(*graph, k, o).summary.iteration_time;
+               ? emu::emulate_distributed(g, k, o, MPI_COMM_WORLD).local.summary.iteration_time
+               : emu::emulate(g, k, o).summary.iteration_time;
   };
   SimTime baseline_time = 0;
   if (!whatifs.empty()) {
@@ -135,6 +144,9 @@ int run_command(const MpiWorld& mpi, const std::string& config_path, const std::
   emu::EmulationOptions opt = setup.options;
   emu::apply_whatifs_to_ranks(whatifs, *graph, costs, c.cluster.gpus_per_node, opt);
   opt.trace_ranks = c.run.trace_ranks;
+  if (program != nullptr && std::find(opt.trace_ranks.begin(), opt.trace_ranks.end(),
+                                      program->rank) == opt.trace_ranks.end())
+    opt.trace_ranks.push_back(program->rank);  // the sandbox rank's timeline in the outputs
   opt.rollback_check = rollback_check;
   // A representative replay counts only the replayed ranks' events (and is refused here, before
   // any work, where the replicas may differ).
@@ -159,6 +171,9 @@ int run_command(const MpiWorld& mpi, const std::string& config_path, const std::
     emu::apply_whatifs_to_ranks(whatifs, *graph, costs, c.cluster.gpus_per_node, pure);
     sandbox_summary.sandbox_pure_replay_time = iteration_time_of(costs, pure);
   }
+  if (program != nullptr && program->in_replay)
+    sandbox_summary.sandbox_pure_replay_time =
+        iteration_time_of(costs, setup.options, &*program->pure);
   // What the summary reports besides the replay itself: the what-ifs and the sandbox.
   const auto copy_run_extras = [&](emu::Summary& s) {
     for (const emu::WhatIf& w : whatifs) s.whatif.push_back(w.text);
@@ -174,6 +189,14 @@ int run_command(const MpiWorld& mpi, const std::string& config_path, const std::
     s.sandbox_replayed = sandbox_summary.sandbox_replayed;
     s.sandbox_functional_check = sandbox_summary.sandbox_functional_check;
     s.sandbox_pure_replay_time = sandbox_summary.sandbox_pure_replay_time;
+    if (program != nullptr) {
+      s.sandbox_program = program->command;
+      s.sandbox_program_rank = program->rank;
+      s.sandbox_program_iterations = program->iterations;
+      s.sandbox_program_in_replay = program->in_replay;
+      s.sandbox_program_note = program->not_in_replay;
+      if (!program->in_replay) s.sandbox_pure_replay_time = s.iteration_time;
+    }
   };
   ResultsExtra extra;
   if (sandbox_run)

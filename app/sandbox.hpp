@@ -6,6 +6,8 @@
 #include <optional>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "cost/cost_model.hpp"
 #include "cost/profile.hpp"
 #include "emu/emulation.hpp"
@@ -43,5 +45,35 @@ Sandbox prepare_sandbox(const io::ExperimentConfig& c, const graph::SlicedGraph&
                         const cost::CostModel& model, const emu::Costs& costs,
                         emu::EmulationOptions& opt, const std::optional<cost::Profile>& replayed,
                         int me, int size, emu::Summary& summary);
+
+/// The user's program as a sandbox rank (app/sandbox_program.cpp, docs/sandbox-program.md): its
+/// record (scripts/sandbox/run_program.py's report), read by every process, and what the replay
+/// made of it.
+struct SandboxProgram {
+  std::uint32_t rank = 0;
+  std::string command;
+  nlohmann::json report;  ///< sandbox-program.json as the runner wrote it
+  nlohmann::json last;    ///< its last iteration: ATen ops and {"call": seq} collectives
+  std::uint32_t iterations = 0;
+  double peak_bytes = 0;        ///< its own allocations' peak in the last iteration
+  double start_live_bytes = 0;  ///< live when the last iteration began (the step before's end)
+  /// Set by embed_program: whether rank `rank` runs the program in the replay, else why not.
+  bool in_replay = false;
+  std::string not_in_replay;
+  /// Kept by run_command for the report: the experiment's graph, and with the program in it.
+  std::optional<graph::SlicedGraph> pure, hybrid;
+};
+
+/// Reads `report` (sandbox-program.json) for rank `rank`.
+SandboxProgram read_sandbox_program(const std::filesystem::path& report, std::uint32_t rank,
+                                    const std::string& command);
+
+/// Replaces rank p.rank's template in `g` by the program's last iteration when each of its
+/// collectives is that rank's next one on the same group in the graph (kind and bytes; a group
+/// is the communicator with the recorded global ranks) and none is left over: the program's
+/// ATen ops one kernel each on the compute stream, its collectives the graph's ops (the other
+/// members' counterparts), its memory from its own allocations. Else leaves `g` as it is and
+/// says why in p.not_in_replay. Validates the result.
+bool embed_program(graph::SlicedGraph& g, SandboxProgram& p);
 
 }  // namespace scalescope::app

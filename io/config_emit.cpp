@@ -176,6 +176,8 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
   out << YAML::Key << "tp_comm_overlap" << YAML::Value << p.tp_comm_overlap;
   if (p.ddp_bucket_size > 0)
     out << YAML::Key << "ddp_bucket_size" << YAML::Value << p.ddp_bucket_size;
+  if (p.ddp_first_bucket_size > 0)
+    out << YAML::Key << "ddp_first_bucket_size" << YAML::Value << p.ddp_first_bucket_size;
   if (c.model.moe()) {
     out << YAML::Key << "expert_model_parallel_size" << YAML::Value << p.ep();
     out << YAML::Key << "expert_tensor_parallel_size" << YAML::Value << p.etp();

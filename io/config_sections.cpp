@@ -231,6 +231,7 @@ workload::ParallelPlan build_parallel(const Section& s) {
   r.flag("grad_reduce_in_fp32", p.grad_reduce_in_fp32);
   r.flag("tp_comm_overlap", p.tp_comm_overlap);
   r.positive("ddp_bucket_size", p.ddp_bucket_size);
+  r.positive("ddp_first_bucket_size", p.ddp_first_bucket_size);
   r.flag("account_for_embedding_in_pipeline_split", p.account_for_embedding_in_pipeline_split);
   r.flag("account_for_loss_in_pipeline_split", p.account_for_loss_in_pipeline_split);
   r.flag("sequence_parallel", p.sequence_parallel);

@@ -103,6 +103,12 @@ void check_plan(ExperimentConfig& c, const Tree& t) {
         f);
   if (p.overlap_param_gather && !p.overlap_grad_reduce)
     throw_input("{}: parallel.overlap_param_gather requires parallel.overlap_grad_reduce", f);
+  // Buckets close only where the reduction overlaps the backward; ZeRO-3 / FSDP reduces per unit.
+  if (p.ddp_first_bucket_size > 0 && (!p.overlap_grad_reduce || p.zero() >= 3))
+    throw_input(
+        "{}: parallel.ddp_first_bucket_size applies to gradient buckets, which exist with "
+        "parallel.overlap_grad_reduce and zero_stage < 3",
+        f);
   must_divide("parallel.tensor_model_parallel_size", tp, "model.num_attention_heads",
               m.num_attention_heads);
   must_divide("parallel.tensor_model_parallel_size", tp, "model.num_query_groups",

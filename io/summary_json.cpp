@@ -133,6 +133,21 @@ void write_summary_json(const emu::RunResults& r, const std::string& path) {
                         {"pure_replay_iteration_time_s", ns_to_seconds(s.sandbox_pure_replay_time)},
                         {"pure_replay_iteration_time_ns", s.sandbox_pure_replay_time}};
   if (s.sandbox_functional_check) j["iteration_time_note"] = functional_check_note(s);
+  if (!s.sandbox_program.empty())
+    j["hybrid"] =
+        Json{{"sandbox_program", s.sandbox_program},
+             {"rank", s.sandbox_program_rank},
+             {"iterations", s.sandbox_program_iterations},
+             {"report", "sandbox-program.json"},
+             {"collectives_match_graph", s.sandbox_program_in_replay},
+             {"program_in_replay", s.sandbox_program_in_replay},
+             {"figures", s.sandbox_program_in_replay
+                             ? fmt::format("the hybrid replay's: rank {} runs the program's last "
+                                           "iteration, every other rank the graph",
+                                           s.sandbox_program_rank)
+                             : "the pure replay's: " + s.sandbox_program_note},
+             {"pure_replay_iteration_time_s", ns_to_seconds(s.sandbox_pure_replay_time)},
+             {"pure_replay_iteration_time_ns", s.sandbox_pure_replay_time}};
   if (!s.profile_path.empty())
     j["profile"] = Json{{"path", s.profile_path},
                         {"device", s.profile_device},
@@ -256,6 +271,17 @@ std::string format_summary_table(const emu::RunResults& r) {
                     s.sandbox_device, s.sandbox_backend, s.sandbox_measured_ops,
                     100 * s.sandbox_measured_fraction, gib(s.sandbox_peak_allocated_bytes),
                     gib(s.sandbox_peak_reserved_bytes)));
+  if (!s.sandbox_program.empty())
+    row("hybrid",
+        s.sandbox_program_in_replay
+            ? fmt::format("rank {} ran the user's program ({} iterations), its last in the "
+                          "replay; the pure replay: {:.6f} s",
+                          s.sandbox_program_rank, s.sandbox_program_iterations,
+                          ns_to_seconds(s.sandbox_pure_replay_time))
+            : fmt::format("rank {} ran the user's program ({} iterations); the figures are the "
+                          "pure replay's: {}",
+                          s.sandbox_program_rank, s.sandbox_program_iterations,
+                          s.sandbox_program_note));
   if (!s.profile_path.empty())
     row("measured compute",
         fmt::format("{:.1f} % of compute time from {} ({} of {} kernel signatures)",

@@ -305,21 +305,16 @@ int main(int argc, char** argv) {
         pos = comma + 1;
       }
       if (!sandbox_program.empty()) {
-        // The user's program as a sandbox rank (issue 40; docs/sandbox-program.md): the replay
-        // first (every process, whichever engine), then the program on process 0 only: its
-        // record and its own replay (sequential) do not depend on the process count.
-        if (sandbox.size() > 1 || !replay_path.empty() || !graph_path.empty() || config.empty())
+        // The user's program as a sandbox rank (issue 40; docs/sandbox-program.md): the program
+        // on process 0 first, then the replay with it (every process, whichever engine).
+        if (sandbox.size() > 1 || !replay_path.empty() || !graph_path.empty() || config.empty() ||
+            !whatif_texts.empty() || rollback_check)
           throw_input(
               "--sandbox-program takes an experiment CONFIG and at most one --sandbox rank (no "
-              "--graph or --replay-measurements)");
-        app::check_sandbox_program(config, overrides, megatron_args,
-                                   sandbox.empty() ? 0 : sandbox.front());
-        const int rc = app::run_command(mpi, config, graph_path, out, overrides, megatron_args,
-                                        quiet, rollback_check, {}, replay_path, whatif_texts);
-        if (rc != 0 || mpi.rank() != 0) return rc;
-        return app::sandbox_program_command(config, overrides, megatron_args, out,
+              "--graph, --replay-measurements, --whatif or --rollback-check)");
+        return app::sandbox_program_command(mpi, config, overrides, megatron_args, out,
                                             sandbox.empty() ? 0 : sandbox.front(), sandbox_program,
-                                            sandbox_timeout);
+                                            sandbox_timeout, quiet);
       }
       return app::run_command(mpi, config, graph_path, out, overrides, megatron_args, quiet,
                               rollback_check, sandbox, replay_path, whatif_texts);

@@ -134,7 +134,6 @@ def main():
     p.add_argument("--gpus-per-node", type=int, default=8)
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--graph", help="scalescope graph output of the same experiment")
-    p.add_argument("--summary", help="the replay's summary.json: labelled a hybrid run")
     p.add_argument("-o", "--output", required=True, help="the report (JSON)")
     p.add_argument("program", nargs=argparse.REMAINDER)
     a = p.parse_args()
@@ -172,19 +171,6 @@ def main():
         with open(tmp, "w") as f:
             json.dump(report, f, indent=1)
         os.replace(tmp, a.output)
-        if a.summary and os.path.exists(a.summary):
-            # The run is a hybrid one: said in its summary, beside the pure replay's figures.
-            with open(a.summary) as f:
-                summary = json.load(f)
-            d = report.get("against_graph", {}).get("first_difference")
-            summary["hybrid"] = {"sandbox_program": " ".join(program), "rank": a.rank,
-                                 "iterations": len(its), "report": os.path.basename(a.output),
-                                 "collectives_match_graph": None if not a.graph else d is None,
-                                 "figures": "the pure replay's (the program's own compute: "
-                                            "the report's compute)"}
-            with open(a.summary + ".tmp", "w") as f:
-                json.dump(summary, f, indent=1)
-            os.replace(a.summary + ".tmp", a.summary)
     except Failure as e:
         print(f"scalescope: error: {e}", file=sys.stderr)
         return 1

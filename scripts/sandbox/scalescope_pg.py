@@ -314,9 +314,11 @@ class OpRecorder(torch.utils._python_dispatch.TorchDispatchMode):
     """The program's own ATen ops, as the dispatcher sees them below autograd (the kernels an
     eager program launches), in order, with the collectives between them, flushed into the
     record at each optimizer step as that step's "ops": [op, [[shape, dtype] inputs], [[shape,
-    dtype] outputs], [collectives it waits for]] or {"call": seq} for a collective. An op waits
-    for a collective when it is the first to read that collective's output (by storage). The
-    backend's own arithmetic (filling collective results) is left out."""
+    dtype] outputs], [collectives it waits for], {"alloc": bytes its outputs newly hold, "freed":
+    bytes released since the op before, "causal": an attention's is_causal}] or {"call": seq}
+    for a collective. An op waits for a collective when it is the first to read that
+    collective's output (by storage). The backend's own arithmetic (filling collective results)
+    is left out."""
 
     def __init__(self):
         super().__init__()
@@ -327,6 +329,7 @@ class OpRecorder(torch.utils._python_dispatch.TorchDispatchMode):
         # flush.
         self.storages = {}  # storage pointer → [bytes, tensors alive on it]
         self.live = self.peak = 0
+        self.freed = 0  # bytes released since the last op recorded
 
     def _allocated(self, x):
         ptr = _storage(x)
@@ -346,6 +349,7 @@ class OpRecorder(torch.utils._python_dispatch.TorchDispatchMode):
             entry[1] -= 1
             if entry[1] == 0:
                 self.live -= entry[0]
+                self.freed += entry[0]
                 del self.storages[ptr]
 
     def collective(self, seq, outputs):
@@ -369,25 +373,29 @@ class OpRecorder(torch.utils._python_dispatch.TorchDispatchMode):
                     seq = self.pending.pop(_storage(x), None)
                     if seq is not None and seq not in waits:
                         waits.append(seq)
+            extra = {}
             entry = [str(func).replace("aten.", "", 1), [_tensor_meta(x) for x in flat_in],
-                     [_tensor_meta(x) for x in flat_out], waits]
+                     [_tensor_meta(x) for x in flat_out], waits, extra]
             if "attention" in entry[0]:  # its is_causal (by its schema), which halves its work
                 schema = func._schema
                 for k, arg in enumerate(schema.arguments):
                     if arg.name == "is_causal":
                         v = (kwargs or {}).get("is_causal",
                                                args[k] if k < len(args) else arg.default_value)
-                        entry.append({"causal": bool(v)})
+                        extra["causal"] = bool(v)
             self.sequence.append(entry)
+            before = self.live
             for x in flat_out:
                 if not isinstance(x, torch._subclasses.FakeTensor):
                     self._allocated(x)
+            extra["alloc"], extra["freed"], self.freed = self.live - before, self.freed, 0
         return out
 
     def flush(self):
         """This iteration's ops, and its peak and end-of-iteration live bytes."""
         ops, self.sequence = self.sequence, []
         peak, self.peak = self.peak, self.live
+        self.freed = 0  # what is released from here on: the next iteration's
         return ops, peak, self.live
 
 

@@ -154,6 +154,14 @@ struct Summary {
   /// that real kernels run inside the replay, it predicts nothing.
   bool sandbox_functional_check = false;
   SimTime sandbox_pure_replay_time = 0;  ///< the same job replayed without the sandbox
+  /// run --sandbox-program (docs/sandbox-program.md): the user's program on one rank (empty:
+  /// none); whether its last iteration replaced that rank's ops in the replay (else the figures
+  /// are the pure replay's, and the note says why).
+  std::string sandbox_program;
+  std::uint32_t sandbox_program_rank = 0;
+  std::uint32_t sandbox_program_iterations = 0;
+  bool sandbox_program_in_replay = false;
+  std::string sandbox_program_note;
   std::string model_name;
   std::string software_stack;  ///< training.stack, "" when none was given
   /// Where a pipeline's order came from when it is not a built-in schedule (a

@@ -187,6 +187,9 @@ struct ParallelPlan {
   bool tp_comm_overlap = false;
   /// Parameters per DP gradient bucket (--ddp-bucket-size); 0 = Megatron's max(4e7, 1e6·DP).
   std::int64_t ddp_bucket_size = 0;
+  /// Parameters of the first gradient bucket (0: as the others): PyTorch DDP's smaller first
+  /// bucket, dist._DEFAULT_FIRST_BUCKET_BYTES = 1 MiB of gradients.
+  std::int64_t ddp_first_bucket_size = 0;
   /// Expert parallelism (MoE): experts split over expert_model_parallel_size ranks, each
   /// expert's FFN over expert_tensor_parallel_size (0 → tensor_model_parallel_size, Megatron's
   /// default). Megatron-Core lays the expert dimensions out as etp-ep-edp within each pipeline

@@ -60,17 +60,24 @@ void StageBuilder::plan_buckets() {
     // max(4e7, 1e6·DP)) when overlapping the reduction; one bucket otherwise, on pipeline
     // stages > 0 and for model chunks > 0 (distributed_data_parallel.py, training.py
     // disable_bucketing).
-    const double bucket =
-        (p_.overlap_grad_reduce && stage_ == 0 && c == 0) ? bucket_size : INFINITY;
+    // PyTorch DDP (torch/nn/parallel/distributed.py at v2.11.0, _ddp_init_helper and the
+    // Reducer's rebuilt buckets): the same rule with a smaller first bucket
+    // (ddp_first_bucket_size: dist._DEFAULT_FIRST_BUCKET_BYTES = 1 MiB of gradients, then
+    // bucket_cap_mb = 25 MiB), in the order the gradients become ready.
+    const bool overlap = p_.overlap_grad_reduce && stage_ == 0 && c == 0;
     for (const bool expert : {false, true}) {
       Bucket cur;
       cur.chunk = c;
       cur.expert = expert;
+      double bucket = !overlap                       ? INFINITY
+                      : p_.ddp_first_bucket_size > 0 ? static_cast<double>(p_.ddp_first_bucket_size)
+                                                     : bucket_size;
       for (const ParamGroup& g : expert ? expert_groups : groups) {
         cur.params += g.params;
         if (g.key >= 0 && is_linear_part(g.key % kParts)) cur.linear += g.params;
         cur.keys.push_back(g.key);
         if (cur.params >= bucket) {
+          if (overlap) bucket = bucket_size;
           buckets_.push_back(cur);
           cur = Bucket{};
           cur.chunk = c;

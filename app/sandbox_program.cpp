@@ -1,0 +1,524 @@
+// `scalescope run CONFIG --sandbox-program 'PROGRAM ARGS' [--sandbox R]` (issue 40,
+// docs/sandbox-program.md): the user's own program runs as sandbox rank R of the experiment's
+// world (scripts/sandbox/run_program.py, its process groups scalescope's backend), then the
+// experiment is replayed with rank R running the program's last iteration where its collectives
+// are the graph's, and the program's figures are set beside the pure replay's.
+#include <mpi.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <set>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "app/commands.hpp"
+#include "app/pipeline.hpp"
+#include "app/sandbox.hpp"
+#include "app/scripts.hpp"
+#include "core/error.hpp"
+#include "cost/cost_model.hpp"
+#include "emu/emulation.hpp"
+#include "graph/expand.hpp"
+#include "io/collective.hpp"
+#include "io/config.hpp"
+#include "io/graph_h5.hpp"
+#include "workload/capture.hpp"
+
+namespace scalescope::app {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+/// The record's tensors ([[shape, dtype], …]).
+std::vector<workload::AtenTensor> aten_tensors(const json& list) {
+  std::vector<workload::AtenTensor> ts;
+  for (const auto& t : list)
+    ts.push_back({t.at(0).get<std::vector<std::int64_t>>(), t.at(1).get<std::string>()});
+  return ts;
+}
+
+/// A recorded op's extras (its fifth element: {"causal", "alloc", "freed"}), or null.
+const json& extras_of(const json& entry) {
+  static const json none = json::object();
+  return entry.size() > 4 && entry.at(4).is_object() ? entry.at(4) : none;
+}
+
+/// The op one recorded ATen op launches (workload::eager_aten_op; `.item()` a one-scalar copy
+/// the host waits for), or nullopt for an op without a kernel (a view).
+std::optional<graph::Op> kernel_of(const json& entry) {
+  const std::string name = entry.at(0).get<std::string>();
+  if (name.rfind("_local_scalar_dense", 0) == 0) {
+    graph::Op op;  // the copy of one scalar to the host, which waits for it
+    op.kind = graph::OpKind::Elementwise;
+    op.name = graph::OpName::AtenOp;
+    op.mem_bytes = 8;
+    op.host_sync = 1;
+    return op;
+  }
+  return workload::eager_aten_op(name, aten_tensors(entry.at(1)), aten_tensors(entry.at(2)),
+                                 extras_of(entry).value("causal", false));
+}
+
+/// The op of a recorded collective (`call`, the record's entry), or nullopt with `why`.
+using CollectiveOp = std::function<std::optional<graph::Op>(const json& call, std::string& why)>;
+
+/// The program's last iteration as one rank's template, in its order: one kernel per ATen op
+/// on the compute stream; each collective (its op from `collective`) on its stream after the op
+/// before it; an op that first reads a collective's output waits for it (an op without a
+/// kernel passes its waits to the next kernel); `.item()` makes the host wait. Memory from the
+/// program's own allocations: what each op's outputs newly hold allocated when it is issued,
+/// what was released after it freed when it ends, the bytes live when the iteration began held
+/// throughout (static). nullopt, with `why`, where a collective has no op.
+std::optional<graph::RankProgram> program_template(const SandboxProgram& p,
+                                                   const CollectiveOp& collective,
+                                                   std::string& why) {
+  graph::RankProgram t;
+  t.name = "sandbox_program";
+  const json& calls = p.report.at("calls");
+  std::map<std::int64_t, std::uint32_t> issued;  // record seq → op
+  std::vector<std::uint32_t> waits;
+  std::int64_t last_compute = -1, last_op = -1;
+  double static_bytes = p.start_live_bytes, pending_alloc = 0;
+  const auto freed = [&](double bytes) {
+    if (last_op >= 0)
+      t.ops[static_cast<std::size_t>(last_op)].mem_free += static_cast<std::int64_t>(bytes);
+    else
+      static_bytes = std::max(0.0, static_bytes - bytes);
+  };
+  for (const auto& e : p.last) {
+    if (e.is_object()) {
+      const json& c = calls.at(e.at("call").get<std::size_t>());
+      std::optional<graph::Op> op = collective(c, why);
+      if (!op) return std::nullopt;
+      std::vector<std::uint32_t> deps;
+      if (last_compute >= 0) deps.push_back(static_cast<std::uint32_t>(last_compute));
+      last_op = issued[c.at("seq").get<std::int64_t>()] = t.add(*op, deps);
+      continue;
+    }
+    for (const auto& w : e.at(3))
+      if (const auto it = issued.find(w.get<std::int64_t>()); it != issued.end())
+        waits.push_back(it->second);
+    const json& x = extras_of(e);
+    freed(x.value("freed", 0.0));
+    pending_alloc += x.value("alloc", 0.0);
+    std::optional<graph::Op> op = kernel_of(e);
+    if (!op) continue;
+    op->phase = graph::Phase::Other;
+    op->mem_alloc = static_cast<std::int64_t>(pending_alloc);
+    pending_alloc = 0;
+    last_op = last_compute = t.add(*op, waits);
+    waits.clear();
+  }
+  t.static_memory = static_cast<std::int64_t>(static_bytes);
+  return t;
+}
+
+/// The graph's op kind of a recorded collective, or nullopt for what the graph has none of.
+std::optional<graph::OpKind> graph_kind(const std::string& kind) {
+  if (kind == "all_reduce") return graph::OpKind::AllReduce;
+  if (kind == "all_gather") return graph::OpKind::AllGather;
+  if (kind == "reduce_scatter") return graph::OpKind::ReduceScatter;
+  if (kind == "all_to_all") return graph::OpKind::AllToAll;
+  return std::nullopt;
+}
+
+std::string describe_call(const json& c) {
+  return fmt::format("#{} ({} of {} B over {} ranks)", c.at("seq").get<std::int64_t>(),
+                     c.at("kind").get<std::string>(), c.value("bytes", 0.0),
+                     c.at("group_size").get<std::uint32_t>());
+}
+
+/// The program's iteration run by every rank of a `world`-rank job (the identical-replica
+/// assumption), the world its one communicator; nullopt, with `why`, where a collective runs
+/// over a smaller group or is point-to-point (not replayed that way).
+std::optional<graph::SlicedGraph> replicated_program(const SandboxProgram& p, std::uint32_t world,
+                                                     std::string& why) {
+  const CollectiveOp world_op = [&](const json& c, std::string& w) -> std::optional<graph::Op> {
+    const std::string kind = c.at("kind").get<std::string>();
+    if (c.at("group_size").get<std::uint32_t>() != world) {
+      w = fmt::format(
+          "its collective {} runs over a group other than the world: not replayed with every "
+          "rank running the program",
+          describe_call(c));
+      return std::nullopt;
+    }
+    if (kind == "send" || kind == "recv") {
+      w = "point-to-point calls are not replayed with every rank running the program";
+      return std::nullopt;
+    }
+    // A broadcast moves the root's S bytes to every rank: an all-gather's traffic; a barrier
+    // is PyTorch's one-element all-reduce.
+    return graph::world_collective(kind == "broadcast"
+                                       ? graph::OpKind::AllGather
+                                       : graph_kind(kind).value_or(graph::OpKind::AllReduce),
+                                   std::max(4.0, c.at("bytes").get<double>()));
+  };
+  std::optional<graph::RankProgram> t = program_template(p, world_op, why);
+  if (!t) return std::nullopt;
+  return graph::replicated_world(std::move(*t), world);
+}
+
+/// The experiment's output directory, as run_command resolves it.
+fs::path output_dir(const io::ExperimentConfig& c, const std::string& out_dir) {
+  return out_dir.empty() ? fs::path(c.run.output) : fs::path(out_dir);
+}
+
+/// Process 0: the experiment's graph written as `out`/sandbox-graph.h5 and the program run as
+/// rank `rank` through scripts/sandbox/run_program.py, which writes `out`/sandbox-program.json.
+/// The runner's exit status (its one-line error said).
+int record_program(const io::ExperimentConfig& c, const fs::path& out, std::uint32_t rank,
+                   const std::string& program, double timeout_s) {
+  const fs::path runner =
+      checkout_script("run --sandbox-program", fs::path("scripts") / "sandbox" / "run_program.py");
+  const fs::path python =
+      checkout_script("run --sandbox-program", fs::path("scripts") / "capture" / "python");
+  fs::create_directories(out);
+  const fs::path graph = out / "sandbox-graph.h5";
+  io::write_graph_h5(build(c), graph.string());
+  return shell(fmt::format(
+      "{} {} --world {} --rank {} --gpus-per-node {} --timeout {} --graph {} -o {} -- {}",
+      shell_quote(python.string()), shell_quote(runner.string()), c.parallel.world(), rank,
+      c.cluster.gpus_per_node, timeout_s, shell_quote(graph.string()),
+      shell_quote((out / "sandbox-program.json").string()), shell_quote(program)));
+}
+
+/// Rank `rank`'s figures in a replay (traced: its timeline).
+struct RankFigures {
+  emu::RankResult row;
+  SimTime iteration = 0;
+  std::vector<emu::TimelineRecord> timeline;
+};
+
+RankFigures rank_figures(const graph::SlicedGraph& g, const io::ExperimentConfig& c,
+                         std::uint32_t rank) {
+  ReplaySetup setup(c);
+  setup.options.representative_replicas = false;
+  setup.options.trace_ranks = {rank};
+  emu::RunResults r = emu::emulate(g, setup.costs, setup.options);
+  return {r.ranks.at(rank), r.summary.iteration_time, std::move(r.timelines[rank])};
+}
+
+json rank_json(const RankFigures& f) {
+  const auto s = [](SimTime t) { return static_cast<double>(t) * 1e-9; };
+  return {
+      {"iteration_seconds", s(f.iteration)},       {"finish_seconds", s(f.row.finish)},
+      {"compute_seconds", s(f.row.compute)},       {"exposed_dp_seconds", s(f.row.exposed_dp)},
+      {"exposed_tp_seconds", s(f.row.exposed_tp)}, {"exposed_pp_seconds", s(f.row.exposed_pp)},
+      {"exposed_ep_seconds", s(f.row.exposed_ep)}, {"bubble_seconds", s(f.row.bubble)},
+      {"host_wait_seconds", s(f.row.host_wait)},   {"other_wait_seconds", s(f.row.other_wait)},
+      {"peak_memory_bytes", f.row.peak_memory},    {"static_memory_bytes", f.row.static_memory}};
+}
+
+/// The collectives of a traced rank's timeline, in order: [kind, bytes, start s, end s].
+json collective_timeline(const RankFigures& f, const graph::RankProgram& t) {
+  json out = json::array();
+  for (const emu::TimelineRecord& rec : f.timeline) {
+    const graph::Op& op = t.ops.at(rec.op);
+    if (!graph::is_communication(op.kind)) continue;
+    out.push_back({graph::op_kind_name(op.kind), op.comm_bytes,
+                   static_cast<double>(rec.start) * 1e-9, static_cast<double>(rec.end) * 1e-9});
+  }
+  return out;
+}
+
+/// Process 0, after the replay: the program's compute against the graph's rank, its memory,
+/// and its iteration — rank `p.rank` in the hybrid replay beside the same rank in the pure one,
+/// or, where the program is not in the replay, the program run by every rank — in
+/// sandbox-program.json and on stdout.
+void report_program(const io::ExperimentConfig& c, const fs::path& out, SandboxProgram& p) {
+  const fs::path report_path = out / "sandbox-program.json";
+  json report = p.report;
+  const std::uint32_t world = static_cast<std::uint32_t>(c.parallel.world());
+  const graph::SlicedGraph& pure = *p.pure;
+  const cost::CostModel model(c.cluster, c.network);
+  // Per op kind (gemm, attention, elementwise, …): kernels, GPU time and FLOPs, the program's
+  // and the graph's rank's: where their compute differs.
+  struct Kind {
+    double kernels = 0, seconds = 0, flops = 0;
+  };
+  std::map<std::string, std::array<Kind, 2>> by_kind;
+  double host = 0;
+  const auto add = [&](const graph::Op& op, int side) {
+    Kind& k = by_kind[std::string(graph::op_kind_name(op.kind))][static_cast<std::size_t>(side)];
+    k.kernels += 1;
+    k.seconds += static_cast<double>(model.compute_ns(op)) * 1e-9;
+    k.flops += op.flops;
+  };
+  for (const auto& entry : p.last) {
+    if (entry.is_object()) continue;  // a collective
+    const auto op = kernel_of(entry);
+    if (!op || op->host_sync) continue;
+    add(*op, 0);
+    host += static_cast<double>(model.host_ns(*op)) * 1e-9;
+  }
+  for (const graph::Op& op : pure.program_of(p.rank).ops)
+    if (!graph::is_communication(op.kind)) add(op, 1);
+  std::array<Kind, 2> total{};
+  json kinds = json::object();
+  for (const auto& [name, sides] : by_kind) {
+    json row;
+    for (std::size_t side = 0; side < 2; ++side) {
+      total[side].kernels += sides[side].kernels;
+      total[side].seconds += sides[side].seconds;
+      row[side == 0 ? "program" : "graph"] = {{"kernels", sides[side].kernels},
+                                              {"seconds", sides[side].seconds},
+                                              {"flops", sides[side].flops}};
+    }
+    kinds[name] = row;
+  }
+  report["compute"] = {
+      {"gpu", model.gpu().name},
+      {"program_kernels", total[0].kernels},
+      {"program_seconds", total[0].seconds},
+      {"program_host_seconds", host},
+      {"program_gemm_flops", by_kind.count("gemm") ? by_kind["gemm"][0].flops : 0.0},
+      {"graph_kernels", total[1].kernels},
+      {"graph_seconds", total[1].seconds},
+      {"by_kind", kinds},
+      {"note",
+       "the program's last iteration, one kernel per ATen op (eager), GEMMs at the GPU's bf16 "
+       "rate whatever dtype they ran in on this machine"}};
+  // Rank `p.rank` in the pure replay, and in the hybrid one; else the program on every rank.
+  const RankFigures pure_rank = rank_figures(pure, c, p.rank);
+  std::optional<RankFigures> hybrid_rank;
+  std::optional<SimTime> replicated;
+  std::string why = p.not_in_replay;
+  if (p.in_replay) {
+    hybrid_rank = rank_figures(*p.hybrid, c, p.rank);
+  } else if (const auto g = replicated_program(p, world, why)) {
+    const ReplaySetup setup(c);
+    replicated = emu::emulate(*g, setup.costs, setup.options).summary.iteration_time;
+  }
+  json iteration = {{"world", world},
+                    {"replay_seconds", static_cast<double>(pure_rank.iteration) * 1e-9},
+                    {"program_in_replay", p.in_replay},
+                    {"pure", rank_json(pure_rank)},
+                    {"pure_collectives", collective_timeline(pure_rank, pure.program_of(p.rank))}};
+  if (hybrid_rank) {
+    iteration["hybrid"] = rank_json(*hybrid_rank);
+    iteration["hybrid_collectives"] =
+        collective_timeline(*hybrid_rank, p.hybrid->program_of(p.rank));
+    iteration["program_seconds"] = static_cast<double>(hybrid_rank->iteration) * 1e-9;
+    iteration["note"] = fmt::format(
+        "rank {} runs the program's last iteration inside the experiment's replay (the other "
+        "{} ranks the graph); its collectives complete when the replayed ranks of their groups "
+        "have arrived",
+        p.rank, world - 1);
+  } else {
+    iteration["program_seconds"] =
+        replicated ? json(static_cast<double>(*replicated) * 1e-9) : json(nullptr);
+    iteration["not_in_replay"] = p.not_in_replay;
+    iteration["note"] = replicated ? "the program's last iteration run by every rank (identical "
+                                     "replicas), replayed by the sequential engine"
+                                   : "not replayed: " + why;
+  }
+  report["iteration"] = iteration;
+  report["memory"] = {
+      {"program_peak_bytes", p.peak_bytes},
+      {"replay_peak_bytes", static_cast<double>(pure_rank.row.peak_memory)},
+      {"hybrid_peak_bytes",
+       hybrid_rank ? json(static_cast<double>(hybrid_rank->row.peak_memory)) : json(nullptr)},
+      {"note",
+       "program: its own allocations on this machine (the storages its ops made, while a tensor "
+       "holds them), in the dtypes it ran in, at their peak in its last iteration; replay: the "
+       "modelled peak of the graph's rank; hybrid: the rank running the program's allocations "
+       "in the replay (with the graph's collectives' buffers)"}};
+  const fs::path tmp = report_path.string() + ".tmp";
+  {
+    std::ofstream f(tmp);
+    f << report.dump(1);
+  }
+  fs::rename(tmp, report_path);
+  std::cout << fmt::format(
+      "  compute, the program's last iteration on {}: {:.0f} kernels, {:.4g} ms (host issue {:.4g} "
+      "ms); the graph's rank {}: {:.0f} kernels, {:.4g} ms\n",
+      model.gpu().name, total[0].kernels, total[0].seconds * 1e3, host * 1e3, p.rank,
+      total[1].kernels, total[1].seconds * 1e3);
+  for (const auto& [name, sides] : by_kind)
+    std::cout << fmt::format(
+        "    {:<12} program {:>5.0f} kernels {:>9.4g} ms {:>10.4g} FLOPs | graph {:>5.0f} kernels "
+        "{:>9.4g} ms {:>10.4g} FLOPs\n",
+        name, sides[0].kernels, sides[0].seconds * 1e3, sides[0].flops, sides[1].kernels,
+        sides[1].seconds * 1e3, sides[1].flops);
+  std::cout << fmt::format(
+      "  memory, the program's peak in its last iteration: {:.4g} GiB (its own allocations here, "
+      "in the dtypes it ran in); the replay's peak: {:.4g} GiB\n",
+      p.peak_bytes / (1 << 30), static_cast<double>(pure_rank.row.peak_memory) / (1 << 30));
+  const auto ms = [](SimTime t) { return static_cast<double>(t) * 1e-6; };
+  if (hybrid_rank)
+    std::cout << fmt::format(
+        "  iteration, rank {} running the program inside the replay of {} ranks: {:.4g} ms "
+        "(rank {} finishes at {:.4g} ms: compute {:.4g}, exposed DP {:.4g}, host wait {:.4g}); "
+        "the pure replay: {:.4g} ms (rank {}: {:.4g} ms, compute {:.4g}, exposed DP {:.4g})\n",
+        p.rank, world, ms(hybrid_rank->iteration), p.rank, ms(hybrid_rank->row.finish),
+        ms(hybrid_rank->row.compute), ms(hybrid_rank->row.exposed_dp),
+        ms(hybrid_rank->row.host_wait), ms(pure_rank.iteration), p.rank, ms(pure_rank.row.finish),
+        ms(pure_rank.row.compute), ms(pure_rank.row.exposed_dp));
+  else if (replicated)
+    std::cout << fmt::format(
+        "  iteration, the program run by all {} ranks: {:.4g} ms simulated; the experiment's "
+        "replay: {:.4g} ms (not in the replay: {})\n",
+        world, ms(*replicated), ms(pure_rank.iteration), p.not_in_replay);
+  else
+    std::cout << "  iteration of the program not replayed: " << why << "\n";
+}
+
+}  // namespace
+
+SandboxProgram read_sandbox_program(const fs::path& report, std::uint32_t rank,
+                                    const std::string& command) {
+  SandboxProgram p;
+  p.rank = rank;
+  p.command = command;
+  std::ifstream f(report);
+  if (!f) throw_io("{}: the sandbox program's record is missing", report.string());
+  p.report = json::parse(f);
+  double previous_live = 0;
+  for (const auto& call : p.report.at("calls"))
+    if (call.at("kind") == "step") {
+      ++p.iterations;
+      p.last = call.value("ops", json::array());
+      p.peak_bytes = call.value("peak_bytes", 0.0);
+      p.start_live_bytes = previous_live;
+      previous_live = call.value("live_bytes", 0.0);
+    }
+  return p;
+}
+
+bool embed_program(graph::SlicedGraph& g, SandboxProgram& p) {
+  const std::uint32_t r = p.rank;
+  // Each recorded group's global ranks (the world's as "all").
+  std::map<std::string, std::vector<std::uint32_t>> groups;
+  for (const auto& c : p.report.at("calls")) {
+    if (c.at("kind") != "group") continue;
+    std::vector<std::uint32_t> ranks;
+    if (c.at("ranks").is_string())
+      for (std::uint32_t k = 0; k < c.at("group_size").get<std::uint32_t>(); ++k)
+        ranks.push_back(k);
+    else
+      ranks = c.at("ranks").get<std::vector<std::uint32_t>>();
+    std::sort(ranks.begin(), ranks.end());
+    groups[c.at("group").get<std::string>()] = ranks;
+  }
+  // Rank r's communication ops in the graph, per role, in its order.
+  const graph::RankProgram& mine = g.program_of(r);
+  std::array<std::vector<std::uint32_t>, graph::kNumRoles> queue;
+  for (std::uint32_t i = 0; i < mine.size(); ++i)
+    if (graph::is_communication(mine.ops[i].kind))
+      queue[static_cast<std::size_t>(mine.ops[i].role)].push_back(i);
+  std::array<std::size_t, graph::kNumRoles> next{};
+  const auto describe_op = [](const graph::Op& op) {
+    return fmt::format("{} of {} B", graph::op_kind_name(op.kind), op.comm_bytes);
+  };
+  const CollectiveOp matched = [&](const json& c, std::string& why) -> std::optional<graph::Op> {
+    const std::string kind = c.at("kind").get<std::string>();
+    const std::optional<graph::OpKind> k = graph_kind(kind);
+    if (!k) {
+      why = fmt::format("its collective {} has no counterpart in the graph{}", describe_call(c),
+                        kind == "send" || kind == "recv"
+                            ? " (point-to-point calls are not put in the replay yet)"
+                            : "");
+      return std::nullopt;
+    }
+    const auto group = groups.find(c.at("group").get<std::string>());
+    const double bytes = c.at("bytes").get<double>();
+    std::string expected;
+    for (int role = 1; role < graph::kNumRoles; ++role) {
+      const std::int32_t comm = g.comm_of(r, static_cast<graph::CommRole>(role));
+      if (comm == graph::kNoComm || group == groups.end() ||
+          !std::equal(g.comms.members_begin(static_cast<std::uint32_t>(comm)),
+                      g.comms.members_end(static_cast<std::uint32_t>(comm)), group->second.begin(),
+                      group->second.end()))
+        continue;
+      const auto ri = static_cast<std::size_t>(role);
+      if (next[ri] >= queue[ri].size()) {
+        expected = expected.empty() ? "none" : expected;
+        continue;
+      }
+      const graph::Op& op = mine.ops[queue[ri][next[ri]]];
+      if (op.kind == *k && std::abs(op.comm_bytes - bytes) <= 1e-9 * std::max(1.0, bytes)) {
+        ++next[ri];
+        return op;
+      }
+      expected = describe_op(op);
+    }
+    why = expected.empty()
+              ? fmt::format(
+                    "its collective {} runs over a group that is none of rank {}'s "
+                    "communicators in the graph",
+                    describe_call(c), r)
+              : fmt::format(
+                    "its collective {} differs from rank {}'s next one on that group in "
+                    "the graph ({})",
+                    describe_call(c), r, expected);
+    return std::nullopt;
+  };
+  std::optional<graph::RankProgram> t = program_template(p, matched, p.not_in_replay);
+  if (!t) return false;
+  for (std::size_t role = 0; role < queue.size(); ++role)
+    if (next[role] < queue[role].size()) {
+      p.not_in_replay = fmt::format(
+          "the graph's rank {} has {} more collective(s) on one group than the program (the "
+          "first: {})",
+          r, queue[role].size() - next[role], describe_op(mine.ops[queue[role][next[role]]]));
+      return false;
+    }
+  t->finalize();
+  g.templates.push_back(std::move(*t));
+  if (!g.loaded.empty()) g.loaded.push_back(true);
+  g.rank_class[r] = static_cast<std::uint32_t>(g.templates.size() - 1);
+  graph::validate(g);
+  p.in_replay = true;
+  return true;
+}
+
+void check_sandbox_program(const std::string& config_path,
+                           const std::vector<std::string>& overrides,
+                           const std::string& megatron_args, std::uint32_t rank) {
+  checkout_script("run --sandbox-program", fs::path("scripts") / "sandbox" / "run_program.py");
+  const io::ExperimentConfig c = io::load_experiment(config_path, overrides, megatron_args);
+  if (static_cast<std::int64_t>(rank) >= c.parallel.world())
+    throw_input("--sandbox {}: the experiment {} has {} ranks", rank, c.path, c.parallel.world());
+}
+
+int sandbox_program_command(const MpiWorld& mpi, const std::string& config_path,
+                            const std::vector<std::string>& overrides,
+                            const std::string& megatron_args, const std::string& out_dir,
+                            std::uint32_t rank, const std::string& program, double timeout_s,
+                            bool quiet) {
+  check_sandbox_program(config_path, overrides, megatron_args, rank);
+  const io::ExperimentConfig c = io::load_experiment(config_path, overrides, megatron_args);
+  const fs::path out = output_dir(c, out_dir);
+  // The program first, on process 0 (its record does not depend on the process count); every
+  // process then reads the record and replays the experiment with it.
+  std::string error;
+  int rc = 0;
+  if (mpi.rank() == 0) {
+    check_output_dir(out);
+    try {
+      rc = record_program(c, out, rank, program, timeout_s);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  io::raise_if_failed_anywhere(MPI_COMM_WORLD, error);
+  MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (rc != 0) return rc;
+  SandboxProgram p = read_sandbox_program(out / "sandbox-program.json", rank, program);
+  rc = run_command(mpi, config_path, {}, out_dir, overrides, megatron_args, quiet, false, {}, {},
+                   {}, &p);
+  if (rc != 0 || mpi.rank() != 0) return rc;
+  report_program(c, out, p);
+  return 0;
+}
+
+}  // namespace scalescope::app
