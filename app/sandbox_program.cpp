@@ -137,34 +137,132 @@ std::string describe_call(const json& c) {
                      c.at("group_size").get<std::uint32_t>());
 }
 
-/// The program's iteration run by every rank of a `world`-rank job (the identical-replica
-/// assumption), the world its one communicator; nullopt, with `why`, where a collective runs
-/// over a smaller group or is point-to-point (not replayed that way).
-std::optional<graph::SlicedGraph> replicated_program(const SandboxProgram& p, std::uint32_t world,
+/// Each recorded group's global ranks, sorted (the world's, recorded as "all", spelt out).
+std::map<std::string, std::vector<std::uint32_t>> recorded_groups(const SandboxProgram& p) {
+  std::map<std::string, std::vector<std::uint32_t>> groups;
+  for (const auto& c : p.report.at("calls")) {
+    if (c.at("kind") != "group") continue;
+    std::vector<std::uint32_t> ranks;
+    if (c.at("ranks").is_string())
+      for (std::uint32_t k = 0; k < c.at("group_size").get<std::uint32_t>(); ++k)
+        ranks.push_back(k);
+    else
+      ranks = c.at("ranks").get<std::vector<std::uint32_t>>();
+    std::sort(ranks.begin(), ranks.end());
+    groups[c.at("group").get<std::string>()] = ranks;
+  }
+  return groups;
+}
+
+/// Whether communicator `c` of `g` has exactly `ranks` (sorted) as members.
+bool same_members(const graph::SlicedGraph& g, std::int32_t c,
+                  const std::vector<std::uint32_t>& ranks) {
+  if (c == graph::kNoComm) return false;
+  const auto k = static_cast<std::uint32_t>(c);
+  return std::equal(g.comms.members_begin(k), g.comms.members_end(k), ranks.begin(), ranks.end());
+}
+
+/// A collective's trace name by its kind and the role of its group.
+graph::OpName collective_name(graph::OpKind kind, graph::CommRole role) {
+  using graph::CommRole;
+  using graph::OpKind;
+  using graph::OpName;
+  if (kind == OpKind::AllToAll) return OpName::EpDispatch;
+  const bool ag = kind == OpKind::AllGather, rs = kind == OpKind::ReduceScatter;
+  switch (role) {
+    case CommRole::Tp:
+      return ag ? OpName::TpAllGather : rs ? OpName::TpReduceScatter : OpName::TpAllReduce;
+    case CommRole::Etp:
+      return ag ? OpName::EtpAllGather : rs ? OpName::EtpReduceScatter : OpName::TpAllReduce;
+    case CommRole::Edp:
+      return ag ? OpName::EdpAllGather : rs ? OpName::EdpReduceScatter : OpName::EdpAllReduce;
+    default:
+      return ag ? OpName::DpAllGather : rs ? OpName::DpReduceScatter : OpName::DpAllReduce;
+  }
+}
+
+/// The program's iteration run by every rank of the experiment's world (the identical-replica
+/// assumption). Each group it talks on is a role: the experiment's where rank p.rank has a
+/// communicator with the same members (every rank's group of that role then the graph's), else
+/// a free one whose groups are the DeviceMesh translates of the recorded one
+/// (graph::mesh_groups). nullopt, with `why`, for point-to-point calls or a group of neither kind.
+std::optional<graph::SlicedGraph> replicated_program(const SandboxProgram& p,
+                                                     const graph::SlicedGraph& pure,
                                                      std::string& why) {
-  const CollectiveOp world_op = [&](const json& c, std::string& w) -> std::optional<graph::Op> {
+  using graph::CommRole;
+  const std::uint32_t world = pure.world_size;
+  const auto groups = recorded_groups(p);
+  std::map<std::string, CommRole> role_of_group;
+  std::map<CommRole, std::vector<std::vector<std::uint32_t>>> partitions;
+  const CollectiveOp op_of = [&](const json& c, std::string& w) -> std::optional<graph::Op> {
     const std::string kind = c.at("kind").get<std::string>();
-    if (c.at("group_size").get<std::uint32_t>() != world) {
-      w = fmt::format(
-          "its collective {} runs over a group other than the world: not replayed with every "
-          "rank running the program",
-          describe_call(c));
-      return std::nullopt;
-    }
     if (kind == "send" || kind == "recv") {
       w = "point-to-point calls are not replayed with every rank running the program";
       return std::nullopt;
     }
-    // A broadcast moves the root's S bytes to every rank: an all-gather's traffic; a barrier
-    // is PyTorch's one-element all-reduce.
-    return graph::world_collective(kind == "broadcast"
-                                       ? graph::OpKind::AllGather
-                                       : graph_kind(kind).value_or(graph::OpKind::AllReduce),
-                                   std::max(4.0, c.at("bytes").get<double>()));
+    const std::string label = c.at("group").get<std::string>();
+    auto it = role_of_group.find(label);
+    if (it == role_of_group.end()) {
+      const auto members = groups.find(label);
+      if (members == groups.end()) {
+        w = fmt::format("its collective {} names a group it never created", describe_call(c));
+        return std::nullopt;
+      }
+      std::optional<CommRole> role;
+      for (int r = 1; r < graph::kNumRoles && !role; ++r) {
+        const auto cr = static_cast<CommRole>(r);
+        if (cr == CommRole::PpNext || cr == CommRole::PpPrev || partitions.count(cr) ||
+            !same_members(pure, pure.comm_of(p.rank, cr), members->second))
+          continue;
+        std::vector<std::vector<std::uint32_t>> list;
+        std::set<std::int32_t> seen;
+        for (std::uint32_t x = 0; x < world; ++x) {
+          const std::int32_t comm = pure.comm_of(x, cr);
+          if (comm == graph::kNoComm) break;
+          if (!seen.insert(comm).second) continue;
+          list.emplace_back(pure.comms.members_begin(static_cast<std::uint32_t>(comm)),
+                            pure.comms.members_end(static_cast<std::uint32_t>(comm)));
+        }
+        if (seen.empty() || list.empty()) continue;
+        role = cr;
+        partitions[cr] = std::move(list);
+      }
+      if (!role) {
+        for (const CommRole free :
+             {CommRole::Dp, CommRole::Tp, CommRole::Cp, CommRole::Ep, CommRole::Edp, CommRole::Etp,
+              CommRole::TpEp, CommRole::DpReplicate, CommRole::Embedding})
+          if (!partitions.count(free)) {
+            role = free;
+            break;
+          }
+        auto list = graph::mesh_groups(members->second, world);
+        if (!role || list.empty()) {
+          w = fmt::format(
+              "its collective {} runs over a group that is neither a communicator of the "
+              "experiment's rank {} nor a DeviceMesh dimension's",
+              describe_call(c), p.rank);
+          return std::nullopt;
+        }
+        partitions[*role] = std::move(list);
+      }
+      it = role_of_group.emplace(label, *role).first;
+    }
+    // A broadcast (and a scatter, gather) moves the root's S bytes to every rank: an
+    // all-gather's traffic; a barrier is PyTorch's one-element all-reduce.
+    graph::Op op;
+    op.kind = graph_kind(kind).value_or(kind == "broadcast" || kind == "scatter" || kind == "gather"
+                                            ? graph::OpKind::AllGather
+                                            : graph::OpKind::AllReduce);
+    op.role = it->second;
+    op.stream = graph::stream_of(op.role);
+    op.phase = graph::Phase::Other;
+    op.name = collective_name(op.kind, op.role);
+    op.comm_bytes = std::max(4.0, c.at("bytes").get<double>());
+    return op;
   };
-  std::optional<graph::RankProgram> t = program_template(p, world_op, why);
+  std::optional<graph::RankProgram> t = program_template(p, op_of, why);
   if (!t) return std::nullopt;
-  return graph::replicated_world(std::move(*t), world);
+  return graph::replicated_world(std::move(*t), world, partitions);
 }
 
 /// The experiment's output directory, as run_command resolves it.
@@ -294,7 +392,7 @@ void report_program(const io::ExperimentConfig& c, const fs::path& out, SandboxP
   std::string why = p.not_in_replay;
   if (p.in_replay) {
     hybrid_rank = rank_figures(*p.hybrid, c, p.rank);
-  } else if (const auto g = replicated_program(p, world, why)) {
+  } else if (const auto g = replicated_program(p, pure, why)) {
     const ReplaySetup setup(c);
     replicated = emu::emulate(*g, setup.costs, setup.options).summary.iteration_time;
   }
@@ -396,19 +494,7 @@ SandboxProgram read_sandbox_program(const fs::path& report, std::uint32_t rank,
 
 bool embed_program(graph::SlicedGraph& g, SandboxProgram& p) {
   const std::uint32_t r = p.rank;
-  // Each recorded group's global ranks (the world's as "all").
-  std::map<std::string, std::vector<std::uint32_t>> groups;
-  for (const auto& c : p.report.at("calls")) {
-    if (c.at("kind") != "group") continue;
-    std::vector<std::uint32_t> ranks;
-    if (c.at("ranks").is_string())
-      for (std::uint32_t k = 0; k < c.at("group_size").get<std::uint32_t>(); ++k)
-        ranks.push_back(k);
-    else
-      ranks = c.at("ranks").get<std::vector<std::uint32_t>>();
-    std::sort(ranks.begin(), ranks.end());
-    groups[c.at("group").get<std::string>()] = ranks;
-  }
+  const auto groups = recorded_groups(p);
   // Rank r's communication ops in the graph, per role, in its order.
   const graph::RankProgram& mine = g.program_of(r);
   std::array<std::vector<std::uint32_t>, graph::kNumRoles> queue;
@@ -433,11 +519,8 @@ bool embed_program(graph::SlicedGraph& g, SandboxProgram& p) {
     const double bytes = c.at("bytes").get<double>();
     std::string expected;
     for (int role = 1; role < graph::kNumRoles; ++role) {
-      const std::int32_t comm = g.comm_of(r, static_cast<graph::CommRole>(role));
-      if (comm == graph::kNoComm || group == groups.end() ||
-          !std::equal(g.comms.members_begin(static_cast<std::uint32_t>(comm)),
-                      g.comms.members_end(static_cast<std::uint32_t>(comm)), group->second.begin(),
-                      group->second.end()))
+      if (group == groups.end() ||
+          !same_members(g, g.comm_of(r, static_cast<graph::CommRole>(role)), group->second))
         continue;
       const auto ri = static_cast<std::size_t>(role);
       if (next[ri] >= queue[ri].size()) {

@@ -69,7 +69,7 @@ def _op_name(op):
 _CALLS = {"allreduce", "allreduce_coalesced", "allgather", "_allgather_base",
           "allgather_into_tensor_coalesced", "reduce_scatter", "_reduce_scatter_base",
           "reduce_scatter_tensor_coalesced", "alltoall_base", "alltoall", "broadcast", "reduce",
-          "send", "recv", "barrier"}
+          "scatter", "gather", "send", "recv", "barrier"}
 
 
 class ScalescopeProcessGroup(dist.ProcessGroup):
@@ -79,6 +79,23 @@ class ScalescopeProcessGroup(dist.ProcessGroup):
         super().__init__(rank, size)
         self.global_ranks = list(ranks) if ranks is not None else None
         self.label = name
+
+    # torch keeps a group's name on its backends; this group is its own backend (a Python
+    # ProcessGroup), so it keeps the name torch gives it: DeviceMesh and the functional
+    # collectives (DTensor) find groups by it.
+    @property
+    def group_name(self):
+        return self.label
+
+    def _set_group_name(self, name):
+        self.label = name
+
+    @property
+    def group_desc(self):
+        return getattr(self, "_desc", "")
+
+    def _set_group_desc(self, desc):
+        self._desc = desc
 
     # -- helpers --
     def _done(self, result):
@@ -192,6 +209,26 @@ class ScalescopeProcessGroup(dist.ProcessGroup):
                 self._reduce(t, opts.reduceOp)
         return self._done(tensors)
 
+    def scatter(self, outputs, input_lists, opts):
+        # Every replica's root holds what this rank's would: its own chunk of it (the program's
+        # list where it gave one, else the output left as it is).
+        root = getattr(opts, "rootRank", 0)
+        self._record("scatter", [t for ins in input_lists for t in ins] or outputs, outputs,
+                     root=root)
+        for o, ins in zip(outputs, input_lists):
+            if ins:
+                o.copy_(ins[self.rank()])
+        return self._done(outputs)
+
+    def gather(self, output_lists, inputs, opts):
+        root = getattr(opts, "rootRank", 0)
+        self._record("gather", inputs, [t for outs in output_lists for t in outs], root=root)
+        if self.rank() == root:
+            for outs, i in zip(output_lists, inputs):
+                for o in outs:
+                    o.copy_(i)
+        return self._done(output_lists)
+
     def send(self, tensors, dst, tag=0):
         self._record("send", tensors, peer=dst, tag=tag)
         return self._done(tensors)
@@ -235,9 +272,10 @@ def create_extended(opts, backend_options):
     """The extended creator: the group's global ranks and name are known (recorded per call)."""
     ranks = list(opts.global_ranks_in_group or []) or list(range(opts.group_size))
     # The group's members once (the world's as "all"), its calls name it.
+    world = int(os.environ.get("WORLD_SIZE", opts.group_size))
     RECORDER.add(kind="group", group=opts.group_id, group_size=opts.group_size,
                  rank=opts.group_rank,
-                 ranks="all" if ranks == list(range(opts.group_size)) else ranks)
+                 ranks="all" if ranks == list(range(world)) else ranks)
     return ScalescopeProcessGroup(opts.group_rank, opts.group_size, ranks, opts.group_id)
 
 

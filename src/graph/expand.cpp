@@ -78,25 +78,65 @@ Op world_collective(OpKind kind, double bytes) {
 
 SlicedGraph replicated_world(RankProgram program, std::uint32_t ranks) {
   SCALESCOPE_EXPECTS(ranks >= 1);
+  std::vector<std::uint32_t> all(ranks);
+  for (std::uint32_t r = 0; r < ranks; ++r) all[r] = r;
+  std::map<CommRole, std::vector<std::vector<std::uint32_t>>> groups;
+  for (const Op& op : program.ops)
+    if (is_communication(op.kind)) groups[op.role] = {all};
+  return replicated_world(std::move(program), ranks, groups);
+}
+
+CommKind comm_kind_of(CommRole role) {
+  for (const CommKind k : {CommKind::TpGroup, CommKind::DpGroup, CommKind::EmbeddingGroup,
+                           CommKind::CpGroup, CommKind::DpReplicateGroup, CommKind::EpGroup,
+                           CommKind::EtpGroup, CommKind::EdpGroup, CommKind::TpEpGroup})
+    if (role_of(k) == role) return k;
+  throw ContractError(
+      fmt::format("comm_kind_of: role {} is not a collective's", static_cast<int>(role)));
+}
+
+SlicedGraph replicated_world(
+    RankProgram program, std::uint32_t ranks,
+    const std::map<CommRole, std::vector<std::vector<std::uint32_t>>>& groups) {
+  SCALESCOPE_EXPECTS(ranks >= 1);
   program.finalize();
   SlicedGraph g;
   g.world_size = ranks;
   g.rank_class.assign(ranks, 0);
-  std::vector<std::uint32_t> all(ranks);
-  for (std::uint32_t r = 0; r < ranks; ++r) all[r] = r;
   g.rank_roles.assign(static_cast<std::size_t>(ranks) * kNumRoles, kNoComm);
-  for (const CommKind k : {CommKind::DpGroup, CommKind::EpGroup}) {
-    const CommRole role = role_of(k);
-    bool used = false;
-    for (const Op& op : program.ops) used = used || (is_communication(op.kind) && op.role == role);
-    if (!used) continue;
-    const auto c = static_cast<std::int32_t>(g.comms.add(k, all));
-    for (std::uint32_t r = 0; r < ranks; ++r)
-      g.rank_roles[static_cast<std::size_t>(r) * kNumRoles + static_cast<std::size_t>(role)] = c;
+  for (const auto& [role, list] : groups) {
+    const CommKind kind = comm_kind_of(role);
+    for (const std::vector<std::uint32_t>& members : list) {
+      const auto c = static_cast<std::int32_t>(g.comms.add(kind, members));
+      for (const std::uint32_t r : members) {
+        SCALESCOPE_EXPECTS(r < ranks);
+        g.rank_roles[static_cast<std::size_t>(r) * kNumRoles + static_cast<std::size_t>(role)] = c;
+      }
+    }
   }
   g.templates.push_back(std::move(program));
   validate(g);
   return g;
+}
+
+std::vector<std::vector<std::uint32_t>> mesh_groups(const std::vector<std::uint32_t>& group,
+                                                    std::uint32_t ranks) {
+  if (group.empty()) return {};
+  const std::uint64_t n = group.size();
+  const std::uint64_t s = n > 1 ? group[1] - group[0] : 1;
+  if (s == 0) return {};
+  for (std::uint64_t k = 1; k < n; ++k)
+    if (group[k] != group[0] + k * s) return {};
+  if (ranks % (n * s) != 0 || (group[0] % (n * s)) >= s) return {};
+  std::vector<std::vector<std::uint32_t>> out;
+  for (std::uint64_t b = 0; b < ranks / (n * s); ++b)
+    for (std::uint64_t o = 0; o < s; ++o) {
+      std::vector<std::uint32_t> members(n);
+      for (std::uint64_t k = 0; k < n; ++k)
+        members[k] = static_cast<std::uint32_t>(b * n * s + o + k * s);
+      out.push_back(std::move(members));
+    }
+  return out;
 }
 
 SlicedGraph collective_microbenchmark(OpKind kind, std::uint32_t ranks, double bytes) {

@@ -1,6 +1,8 @@
 #pragma once
 /// Data-parallel expansion of a graph of one replica (Chakra `--expand dp=N`, docs/formats.md).
 #include <cstdint>
+#include <map>
+#include <vector>
 
 #include "graph/sliced_graph.hpp"
 
@@ -25,6 +27,24 @@ Op world_collective(OpKind kind, double bytes);
 /// `ranks` ranks all running `program` (finalized here), each role its ops talk on (data- or
 /// expert-parallel) one communicator of every rank. Validates the result.
 SlicedGraph replicated_world(RankProgram program, std::uint32_t ranks);
+
+/// The same with the groups of each role given: `groups[role]`, for every role the program's
+/// communication ops use, the disjoint groups covering the `ranks` ranks (each sorted), every
+/// rank's communicator of that role the group holding it. Collective roles only (no pipeline
+/// pairs). Validates the result.
+SlicedGraph replicated_world(
+    RankProgram program, std::uint32_t ranks,
+    const std::map<CommRole, std::vector<std::vector<std::uint32_t>>>& groups);
+
+/// The communicator kind of a collective role (the inverse of role_of; not the pipeline pairs).
+CommKind comm_kind_of(CommRole role);
+
+/// `group` (sorted, global ranks) as one of a DeviceMesh dimension's groups over `ranks` ranks:
+/// equally spaced members (stride s, n of them), the mesh's groups the translates
+/// {b·n·s + o + k·s : k < n} for every block b and offset o < s. Empty where `group` is not of
+/// that form or n·s does not divide `ranks`.
+std::vector<std::vector<std::uint32_t>> mesh_groups(const std::vector<std::uint32_t>& group,
+                                                    std::uint32_t ranks);
 
 /// ASTRA-sim's collective microbenchmarks as a graph: `ranks` ranks, each running one collective
 /// of `kind` (AllReduce, AllGather, ReduceScatter or AllToAll) of nccl-tests size `bytes` over

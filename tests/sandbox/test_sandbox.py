@@ -197,6 +197,39 @@ check(summary.get("hybrid", {}).get("rank") == 0 and
       summary["hybrid"]["collectives_match_graph"] is False,
       f"summary.json labels the hybrid run ({summary.get('hybrid')})")
 
+# 4b. A tensor- × data-parallel program (tests/sandbox/tp_program.py: a (32, 2) DeviceMesh over
+# the 64 ranks, PyTorch's tensor-parallel plan on the "tp" dimension, gradients averaged over
+# "dp"). Its groups by hand: rank 0's TP pair [0, 1], its DP group the even ranks. Against the
+# quickstart at TP 2 × DP 32 both are communicators of the graph's rank 0 (Megatron's layout);
+# at TP 1 × DP 64 the pair is none, and its groups are the DeviceMesh's translates. Either way
+# the program's iteration is replayed with every rank running it, each group its own.
+tp_program = os.path.join(repo, "tests/sandbox/tp_program.py")
+for tp in (2, 1):
+    out = os.path.join(tmp, f"tp{tp}")
+    r = subprocess.run([scalescope, "run", os.path.join(repo, "inputs/experiments/quickstart.yaml"),
+                        "--set", f"parallel.tp={tp}", "--set", "parallel.pp=1", "--set",
+                        f"parallel.dp={64 // tp}", "--set", f"parallel.sequence_parallel={tp > 1}",
+                        "-o", out, "--quiet", "--sandbox-program", f"{sys.executable} {tp_program}"],
+                       capture_output=True, text=True)
+    rep = json.load(open(os.path.join(out, "sandbox-program.json"))) \
+        if os.path.exists(os.path.join(out, "sandbox-program.json")) else {}
+    groups = sorted((c["group_size"], c["ranks"]) for c in rep.get("calls", [])
+                    if c["kind"] == "group")
+    it = rep.get("iteration", {})
+    # Per iteration: the row-parallel output's all-reduce over the pair (8 × 64 fp32 = 2,048 B),
+    # then the four local gradient shards over DP: 64·128 and 128·64 weights (32,768 B each),
+    # the first bias's half (512 B), the second's whole (256 B).
+    calls = [(c["kind"], c["bytes"], c["group_size"]) for c in rep.get("calls", [])
+             if c["kind"] == "all_reduce"][-5:]
+    check(r.returncode == 0 and groups == [(2, [0, 1]), (32, list(range(0, 64, 2))), (64, "all")]
+          and sorted(calls) == sorted([("all_reduce", 2048, 2), ("all_reduce", 32768, 32),
+                                       ("all_reduce", 512, 32), ("all_reduce", 32768, 32),
+                                       ("all_reduce", 256, 32)])
+          and (it.get("program_seconds") or 0) > 0 and it.get("program_in_replay") is False,
+          f"a TP × DP program against TP {tp}: groups {groups}, calls {calls}, its iteration "
+          f"replayed with its groups ({it.get('program_seconds')}; {it.get('note')}; "
+          f"{r.stderr.strip()[-300:]})")
+
 # 5. nanoGPT's train.py, unmodified (../shared/fixtures/pytorch-models: karpathy/nanoGPT at
 # 3adf61e1, copied under its original names as its README says), as rank 0 of 1,024 and 16,384
 # ranks on this CPU-only machine: it names "nccl" and puts its tensors on cuda:<local rank>
