@@ -31,7 +31,8 @@ int run_command(const MpiWorld& mpi, const std::string& config_path, const std::
 /// experiment's graph (`out_dir`/sandbox-program.json); then the experiment is replayed (every
 /// process, whichever engine) with rank `rank` running the program's last iteration where its
 /// collectives are the graph's, and the program's figures are reported beside the pure
-/// replay's. `timeout_s`: the program's wall-clock limit.
+/// replay's. `timeout_s`: the program's wall-clock limit. With `record` (an earlier run's
+/// sandbox-program.json) its calls are taken instead of running the program.
 /// The checks that need neither the program nor a replay (the rank within the world), made
 /// first so that a bad rank leaves no output.
 void check_sandbox_program(const std::string& config_path,
@@ -40,8 +41,8 @@ void check_sandbox_program(const std::string& config_path,
 int sandbox_program_command(const MpiWorld& mpi, const std::string& config_path,
                             const std::vector<std::string>& overrides,
                             const std::string& megatron_args, const std::string& out_dir,
-                            std::uint32_t rank, const std::string& program, double timeout_s,
-                            bool quiet);
+                            std::uint32_t rank, const std::string& program,
+                            const std::string& record, double timeout_s, bool quiet);
 
 /// `scalescope run --chakra PREFIX` (app/chakra_commands.cpp).
 int run_chakra_command(const MpiWorld& mpi, const std::string& prefix,

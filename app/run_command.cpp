@@ -148,6 +148,12 @@ int run_command(const MpiWorld& mpi, const std::string& config_path, const std::
                                       program->rank) == opt.trace_ranks.end())
     opt.trace_ranks.push_back(program->rank);  // the sandbox rank's timeline in the outputs
   opt.rollback_check = rollback_check;
+  // The program's ops timed on a GPU take their measured durations.
+  if (program != nullptr && program->in_replay) {
+    const std::uint32_t cls = graph->rank_class[program->rank];
+    std::vector<SimTime> d = measured_durations(graph->templates[cls], program->measured_ns, costs);
+    if (!d.empty()) opt.class_durations[cls] = std::move(d);
+  }
   // A representative replay counts only the replayed ranks' events (and is refused here, before
   // any work, where the replicas may differ).
   std::optional<emu::ReplicaMap> reps;

@@ -57,6 +57,9 @@ struct SandboxProgram {
   std::uint32_t iterations = 0;
   double peak_bytes = 0;        ///< its own allocations' peak in the last iteration
   double start_live_bytes = 0;  ///< live when the last iteration began (the step before's end)
+  /// Per op of the program's template in the replay: its kernels' time measured on a GPU (the
+  /// record's "gpu_ns"), −1 where none was (costed by the model).
+  std::vector<std::int64_t> measured_ns;
   /// Set by embed_program: whether rank `rank` runs the program in the replay, else why not.
   bool in_replay = false;
   std::string not_in_replay;
@@ -75,5 +78,12 @@ SandboxProgram read_sandbox_program(const std::filesystem::path& report, std::ui
 /// members' counterparts), its memory from its own allocations. Else leaves `g` as it is and
 /// says why in p.not_in_replay. Validates the result.
 bool embed_program(graph::SlicedGraph& g, SandboxProgram& p);
+
+/// The durations of template `t`'s ops where some were measured (`measured_ns`, −1: not):
+/// the measured ones, the cost model's for the other compute ops, 0 for communication;
+/// empty when none was measured (the cost model's throughout).
+std::vector<SimTime> measured_durations(const graph::RankProgram& t,
+                                        const std::vector<std::int64_t>& measured_ns,
+                                        const emu::Costs& costs);
 
 }  // namespace scalescope::app

@@ -77,10 +77,12 @@ using CollectiveOp = std::function<std::optional<graph::Op>(const json& call, st
 /// kernel passes its waits to the next kernel); `.item()` makes the host wait. Memory from the
 /// program's own allocations: what each op's outputs newly hold allocated when it is issued,
 /// what was released after it freed when it ends, the bytes live when the iteration began held
-/// throughout (static). nullopt, with `why`, where a collective has no op.
+/// throughout (static). `measured`: per op, its kernels' time measured on a GPU, −1 where none
+/// was. nullopt, with `why`, where a collective has no op.
 std::optional<graph::RankProgram> program_template(const SandboxProgram& p,
-                                                   const CollectiveOp& collective,
-                                                   std::string& why) {
+                                                   const CollectiveOp& collective, std::string& why,
+                                                   std::vector<std::int64_t>& measured) {
+  measured.clear();
   graph::RankProgram t;
   t.name = "sandbox_program";
   const json& calls = p.report.at("calls");
@@ -88,6 +90,8 @@ std::optional<graph::RankProgram> program_template(const SandboxProgram& p,
   std::vector<std::uint32_t> waits;
   std::int64_t last_compute = -1, last_op = -1;
   double static_bytes = p.start_live_bytes, pending_alloc = 0;
+  std::int64_t pending_ns = 0;  // GPU time measured since the last kernel
+  bool timed = false;
   const auto freed = [&](double bytes) {
     if (last_op >= 0)
       t.ops[static_cast<std::size_t>(last_op)].mem_free += static_cast<std::int64_t>(bytes);
@@ -102,6 +106,7 @@ std::optional<graph::RankProgram> program_template(const SandboxProgram& p,
       std::vector<std::uint32_t> deps;
       if (last_compute >= 0) deps.push_back(static_cast<std::uint32_t>(last_compute));
       last_op = issued[c.at("seq").get<std::int64_t>()] = t.add(*op, deps);
+      measured.push_back(-1);
       continue;
     }
     for (const auto& w : e.at(3))
@@ -111,7 +116,16 @@ std::optional<graph::RankProgram> program_template(const SandboxProgram& p,
     freed(x.value("freed", 0.0));
     pending_alloc += x.value("alloc", 0.0);
     std::optional<graph::Op> op = kernel_of(e);
+    // A view launches nothing; what a GPU timed for it (the gap between two events) is
+    // charged to the next kernel.
+    if (x.contains("gpu_ns")) {
+      pending_ns += x.at("gpu_ns").get<std::int64_t>();
+      timed = true;
+    }
     if (!op) continue;
+    measured.push_back(timed ? pending_ns : -1);
+    pending_ns = 0;
+    timed = false;
     op->phase = graph::Phase::Other;
     op->mem_alloc = static_cast<std::int64_t>(pending_alloc);
     pending_alloc = 0;
@@ -188,7 +202,8 @@ graph::OpName collective_name(graph::OpKind kind, graph::CommRole role) {
 /// (graph::mesh_groups). nullopt, with `why`, for point-to-point calls or a group of neither kind.
 std::optional<graph::SlicedGraph> replicated_program(const SandboxProgram& p,
                                                      const graph::SlicedGraph& pure,
-                                                     std::string& why) {
+                                                     std::string& why,
+                                                     std::vector<std::int64_t>& measured) {
   using graph::CommRole;
   const std::uint32_t world = pure.world_size;
   const auto groups = recorded_groups(p);
@@ -260,7 +275,7 @@ std::optional<graph::SlicedGraph> replicated_program(const SandboxProgram& p,
     op.comm_bytes = std::max(4.0, c.at("bytes").get<double>());
     return op;
   };
-  std::optional<graph::RankProgram> t = program_template(p, op_of, why);
+  std::optional<graph::RankProgram> t = program_template(p, op_of, why, measured);
   if (!t) return std::nullopt;
   return graph::replicated_world(std::move(*t), world, partitions);
 }
@@ -274,7 +289,7 @@ fs::path output_dir(const io::ExperimentConfig& c, const std::string& out_dir) {
 /// rank `rank` through scripts/sandbox/run_program.py, which writes `out`/sandbox-program.json.
 /// The runner's exit status (its one-line error said).
 int record_program(const io::ExperimentConfig& c, const fs::path& out, std::uint32_t rank,
-                   const std::string& program, double timeout_s) {
+                   const std::string& program, const std::string& record, double timeout_s) {
   const fs::path runner =
       checkout_script("run --sandbox-program", fs::path("scripts") / "sandbox" / "run_program.py");
   const fs::path python =
@@ -283,10 +298,11 @@ int record_program(const io::ExperimentConfig& c, const fs::path& out, std::uint
   const fs::path graph = out / "sandbox-graph.h5";
   io::write_graph_h5(build(c), graph.string());
   return shell(fmt::format(
-      "{} {} --world {} --rank {} --gpus-per-node {} --timeout {} --graph {} -o {} -- {}",
+      "{} {} --world {} --rank {} --gpus-per-node {} --timeout {} --graph {} -o {} {}",
       shell_quote(python.string()), shell_quote(runner.string()), c.parallel.world(), rank,
       c.cluster.gpus_per_node, timeout_s, shell_quote(graph.string()),
-      shell_quote((out / "sandbox-program.json").string()), shell_quote(program)));
+      shell_quote((out / "sandbox-program.json").string()),
+      record.empty() ? "-- " + shell_quote(program) : "--record " + shell_quote(record)));
 }
 
 /// Rank `rank`'s figures in a replay (traced: its timeline).
@@ -296,11 +312,16 @@ struct RankFigures {
   std::vector<emu::TimelineRecord> timeline;
 };
 
+/// Rank `rank` of `g` replayed sequentially; with `measured` (per op of its template) its
+/// measured durations.
 RankFigures rank_figures(const graph::SlicedGraph& g, const io::ExperimentConfig& c,
-                         std::uint32_t rank) {
+                         std::uint32_t rank, const std::vector<std::int64_t>& measured = {}) {
   ReplaySetup setup(c);
   setup.options.representative_replicas = false;
   setup.options.trace_ranks = {rank};
+  if (std::vector<SimTime> d = measured_durations(g.program_of(rank), measured, setup.costs);
+      !d.empty())
+    setup.options.class_durations[g.rank_class[rank]] = std::move(d);
   emu::RunResults r = emu::emulate(g, setup.costs, setup.options);
   return {r.ranks.at(rank), r.summary.iteration_time, std::move(r.timelines[rank])};
 }
@@ -344,19 +365,28 @@ void report_program(const io::ExperimentConfig& c, const fs::path& out, SandboxP
     double kernels = 0, seconds = 0, flops = 0;
   };
   std::map<std::string, std::array<Kind, 2>> by_kind;
-  double host = 0;
-  const auto add = [&](const graph::Op& op, int side) {
+  double host = 0, measured_kernels = 0;
+  const auto add = [&](const graph::Op& op, int side, std::int64_t measured_ns = -1) {
     Kind& k = by_kind[std::string(graph::op_kind_name(op.kind))][static_cast<std::size_t>(side)];
     k.kernels += 1;
-    k.seconds += static_cast<double>(model.compute_ns(op)) * 1e-9;
+    k.seconds += static_cast<double>(measured_ns >= 0 ? measured_ns : model.compute_ns(op)) * 1e-9;
     k.flops += op.flops;
   };
-  for (const auto& entry : p.last) {
-    if (entry.is_object()) continue;  // a collective
-    const auto op = kernel_of(entry);
-    if (!op || op->host_sync) continue;
-    add(*op, 0);
-    host += static_cast<double>(model.host_ns(*op)) * 1e-9;
+  {
+    // The program's kernels in its order (its collectives as any: only compute counts here).
+    std::string unused;
+    std::vector<std::int64_t> measured;
+    const CollectiveOp any = [](const json&, std::string&) -> std::optional<graph::Op> {
+      return graph::world_collective(graph::OpKind::AllReduce, 4);
+    };
+    const std::optional<graph::RankProgram> t = program_template(p, any, unused, measured);
+    for (std::uint32_t i = 0; t && i < t->size(); ++i) {
+      const graph::Op& op = t->ops[i];
+      if (graph::is_communication(op.kind) || op.host_sync) continue;
+      add(op, 0, measured[i]);
+      measured_kernels += measured[i] >= 0 ? 1 : 0;
+      host += static_cast<double>(model.host_ns(op)) * 1e-9;
+    }
   }
   for (const graph::Op& op : pure.program_of(p.rank).ops)
     if (!graph::is_communication(op.kind)) add(op, 1);
@@ -378,22 +408,31 @@ void report_program(const io::ExperimentConfig& c, const fs::path& out, SandboxP
       {"program_kernels", total[0].kernels},
       {"program_seconds", total[0].seconds},
       {"program_host_seconds", host},
+      {"program_measured_kernels", measured_kernels},
+      {"device", p.report.value("device", "cpu (ops costed, not timed)")},
       {"program_gemm_flops", by_kind.count("gemm") ? by_kind["gemm"][0].flops : 0.0},
       {"graph_kernels", total[1].kernels},
       {"graph_seconds", total[1].seconds},
       {"by_kind", kinds},
       {"note",
-       "the program's last iteration, one kernel per ATen op (eager), GEMMs at the GPU's bf16 "
-       "rate whatever dtype they ran in on this machine"}};
+       measured_kernels > 0
+           ? "the program's last iteration, one kernel per ATen op (eager), timed on the device "
+             "it ran on (CUDA events; ops without a time costed by the model)"
+           : "the program's last iteration, one kernel per ATen op (eager), GEMMs at the GPU's "
+             "bf16 rate whatever dtype they ran in on this machine"}};
   // Rank `p.rank` in the pure replay, and in the hybrid one; else the program on every rank.
   const RankFigures pure_rank = rank_figures(pure, c, p.rank);
   std::optional<RankFigures> hybrid_rank;
   std::optional<SimTime> replicated;
   std::string why = p.not_in_replay;
+  std::vector<std::int64_t> measured;
   if (p.in_replay) {
-    hybrid_rank = rank_figures(*p.hybrid, c, p.rank);
-  } else if (const auto g = replicated_program(p, pure, why)) {
-    const ReplaySetup setup(c);
+    hybrid_rank = rank_figures(*p.hybrid, c, p.rank, p.measured_ns);
+  } else if (const auto g = replicated_program(p, pure, why, measured)) {
+    ReplaySetup setup(c);
+    if (std::vector<SimTime> d = measured_durations(g->templates[0], measured, setup.costs);
+        !d.empty())
+      setup.options.class_durations[0] = std::move(d);
     replicated = emu::emulate(*g, setup.costs, setup.options).summary.iteration_time;
   }
   json iteration = {{"world", world},
@@ -479,9 +518,22 @@ SandboxProgram read_sandbox_program(const fs::path& report, std::uint32_t rank,
   p.command = command;
   std::ifstream f(report);
   if (!f) throw_io("{}: the sandbox program's record is missing", report.string());
-  p.report = json::parse(f);
+  p.report = json::parse(f, nullptr, false);
+  // Calls name each other by their place in the record ("seq"): checked here once.
+  if (!p.report.is_object() || !p.report.contains("calls") || !p.report["calls"].is_array())
+    throw_input("{}: not a sandbox program's record (no \"calls\")", report.string());
+  const json& calls = p.report["calls"];
+  for (std::size_t i = 0; i < calls.size(); ++i)
+    if (!calls[i].is_object() ||
+        calls[i].value("seq", std::int64_t{-1}) != static_cast<std::int64_t>(i) ||
+        !calls[i].contains("kind"))
+      throw_input(
+          "{}: call {} of the record has \"seq\" {} (each its own place): an edited "
+          "record?",
+          report.string(), i,
+          calls[i].is_object() ? calls[i].value("seq", json(nullptr)).dump() : "none");
   double previous_live = 0;
-  for (const auto& call : p.report.at("calls"))
+  for (const auto& call : calls)
     if (call.at("kind") == "step") {
       ++p.iterations;
       p.last = call.value("ops", json::array());
@@ -490,6 +542,19 @@ SandboxProgram read_sandbox_program(const fs::path& report, std::uint32_t rank,
       previous_live = call.value("live_bytes", 0.0);
     }
   return p;
+}
+
+std::vector<SimTime> measured_durations(const graph::RankProgram& t,
+                                        const std::vector<std::int64_t>& measured_ns,
+                                        const emu::Costs& costs) {
+  if (std::none_of(measured_ns.begin(), measured_ns.end(), [](std::int64_t ns) { return ns >= 0; }))
+    return {};
+  SCALESCOPE_EXPECTS(measured_ns.size() == t.size());
+  std::vector<SimTime> d(t.size(), 0);
+  for (std::uint32_t i = 0; i < t.size(); ++i)
+    if (!graph::is_communication(t.ops[i].kind))
+      d[i] = measured_ns[i] >= 0 ? static_cast<SimTime>(measured_ns[i]) : costs.compute(t.ops[i]);
+  return d;
 }
 
 bool embed_program(graph::SlicedGraph& g, SandboxProgram& p) {
@@ -545,7 +610,8 @@ bool embed_program(graph::SlicedGraph& g, SandboxProgram& p) {
                     describe_call(c), r, expected);
     return std::nullopt;
   };
-  std::optional<graph::RankProgram> t = program_template(p, matched, p.not_in_replay);
+  std::optional<graph::RankProgram> t =
+      program_template(p, matched, p.not_in_replay, p.measured_ns);
   if (!t) return false;
   for (std::size_t role = 0; role < queue.size(); ++role)
     if (next[role] < queue[role].size()) {
@@ -576,8 +642,8 @@ void check_sandbox_program(const std::string& config_path,
 int sandbox_program_command(const MpiWorld& mpi, const std::string& config_path,
                             const std::vector<std::string>& overrides,
                             const std::string& megatron_args, const std::string& out_dir,
-                            std::uint32_t rank, const std::string& program, double timeout_s,
-                            bool quiet) {
+                            std::uint32_t rank, const std::string& program,
+                            const std::string& record, double timeout_s, bool quiet) {
   check_sandbox_program(config_path, overrides, megatron_args, rank);
   const io::ExperimentConfig c = io::load_experiment(config_path, overrides, megatron_args);
   const fs::path out = output_dir(c, out_dir);
@@ -588,7 +654,8 @@ int sandbox_program_command(const MpiWorld& mpi, const std::string& config_path,
   if (mpi.rank() == 0) {
     check_output_dir(out);
     try {
-      rc = record_program(c, out, rank, program, timeout_s);
+      if (!record.empty()) read_sandbox_program(record, rank, "");  // checked before any output
+      rc = record_program(c, out, rank, program, record, timeout_s);
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -597,6 +664,11 @@ int sandbox_program_command(const MpiWorld& mpi, const std::string& config_path,
   MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
   if (rc != 0) return rc;
   SandboxProgram p = read_sandbox_program(out / "sandbox-program.json", rank, program);
+  if (!record.empty()) {  // the command the record ran
+    p.command.clear();
+    for (const auto& word : p.report.at("program"))
+      p.command += (p.command.empty() ? "" : " ") + word.get<std::string>();
+  }
   rc = run_command(mpi, config_path, {}, out_dir, overrides, megatron_args, quiet, false, {}, {},
                    {}, &p);
   if (rc != 0 || mpi.rank() != 0) return rc;

@@ -81,13 +81,17 @@ int main(int argc, char** argv) {
   run->add_option("--sandbox", sandbox_list,
                   "Hybrid run: these ranks (comma-separated) execute their kernels for real "
                   "(run.sandbox_ranks)");
-  std::string sandbox_program;
+  std::string sandbox_program, sandbox_record;
   double sandbox_timeout = 600;
   run->add_option("--sandbox-program", sandbox_program,
                   "Hybrid run with the user's own program: after the replay, 'PROGRAM ARGS' runs "
                   "as sandbox rank --sandbox (default 0) of the experiment's world, its "
                   "torch.distributed groups scalescope's backend; its calls against the graph's "
                   "in OUT/sandbox-program.json");
+  run->add_option("--sandbox-record", sandbox_record,
+                  "Hybrid run with a program recorded earlier (the sandbox-program.json of a "
+                  "--sandbox-program run elsewhere: a GPU's, its ops timed there) instead of "
+                  "running it again");
   run->add_option("--sandbox-timeout", sandbox_timeout,
                   "--sandbox-program: the program's wall-clock limit in seconds (default 600)")
       ->check(CLI::PositiveNumber);
@@ -304,17 +308,19 @@ int main(int argc, char** argv) {
           sandbox.push_back(static_cast<std::uint32_t>(v));
         pos = comma + 1;
       }
-      if (!sandbox_program.empty()) {
+      if (!sandbox_program.empty() && !sandbox_record.empty())
+        throw_input("give --sandbox-program or --sandbox-record, not both");
+      if (!sandbox_program.empty() || !sandbox_record.empty()) {
         // The user's program as a sandbox rank (issue 40; docs/sandbox-program.md): the program
         // on process 0 first, then the replay with it (every process, whichever engine).
         if (sandbox.size() > 1 || !replay_path.empty() || !graph_path.empty() || config.empty() ||
             !whatif_texts.empty() || rollback_check)
           throw_input(
-              "--sandbox-program takes an experiment CONFIG and at most one --sandbox rank (no "
-              "--graph, --replay-measurements, --whatif or --rollback-check)");
+              "--sandbox-program / --sandbox-record take an experiment CONFIG and at most one "
+              "--sandbox rank (no --graph, --replay-measurements, --whatif or --rollback-check)");
         return app::sandbox_program_command(mpi, config, overrides, megatron_args, out,
                                             sandbox.empty() ? 0 : sandbox.front(), sandbox_program,
-                                            sandbox_timeout, quiet);
+                                            sandbox_record, sandbox_timeout, quiet);
       }
       return app::run_command(mpi, config, graph_path, out, overrides, megatron_args, quiet,
                               rollback_check, sandbox, replay_path, whatif_texts);

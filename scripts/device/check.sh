@@ -6,7 +6,8 @@
 #   scripts/device/check.sh OUTDIR
 #
 # OUTDIR gets (flat, few files): build.log, test.log, run.log, measured-quickstart.json,
-# measured-llama3-70b-1k.json, measured-gemm8192.json, summary.txt. Every step runs under
+# measured-llama3-70b-1k.json, measured-gemm8192.json, sandbox-program.json (a sandbox program's
+# record, its ops timed on the GPU), summary.txt. Every step runs under
 # `timeout`, and the steps share one deadline so the whole script ends inside 8 minutes.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -109,6 +110,39 @@ JSON
 measure gemm8192 "$gemm_ops" 20
 measure quickstart "$root/inputs/ops/quickstart.ops.json" 90
 measure llama3-70b-1k "$root/inputs/ops/llama3-70b-1k.ops.json" 150
+
+# ---- the user's program as a sandbox rank, on the GPU (issue 40) ----
+# tests/sandbox/ddp_program.py with CUDA tensors as rank 0 of 64 through the scalescope backend:
+# its ops' kernels timed with CUDA events ("gpu_ns" in the record). The record replays on a
+# machine with MPI and HDF5: scalescope run CONFIG --sandbox-record sandbox-program.json.
+if [[ -n "$py" ]] && "$py" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() and
+    int(torch.__version__.split('.')[0]) >= 2 else 1)" >/dev/null 2>&1; then
+  timeout "$(cap 90)" "$py" "$root/scripts/sandbox/run_program.py" --world 64 --rank 0 \
+    --timeout 80 -o "$out/sandbox-program.json" -- "$py" "$root/tests/sandbox/ddp_program.py" 3 \
+    --cuda --backend nccl >>"$out/run.log" 2>&1
+  rc=$?
+  ((rc != 0)) && failed=1
+  say "sandbox program on the GPU: rc $rc"
+  "$py" - "$out/sandbox-program.json" <<'PY' | tee -a "$summary"
+import json, os, statistics, sys
+p = sys.argv[1]
+if not os.path.exists(p):
+    print("  no record"); sys.exit(0)
+r = json.load(open(p))
+steps = [c for c in r["calls"] if c["kind"] == "step"]
+ops = [e for e in steps[-1]["ops"] if isinstance(e, list)] if steps else []
+timed = [e for e in ops if "gpu_ns" in e[4]]
+mm = [e[4]["gpu_ns"] / 1e3 for e in timed if e[0].startswith(("addmm", "mm"))]
+print("  device %s: %d of %d ops of the last iteration timed, %.1f us in all; GEMMs median %s us"
+      % (r.get("device"), len(timed), len(ops), sum(e[4]["gpu_ns"] for e in timed) / 1e3,
+         "%.1f" % statistics.median(mm) if mm else "n/a"))
+if not timed:
+    sys.exit(1)
+PY
+  ((PIPESTATUS[0] != 0)) && failed=1
+else
+  say "sandbox program on the GPU: skipped (no PyTorch 2.x with CUDA for $py)"
+fi
 
 # ---- summary ----
 if [[ -n "$py" ]]; then

@@ -9,6 +9,10 @@ counts and bytes, and where they diverge.
 
     run_program.py --world N --rank R [--gpus-per-node G] [--timeout S] [--graph GRAPH.h5]
                    -o REPORT.json -- PROGRAM ARGS...
+    run_program.py --world N --rank R --record EARLIER.json [--graph GRAPH.h5] -o REPORT.json
+
+With --record, an earlier report's calls (a run on another machine: a GPU's, say) are taken
+instead of running the program again, and set against GRAPH.
 
 A program that fails or outlives --timeout ends with one line naming the sandbox rank and its
 last call; no report is written then."""
@@ -37,7 +41,7 @@ class Failure(Exception):
 
 
 def last_call(calls):
-    real = [c for c in calls if c["kind"] not in ("step", "group")]
+    real = [c for c in calls if c["kind"] not in ("step", "group", "device")]
     if not real:
         return "before its first torch.distributed call"
     c = real[-1]
@@ -94,7 +98,7 @@ def iterations(calls):
         if c["kind"] == "step":
             its.append(cur)
             cur = []
-        elif c["kind"] not in ("group", "init_process_group"):
+        elif c["kind"] not in ("group", "init_process_group", "device"):
             cur.append(c)
     return its
 
@@ -134,20 +138,34 @@ def main():
     p.add_argument("--gpus-per-node", type=int, default=8)
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--graph", help="scalescope graph output of the same experiment")
+    p.add_argument("--record", help="an earlier report whose calls to take (no program run)")
     p.add_argument("-o", "--output", required=True, help="the report (JSON)")
     p.add_argument("program", nargs=argparse.REMAINDER)
     a = p.parse_args()
     program = a.program[1:] if a.program[:1] == ["--"] else a.program
     if len(program) == 1:
         program = shlex.split(program[0])
-    if not program:
+    if not program and not a.record:
         p.error("give the program after --")
     if not 0 <= a.rank < a.world:
         p.error(f"--rank {a.rank} is outside the world of {a.world}")
     fd, log = tempfile.mkstemp(prefix="scalescope-sandbox-", suffix=".jsonl")
     os.close(fd)
     try:
-        calls, wall, stdout = launch(program, a.world, a.rank, a.gpus_per_node, a.timeout, log)
+        if a.record:
+            try:
+                with open(a.record) as f:
+                    earlier = json.load(f)
+                calls, wall = earlier["calls"], earlier["wall_seconds"]
+                stdout, program = earlier.get("stdout_tail", ""), earlier["program"]
+            except (OSError, ValueError, KeyError) as e:
+                raise Failure(f"{a.record}: not a sandbox program's report ({e})")
+            if (earlier.get("world"), earlier.get("rank")) != (a.world, a.rank):
+                raise Failure(f"{a.record}: recorded as rank {earlier.get('rank')} of "
+                              f"{earlier.get('world')}, not rank {a.rank} of {a.world}")
+        else:
+            calls, wall, stdout = launch(program, a.world, a.rank, a.gpus_per_node, a.timeout,
+                                         log)
         its = iterations(calls)
         if not its:
             raise Failure(f"sandbox rank {a.rank}: the program made no optimizer step; "
@@ -156,7 +174,10 @@ def main():
                   if c["kind"] in RECORD_KINDS]
         # What the graph has no op for (broadcast, reduce, barrier): counted, not compared.
         left_out = collections.Counter(c["kind"] for c in its[-1] if c["kind"] not in RECORD_KINDS)
+        device = next((c for c in calls if c["kind"] == "device"), None)
         report = {"rank": a.rank, "world": a.world, "program": program, "wall_seconds": wall,
+                  "device": device["name"] if device else "cpu (ops costed, not timed)",
+                  "recorded": a.record or "here",
                   "iterations": len(its), "stdout_tail": stdout[-4000:], "calls": calls,
                   "assumption": "identical replicas (docs/sandbox.md)"}
         if a.graph:
@@ -181,7 +202,8 @@ def main():
         return ", ".join(f"{v['count']} × {k} ({v['bytes'] / 2**20:.4g} MiB)"
                          for k, v in summary.items()) or "none"
     print(f"hybrid run: sandbox rank {a.rank} of {a.world} ran the program ({len(its)} "
-          f"iterations, {wall:.1f} s wall, results under the identical-replica assumption)")
+          f"iterations, {wall:.1f} s wall{', recorded in ' + a.record if a.record else ''}, "
+          f"on {report['device']}; results under the identical-replica assumption)")
     cmp_ = report.get("against_graph")
     if cmp_:
         print(f"  collectives, its last iteration: {listing(cmp_['program'])}")

@@ -1,6 +1,8 @@
 """A small data-parallel training program written the usual way (torch.distributed from the
 environment, DistributedDataParallel, an optimizer), CPU only, for the sandbox tests: it knows
-nothing of scalescope. Usage: ddp_program.py [ITERATIONS] [--backend NAME] [--hang] [--crash]"""
+nothing of scalescope. Usage: ddp_program.py [ITERATIONS] [--backend NAME] [--cuda] [--hang]
+[--crash]   (--cuda: the model and data on cuda:LOCAL_RANK, DDP with device_ids, as GPU scripts
+do)"""
 import os
 import sys
 import time
@@ -14,11 +16,17 @@ backend = sys.argv[sys.argv.index("--backend") + 1] if "--backend" in sys.argv e
 dist.init_process_group(backend=backend)
 rank, world = dist.get_rank(), dist.get_world_size()
 torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64))
+cuda = "--cuda" in sys.argv
+local = int(os.environ.get("LOCAL_RANK", 0))
+device = torch.device("cuda", local) if cuda else torch.device("cpu")
+if cuda:
+    torch.cuda.set_device(device)
+model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(),
+                            torch.nn.Linear(256, 64)).to(device)
 # bucket_cap_mb small enough that the two layers' gradients are two buckets
-ddp = DDP(model, bucket_cap_mb=0.05)
+ddp = DDP(model, bucket_cap_mb=0.05, device_ids=[local] if cuda else None)
 opt = torch.optim.AdamW(ddp.parameters(), lr=1e-3)
-x = torch.randn(8, 64)
+x = torch.randn(8, 64, device=device)
 for it in range(iters):
     loss = ddp(x).pow(2).mean()
     loss.backward()

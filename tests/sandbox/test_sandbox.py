@@ -342,6 +342,47 @@ else:
         check(rep.get("memory", {}).get("program_peak_bytes", 0) >= 16 * 6840960 and
               rep["memory"].get("replay_peak_bytes", 0) > 0 and "memory, the program's peak" in
               r.stdout, f"nanoGPT's peak memory beside the replay's ({rep.get('memory')})")
+        # The same record as a GPU would have timed it (--sandbox-record; every ATen op's kernels
+        # 1 µs, written here in place of CUDA events' times): the program is not run again, and
+        # the sandbox rank's compute is the measured time, by hand 1 µs × the ops of its last
+        # iteration (a view's time goes to the next kernel, the last op is AdamW's kernel, all
+        # on the one compute stream).
+        timed = json.load(open(os.path.join(tmp, "ng-hybrid1024", "sandbox-program.json")))
+        n_ops = 0
+        for c in timed["calls"]:
+            if c["kind"] == "step":
+                n_ops = 0
+                for e in c["ops"]:
+                    if isinstance(e, list):
+                        e[4]["gpu_ns"] = 1000
+                        n_ops += 1
+        timed["calls"].append({"kind": "device", "name": "a GPU (times written by the test)",
+                               "seq": len(timed["calls"])})
+        with open(os.path.join(tmp, "timed.json"), "w") as f:
+            json.dump(timed, f)
+        out = os.path.join(tmp, "ng-timed")
+        r = subprocess.run([scalescope, "run", os.path.join(repo, "tests/sandbox/nanogpt-tiny.yaml"),
+                            "-o", out, "--quiet", "--sandbox-record",
+                            os.path.join(tmp, "timed.json")], capture_output=True, text=True)
+        trep = json.load(open(os.path.join(out, "sandbox-program.json"))) \
+            if os.path.exists(os.path.join(out, "sandbox-program.json")) else {}
+        hyb = trep.get("iteration", {}).get("hybrid", {})
+        check(r.returncode == 0 and "recorded in" in r.stdout and
+              trep["compute"]["program_measured_kernels"] == trep["compute"]["program_kernels"] > 0
+              and round(hyb.get("compute_seconds", 0) * 1e9) == 1000 * n_ops and
+              trep["compute"]["device"] == "a GPU (times written by the test)",
+              f"a record timed on a GPU replayed (--sandbox-record): rank 0's compute "
+              f"{hyb.get('compute_seconds')} s = {n_ops} ops × 1 µs by hand "
+              f"({r.stdout.strip()[-300:]} {r.stderr.strip()[-300:]})")
+        timed["calls"][3]["seq"] = 7  # an edited record: one line, no output
+        with open(os.path.join(tmp, "bad.json"), "w") as f:
+            json.dump(timed, f)
+        r = subprocess.run([scalescope, "run", os.path.join(repo, "tests/sandbox/nanogpt-tiny.yaml"),
+                            "-o", os.path.join(tmp, "ng-bad"), "--quiet", "--sandbox-record",
+                            os.path.join(tmp, "bad.json")], capture_output=True, text=True)
+        check(r.returncode != 0 and r.stderr.count("\n") == 1 and "bad.json" in r.stderr and
+              not os.path.exists(os.path.join(tmp, "ng-bad", "summary.json")),
+              f"an edited record refused in one line ({r.stderr.strip()!r})")
     finally:
         os.chdir(cwd)
 
