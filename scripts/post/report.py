@@ -442,13 +442,21 @@ def program_note(s):
     h = s.get("hybrid")
     if not h:
         return ""
-    match = h.get("collectives_match_graph")
+    pure = seconds(h["pure_replay_iteration_time_s"]) if "pure_replay_iteration_time_s" in h else ""
+    if h.get("program_in_replay"):
+        return (f'<p class="note">Hybrid run: sandbox rank {esc(h["rank"])} ran the user\'s program '
+                f'<code>{esc(h["sandbox_program"])}</code> ({esc(h["iterations"])} iterations, '
+                f'identical-replica assumption), and its last iteration runs on that rank inside '
+                f'the replay, every other rank the graph: the figures below are the hybrid '
+                f'replay\'s. The pure replay predicts <b>{esc(pure)}</b>; the rank\'s timeline, '
+                f'compute and memory beside the pure replay\'s are in '
+                f'<code>{esc(h["report"])}</code>.</p>')
     return (f'<p class="note">Hybrid run: sandbox rank {esc(h["rank"])} ran the user\'s program '
             f'<code>{esc(h["sandbox_program"])}</code> ({esc(h["iterations"])} iterations, '
-            f'identical-replica assumption); its collectives '
-            f'{"match" if match else "differ from" if match is False else "were not compared with"}'
-            f' the graph\'s. The figures below are the pure replay\'s; the program\'s own '
-            f'iteration, compute and memory are in <code>{esc(h["report"])}</code>.</p>')
+            f'identical-replica assumption); its collectives differ from the graph\'s '
+            f'({esc(h.get("figures", ""))}). The figures below are the pure replay\'s; the '
+            f'program\'s own iteration, compute and memory are in '
+            f'<code>{esc(h["report"])}</code>.</p>')
 
 
 def hybrid_note(s):
