@@ -353,7 +353,9 @@ class OpRecorder(torch.utils._python_dispatch.TorchDispatchMode):
     eager program launches), in order, with the collectives between them, flushed into the
     record at each optimizer step as that step's "ops": [op, [[shape, dtype] inputs], [[shape,
     dtype] outputs], [collectives it waits for], {"alloc": bytes its outputs newly hold, "freed":
-    bytes released since the op before, "causal": an attention's is_causal}] or {"call": seq}
+    bytes released since the op before, "new": the bytes of each storage it made (numbered in
+    order over the run), "gone": the numbers of those released since the op before, "causal": an
+    attention's is_causal, "gpu_ns": its kernels' time on a GPU}] or {"call": seq}
     for a collective. An op waits for a collective when it is the first to read that
     collective's output (by storage). The backend's own arithmetic (filling collective results)
     is left out."""
@@ -365,9 +367,11 @@ class OpRecorder(torch.utils._python_dispatch.TorchDispatchMode):
         # The program's own allocations: each storage an op's output holds, alive while some
         # tensor on it is (a weak reference on each); live bytes and their peak since the last
         # flush.
-        self.storages = {}  # storage pointer → [bytes, tensors alive on it]
+        self.storages = {}  # storage pointer → [bytes, tensors alive on it, creation number]
         self.live = self.peak = 0
         self.freed = 0  # bytes released since the last op recorded
+        self.created = 0  # storages created so far (each one's number, from 0)
+        self.new, self.gone = [], []  # this op's new storages' bytes; numbers released since
         # On a GPU: each op's kernels timed with CUDA events (entry → (start, end)), read at
         # the flush. A sleep kernel before each keeps the GPU busy while the host launches
         # the op, so that the events bracket the op's kernels only, not the host's launch.
@@ -380,7 +384,9 @@ class OpRecorder(torch.utils._python_dispatch.TorchDispatchMode):
             return
         entry = self.storages.get(ptr)
         if entry is None:
-            entry = self.storages[ptr] = [x.untyped_storage().nbytes(), 0]
+            entry = self.storages[ptr] = [x.untyped_storage().nbytes(), 0, self.created]
+            self.created += 1
+            self.new.append(entry[0])
             self.live += entry[0]
             self.peak = max(self.peak, self.live)
         entry[1] += 1
@@ -393,6 +399,7 @@ class OpRecorder(torch.utils._python_dispatch.TorchDispatchMode):
             if entry[1] == 0:
                 self.live -= entry[0]
                 self.freed += entry[0]
+                self.gone.append(entry[2])
                 del self.storages[ptr]
 
     def collective(self, seq, outputs):
@@ -441,6 +448,12 @@ class OpRecorder(torch.utils._python_dispatch.TorchDispatchMode):
                 if not isinstance(x, torch._subclasses.FakeTensor):
                     self._allocated(x)
             extra["alloc"], extra["freed"], self.freed = self.live - before, self.freed, 0
+            # The storages themselves, for the caching allocator's replay: those this op made
+            # (bytes, numbered in order from 0 over the whole run) and those released before it.
+            if self.new:
+                extra["new"], self.new = self.new, []
+            if self.gone:
+                extra["gone"], self.gone = self.gone, []
             if timed is not None:
                 self.events.append((extra, timed))
         return out
@@ -524,4 +537,20 @@ def run_cuda_on_cpu():
             device_ids, output_device = None, None
         init(self, module, device_ids, output_device, *args, **kwargs)
     DistributedDataParallel.__init__ = ddp_init
+    # Mixed precision as on the GPU: autocast for "cuda" becomes the CPU's autocast in the same
+    # dtype (bf16 or fp16), so that the program's GEMMs and activations have the dtypes they
+    # would have there (its memory, its kernels' bytes). CUDA's default autocast dtype is fp16.
+    import torch.amp.autocast_mode as autocast_mode
+    original = autocast_mode.autocast
+
+    class CudaAutocastOnCpu(original):
+        def __init__(self, device_type, dtype=None, enabled=True, cache_enabled=None):
+            if device_type == "cuda":
+                device_type, dtype = "cpu", dtype or torch.float16
+            super().__init__(device_type, dtype=dtype, enabled=enabled,
+                             cache_enabled=cache_enabled)
+    for module in (torch, torch.amp, autocast_mode):
+        module.autocast = CudaAutocastOnCpu
+    torch.cuda.amp.autocast = lambda enabled=True, dtype=torch.float16, cache_enabled=True: \
+        CudaAutocastOnCpu("cuda", dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
     CUDA_ON_CPU.__enter__()

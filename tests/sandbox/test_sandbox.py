@@ -342,6 +342,27 @@ else:
         check(rep.get("memory", {}).get("program_peak_bytes", 0) >= 16 * 6840960 and
               rep["memory"].get("replay_peak_bytes", 0) > 0 and "memory, the program's peak" in
               r.stdout, f"nanoGPT's peak memory beside the replay's ({rep.get('memory')})")
+        # Its storages through PyTorch's caching allocator (kernels::CachingAllocator): no less
+        # allocated than the live storages, each rounded up to 512 B, at their peak over the run
+        # (replayed here by hand from the record's "new" / "gone"), nor reserved than allocated.
+        live = peak = 0
+        sizes = []
+        for c in rep.get("calls", []):
+            for e in c.get("ops", []) if c["kind"] == "step" else []:
+                if isinstance(e, list):
+                    for k in e[4].get("gone", []):
+                        live -= sizes[k]
+                    for b in e[4].get("new", []):
+                        sizes.append(-(-max(b, 1) // 512) * 512)
+                        live += sizes[-1]
+                        peak = max(peak, live)
+        mem = rep.get("memory", {})
+        check(mem.get("program_peak_bytes", 0) <= peak <=
+              mem.get("program_allocator_peak_allocated_bytes", -1) <=
+              mem.get("program_allocator_peak_reserved_bytes", -1) and
+              "through PyTorch's caching allocator" in r.stdout,
+              f"nanoGPT through the caching allocator: live peak {peak} B by hand (512 B blocks) "
+              f"<= {mem}")
         # The same record as a GPU would have timed it (--sandbox-record; every ATen op's kernels
         # 1 µs, written here in place of CUDA events' times): the program is not run again, and
         # the sandbox rank's compute is the measured time, by hand 1 µs × the ops of its last
