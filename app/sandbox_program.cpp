@@ -69,8 +69,14 @@ std::optional<graph::Op> kernel_of(const json& entry) {
                                  extras_of(entry).value("causal", false));
 }
 
-/// The op of a recorded collective (`call`, the record's entry), or nullopt with `why`.
-using CollectiveOp = std::function<std::optional<graph::Op>(const json& call, std::string& why)>;
+/// What a recorded communication call (`call`, the record's entry) becomes: an op, or a part of
+/// the op the call before it made (a pipeline transfer's receive batched with its send), or
+/// neither, with `why`.
+struct CallOp {
+  std::optional<graph::Op> op;
+  bool joins_previous = false;
+};
+using CollectiveOp = std::function<CallOp(const json& call, std::string& why)>;
 
 /// The program's last iteration as one rank's template, in its order: one kernel per ATen op
 /// on the compute stream; each collective (its op from `collective`) on its stream after the op
@@ -89,7 +95,7 @@ std::optional<graph::RankProgram> program_template(const SandboxProgram& p,
   const json& calls = p.report.at("calls");
   std::map<std::int64_t, std::uint32_t> issued;  // record seq → op
   std::vector<std::uint32_t> waits;
-  std::int64_t last_compute = -1, last_op = -1;
+  std::int64_t last_compute = -1, last_op = -1, last_communication = -1;
   double static_bytes = p.start_live_bytes, pending_alloc = 0;
   std::int64_t pending_ns = 0;  // GPU time measured since the last kernel
   bool timed = false;
@@ -102,11 +108,16 @@ std::optional<graph::RankProgram> program_template(const SandboxProgram& p,
   for (const auto& e : p.last) {
     if (e.is_object()) {
       const json& c = calls.at(e.at("call").get<std::size_t>());
-      std::optional<graph::Op> op = collective(c, why);
-      if (!op) return std::nullopt;
+      const CallOp made = collective(c, why);
+      if (made.joins_previous && last_communication >= 0) {
+        issued[c.at("seq").get<std::int64_t>()] = static_cast<std::uint32_t>(last_communication);
+        continue;
+      }
+      if (!made.op) return std::nullopt;
       std::vector<std::uint32_t> deps;
       if (last_compute >= 0) deps.push_back(static_cast<std::uint32_t>(last_compute));
-      last_op = issued[c.at("seq").get<std::int64_t>()] = t.add(*op, deps);
+      last_op = last_communication = issued[c.at("seq").get<std::int64_t>()] =
+          t.add(*made.op, deps);
       measured.push_back(-1);
       continue;
     }
@@ -210,11 +221,12 @@ std::optional<graph::SlicedGraph> replicated_program(const SandboxProgram& p,
   const auto groups = recorded_groups(p);
   std::map<std::string, CommRole> role_of_group;
   std::map<CommRole, std::vector<std::vector<std::uint32_t>>> partitions;
-  const CollectiveOp op_of = [&](const json& c, std::string& w) -> std::optional<graph::Op> {
+  const CollectiveOp op_of = [&](const json& c, std::string& w) -> CallOp {
     const std::string kind = c.at("kind").get<std::string>();
     if (kind == "send" || kind == "recv") {
-      w = "point-to-point calls are not replayed with every rank running the program";
-      return std::nullopt;
+      w = "point-to-point calls are not replayed with every rank running the program (pipeline "
+          "stages run different programs)";
+      return {};
     }
     const std::string label = c.at("group").get<std::string>();
     auto it = role_of_group.find(label);
@@ -222,7 +234,7 @@ std::optional<graph::SlicedGraph> replicated_program(const SandboxProgram& p,
       const auto members = groups.find(label);
       if (members == groups.end()) {
         w = fmt::format("its collective {} names a group it never created", describe_call(c));
-        return std::nullopt;
+        return {};
       }
       std::optional<CommRole> role;
       for (int r = 1; r < graph::kNumRoles && !role; ++r) {
@@ -257,7 +269,7 @@ std::optional<graph::SlicedGraph> replicated_program(const SandboxProgram& p,
               "its collective {} runs over a group that is neither a communicator of the "
               "experiment's rank {} nor a DeviceMesh dimension's",
               describe_call(c), p.rank);
-          return std::nullopt;
+          return {};
         }
         partitions[*role] = std::move(list);
       }
@@ -274,7 +286,7 @@ std::optional<graph::SlicedGraph> replicated_program(const SandboxProgram& p,
     op.phase = graph::Phase::Other;
     op.name = collective_name(op.kind, op.role);
     op.comm_bytes = std::max(4.0, c.at("bytes").get<double>());
-    return op;
+    return {op};
   };
   std::optional<graph::RankProgram> t = program_template(p, op_of, why, measured);
   if (!t) return std::nullopt;
@@ -401,8 +413,8 @@ void report_program(const io::ExperimentConfig& c, const fs::path& out, SandboxP
     // The program's kernels in its order (its collectives as any: only compute counts here).
     std::string unused;
     std::vector<std::int64_t> measured;
-    const CollectiveOp any = [](const json&, std::string&) -> std::optional<graph::Op> {
-      return graph::world_collective(graph::OpKind::AllReduce, 4);
+    const CollectiveOp any = [](const json&, std::string&) -> CallOp {
+      return {graph::world_collective(graph::OpKind::AllReduce, 4)};
     };
     const std::optional<graph::RankProgram> t = program_template(p, any, unused, measured);
     for (std::uint32_t i = 0; t && i < t->size(); ++i) {
@@ -596,23 +608,98 @@ bool embed_program(graph::SlicedGraph& g, SandboxProgram& p) {
   const auto groups = recorded_groups(p);
   // Rank r's communication ops in the graph, per role, in its order.
   const graph::RankProgram& mine = g.program_of(r);
+  // Its collectives per role, and its pipeline transfers (send_recv: a send, a receive or both
+  // batched) in its order.
   std::array<std::vector<std::uint32_t>, graph::kNumRoles> queue;
+  std::vector<std::uint32_t> transfers;
   for (std::uint32_t i = 0; i < mine.size(); ++i)
-    if (graph::is_communication(mine.ops[i].kind))
+    if (mine.ops[i].kind == graph::OpKind::SendRecv)
+      transfers.push_back(i);
+    else if (graph::is_collective(mine.ops[i].kind))
       queue[static_cast<std::size_t>(mine.ops[i].role)].push_back(i);
   std::array<std::size_t, graph::kNumRoles> next{};
+  std::size_t next_transfer = 0;
+  // The parts of the transfer in progress not yet matched: peers (global ranks), none = −1.
+  std::int64_t send_left = -1, recv_left = -1;
+  double transfer_bytes = 0;
   const auto describe_op = [](const graph::Op& op) {
     return fmt::format("{} of {} B", graph::op_kind_name(op.kind), op.comm_bytes);
   };
-  const CollectiveOp matched = [&](const json& c, std::string& why) -> std::optional<graph::Op> {
+  const auto peer_of = [&](graph::CommRole role) -> std::int64_t {
+    const std::int32_t comm = role == graph::CommRole::None ? graph::kNoComm : g.comm_of(r, role);
+    if (comm == graph::kNoComm) return -1;
+    const auto k = static_cast<std::uint32_t>(comm);
+    for (const std::uint32_t* m = g.comms.members_begin(k); m != g.comms.members_end(k); ++m)
+      if (*m != r) return *m;
+    return -1;
+  };
+  const auto describe_transfer = [&](std::int64_t to, std::int64_t from, double bytes) {
+    return fmt::format("{}{}{} of {} B", to >= 0 ? fmt::format("a send to rank {}", to) : "",
+                       to >= 0 && from >= 0 ? " and " : "",
+                       from >= 0 ? fmt::format("a receive from rank {}", from) : "", bytes);
+  };
+  // A send or receive: the rest of the transfer in progress, or the first part of the next one.
+  const auto transfer = [&](const json& c, std::string& why) -> CallOp {
+    const bool send = c.at("kind") == "send";
+    const auto group = groups.find(c.at("group").get<std::string>());
+    const auto local = c.value("peer", std::int64_t{-1});
+    const std::int64_t peer = group != groups.end() && local >= 0 &&
+                                      static_cast<std::size_t>(local) < group->second.size()
+                                  ? group->second[static_cast<std::size_t>(local)]
+                                  : -1;
+    const double bytes = c.at("bytes").get<double>();
+    const bool same_bytes = std::abs(transfer_bytes - bytes) <= 1e-9 * std::max(1.0, bytes);
+    if (send_left >= 0 || recv_left >= 0) {
+      std::int64_t& left = send ? send_left : recv_left;
+      if (left == peer && peer >= 0 && same_bytes) {
+        left = -1;
+        return {std::nullopt, true};
+      }
+      why = fmt::format(
+          "its {} {} {} rank {} of {} B is not the rest of rank {}'s pipeline "
+          "transfer in the graph ({})",
+          c.at("kind").get<std::string>(), describe_call(c), send ? "to" : "from", peer, bytes, r,
+          describe_transfer(send_left, recv_left, transfer_bytes));
+      return {};
+    }
+    if (next_transfer >= transfers.size()) {
+      why = fmt::format(
+          "its {} {} has no counterpart: the graph's rank {} has no more pipeline "
+          "transfers",
+          c.at("kind").get<std::string>(), describe_call(c), r);
+      return {};
+    }
+    const graph::Op& op = mine.ops[transfers[next_transfer]];
+    const std::int64_t to = peer_of(op.role), from = peer_of(op.role2);
+    transfer_bytes = op.comm_bytes;
+    if ((send ? to : from) != peer || peer < 0 ||
+        std::abs(op.comm_bytes - bytes) > 1e-9 * std::max(1.0, bytes)) {
+      why = fmt::format(
+          "its {} {} {} rank {} differs from rank {}'s next pipeline transfer in "
+          "the graph ({})",
+          c.at("kind").get<std::string>(), describe_call(c), send ? "to" : "from", peer, r,
+          describe_transfer(to, from, op.comm_bytes));
+      return {};
+    }
+    ++next_transfer;
+    send_left = send ? -1 : to;
+    recv_left = send ? from : -1;
+    return {op};
+  };
+  const CollectiveOp matched = [&](const json& c, std::string& why) -> CallOp {
     const std::string kind = c.at("kind").get<std::string>();
+    if (kind == "send" || kind == "recv") return transfer(c, why);
+    if (send_left >= 0 || recv_left >= 0) {
+      why = fmt::format(
+          "its collective {} comes before the rest of rank {}'s pipeline transfer "
+          "in the graph ({})",
+          describe_call(c), r, describe_transfer(send_left, recv_left, transfer_bytes));
+      return {};
+    }
     const std::optional<graph::OpKind> k = graph_kind(kind);
     if (!k) {
-      why = fmt::format("its collective {} has no counterpart in the graph{}", describe_call(c),
-                        kind == "send" || kind == "recv"
-                            ? " (point-to-point calls are not put in the replay yet)"
-                            : "");
-      return std::nullopt;
+      why = fmt::format("its collective {} has no counterpart in the graph", describe_call(c));
+      return {};
     }
     const auto group = groups.find(c.at("group").get<std::string>());
     const double bytes = c.at("bytes").get<double>();
@@ -629,7 +716,7 @@ bool embed_program(graph::SlicedGraph& g, SandboxProgram& p) {
       const graph::Op& op = mine.ops[queue[ri][next[ri]]];
       if (op.kind == *k && std::abs(op.comm_bytes - bytes) <= 1e-9 * std::max(1.0, bytes)) {
         ++next[ri];
-        return op;
+        return {op};
       }
       expected = describe_op(op);
     }
@@ -642,11 +729,25 @@ bool embed_program(graph::SlicedGraph& g, SandboxProgram& p) {
                     "its collective {} differs from rank {}'s next one on that group in "
                     "the graph ({})",
                     describe_call(c), r, expected);
-    return std::nullopt;
+    return {};
   };
   std::optional<graph::RankProgram> t =
       program_template(p, matched, p.not_in_replay, p.measured_ns);
   if (!t) return false;
+  if (send_left >= 0 || recv_left >= 0 || next_transfer < transfers.size()) {
+    p.not_in_replay =
+        send_left >= 0 || recv_left >= 0
+            ? fmt::format("its last pipeline transfer lacks {} of the graph's rank {}",
+                          describe_transfer(send_left, recv_left, transfer_bytes), r)
+            : fmt::format(
+                  "the graph's rank {} has {} more pipeline transfer(s) than the program "
+                  "(the first: {})",
+                  r, transfers.size() - next_transfer,
+                  describe_transfer(peer_of(mine.ops[transfers[next_transfer]].role),
+                                    peer_of(mine.ops[transfers[next_transfer]].role2),
+                                    mine.ops[transfers[next_transfer]].comm_bytes));
+    return false;
+  }
   for (std::size_t role = 0; role < queue.size(); ++role)
     if (next[role] < queue[role].size()) {
       p.not_in_replay = fmt::format(

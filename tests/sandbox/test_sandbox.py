@@ -230,6 +230,49 @@ for tp in (2, 1):
           f"replayed with its groups ({it.get('program_seconds')}; {it.get('note')}; "
           f"{r.stderr.strip()[-300:]})")
 
+# 4c. A pipeline-parallel program (tests/sandbox/pp_program.py: PyTorch's own PipelineStage and
+# Schedule1F1B, two stages, four micro-batches of 2 × 64 × 128 bf16 activations) against the
+# same pipeline's graph (tests/sandbox/pp-tiny.yaml). By hand, stage 0 sends four activations
+# and receives four gradients of 32,768 B, in 1F1B's order: send, send, recv, send, recv, send,
+# recv, recv — the graph's five transfers (a send, three sends batched with a receive, a
+# receive) flattened; stage 1, the last, runs each micro-batch's forward and backward back to
+# back: receive its activation, send its gradient, four times — the graph's (a receive, three
+# sends batched with a receive, a send) flattened. Either stage runs the program inside the
+# replay, its transfers completing with the replayed other stage's. With two micro-batches its
+# transfers fall short of the graph's: said.
+pp_program = os.path.join(repo, "tests/sandbox/pp_program.py")
+for rank, micro in ((0, 4), (1, 4), (0, 2)):
+    out = os.path.join(tmp, f"pp{rank}-{micro}")
+    r = subprocess.run([scalescope, "run", os.path.join(repo, "tests/sandbox/pp-tiny.yaml"),
+                        "-o", out, "--quiet", "--sandbox", str(rank), "--sandbox-program",
+                        f"{sys.executable} {pp_program} 2 --micro {micro}"],
+                       capture_output=True, text=True)
+    rep = json.load(open(os.path.join(out, "sandbox-program.json"))) \
+        if os.path.exists(os.path.join(out, "sandbox-program.json")) else {}
+    its, cur = [], []
+    for c in rep.get("calls", []):
+        if c["kind"] == "step":
+            its.append(cur)
+            cur = []
+        elif c["kind"] in ("send", "recv"):
+            cur.append((c["kind"], c["bytes"]))
+    it = rep.get("iteration", {})
+    hand = [("send", 32768), ("send", 32768), ("recv", 32768), ("send", 32768),
+            ("recv", 32768), ("send", 32768), ("recv", 32768), ("recv", 32768)]
+    if rank == 1:
+        hand = [("recv", 32768), ("send", 32768)] * 4
+    if micro == 4:
+        check(r.returncode == 0 and its and its[-1] == hand and it.get("program_in_replay") is True
+              and [c[0] for c in it.get("hybrid_collectives", [])] == ["send_recv"] * 5 and
+              rep["against_graph"]["first_difference"] is None,
+              f"a 1F1B pipeline stage {rank} inside the replay: its transfers {its[-1] if its else None}"
+              f" (by hand {hand}), {it.get('hybrid_collectives')} ({it.get('not_in_replay')}; "
+              f"{r.stderr.strip()[-300:]})")
+    else:
+        check(r.returncode == 0 and it.get("program_in_replay") is False and
+              "pipeline transfer" in it.get("not_in_replay", ""),
+              f"a pipeline with fewer micro-batches than the graph's: said ({it.get('not_in_replay')})")
+
 # 5. nanoGPT's train.py, unmodified (../shared/fixtures/pytorch-models: karpathy/nanoGPT at
 # 3adf61e1, copied under its original names as its README says), as rank 0 of 1,024 and 16,384
 # ranks on this CPU-only machine: it names "nccl" and puts its tensors on cuda:<local rank>
