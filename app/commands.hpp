@@ -114,4 +114,8 @@ int capture_command(const CaptureOptions& o);
 /// sweep, written by scripts/post/report.py.
 int report_command(const std::string& dir, const std::string& out);
 
+/// `scalescope compare RUN [RUN …] [-o compare.html]` (app/script_commands.cpp): runs side by
+/// side through scripts/post/compare_runs.py; one run made with --whatif against its baseline.
+int compare_command(const std::vector<std::string>& dirs, const std::string& out);
+
 }  // namespace scalescope::app

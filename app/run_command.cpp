@@ -30,6 +30,8 @@
 
 namespace scalescope::app {
 
+namespace fs = std::filesystem;
+
 int run_command(const MpiWorld& mpi, const std::string& config_path, const std::string& graph_path,
                 const std::string& out_override, const std::vector<std::string>& overrides,
                 const std::string& megatron_args, bool quiet, bool rollback_check,
@@ -130,10 +132,8 @@ int run_command(const MpiWorld& mpi, const std::string& config_path, const std::
                : emu::emulate(g, k, o).summary.iteration_time;
   };
   SimTime baseline_time = 0;
-  if (!whatifs.empty()) {
-    const ReplaySetup base(c);
-    baseline_time = iteration_time_of(base.costs, base.options);
-  }
+  std::optional<ReplaySetup> base;
+  if (!whatifs.empty()) base.emplace(c);
   io::ExperimentConfig changed = c;
   emu::apply_whatifs_to_cluster(whatifs, changed.cluster);
   ReplaySetup setup(changed);
@@ -144,6 +144,23 @@ int run_command(const MpiWorld& mpi, const std::string& config_path, const std::
   emu::EmulationOptions opt = setup.options;
   emu::apply_whatifs_to_ranks(whatifs, *graph, costs, c.cluster.gpus_per_node, opt);
   opt.trace_ranks = c.run.trace_ranks;
+  // The ranks a what-if slows are traced too (its first 8), so that its effect is in the
+  // timeline and `scalescope compare` can set their ops against the baseline's.
+  for (const emu::WhatIf& w : whatifs) {
+    std::vector<std::uint32_t> touched;
+    const auto world = static_cast<std::uint32_t>(c.parallel.world());
+    if (w.kind == emu::WhatIf::Kind::SlowGpu)
+      touched = emu::slow_ranks(w, world, c.cluster.gpus_per_node);
+    else if (w.kind == emu::WhatIf::Kind::SlowDataLoader)
+      touched = w.ranks;
+    else if (w.kind == emu::WhatIf::Kind::DegradedNic)
+      for (const std::uint32_t n : w.nodes)
+        touched.push_back(n * static_cast<std::uint32_t>(c.cluster.gpus_per_node));
+    for (std::size_t i = 0; i < std::min<std::size_t>(8, touched.size()); ++i)
+      if (touched[i] < world && std::find(opt.trace_ranks.begin(), opt.trace_ranks.end(),
+                                          touched[i]) == opt.trace_ranks.end())
+        opt.trace_ranks.push_back(touched[i]);
+  }
   if (program != nullptr && std::find(opt.trace_ranks.begin(), opt.trace_ranks.end(),
                                       program->rank) == opt.trace_ranks.end())
     opt.trace_ranks.push_back(program->rank);  // the sandbox rank's timeline in the outputs
@@ -209,34 +226,58 @@ int run_command(const MpiWorld& mpi, const std::string& config_path, const std::
     extra = [&](const std::string& results_h5) {
       io::write_sandbox_group(results_h5, sandbox_run->measured, c.run.sandbox_ranks);
     };
-  emu::RunResults r;
-  if (optimistic) {
-    // Results stay distributed: results.h5 is written collectively, summary.json and
-    // trace.json by process 0 (which receives only the traced ranks and the summary figures).
-    emu::DistributedResults d = emu::emulate_distributed(*graph, costs, opt, MPI_COMM_WORLD);
-    complete_summary(d, c, MPI_COMM_WORLD);
-    copy_run_extras(d.local.summary);
-    if (profile)
-      summarize_profile(d.local.summary, c, *profile, *graph, costs, &d.rank_owner, d.process,
-                        MPI_COMM_WORLD);
-    check_memory(d.local.summary, c);
-    act_on_memory(d.local.summary, c, mpi.rank() == 0);
-    if (mpi.rank() == 0)
-      add_memory_fixes(d.local.summary, config_path, overrides, megatron_args, c, quiet);
-    write_outputs(d, c.run.output, MPI_COMM_WORLD, extra);
-    if (mpi.rank() != 0) return 0;
-    r = std::move(d.local);
-  } else {
-    r = emu::emulate(*graph, costs, opt);
-    complete_summary(r, c);
-    copy_run_extras(r.summary);
-    if (profile)
-      summarize_profile(r.summary, c, *profile, *graph, costs, nullptr, 0, MPI_COMM_NULL);
-    check_memory(r.summary, c);
-    act_on_memory(r.summary, c, true);
-    add_memory_fixes(r.summary, config_path, overrides, megatron_args, c, quiet);
-    write_outputs(r, c.run.output, extra);
+  // One replay and its files in `dir`: the run's own (`main`: with the sandbox's and what-ifs'
+  // figures, the memory verdict acted on and its fixes), or a what-if run's baseline, written to
+  // OUT/baseline so that `scalescope compare OUT` sets the two side by side. The results on
+  // process 0, nullopt on the others.
+  const auto replay = [&](const emu::Costs& k, const emu::EmulationOptions& o,
+                          const std::optional<cost::Profile>& prof, const std::string& dir,
+                          bool main) -> std::optional<emu::RunResults> {
+    if (optimistic) {
+      // Results stay distributed: results.h5 is written collectively, summary.json and
+      // trace.json by process 0 (which receives only the traced ranks and the summary figures).
+      emu::DistributedResults d = emu::emulate_distributed(*graph, k, o, MPI_COMM_WORLD);
+      complete_summary(d, c, MPI_COMM_WORLD);
+      if (main) copy_run_extras(d.local.summary);
+      if (prof)
+        summarize_profile(d.local.summary, c, *prof, *graph, k, &d.rank_owner, d.process,
+                          MPI_COMM_WORLD);
+      check_memory(d.local.summary, c);
+      if (main) {
+        act_on_memory(d.local.summary, c, mpi.rank() == 0);
+        if (mpi.rank() == 0)
+          add_memory_fixes(d.local.summary, config_path, overrides, megatron_args, c, quiet);
+      }
+      write_outputs(d, dir, MPI_COMM_WORLD, main ? extra : ResultsExtra{});
+      if (mpi.rank() != 0) return std::nullopt;
+      return std::move(d.local);
+    }
+    emu::RunResults res = emu::emulate(*graph, k, o);
+    complete_summary(res, c);
+    if (main) copy_run_extras(res.summary);
+    if (prof) summarize_profile(res.summary, c, *prof, *graph, k, nullptr, 0, MPI_COMM_NULL);
+    check_memory(res.summary, c);
+    if (main) {
+      act_on_memory(res.summary, c, true);
+      add_memory_fixes(res.summary, config_path, overrides, megatron_args, c, quiet);
+    }
+    write_outputs(res, dir, main ? extra : ResultsExtra{});
+    return res;
+  };
+  if (base) {
+    // The baseline: the same replay without the what-ifs, traced alike.
+    emu::EmulationOptions o = base->options;
+    o.trace_ranks = opt.trace_ranks;
+    o.engine = opt.engine;
+    const std::optional<emu::RunResults> b = replay(
+        base->costs, o, base->profile, (fs::path(c.run.output) / "baseline").string(), false);
+    SimTime t = b ? b->summary.iteration_time : 0;
+    if (optimistic) MPI_Bcast(&t, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+    baseline_time = t;
   }
+  std::optional<emu::RunResults> main_results = replay(costs, opt, profile, c.run.output, true);
+  if (!main_results) return 0;
+  emu::RunResults& r = *main_results;
   if (!quiet) {
     std::cout << io::format_summary_table(r);
     std::cout << "graph build " << build_s << " s; results in " << c.run.output << "/\n";

@@ -96,6 +96,15 @@ int capture_command(const CaptureOptions& o) {
   return 0;
 }
 
+int compare_command(const std::vector<std::string>& dirs, const std::string& out) {
+  const fs::path script =
+      checkout_script("compare", fs::path("scripts") / "post" / "compare_runs.py");
+  std::string cmd = fmt::format("/usr/bin/python3 {}", shell_quote(script.string()));
+  for (const std::string& d : dirs) cmd.append(" ").append(shell_quote(d));
+  if (!out.empty()) cmd.append(" -o ").append(shell_quote(out));
+  return shell(cmd);
+}
+
 int report_command(const std::string& dir, const std::string& out) {
   const fs::path script = checkout_script("report", fs::path("scripts") / "post" / "report.py");
   std::string cmd = fmt::format("/usr/bin/python3 '{}' '{}'", script.string(), dir);

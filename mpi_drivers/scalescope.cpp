@@ -18,6 +18,7 @@
 //   scalescope chakra-microbench all_reduce|all_gather|reduce_scatter|all_to_all PREFIX
 //                  [--ranks N] [--bytes S]
 //   scalescope report RUN_DIR|SWEEP_DIR [-o report.html]
+//   scalescope compare RUN_DIR [RUN_DIR …] [-o compare.html]
 #include <mpi.h>
 
 #include "core/sanitizer_defaults.hpp"
@@ -262,6 +263,16 @@ int main(int argc, char** argv) {
       "report", "Write one self-contained HTML page of a run or a sweep (scripts/post/report.py)");
   rcmd->add_option("dir", report_dir, "A run's output directory or a sweep's")->required();
   rcmd->add_option("-o,--output", report_out, "HTML file (default DIR/report.html)");
+  std::vector<std::string> compare_dirs;
+  std::string compare_out;
+  CLI::App* cmpcmd = app.add_subcommand(
+      "compare",
+      "Runs side by side, differences against the first: headline, time breakdown, critical "
+      "path, stages, the ranks and ops that moved most; a run made with --whatif alone against "
+      "its baseline (scripts/post/compare_runs.py)");
+  cmpcmd->add_option("runs", compare_dirs, "Run output directories (the first is the reference)")
+      ->required();
+  cmpcmd->add_option("-o,--output", compare_out, "HTML file (default LAST_RUN/compare.html)");
 
   try {
     app.parse(args);
@@ -279,6 +290,7 @@ int main(int argc, char** argv) {
     if (*bcmd)
       return app::chakra_microbench_command(bench_kind, bench_prefix, bench_ranks, bench_bytes);
     if (*rcmd) return app::report_command(report_dir, report_out);
+    if (*cmpcmd) return app::compare_command(compare_dirs, compare_out);
     if (*run && !chakra_prefix.empty()) {
       if (!config.empty() || !graph_path.empty() || !megatron_args.empty())
         throw_input("scalescope run --chakra: give no CONFIG, --graph or --megatron-args");

@@ -9,8 +9,10 @@ inputs/sweeps/llama3-8b-64-layouts.yaml, and this checks that
   the printed precision;
 - the sweep table sorts: clicking "iteration" orders the replayed rows by sweep.json's iteration
   times, ascending and then descending, and clicking "status" orders the rows by status;
-- with --screenshots DIR, full-page screenshots go to DIR/report-run.png and DIR/report-sweep.png
-  (docs/img/ holds the committed ones).
+- `scalescope compare` of the quickstart with a slow GPU against its baseline: its cards are the
+  two summary.json's values and its "ranks that moved" the two results.h5's finish times;
+- with --screenshots DIR, full-page screenshots go to DIR/report-run.png, DIR/report-sweep.png
+  and DIR/compare.png (docs/img/ holds the committed ones).
 
 Exit status 77 (a ctest skip) with a loud reason when Chromium, chromedriver or Selenium is
 missing; scripts/setup.sh installs them.
@@ -183,16 +185,69 @@ def check_sweep(driver, sweep_dir, report, shots):
         screenshot(driver, os.path.join(shots, "report-sweep.png"))
 
 
+def check_compare(driver, whatif_dir, page, shots):
+    """`scalescope compare` of a what-if run against its baseline: every card is one run's
+    summary.json value, verbatim and as printed; the ranks table's changes are the two
+    results.h5 files' finish times subtracted here."""
+    import h5py
+    driver.set_window_size(1240, 900)
+    driver.get("file://" + page)
+    errors = console_errors(driver)
+    assert not errors, f"console errors on the comparison: {errors}"
+    files = {"baseline": os.path.join(whatif_dir, "baseline"), "what-if": whatif_dir}
+    summaries = {k: json.load(open(os.path.join(d, "summary.json"))) for k, d in files.items()}
+    shown = cards(driver)
+    checked = 0
+    for label, s in summaries.items():
+        for key in ("iteration_time_s", "tokens_per_s", "mfu", "memory.peak_total_bytes"):
+            want = s
+            for p in key.split("."):
+                want = want[p]
+            value, text = shown[f"{label}:{key}"]
+            assert float(value) == float(want), f"{label} {key}: {value} != summary.json {want}"
+            got, tol = number(text)
+            assert abs(got - want) <= tol * 1.0001, f"{label} {key}: page {text!r}, file {want}"
+            checked += 1
+    finish = {}
+    for label, d in files.items():
+        with h5py.File(os.path.join(d, "results.h5"), "r") as f:
+            finish[label] = f["ranks/finish_ns"][:].astype("int64")
+    rows = driver.execute_script(
+        "return Array.from(document.querySelectorAll('#ranks-what-if tbody tr'))"
+        ".map(r => Array.from(r.cells).map(c => c.textContent))")
+    assert rows, "no ranks moved"
+    for row in rows:
+        rank, change = int(row[0]), float(row[3])
+        want = (finish["what-if"][rank] - finish["baseline"][rank]) * 1e-6
+        assert abs(change - want) <= 0.0005 + 1e-9, f"rank {rank}: page {change} ms, files {want}"
+    assert abs(float(rows[0][3])) == max(abs(float(r[3])) for r in rows), "not ordered by change"
+    body = driver.find_element("tag name", "body").text
+    assert "slow_gpu" in body and "Ops whose time moved most" in body, "what-if or ops missing"
+    print(f"compare: {checked} cards = the two summary.json, {len(rows)} ranks' changes = the "
+          "two results.h5")
+    if shots:
+        screenshot(driver, os.path.join(shots, "compare.png"))
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("bin")
     p.add_argument("repo")
-    p.add_argument("--screenshots", help="directory for report-run.png and report-sweep.png")
+    p.add_argument("--screenshots",
+                   help="directory for report-run.png, report-sweep.png and compare.png")
     args = p.parse_args()
     driver = browser()
     tmp = tempfile.mkdtemp(prefix="report-test-")
     try:
         run_dir, sweep_dir = os.path.join(tmp, "quickstart"), os.path.join(tmp, "sweep")
+        whatif_dir = os.path.join(tmp, "whatif")
+        subprocess.run([args.bin, "run", f"{args.repo}/inputs/experiments/quickstart.yaml",
+                        "-o", whatif_dir, "--quiet", "--whatif",
+                        "slow_gpu: {ranks: [3], factor: 1.2}"], check=True)
+        compare_page = os.path.join(tmp, "compare.html")
+        subprocess.run([args.bin, "compare", whatif_dir, "-o", compare_page], check=True,
+                       stdout=subprocess.DEVNULL)
+        check_offline(open(compare_page, encoding="utf-8").read(), compare_page)
         subprocess.run([args.bin, "run", f"{args.repo}/inputs/experiments/quickstart.yaml",
                         "-o", run_dir, "--quiet"], check=True)
         subprocess.run([args.bin, "sweep", f"{args.repo}/inputs/sweeps/llama3-8b-64-layouts.yaml",
@@ -208,6 +263,7 @@ def main():
             os.makedirs(args.screenshots, exist_ok=True)
         check_run(driver, run_dir, reports["run"], args.screenshots)
         check_sweep(driver, sweep_dir, reports["sweep"], args.screenshots)
+        check_compare(driver, whatif_dir, compare_page, args.screenshots)
     finally:
         driver.quit()
         shutil.rmtree(tmp, ignore_errors=True)
