@@ -264,18 +264,36 @@ int run_command(const MpiWorld& mpi, const std::string& config_path, const std::
     write_outputs(res, dir, main ? extra : ResultsExtra{});
     return res;
   };
+  // A what-if run's baseline: the same replay without the what-ifs, traced alike, written
+  // beside OUT first and moved to OUT/baseline only once the run's own files are in place (a
+  // run that fails leaves no baseline that looks like its result).
+  const fs::path baseline_dir = fs::path(c.run.output) / "baseline";
+  const fs::path baseline_stage = fs::path(c.run.output).string() + ".baseline-staging";
+  const auto drop_stage = [&] {
+    std::error_code ec;
+    if (mpi.rank() == 0) fs::remove_all(baseline_stage, ec);
+  };
   if (base) {
-    // The baseline: the same replay without the what-ifs, traced alike.
     emu::EmulationOptions o = base->options;
     o.trace_ranks = opt.trace_ranks;
     o.engine = opt.engine;
-    const std::optional<emu::RunResults> b = replay(
-        base->costs, o, base->profile, (fs::path(c.run.output) / "baseline").string(), false);
+    const std::optional<emu::RunResults> b =
+        replay(base->costs, o, base->profile, baseline_stage.string(), false);
     SimTime t = b ? b->summary.iteration_time : 0;
     if (optimistic) MPI_Bcast(&t, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
     baseline_time = t;
   }
-  std::optional<emu::RunResults> main_results = replay(costs, opt, profile, c.run.output, true);
+  std::optional<emu::RunResults> main_results;
+  try {
+    main_results = replay(costs, opt, profile, c.run.output, true);
+  } catch (...) {
+    if (base) drop_stage();
+    throw;
+  }
+  if (base && mpi.rank() == 0) {
+    fs::remove_all(baseline_dir);
+    fs::rename(baseline_stage, baseline_dir);
+  }
   if (!main_results) return 0;
   emu::RunResults& r = *main_results;
   if (!quiet) {

@@ -269,6 +269,14 @@ ExperimentConfig load_experiment(const std::string& path, const std::vector<std:
     c.cost.profile = fs::absolute(p).lexically_normal().string();
   }
   check_plan(c, t);
+  // Last, after every other check: a launch line without --global-batch-size (and no training.global_batch_size elsewhere):
+  // Megatron-LM would default it to micro_batch_size·DP, one micro-batch per pipeline, which a
+  // line copied from a real job almost never meant.
+  if (!lines.empty() && get(t.at("training"), "global_batch_size") == nullptr)
+    throw_input(
+        "{}: no --global-batch-size (nor training.global_batch_size): give it (Megatron-LM's "
+        "default, micro_batch_size·data_parallel_size, is one micro-batch per pipeline)",
+        lines.back().first);
   c.resolved_yaml = emit(c, sources);
   // The launch lines are merged in; like the presets, they are named in the header only.
   c.resolved_yaml.insert(c.resolved_yaml.find('\n') + 1, launch_header);

@@ -293,7 +293,8 @@ TEST(ConfigMegatron, BadLaunchLinesAreOneLineErrorsNamingTheOption) {
   const std::vector<std::string> cluster = {"cluster.preset=dgx-a100", "cluster.num_gpus=8"};
   const std::string ok =
       "--num-layers 4 --hidden-size 256 --num-attention-heads 8 --vocab-size 1000 "
-      "--seq-length 128 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --bf16 ";
+      "--seq-length 128 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --bf16 "
+      "--global-batch-size 16 ";
   const auto msg = [&](const std::string& line) {
     try {
       load_experiment("", cluster, line);
@@ -380,7 +381,7 @@ TEST(ConfigMegatron, BadLaunchLinesAreOneLineErrorsNamingTheOption) {
          "model.position_embedding_type");
   // No --bf16 / --fp16: Megatron trains in fp32.
   std::string fp32 = ok;
-  fp32.erase(fp32.find("--bf16"));
+  fp32.erase(fp32.find("--bf16 "), 7);
   expect(fp32, "(command line)", "fp32");
   // No vocabulary and a tokenizer whose size depends on its files (not GPT-2's or Llama 2's
   // fixed ones): the tokenizer is not read, the message says what to give.
@@ -428,7 +429,7 @@ TEST(ConfigMegatron, MoeLaunchLineTakesMegatronsDispatcherDefault) {
   const std::string line =
       "--num-layers 4 --hidden-size 512 --num-attention-heads 8 --vocab-size 1000 "
       "--seq-length 256 --swiglu --bf16 --num-experts 8 --moe-router-topk 2 "
-      "--moe-ffn-hidden-size 256 --expert-model-parallel-size 4";
+      "--moe-ffn-hidden-size 256 --expert-model-parallel-size 4 --global-batch-size 8";
   const std::vector<std::string> set = {"cluster.preset=dgx-h100", "cluster.num_gpus=8"};
   const auto c = load_experiment("", set, line);
   EXPECT_EQ(c.model.num_experts, 8);
@@ -479,7 +480,8 @@ TEST(ConfigMegatron, EpOverlapOptionsAndMegatronsRules) {
   const std::string line =
       "--num-layers 4 --hidden-size 512 --num-attention-heads 8 --vocab-size 1000 "
       "--seq-length 256 --swiglu --bf16 --num-experts 8 --moe-router-topk 2 "
-      "--moe-ffn-hidden-size 256 --expert-model-parallel-size 4 --moe-token-dispatcher-type flex";
+      "--moe-ffn-hidden-size 256 --expert-model-parallel-size 4 --moe-token-dispatcher-type flex "
+      "--global-batch-size 8";
   const std::vector<std::string> set = {"cluster.preset=dgx-h100", "cluster.num_gpus=8"};
   const auto c =
       load_experiment("", set, line + " --overlap-moe-expert-parallel-comm --delay-wgrad-compute");
@@ -510,6 +512,28 @@ TEST(ConfigMegatron, EpOverlapOptionsAndMegatronsRules) {
   }
   // --delay-wgrad-compute alone.
   EXPECT_THROW(load_experiment("", set, line + " --delay-wgrad-compute"), InputError);
+}
+
+// A launch line without --global-batch-size is refused naming the flag (Megatron-LM's default,
+// micro_batch_size·DP, would be one micro-batch per pipeline); the YAML's key or --set gives it.
+TEST(ConfigMegatron, MissingGlobalBatchSizeIsAnError) {
+  const std::string line =
+      "--num-layers 4 --hidden-size 256 --num-attention-heads 8 --vocab-size 1000 "
+      "--seq-length 128 --pipeline-model-parallel-size 2 --micro-batch-size 1 --bf16";
+  const std::vector<std::string> set = {"cluster.preset=dgx-h100", "cluster.num_gpus=8"};
+  try {
+    load_experiment("", set, line);
+    ADD_FAILURE() << "a launch line without --global-batch-size was taken";
+  } catch (const InputError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("--megatron-args"), std::string::npos) << m;
+    EXPECT_NE(m.find("no --global-batch-size"), std::string::npos) << m;
+  }
+  std::vector<std::string> with = set;
+  with.push_back("training.global_batch_size=32");
+  EXPECT_EQ(load_experiment("", with, line).training.global_batch_size, 32);
+  EXPECT_EQ(load_experiment("", set, line + " --global-batch-size 64").training.global_batch_size,
+            64);
 }
 
 }  // namespace
