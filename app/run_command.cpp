@@ -154,7 +154,9 @@ int run_command(const MpiWorld& mpi, const std::string& config_path, const std::
     else if (w.kind == emu::WhatIf::Kind::SlowDataLoader)
       touched = w.ranks;
     else if (w.kind == emu::WhatIf::Kind::DegradedNic)
-      for (const std::uint32_t n : w.nodes)
+      for (const std::uint32_t n :
+           emu::degraded_nodes(w, static_cast<std::uint32_t>((world + c.cluster.gpus_per_node - 1) /
+                                                             c.cluster.gpus_per_node)))
         touched.push_back(n * static_cast<std::uint32_t>(c.cluster.gpus_per_node));
     for (std::size_t i = 0; i < std::min<std::size_t>(8, touched.size()); ++i)
       if (touched[i] < world && std::find(opt.trace_ranks.begin(), opt.trace_ranks.end(),

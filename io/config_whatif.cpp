@@ -51,7 +51,7 @@ emu::WhatIf parse_whatif(const Value& item, const std::string& text) {
   if (!kv.second.IsMap()) fail(params, key, "expected a mapping of its parameters");
   const std::map<Kind, Keys> allowed = {
       {Kind::SlowGpu, {"ranks", "nodes", "fraction", "seed", "factor"}},
-      {Kind::DegradedNic, {"nodes", "factor"}},
+      {Kind::DegradedNic, {"nodes", "fraction", "seed", "factor", "gbps"}},
       {Kind::FailedLink, {"leaf", "spine"}},
       {Kind::ExtraLatency, {"level", "us"}},
       {Kind::SlowDataLoader, {"ranks", "delay_us"}}};
@@ -68,16 +68,38 @@ emu::WhatIf parse_whatif(const Value& item, const std::string& text) {
     if (f == p.end()) return;
     const Value& v = f->second;
     const std::string name = fmt::format("{}.{}", key, k);
-    if (v.node.IsScalar()) {
-      out.push_back(static_cast<std::uint32_t>(detail::read_int(v, name)));
-    } else if (v.node.IsSequence()) {
-      for (const auto& x : v.node) {
+    // A number, or a range "A-B" (both included), alone or in a list.
+    const auto one = [&](const YAML::Node& x) {
+      const std::string word = x.IsScalar() ? x.Scalar() : "";
+      const std::size_t dash = word.find('-', 1);
+      if (dash == std::string::npos) {
         const std::int64_t r = detail::read_int(Value{x, v.origin}, name);
         if (r < 0 || r > 0x7FFFFFFF) fail(v, name, "must be >= 0");
         out.push_back(static_cast<std::uint32_t>(r));
+        return;
       }
+      std::int64_t lo = -1, hi = -1;
+      try {
+        std::size_t a = 0, b = 0;
+        lo = std::stoll(word.substr(0, dash), &a);
+        hi = std::stoll(word.substr(dash + 1), &b);
+        if (a != dash || b != word.size() - dash - 1) lo = -1;
+      } catch (const std::exception&) {
+        lo = -1;
+      }
+      if (lo < 0 || hi < lo || hi - lo >= (std::int64_t{1} << 24))
+        fail(v, name,
+             fmt::format("'{}': a range is FIRST-LAST with 0 <= FIRST <= LAST, at most 2^24 "
+                         "of them",
+                         word));
+      for (std::int64_t r = lo; r <= hi; ++r) out.push_back(static_cast<std::uint32_t>(r));
+    };
+    if (v.node.IsScalar()) {
+      one(v.node);
+    } else if (v.node.IsSequence()) {
+      for (const auto& x : v.node) one(x);
     } else {
-      fail(v, name, "expected a number or a list of numbers");
+      fail(v, name, "expected a number, a range FIRST-LAST or a list of them");
     }
   };
   const auto number = [&](std::string_view k, double& out) -> bool {
@@ -101,12 +123,21 @@ emu::WhatIf parse_whatif(const Value& item, const std::string& text) {
            "needs ranks, nodes or a fraction in (0, 1]");
       break;
     }
-    case Kind::DegradedNic:
+    case Kind::DegradedNic: {
       list("nodes", w.nodes);
-      need(!w.nodes.empty(), "needs nodes");
-      need(number("factor", w.factor) && w.factor > 0 && w.factor <= 1,
-           "needs factor in (0, 1] (the bandwidth kept)");
+      number("fraction", w.fraction);
+      double seed = 0;
+      if (number("seed", seed)) w.seed = static_cast<std::uint64_t>(seed);
+      need(!w.nodes.empty() || (w.fraction > 0 && w.fraction <= 1),
+           "needs nodes or a fraction in (0, 1] of the nodes");
+      const bool factor = number("factor", w.factor), gbps = number("gbps", w.gbps);
+      need(factor != gbps,
+           "needs factor (the bandwidth kept, in (0, 1]) or gbps (the bandwidth "
+           "left, Gb/s), one of them");
+      need(gbps ? w.gbps > 0 : (w.factor > 0 && w.factor <= 1),
+           gbps ? "needs gbps > 0" : "needs factor in (0, 1] (the bandwidth kept)");
       break;
+    }
     case Kind::FailedLink: {
       double leaf = -1, spine = -1;
       need(number("leaf", leaf) && number("spine", spine) && leaf >= 0 && spine >= 0,

@@ -9,6 +9,34 @@
 
 namespace scalescope::emu {
 
+namespace {
+
+/// The ⌈fraction · n⌉ of 0 … n−1 with the smallest SplitMix64 hash of (seed, i), appended.
+void draw_fraction(double fraction, std::uint64_t seed, std::uint32_t n,
+                   std::vector<std::uint32_t>& out) {
+  if (fraction <= 0 || n == 0) return;
+  const auto k = std::min<std::size_t>(n, static_cast<std::size_t>(std::ceil(fraction * n)));
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> keyed(n);
+  for (std::uint32_t i = 0; i < n; ++i) keyed[i] = {splitmix64(seed ^ splitmix64(i)), i};
+  std::partial_sort(keyed.begin(), keyed.begin() + static_cast<std::ptrdiff_t>(k), keyed.end());
+  for (std::size_t i = 0; i < k; ++i) out.push_back(keyed[i].second);
+}
+
+}  // namespace
+
+std::vector<std::uint32_t> degraded_nodes(const WhatIf& w, std::uint32_t nodes) {
+  std::vector<std::uint32_t> out;
+  for (std::uint32_t n : w.nodes) {
+    if (n >= nodes)
+      throw_input("whatif '{}': node {} is outside the job's {} nodes", w.text, n, nodes);
+    out.push_back(n);
+  }
+  draw_fraction(w.fraction, w.seed, nodes, out);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 std::vector<std::uint32_t> slow_ranks(const WhatIf& w, std::uint32_t world,
                                       std::int64_t gpus_per_node) {
   std::vector<std::uint32_t> out;
@@ -26,13 +54,7 @@ std::vector<std::uint32_t> slow_ranks(const WhatIf& w, std::uint32_t world,
       if (r < world) out.push_back(r);
     }
   }
-  if (w.fraction > 0) {
-    const auto k = static_cast<std::size_t>(std::ceil(w.fraction * world));
-    std::vector<std::pair<std::uint64_t, std::uint32_t>> keyed(world);
-    for (std::uint32_t r = 0; r < world; ++r) keyed[r] = {splitmix64(w.seed ^ splitmix64(r)), r};
-    std::partial_sort(keyed.begin(), keyed.begin() + static_cast<std::ptrdiff_t>(k), keyed.end());
-    for (std::size_t i = 0; i < k; ++i) out.push_back(keyed[i].second);
-  }
+  draw_fraction(w.fraction, w.seed, world, out);
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
@@ -64,12 +86,16 @@ void apply_whatifs_to_fabric(const std::vector<WhatIf>& whatifs, cost::CostModel
           "network.model: flow",
           w.text);
     if (w.kind == WhatIf::Kind::DegradedNic) {
-      for (std::uint32_t n : w.nodes) {
-        if (n >= f->nodes())
-          throw_input("whatif '{}': node {} is outside the fabric's {} nodes", w.text, n,
-                      f->nodes());
-        f->scale_node_nics(n, w.factor);
+      // A bandwidth in Gb/s is the factor of the cluster's NIC bandwidth it leaves.
+      double factor = w.factor;
+      if (w.gbps > 0) {
+        const double nominal = model.cluster().nic_bandwidth_Gbps;
+        if (!(w.gbps <= nominal))
+          throw_input("whatif '{}': gbps {} is not below the cluster's NIC bandwidth ({} Gb/s)",
+                      w.text, w.gbps, nominal);
+        factor = w.gbps / nominal;
       }
+      for (std::uint32_t n : degraded_nodes(w, f->nodes())) f->scale_node_nics(n, factor);
     } else if (w.kind == WhatIf::Kind::FailedLink) {
       if (w.leaf >= f->num_leaves())
         throw_input("whatif '{}': leaf {} is outside the fabric's {} leaves", w.text, w.leaf,

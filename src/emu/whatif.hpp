@@ -18,11 +18,13 @@ struct WhatIf {
   Kind kind = Kind::SlowGpu;
   std::vector<std::uint32_t> ranks;  ///< slow_gpu, slow_dataloader
   std::vector<std::uint32_t> nodes;  ///< slow_gpu, degraded_nic
-  double fraction = 0;               ///< slow_gpu: this fraction of all ranks, drawn by `seed`
+  /// slow_gpu: this fraction of all ranks, degraded_nic of all nodes, drawn by `seed`
+  double fraction = 0;
   std::uint64_t seed = 0;
   /// slow_gpu: every compute op takes `factor` times as long (> 0); degraded_nic: the node's
   /// NICs keep `factor` of their bandwidth (0 < factor ≤ 1).
   double factor = 1;
+  double gbps = 0;  ///< degraded_nic: each NIC left with this bandwidth (Gb/s), instead of factor
   std::uint32_t leaf = 0, spine = 0;  ///< failed_link: leaf `leaf`'s link to spine `spine`
   std::string level;                  ///< extra_latency: nic | spine | core
   double latency_us = 0;              ///< extra_latency
@@ -35,6 +37,11 @@ struct WhatIf {
 /// sorted. Throws InputError for a rank or node outside the job.
 std::vector<std::uint32_t> slow_ranks(const WhatIf& w, std::uint32_t world,
                                       std::int64_t gpus_per_node);
+
+/// The nodes a degraded_nic what-if names (its nodes and its seeded random fraction of the job's
+/// `nodes`: the ⌈fraction · nodes⌉ with the smallest SplitMix64 hash of (seed, node)), sorted.
+/// Throws InputError for a node outside the job.
+std::vector<std::uint32_t> degraded_nodes(const WhatIf& w, std::uint32_t nodes);
 
 /// Latency what-ifs change the cluster before the cost model is built.
 void apply_whatifs_to_cluster(const std::vector<WhatIf>& whatifs, cost::ClusterSpec& cluster);

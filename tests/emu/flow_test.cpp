@@ -526,5 +526,45 @@ TEST(WhatIf, ASeededRandomFractionIsReproducibleAndOfTheRightSize) {
   EXPECT_THROW(slow_ranks(w, 1000, 8), InputError);
 }
 
+TEST(WhatIf, ADegradedNicInGbpsIsTheFactorOfTheNominal) {
+  // One send from node 0 to node 1 over 400 Gb/s NICs: node 0's NIC left with 100 Gb/s (a
+  // quarter) takes 5 µs + S / (48 GB/s / 4), the same as factor 0.25; more than the nominal
+  // 400 Gb/s is an error.
+  const cost::ClusterSpec c = one_gpu_nodes(2);
+  const double S = 96e6;
+  const graph::SlicedGraph g = sends(1, S);
+  WhatIf gbps;
+  gbps.kind = WhatIf::Kind::DegradedNic;
+  gbps.nodes = {0};
+  gbps.gbps = 100;
+  WhatIf factor = gbps;
+  factor.gbps = 0;
+  factor.factor = 0.25;
+  cost::CostModel a(c, flow_options()), b(c, flow_options());
+  apply_whatifs_to_fabric({gbps}, a);
+  apply_whatifs_to_fabric({factor}, b);
+  EXPECT_NEAR(run(g, a), 1e9 * (5e-6 + S / (kNicBytesPerS / 4)), 2);
+  EXPECT_EQ(run(g, a), run(g, b));
+  gbps.gbps = 800;
+  cost::CostModel d(c, flow_options());
+  EXPECT_THROW(apply_whatifs_to_fabric({gbps}, d), InputError);
+}
+
+TEST(WhatIf, DegradedNodesByFractionAreReproducible) {
+  WhatIf w;
+  w.kind = WhatIf::Kind::DegradedNic;
+  w.fraction = 0.25;
+  w.seed = 3;
+  const auto a = degraded_nodes(w, 128);
+  EXPECT_EQ(a.size(), 32u);  // ⌈0.25 · 128⌉
+  EXPECT_EQ(a, degraded_nodes(w, 128));
+  EXPECT_TRUE(std::is_sorted(a.begin(), a.end()));
+  w.fraction = 0;
+  w.nodes = {5, 2, 5};
+  EXPECT_EQ(degraded_nodes(w, 128), (std::vector<std::uint32_t>{2, 5}));
+  w.nodes = {128};
+  EXPECT_THROW(degraded_nodes(w, 128), InputError);
+}
+
 }  // namespace
 }  // namespace scalescope::emu

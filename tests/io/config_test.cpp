@@ -754,5 +754,26 @@ TEST(Config, MoeLayerFreqForms) {
             std::string::npos);
 }
 
+// What-ifs as users say them: ranges FIRST-LAST in rank and node lists, a degraded NIC in Gb/s
+// or as a seeded fraction of the nodes; a malformed range, or both factor and gbps, refused.
+TEST(Config, WhatIfRangesFractionsAndGbps) {
+  const auto w = read_whatifs(
+      "", {"slow_gpu: {ranks: ['0-3', 8], factor: 1.2}", "degraded_nic: {nodes: '2-4', gbps: 200}",
+           "degraded_nic: {fraction: 0.5, seed: 3, factor: 0.5}"});
+  ASSERT_EQ(w.size(), 3u);
+  EXPECT_EQ(w[0].ranks, (std::vector<std::uint32_t>{0, 1, 2, 3, 8}));
+  EXPECT_EQ(w[1].nodes, (std::vector<std::uint32_t>{2, 3, 4}));
+  EXPECT_EQ(w[1].gbps, 200);
+  EXPECT_EQ(w[2].fraction, 0.5);
+  EXPECT_EQ(w[2].seed, 3u);
+  for (const char* bad :
+       {"slow_gpu: {ranks: '4-2', factor: 1.2}", "slow_gpu: {ranks: '1-x', factor: 1.2}",
+        "slow_gpu: {ranks: '0-99999999', factor: 1.2}",
+        "degraded_nic: {nodes: [1], factor: 0.5, gbps: 200}", "degraded_nic: {nodes: [1]}"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_THROW(read_whatifs("", {bad}), InputError);
+  }
+}
+
 }  // namespace
 }  // namespace scalescope::io
