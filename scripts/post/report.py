@@ -38,7 +38,6 @@ TERM_LABELS = {"compute": "compute", "exposed_tp": "exposed TP comm.",
                "exposed_embedding": "exposed embedding comm.", "exposed_cp": "exposed CP comm.",
                "exposed_ep": "exposed EP comm.", "bubble": "pipeline bubble",
                "host_wait": "waiting for the host", "other_wait": "other waits"}
-MAX_TIMELINE_RECTS = 20000  # per page; finer detail is in trace.json
 CHAKRA_MARKER = "# chakra-import:"  # first line of a Chakra import's configuration
 
 CSS = """
@@ -271,9 +270,50 @@ def memory_curve(curve, iteration_s, width=1100, height=260):
     return f'<svg width="{width}" height="{height}" role="img">{"".join(parts)}</svg>'
 
 
+def lane_boxes(start_px, end_px, kind, n_px):
+    """One lane's ops in pixel columns: each column's covered width per op kind (its ops cut at
+    the column edges), the column drawn in the kind that covers most of it, runs of columns of one
+    kind merged into one box: [(first column, last column + 1, kind)]. Every box is at least a
+    pixel wide and one colour of the legend, whatever the ops' sizes."""
+    if len(start_px) == 0:
+        return []
+    kinds = np.unique(kind)
+    index = {int(k): i for i, k in enumerate(kinds)}
+    cover = np.zeros((len(kinds), n_px + 1))
+    a = np.clip(start_px, 0, n_px)
+    b = np.clip(end_px, 0, n_px)
+    ka = np.array([index[int(k)] for k in kind], dtype=np.int64)
+    ca, cb = np.floor(a).astype(np.int64), np.floor(b).astype(np.int64)
+    same = ca == cb
+    # Ops inside one column: their width there.
+    np.add.at(cover, (ka[same], ca[same]), (b - a)[same])
+    # Ops over several columns: the first and last columns' parts, every column between whole.
+    multi = ~same
+    np.add.at(cover, (ka[multi], ca[multi]), (ca[multi] + 1 - a[multi]))
+    np.add.at(cover, (ka[multi], cb[multi]), (b - cb)[multi])
+    full = np.zeros((len(kinds), n_px + 2))
+    np.add.at(full, (ka[multi], ca[multi] + 1), 1)
+    np.add.at(full, (ka[multi], cb[multi]), -1)
+    cover += np.cumsum(full, axis=1)[:, :n_px + 1]
+    cover = cover[:, :n_px]
+    used = cover.sum(axis=0) > 0
+    dominant = np.where(used, kinds[np.argmax(cover, axis=0)], -1)
+    boxes, col = [], 0
+    while col < n_px:
+        k = dominant[col]
+        end = col + 1
+        while end < n_px and dominant[end] == k:
+            end += 1
+        if k >= 0:
+            boxes.append((col, end, int(k)))
+        col = end
+    return boxes
+
+
 def gantt(res, ranks, width=1100):
-    """The traced ranks' ops, one lane per (rank, stream), coloured by op kind. Ops narrower
-    than a pixel merge with their neighbours of the same kind (trace.json has every op)."""
+    """The traced ranks' ops, one lane per (rank, stream), at any size: each lane's ops in pixel
+    columns, a column coloured by the op kind that covers most of it, runs of one kind one box
+    (lane_boxes); every colour drawn is in the legend. trace.json has every op."""
     tables = res.decoding_tables()
     streams, kinds = tables["stream_names"], tables["kind_names"]
     lanes, t_end = [], 0
@@ -286,51 +326,64 @@ def gantt(res, ranks, width=1100):
     if not lanes:
         return "<p>The traced ranks recorded no ops.</p>", 0
     ml, lane_h = 160, 16
+    n_px = width - ml - 20
     height = 30 + lane_h * len(lanes) + 30
-    scale = (width - ml - 20) / (t_end or 1)
-    used_kinds = sorted({int(k) for _, _, tl in lanes for k in tl["kind"]})
+    scale = n_px / (t_end or 1)
+    drawn = [(r, s, lane_boxes(tl["start_ns"] * scale, tl["end_ns"] * scale, tl["kind"], n_px))
+             for r, s, tl in lanes]
+    used_kinds = sorted({k for _, _, boxes in drawn for _, _, k in boxes})
     color = {k: PALETTE[i % len(PALETTE)] for i, k in enumerate(used_kinds)}
     out = [f'<svg width="{width}" height="{height}" role="img" id="gantt">']
-    rect_count = 0
-    for i, (r, s, tl) in enumerate(lanes):
-        y = 20 + lane_h * i
-        out.append(f'<text x="{ml - 6}" y="{y + 11}" font-size="11" text-anchor="end">'
-                   f"rank {r} · {esc(streams[s] if s < len(streams) else s)}</text>")
-        order = np.argsort(tl["start_ns"], kind="stable")
-        start, end, kind = tl["start_ns"][order], tl["end_ns"][order], tl["kind"][order]
-        cur = None
-        for a, b, k in zip(start.tolist(), end.tolist(), kind.tolist()):
-            x0, x1 = ml + a * scale, ml + b * scale
-            if cur and cur[2] == k and x0 - cur[1] < 0.5:
-                cur[1] = max(cur[1], x1)
-                continue
-            if cur:
-                out.append(f'<rect x="{cur[0]:.1f}" y="{y}" width="{max(cur[1] - cur[0], 0.4):.1f}"'
-                           f' height="{lane_h - 3}" fill="{color[cur[2]]}"/>')
-                rect_count += 1
-            cur = [x0, x1, k]
-        if cur:
-            out.append(f'<rect x="{cur[0]:.1f}" y="{y}" width="{max(cur[1] - cur[0], 0.4):.1f}" '
-                       f'height="{lane_h - 3}" fill="{color[cur[2]]}"/>')
-            rect_count += 1
-        if rect_count > MAX_TIMELINE_RECTS:
-            out.append(f'<text x="{ml}" y="{y + lane_h + 12}" font-size="11">… more lanes in '
-                       f"trace.json</text>")
-            break
+    grid = []
     axis_y = 20 + lane_h * len(lanes) + 6
     for tick in nice_ticks(0, t_end * 1e-6):
         x = ml + tick * 1e6 * scale
         if x <= width - 10:
-            out.append(f'<line x1="{x:.1f}" y1="16" x2="{x:.1f}" y2="{axis_y}" stroke="#eee"/>'
-                       f'<text x="{x:.1f}" y="{axis_y + 13}" font-size="11" '
-                       f'text-anchor="middle">{tick_label(tick)} ms</text>')
+            grid.append(f'<line x1="{x:.1f}" y1="16" x2="{x:.1f}" y2="{axis_y}" stroke="#eee"/>'
+                        f'<text x="{x:.1f}" y="{axis_y + 13}" font-size="11" '
+                        f'text-anchor="middle">{tick_label(tick)} ms</text>')
+    out += grid  # under the ops
+    rect_count = 0
+    for i, (r, s, boxes) in enumerate(drawn):
+        y = 20 + lane_h * i
+        out.append(f'<text x="{ml - 6}" y="{y + 11}" font-size="11" text-anchor="end" '
+                   f'class="lane" data-rank="{r}">'
+                   f"rank {r} · {esc(streams[s] if s < len(streams) else s)}</text>")
+        for c0, c1, k in boxes:
+            out.append(f'<rect x="{ml + c0}" y="{y}" width="{c1 - c0}" height="{lane_h - 3}" '
+                       f'fill="{color[k]}" data-kind="{k}"/>')
+        rect_count += len(boxes)
     out.append("</svg>")
-    # Grid lines drawn last would cover the ops: move them first.
-    grid = [p for p in out if p.startswith('<line x1=') and 'stroke="#eee"' in p]
-    body = [p for p in out if p not in grid]
-    svg = body[0] + "".join(grid) + "".join(body[1:])
     keys = legend([(kinds[k] if k < len(kinds) else str(k), color[k]) for k in used_kinds])
-    return keys + '<div class="scroll">' + svg + "</div>", rect_count
+    return keys + '<div class="scroll">' + "".join(out) + "</div>", rect_count
+
+
+def rank_heatmap(values, label, unit_fn, svg_id, width=1100, max_cells=4096):
+    """One cell per rank (up to `max_cells`; beyond, consecutive ranks share a cell, which shows
+    their largest value), 64 to a row, from light (the smallest) to dark (the largest); each cell's
+    title names its ranks and value."""
+    n = len(values)
+    per = max(1, -(-n // max_cells))
+    cells = [(i * per, min(n, (i + 1) * per)) for i in range(-(-n // per))]
+    vals = [float(np.max(values[a:b])) for a, b in cells]
+    lo, hi = min(vals), max(vals)
+    cols = min(64, len(cells))
+    size = max(4, min(16, (width - 20) // cols))
+    rows = -(-len(cells) // cols)
+    out = [f'<svg width="{cols * size + 20}" height="{rows * size + 10}" role="img" id="{svg_id}">']
+    for i, ((a, b), v) in enumerate(zip(cells, vals)):
+        f = 0.0 if hi == lo else (v - lo) / (hi - lo)
+        # #f1eef6 → #045a8d (light to dark blue)
+        rgb = [round(c0 + (c1 - c0) * f) for c0, c1 in ((0xf1, 0x04), (0xee, 0x5a), (0xf6, 0x8d))]
+        who = f"rank {a}" if b - a == 1 else f"ranks {a}–{b - 1}"
+        out.append(f'<rect x="{(i % cols) * size}" y="{(i // cols) * size}" width="{size - 1}" '
+                   f'height="{size - 1}" fill="#{rgb[0]:02x}{rgb[1]:02x}{rgb[2]:02x}" '
+                   f'data-v="{v}"><title>{esc(who)}: {esc(unit_fn(v))}</title></rect>')
+    out.append("</svg>")
+    scale = (f'<p class="sub">{esc(label)}: light {esc(unit_fn(lo))} … dark {esc(unit_fn(hi))}'
+             + (f"; {per} consecutive ranks a cell, their largest" if per > 1 else "; a cell a rank")
+             + ", 64 cells a row</p>")
+    return scale + '<div class="scroll">' + "".join(out) + "</div>"
 
 
 def pareto_plot(rows, front, width=1100, height=460):
@@ -597,13 +650,21 @@ def run_page(path):
     # Timeline
     out.append("<h2>Timeline of the traced ranks</h2>")
     if traced:
-        out.append(f"<p>Ranks {esc(', '.join(map(str, traced)))}, one lane per stream. For every "
+        out.append(f"<p>Ranks {esc(', '.join(map(str, traced)))}, one lane per stream; a pixel "
+                   f"column shows the op kind that covers most of it. For every "
                    f"op with its name, open <code>trace.json</code> in "
                    f'<a href="https://ui.perfetto.dev">ui.perfetto.dev</a> ("Open trace file"; '
                    f"it runs in the browser, the file stays on your machine).</p>")
         out.append(timeline)
     else:
         out.append("<p>No rank was traced (<code>run.trace_ranks</code> is empty).</p>")
+    # Every rank of the job: when it finished and how long it waited for communication.
+    out.append("<h2>Every rank</h2>")
+    exposed = sum(ranks[c].astype(np.int64) for t, c in sr.BREAKDOWN_TERMS
+                  if t.startswith("exposed_"))
+    out.append(rank_heatmap(ranks["finish_ns"].astype(np.int64) * 1e-9, "finish time", seconds,
+                            "heat-finish"))
+    out.append(rank_heatmap(exposed * 1e-9, "exposed communication", seconds, "heat-exposed"))
     # Engine
     out.append("<h2>Engine</h2>")
     out.append(kv([("engine", f"{e['kind']}, {e['processes']} process(es)"),

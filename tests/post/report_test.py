@@ -185,6 +185,38 @@ def check_sweep(driver, sweep_dir, report, shots):
         screenshot(driver, os.path.join(shots, "report-sweep.png"))
 
 
+def check_timeline_at_scale(driver, run_dir, report):
+    """The GPT-3 1,024-GPU run (traced ranks 0 and 1016): every traced rank has its lanes in the
+    timeline, every colour drawn there is in its legend, and the per-rank heatmaps hold a cell
+    per rank."""
+    driver.set_window_size(1240, 900)
+    driver.get("file://" + report)
+    assert not console_errors(driver), "console errors on the 1,024-GPU report"
+    import h5py
+    with h5py.File(os.path.join(run_dir, "results.h5"), "r") as f:
+        traced = sorted(int(k) for k in f["timeline"].keys() if k.isdigit())
+        world = len(f["ranks/finish_ns"])
+    lanes = driver.execute_script(
+        "return Array.from(document.querySelectorAll('#gantt text.lane'))"
+        ".map(t => Number(t.getAttribute('data-rank')))")
+    assert sorted(set(lanes)) == traced, f"lanes for ranks {sorted(set(lanes))}, traced {traced}"
+    drawn = set(driver.execute_script(
+        "return Array.from(document.querySelectorAll('#gantt rect')).map(r => r.getAttribute('fill'))"))
+    keys = set(driver.execute_script(
+        "return Array.from(document.querySelectorAll('#gantt')).map(g => g.closest('div.scroll')"
+        ".previousElementSibling).flatMap(l => Array.from(l.querySelectorAll('i')))"
+        ".map(i => i.style.background)"))
+    # The legend's colours come back as rgb(…): compare as such.
+    def rgb(h):
+        return f"rgb({int(h[1:3], 16)}, {int(h[3:5], 16)}, {int(h[5:7], 16)})"
+    assert drawn and {rgb(c) for c in drawn} <= keys, f"colours drawn {drawn} not in legend {keys}"
+    for heat in ("heat-finish", "heat-exposed"):
+        cells = driver.execute_script(f"return document.querySelectorAll('#{heat} rect').length")
+        assert cells == world, f"{heat}: {cells} cells for {world} ranks"
+    print(f"1,024-GPU report: lanes for traced ranks {traced}, {len(drawn)} colours all in the "
+          f"legend, heatmaps of {world} cells")
+
+
 def check_compare(driver, whatif_dir, page, shots):
     """`scalescope compare` of a what-if run against its baseline: every card is one run's
     summary.json value, verbatim and as printed; the ranks table's changes are the two
@@ -264,6 +296,12 @@ def main():
         check_run(driver, run_dir, reports["run"], args.screenshots)
         check_sweep(driver, sweep_dir, reports["sweep"], args.screenshots)
         check_compare(driver, whatif_dir, compare_page, args.screenshots)
+        big = os.path.join(tmp, "gpt3-1024")
+        subprocess.run([args.bin, "run", f"{args.repo}/inputs/experiments/gpt3-175b-1024.yaml",
+                        "-o", big, "--quiet"], check=True)
+        subprocess.run([sys.executable, f"{args.repo}/scripts/post/report.py", big, "-o",
+                        big + ".html"], check=True, stdout=subprocess.DEVNULL)
+        check_timeline_at_scale(driver, big, big + ".html")
     finally:
         driver.quit()
         shutil.rmtree(tmp, ignore_errors=True)
