@@ -114,13 +114,22 @@ std::string sweep_csv(const std::vector<explore::Row>& rows,
   std::size_t rank = 0;
   for (const std::size_t i : order) {
     const explore::Row& r = rows[i];
+    // A figure the row does not have is an empty cell, never a 0 that sorts first: the replay's
+    // figures of a row not replayed, every figure of a refused (invalid) one.
+    const bool checked = r.status != explore::Status::Invalid;
+    const auto cell = [](bool has, auto v) { return has ? fmt::format("{}", v) : std::string(); };
     out += fmt::format(
         "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", ++rank,
-        r.index, explore::status_name(r.status), r.iteration_time_s, r.tokens_per_s,
-        r.model_tflops_per_gpu, r.mfu, gib(r.peak_memory_bytes), gib(r.memory_capacity_bytes),
-        r.num_gpus, r.tp, r.pp, r.dp, r.cp, r.ep, r.vpp, r.micro_batch, r.compute_s,
-        r.exposed_comm_s, r.bubble_s, r.host_wait_s, r.replayed ? "true" : "false",
-        gib(r.peak_allocated_bytes), gib(r.peak_reserved_bytes),
+        r.index, explore::status_name(r.status), cell(r.replayed, r.iteration_time_s),
+        cell(r.replayed, r.tokens_per_s), cell(r.replayed, r.model_tflops_per_gpu),
+        cell(r.replayed, r.mfu), cell(checked, gib(r.peak_memory_bytes)),
+        cell(checked, gib(r.memory_capacity_bytes)), cell(checked, r.num_gpus),
+        cell(checked, r.tp), cell(checked, r.pp), cell(checked, r.dp), cell(checked, r.cp),
+        cell(checked, r.ep), cell(checked, r.vpp), cell(checked, r.micro_batch),
+        cell(r.replayed, r.compute_s), cell(r.replayed, r.exposed_comm_s),
+        cell(r.replayed, r.bubble_s), cell(r.replayed, r.host_wait_s),
+        r.replayed ? "true" : "false", cell(checked, gib(r.peak_allocated_bytes)),
+        cell(checked, gib(r.peak_reserved_bytes)),
         csv_field(fmt::format("{}", fmt::join(r.overrides, " "))), csv_field(r.message));
   }
   return out;

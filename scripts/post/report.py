@@ -427,7 +427,11 @@ def pareto_plot(rows, front, width=1100, height=460):
                      f'{r["peak_memory_bytes"] / GIB:.2f} GiB</title></circle>')
     svg = f'<svg width="{width}" height="{height}" role="img" id="pareto">{"".join(parts)}</svg>'
     keys = legend([("fits in memory", "#4e79a7"), ("Pareto front", "#f28e2b")])
-    return keys + "<p class=\"sub\">hollow: does not fit in memory</p>" + svg
+    # The hollow marker is named only when a hollow point is drawn (--replay-unfit).
+    hollow = sum(r["status"] != "ok" for r in pts)
+    note = (f'<p class="sub">hollow: replayed but does not fit in memory ({hollow})</p>'
+            if hollow else "")
+    return keys + note + svg
 
 
 # -- the run page -----------------------------------------------------------------------------
@@ -725,26 +729,50 @@ def sweep_page(path):
     out.append("<h2>Iteration time against peak memory</h2>" + pareto_plot(rows, front))
     out.append("<h2>All configurations</h2><p>Click a column to sort; highlighted: the Pareto "
                "front.</p>")
-    body, classes = [], []
-    for rank, r in enumerate(rows, 1):
-        replayed = r["replayed"]
-        num = (lambda v, f: (f(v), v)) if replayed else (lambda v, f: ("–", ""))  # noqa: E731
-        body.append([
-            (str(rank), rank), (str(r["index"]), r["index"]), r["status"],
-            num(r["iteration_time_s"], seconds), num(r["tokens_per_s"], lambda v: f"{v:,.0f}"),
-            num(r["model_tflops_per_gpu"], lambda v: f"{v:.1f}"),
-            num(r["mfu"], lambda v: f"{100 * v:.1f} %"),
-            num(r["peak_memory_bytes"], gib),
-            *[(str(r[k]), r[k]) if r["tp"] else ("–", "") for k in
-              ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size")],
-            " ".join(r["overrides"]), r["message"]])
-        classes.append("front" if r["index"] in front_idx else
-                       ("nofit" if r["status"] != "ok" else ""))
-    out.append(table(["rank", "#", "status", "iteration", "tokens/s", "TFLOP/s/GPU", "MFU",
-                      "peak memory", "TP", "PP", "DP", "CP", "EP", "VPP", "MBS", "overrides",
-                      "why not replayed"],
-                     body, cls="sortable", row_classes=classes, left={2, 15, 16},
+    def recompute(r):
+        for o in r["overrides"]:
+            if o.startswith("parallel.recompute="):
+                return o.split("=", 1)[1] or "none"
+        return "–"
+
+    def rows_of(subset, start):
+        body, classes = [], []
+        for rank, r in enumerate(subset, start):
+            replayed = r["replayed"]
+            num = (lambda v, f: (f(v), v)) if replayed else (lambda v, f: ("–", ""))  # noqa: E731
+            mem = (gib(r["peak_memory_bytes"]), r["peak_memory_bytes"]) if r["tp"] else ("–", "")
+            run = r.get("run_dir")  # a point's own run, when the sweep kept one
+            body.append([
+                (str(rank), rank), (str(r["index"]), r["index"]), r["status"],
+                num(r["iteration_time_s"], seconds), num(r["tokens_per_s"], lambda v: f"{v:,.0f}"),
+                num(r["model_tflops_per_gpu"], lambda v: f"{v:.1f}"),
+                num(r["mfu"], lambda v: f"{100 * v:.1f} %"),
+                num(r.get("compute_s", 0), seconds), num(r.get("exposed_comm_s", 0), seconds),
+                num(r.get("bubble_s", 0), seconds), mem,
+                *[(str(r[k]), r[k]) if r["tp"] else ("–", "") for k in
+                  ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size")],
+                recompute(r), " ".join(r["overrides"]) + (f" (run: {run})" if run else ""),
+                r["message"]])
+            classes.append("front" if r["index"] in front_idx else
+                           ("nofit" if r["status"] != "ok" else ""))
+        return body, classes
+
+    headers = ["rank", "#", "status", "iteration", "tokens/s", "TFLOP/s/GPU", "MFU", "compute",
+               "exposed comm.", "bubble", "peak memory", "TP", "PP", "DP", "CP", "EP", "VPP",
+               "MBS", "recompute", "overrides", "why not replayed"]
+    # Refused rows apart, below: they have no figures to sort by.
+    checked = [r for r in rows if r["status"] != "invalid"]
+    refused = [r for r in rows if r["status"] == "invalid"]
+    body, classes = rows_of(checked, 1)
+    out.append(table(headers, body, cls="sortable", row_classes=classes, left={2, 18, 19, 20},
                      table_id="sweep-table"))
+    if refused:
+        out.append(f"<h2>Refused ({len(refused)})</h2><p>Configurations the rules of the "
+                   "parallel plan refuse, before any replay; each says why.</p>")
+        body, _ = rows_of(refused, len(checked) + 1)
+        out.append(table(["rank", "#", "status", "overrides", "why"],
+                         [[row[0], row[1], row[2], row[19], row[20]] for row in body],
+                         left={2, 3, 4}, table_id="refused-table"))
     return title, "".join(out)
 
 

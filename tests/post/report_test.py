@@ -162,7 +162,14 @@ def check_sweep(driver, sweep_dir, report, shots):
     headers = [h.text for h in driver.find_elements(By.CSS_SELECTOR, "#sweep-table th")]
     it_col, status_col = headers.index("iteration"), headers.index("status")
     times = sorted(r["iteration_time_s"] for r in rows if r["replayed"])
-    n_unreplayed = sum(not r["replayed"] for r in rows)
+    # Refused rows are apart, in their own table below: never sorted among the figures.
+    n_unreplayed = sum(not r["replayed"] and r["status"] != "invalid" for r in rows)
+    n_refused = sum(r["status"] == "invalid" for r in rows)
+    refused_rows = driver.execute_script(
+        "return document.querySelectorAll('#refused-table tbody tr').length")
+    main_statuses = column_values(driver, status_col)
+    assert refused_rows == n_refused and "invalid" not in main_statuses, \
+        f"refused rows: {refused_rows} apart of {n_refused}, main table {set(main_statuses)}"
     header = driver.find_elements(By.CSS_SELECTOR, "#sweep-table th")[it_col]
     header.click()
     got = column_values(driver, it_col)
