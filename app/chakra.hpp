@@ -23,9 +23,10 @@ io::ExperimentConfig chakra_config(const std::string& prefix, std::uint32_t rank
                                    const std::vector<std::string>& overrides,
                                    const std::string& source = {});
 
-/// Reads PREFIX.<rank>.et (`expand`: "dp=N" or empty); `report` prints the reader's warnings.
+/// Reads PREFIX.<rank>.et (`expand`: "dp=N" or empty); `report` prints the reader's warnings and,
+/// unless `quiet`, a progress line (core::Progress) while the files are read.
 io::ChakraImport import_chakra(const std::string& prefix, const std::string& comm_groups,
-                               const std::string& expand, bool report);
+                               const std::string& expand, bool report, bool quiet = false);
 
 /// `scalescope run` of an imported trace, with the trace's durations where it has them.
 int run_chakra(const MpiWorld& mpi, const graph::SlicedGraph& g,

@@ -12,6 +12,7 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -22,6 +23,7 @@
 #include "app/commands.hpp"
 #include "app/pipeline.hpp"
 #include "core/error.hpp"
+#include "core/progress.hpp"
 #include "graph/expand.hpp"
 #include "io/chakra_et.hpp"
 #include "io/graph_h5.hpp"
@@ -110,12 +112,17 @@ std::uint32_t parse_expand(const std::string& expand) {
 }  // namespace
 
 io::ChakraImport import_chakra(const std::string& prefix, const std::string& comm_groups,
-                               const std::string& expand, bool report) {
+                               const std::string& expand, bool report, bool quiet) {
   io::ChakraReadOptions ro;
   ro.comm_groups_path = comm_groups;
   ro.expand_dp = parse_expand(expand);
   if (report)
     ro.warn = [](const std::string& w) { std::cerr << "scalescope: warning: " << w << "\n"; };
+  auto progress = std::make_shared<std::optional<core::Progress>>();
+  ro.progress = [progress, on = report && !quiet](std::uint64_t done, std::uint64_t total) {
+    if (!*progress) progress->emplace("Chakra import", "files", total, on);
+    (*progress)->update(done);
+  };
   return io::read_chakra(prefix, ro);
 }
 
@@ -178,7 +185,7 @@ int run_chakra(const MpiWorld& mpi, const graph::SlicedGraph& g,
 /// `scalescope export-chakra graph.h5 PREFIX`: compute nodes carry the cost model's durations
 /// (duration_micros, rounded up) for the cluster the graph's configuration names.
 int export_chakra_command(const std::string& graph_path, const std::string& prefix, bool classes,
-                          bool metadata_node) {
+                          bool metadata_node, bool quiet) {
   const graph::SlicedGraph g = io::read_graph_h5(graph_path);
   const io::ExperimentConfig c = load_config({}, &g, {}, {}, graph_path);
   const cost::CostModel cost(c.cluster);
@@ -187,6 +194,11 @@ int export_chakra_command(const std::string& graph_path, const std::string& pref
   wo.classes = classes;
   wo.metadata_node = metadata_node;
   wo.duration = costs.compute;
+  std::optional<core::Progress> progress;
+  wo.progress = [&](std::uint64_t done, std::uint64_t total) {
+    if (!progress) progress.emplace("export-chakra", "files", total, !quiet);
+    progress->update(done);
+  };
   const std::size_t files = io::write_chakra(g, prefix, wo);
   std::cout << fmt::format("wrote {} Chakra ET file{} {}{} for {} ranks ({} templates){}\n", files,
                            files == 1 ? "" : "s", prefix, classes ? ".class*.et" : ".*.et",
@@ -199,8 +211,8 @@ int export_chakra_command(const std::string& graph_path, const std::string& pref
 /// durations beside it (/chakra_durations), written through one temporary.
 int graph_chakra_command(const std::string& prefix, const std::string& out,
                          const std::string& comm_groups, const std::string& expand,
-                         const std::vector<std::string>& overrides) {
-  io::ChakraImport imp = import_chakra(prefix, comm_groups, expand, true);
+                         const std::vector<std::string>& overrides, bool quiet) {
+  io::ChakraImport imp = import_chakra(prefix, comm_groups, expand, true, quiet);
   const io::ExperimentConfig c = chakra_config(prefix, imp.graph.world_size, !imp.scalescope_schema,
                                                overrides, imp.source_config);
   imp.graph.config_text = c.resolved_yaml;
@@ -218,7 +230,7 @@ int run_chakra_command(const MpiWorld& mpi, const std::string& prefix,
                        const std::string& comm_groups, const std::string& expand,
                        const std::vector<std::string>& overrides, const std::string& out,
                        bool quiet) {
-  io::ChakraImport imp = import_chakra(prefix, comm_groups, expand, mpi.rank() == 0);
+  io::ChakraImport imp = import_chakra(prefix, comm_groups, expand, mpi.rank() == 0, quiet);
   io::ExperimentConfig c = chakra_config(prefix, imp.graph.world_size, !imp.scalescope_schema,
                                          overrides, imp.source_config);
   imp.graph.config_text = c.resolved_yaml;

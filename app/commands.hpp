@@ -57,7 +57,7 @@ int graph_command(const std::string& config_path, const std::string& out,
 /// `scalescope graph --chakra PREFIX -o graph.h5` (app/chakra_commands.cpp).
 int graph_chakra_command(const std::string& prefix, const std::string& out,
                          const std::string& comm_groups, const std::string& expand,
-                         const std::vector<std::string>& overrides);
+                         const std::vector<std::string>& overrides, bool quiet);
 
 /// `scalescope memory CONFIG` (app/graph_memory.cpp).
 int memory_command(const std::string& config_path, const std::vector<std::string>& overrides,
@@ -78,7 +78,7 @@ int sweep_command(const MpiWorld& mpi, const std::string& config_path,
 
 /// `scalescope export-chakra graph.h5 PREFIX` (app/chakra_commands.cpp).
 int export_chakra_command(const std::string& graph_path, const std::string& prefix, bool classes,
-                          bool metadata_node);
+                          bool metadata_node, bool quiet);
 
 /// `scalescope chakra-microbench KIND PREFIX` (app/chakra_commands.cpp): ASTRA-sim's collective
 /// microbenchmark as Chakra ET files.

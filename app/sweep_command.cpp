@@ -280,6 +280,8 @@ int sweep_command(const MpiWorld& mpi, const std::string& config_path,
   // with the rows, so no process is left waiting in the gather, and process 0 reports it.
   nlohmann::ordered_json mine = nlohmann::ordered_json::array();
   std::string error;
+  const auto start = std::chrono::steady_clock::now();
+  std::size_t finished = 0;  // of this process's share
   for (const std::size_t i : share) {
     const auto t0 = std::chrono::steady_clock::now();
     explore::Row r;
@@ -293,11 +295,21 @@ int sweep_command(const MpiWorld& mpi, const std::string& config_path,
       break;
     }
     if (!reports) continue;
-    if (!quiet && me == 0)
+    ++finished;
+    if (!quiet && me == 0) {
+      // This process's rate so far and what is left of its share: the ETA (every process has
+      // a share of the same size, ±1).
+      const double spent =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const double eta =
+          spent / static_cast<double>(finished) * static_cast<double>(share.size() - finished);
       std::cerr << fmt::format(
-          "[{}/{}] {} → {} ({:.1f} s)\n", i + 1, points.size(), fmt::join(points[i], " "),
+          "[{}/{}] {} → {} ({:.1f} s) | {:.2f} configurations/s | ETA {:.0f} s\n", i + 1,
+          points.size(), fmt::join(points[i], " "),
           r.replayed ? fmt::format("{:.4f} s", r.iteration_time_s) : explore::status_name(r.status),
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+          static_cast<double>(finished) * static_cast<double>(procs) / std::max(spent, 1e-9), eta);
+    }
     mine.push_back(io::sweep_row_json(r));
     log << mine.back().dump() << "\n" << std::flush;
   }

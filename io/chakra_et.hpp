@@ -118,6 +118,8 @@ struct ChakraWriteOptions {
   /// always in the GlobalMetadata attribute ss_comm_groups and, for per-rank files, in
   /// PREFIX.comm_groups.json (ASTRA-sim's --comm-group-configuration).
   bool metadata_node = false;
+  /// Called after each file is encoded with (files done, files in all); empty: none.
+  std::function<void(std::uint64_t, std::uint64_t)> progress;
 };
 
 /// Writes the graph as Chakra ET files (mapping: docs/formats.md "Chakra ET"). Every file is
@@ -138,6 +140,8 @@ struct ChakraReadOptions {
   /// `--expand dp=N`: the trace is one data-parallel replica; replay N of them
   /// (graph::expand_replicas: single-member groups become the data-parallel groups).
   std::uint32_t expand_dp = 1;
+  /// Called after each file is read with (files done, files in all); empty: none.
+  std::function<void(std::uint64_t, std::uint64_t)> progress;
 };
 
 struct ChakraImport {

@@ -179,6 +179,7 @@ ChakraImport read_chakra(const std::string& prefix, const ChakraReadOptions& opt
       }
     }
     ranks.push_back(std::move(r));
+    if (opt.progress) opt.progress(i + 1, files.size());
   }
   result.files = files.size();
   result.scalescope_schema = ctx.schema;

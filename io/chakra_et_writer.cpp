@@ -296,6 +296,7 @@ std::size_t write_chakra(const graph::SlicedGraph& g, const std::string& prefix,
         EtFile f = program_file(g, templates[g.rank_class[r]], r, opt);
         f.meta.push_back(EtAttr::int64("ss_rank", r));
         put(rank_file(staged, r), encode_chakra(f));
+        if (opt.progress) opt.progress(r + 1, g.world_size);
       }
       // ASTRA-sim's --comm-group-configuration: every group the files name.
       put(comm_groups_json(staged), all_groups(g).dump() + "\n");
@@ -308,6 +309,7 @@ std::size_t write_chakra(const graph::SlicedGraph& g, const std::string& prefix,
         EtFile f = program_file(g, templates[k], static_cast<std::uint32_t>(first[k]), opt);
         f.meta.push_back(EtAttr::int64("ss_class", k));
         put(class_file(staged, k), encode_chakra(f));
+        if (opt.progress) opt.progress(k + 1, templates.size());
       }
       nlohmann::json j;
       j["format"] = "scalescope-chakra-classes-1";

@@ -124,6 +124,7 @@ int main(int argc, char** argv) {
                    "Chakra: communicator groups {\"<pg_name>\": [ranks]} (ASTRA-sim's format)");
   gcmd->add_option("--expand", expand, "Chakra: dp=N data-parallel replicas of the trace");
   gcmd->add_option("--set", graph_overrides, "Override a config key: key.path=value");
+  gcmd->add_flag("-q,--quiet", quiet, "No progress line (Chakra import)");
 
   std::string memory_config;
   std::vector<std::string> memory_overrides;
@@ -214,6 +215,7 @@ int main(int argc, char** argv) {
                                   "Write a graph.h5 as Chakra ET files (one per rank) for "
                                   "ASTRA-sim and Chakra's tools");
   ecmd->add_option("graph", export_graph, "graph.h5")->required();
+  ecmd->add_flag("-q,--quiet", quiet, "No progress line");
   ecmd->add_option("prefix", export_prefix, "Output PREFIX: PREFIX.<rank>.et")->required();
   ecmd->add_flag("--classes", export_classes,
                  "One file per rank class (PREFIX.class<k>.et) plus PREFIX.classes.json");
@@ -282,7 +284,7 @@ int main(int argc, char** argv) {
   try {
     if (*ecmd)
       return app::export_chakra_command(export_graph, export_prefix, export_classes,
-                                        export_metadata_node);
+                                        export_metadata_node, quiet);
     if (*scmd)
       return app::sweep_command(mpi, sweep_config, sweep_overrides, megatron_args, sweep_vary,
                                 sweep_search, sweep_out, sweep_replay_unfit, sweep_top, quiet,
@@ -301,7 +303,7 @@ int main(int argc, char** argv) {
       if (!graph_config.empty() || !megatron_args.empty())
         throw_input("scalescope graph --chakra: give no CONFIG or --megatron-args");
       return app::graph_chakra_command(chakra_prefix, graph_out, comm_groups, expand,
-                                       graph_overrides);
+                                       graph_overrides, quiet);
     }
     if (*run) {
       if (config.empty() && graph_path.empty() && megatron_args.empty())
