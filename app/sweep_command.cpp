@@ -22,6 +22,7 @@
 #include "app/pipeline.hpp"
 #include "app/session.hpp"
 #include "core/error.hpp"
+#include "core/progress.hpp"
 #include "explore/sweep.hpp"
 #include "io/config.hpp"
 #include "io/summary_json.hpp"
@@ -37,7 +38,7 @@ namespace {
 /// engine over that communicator's processes (the same result bit for bit). Nothing is written.
 explore::Row sweep_point(const std::string& config_path, const std::vector<std::string>& base,
                          const std::string& megatron_args, const std::vector<std::string>& point,
-                         std::size_t index, bool replay_unfit, MPI_Comm group) {
+                         std::size_t index, bool replay_unfit, MPI_Comm group, bool replay = true) {
   explore::Row r;
   r.index = index;
   r.overrides = point;
@@ -74,6 +75,20 @@ explore::Row sweep_point(const std::string& config_path, const std::vector<std::
   if (r.status == explore::Status::DoesNotFit && !replay_unfit) return r;
 
   const ReplaySetup setup(c);
+  if (!replay) {
+    // Before any replay: a lower bound on the iteration time, the busiest template's compute
+    // stream with its ops back to back (every rank's compute runs in order on that stream).
+    SimTime lb = 0;
+    for (const graph::RankProgram& t : g->templates) {
+      SimTime busy = 0;
+      for (const graph::Op& op : t.ops)
+        if (!graph::is_communication(op.kind) && op.stream == graph::Stream::Compute)
+          busy += setup.costs.compute(op);
+      lb = std::max(lb, busy);
+    }
+    r.lower_bound_s = ns_to_seconds(lb);
+    return r;
+  }
   const emu::Costs& costs = setup.costs;
   emu::EmulationOptions opt = setup.options;  // no traced ranks: no timelines needed
   emu::Summary s;
@@ -177,6 +192,34 @@ std::map<std::size_t, explore::Row> read_journal(
   return done;
 }
 
+/// Every process's rows (and the first error any had) on every process, through one JSON text
+/// each.
+std::pair<std::vector<explore::Row>, std::string> allgather_rows(
+    const std::vector<explore::Row>& mine, const std::string& error) {
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  for (const explore::Row& r : mine) rows.push_back(io::sweep_row_json(r));
+  const std::string text = nlohmann::ordered_json{{"rows", rows}, {"error", error}}.dump();
+  int procs = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &procs);
+  int len = static_cast<int>(text.size());
+  std::vector<int> lens(static_cast<std::size_t>(procs)), displs(lens.size());
+  MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  for (std::size_t p = 0, at = 0; p < lens.size(); at += static_cast<std::size_t>(lens[p]), ++p)
+    displs[p] = static_cast<int>(at);
+  std::string all(static_cast<std::size_t>(displs.back() + lens.back()), '\0');
+  MPI_Allgatherv(text.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR,
+                 MPI_COMM_WORLD);
+  std::vector<explore::Row> out;
+  std::string first_error;
+  for (std::size_t p = 0; p < lens.size(); ++p) {
+    const auto j = nlohmann::ordered_json::parse(
+        all.substr(static_cast<std::size_t>(displs[p]), static_cast<std::size_t>(lens[p])));
+    if (first_error.empty()) first_error = j.at("error").get<std::string>();
+    for (const auto& row : j.at("rows")) out.push_back(io::sweep_row_from_json(row));
+  }
+  return {out, first_error};
+}
+
 }  // namespace
 
 /// `scalescope sweep`: every configuration of the axes' product (or of the parallel-layout
@@ -199,15 +242,24 @@ int sweep_command(const MpiWorld& mpi, const std::string& config_path,
   const std::string& kind = search.empty() ? spec.search : search;
   std::vector<explore::Axis> axes;
   if (!kind.empty()) {
-    if (kind != "parallel")
-      throw_input("{}: sweep search '{}': expected 'parallel'",
+    if (kind != "parallel" && kind != "layout")
+      throw_input("{}: sweep search '{}': expected 'parallel' or 'layout'",
                   search.empty() ? config_path : std::string("--search"), kind);
     // The units the pipeline split counts: the layers, and the embedding and the loss where the
     // experiment accounts for them.
     const std::int64_t units = c0.model.num_layers +
                                (c0.parallel.account_for_embedding_in_pipeline_split ? 1 : 0) +
                                (c0.parallel.account_for_loss_in_pipeline_split ? 1 : 0);
-    axes.push_back(explore::parallel_search(c0.cluster.num_gpus, c0.cluster.gpus_per_node, units));
+    if (kind == "layout" && resume)
+      throw_input(
+          "--resume continues sweeps of --vary axes and --search parallel; a layout search "
+          "checks its configurations again and replays only the best (run it without --resume)");
+    if (kind == "parallel")
+      axes.push_back(
+          explore::parallel_search(c0.cluster.num_gpus, c0.cluster.gpus_per_node, units));
+    else
+      axes.push_back(explore::layout_search({c0.cluster.num_gpus, c0.cluster.gpus_per_node, units,
+                                             c0.model.num_experts, c0.training.global_batch_size}));
   }
   axes.insert(axes.end(), spec.axes.begin(), spec.axes.end());
   for (const std::string& v : vary) {
@@ -231,6 +283,129 @@ int sweep_command(const MpiWorld& mpi, const std::string& config_path,
   if (resume && !quiet && mpi.rank() == 0)
     std::cerr << fmt::format("resuming: {} of {} configurations were finished\n", done.size(),
                              points.size());
+  // The table: ranked, written, and (unless quiet) printed with the best configuration.
+  const auto finish = [&](const std::vector<explore::Row>& rows) -> int {
+    const std::vector<std::size_t> order = explore::rank_rows(rows);
+    io::write_sweep(out, c0.path, axes, rows, order);
+    if (!quiet) {
+      std::cout << io::format_sweep_table(rows, order, top);
+      const explore::Row& best = rows[order.front()];
+      if (best.status == explore::Status::Ok)
+        std::cout << fmt::format("best: {:.4f} s per iteration with --set {}\n",
+                                 best.iteration_time_s, fmt::join(best.overrides, " --set "));
+      else if (best.status == explore::Status::DoesNotFit) {
+        const explore::Row* lean = &best;
+        for (const explore::Row& r : rows)
+          if (r.status == explore::Status::DoesNotFit &&
+              r.peak_memory_bytes < lean->peak_memory_bytes)
+            lean = &r;
+        std::cout << fmt::format(
+            "no configuration fits in memory; the leanest needs {:.2f} GiB of {:.2f} GiB with "
+            "--set {}\n",
+            static_cast<double>(lean->peak_memory_bytes) / (1 << 30),
+            static_cast<double>(lean->memory_capacity_bytes) / (1 << 30),
+            fmt::join(lean->overrides, " --set "));
+      } else
+        std::cout << "every configuration was refused by the plan rules (see the messages)\n";
+      std::cout << fmt::format("{} configurations; table in {}/sweep.csv and sweep.json\n",
+                               rows.size(), out);
+    }
+    return 0;
+  };
+  // --search layout: every configuration checked first (the plan rules, the memory model, a
+  // lower bound on its time), dealt over the processes; then the ones that fit replayed in
+  // order of their bound, in rounds of a fixed size so that the table does not depend on the
+  // process count: a configuration that a replayed one of an earlier round dominates (no
+  // slower than its bound, no more memory) is not replayed.
+  if (kind == "layout") {
+    const auto me = static_cast<std::size_t>(mpi.rank());
+    const auto procs = static_cast<std::size_t>(mpi.size());
+    const auto phase_start = std::chrono::steady_clock::now();
+    std::vector<explore::Row> mine;
+    std::string error;
+    for (std::size_t i = me; i < points.size() && error.empty(); i += procs) {
+      try {
+        mine.push_back(sweep_point(config_path, base, megatron_args, points[i], i, replay_unfit,
+                                   MPI_COMM_NULL, false));
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    }
+    auto [checked, err] = allgather_rows(mine, error);
+    if (!err.empty()) throw_io("{}", err);
+    std::vector<explore::Row> rows(points.size());
+    for (explore::Row& r : checked) rows[r.index] = std::move(r);
+    std::vector<std::size_t> candidates;
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      if (rows[i].status == explore::Status::Ok ||
+          (replay_unfit && rows[i].status == explore::Status::DoesNotFit))
+        candidates.push_back(i);
+    std::stable_sort(candidates.begin(), candidates.end(), [&](std::size_t x, std::size_t y) {
+      return rows[x].lower_bound_s < rows[y].lower_bound_s;
+    });
+    const double check_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - phase_start).count();
+    if (!quiet && me == 0)
+      std::cerr << fmt::format(
+          "layout search: {} configurations checked in {:.1f} s: {} refused, {} do not fit, {} to "
+          "replay at most, by their lower bound\n",
+          points.size(), check_s,
+          std::count_if(rows.begin(), rows.end(),
+                        [](const explore::Row& r) { return r.status == explore::Status::Invalid; }),
+          std::count_if(
+              rows.begin(), rows.end(),
+              [](const explore::Row& r) { return r.status == explore::Status::DoesNotFit; }),
+          candidates.size());
+    constexpr std::size_t kRound = 8;
+    std::vector<std::size_t> replayed;  // indices, in the order replayed
+    std::size_t next = 0, dominated = 0;
+    core::Progress progress("layout search", "candidates", candidates.size(), !quiet && me == 0);
+    while (next < candidates.size()) {
+      std::vector<std::size_t> round;
+      for (; next < candidates.size() && round.size() < kRound; ++next) {
+        explore::Row& r = rows[candidates[next]];
+        const auto by = std::find_if(replayed.begin(), replayed.end(), [&](std::size_t k) {
+          return explore::dominates(rows[k], r.lower_bound_s, r.peak_memory_bytes);
+        });
+        if (by == replayed.end()) {
+          round.push_back(candidates[next]);
+          continue;
+        }
+        r.status = explore::Status::Dominated;
+        r.message = fmt::format(
+            "dominated before its replay: #{} takes {:.4f} s with {:.2f} GiB, no more than this "
+            "one's lower bound {:.4f} s with {:.2f} GiB",
+            rows[*by].index, rows[*by].iteration_time_s,
+            static_cast<double>(rows[*by].peak_memory_bytes) / (1 << 30), r.lower_bound_s,
+            static_cast<double>(r.peak_memory_bytes) / (1 << 30));
+        ++dominated;
+      }
+      std::vector<explore::Row> done_here;
+      std::string round_error;
+      for (std::size_t k = me; k < round.size() && round_error.empty(); k += procs) {
+        try {
+          explore::Row r = sweep_point(config_path, base, megatron_args, points[round[k]], round[k],
+                                       replay_unfit, MPI_COMM_NULL);
+          r.lower_bound_s = rows[round[k]].lower_bound_s;
+          done_here.push_back(std::move(r));
+        } catch (const std::exception& e) {
+          round_error = e.what();
+        }
+      }
+      auto [got, e2] = allgather_rows(done_here, round_error);
+      if (!e2.empty()) throw_io("{}", e2);
+      for (explore::Row& r : got) rows[r.index] = std::move(r);
+      replayed.insert(replayed.end(), round.begin(), round.end());
+      progress.update(next);
+    }
+    if (!quiet && me == 0)
+      std::cerr << fmt::format(
+          "layout search: {} replayed, {} dominated before their replay; {:.1f} s in all\n",
+          replayed.size(), dominated,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - phase_start).count());
+    if (me != 0) return 0;
+    return finish(rows);
+  }
 
   // This process's share: with fewer processes than configurations, every procs-th one on the
   // sequential engine; with more, one configuration per group of processes (process p in group
@@ -344,33 +519,8 @@ int sweep_command(const MpiWorld& mpi, const std::string& config_path,
       rows[r.index] = std::move(r);
     }
   }
-  const std::vector<std::size_t> order = explore::rank_rows(rows);
-  io::write_sweep(out, c0.path, axes, rows, order);
   remove_journals();  // the table is written: the journals are no longer needed
-  if (!quiet) {
-    std::cout << io::format_sweep_table(rows, order, top);
-    const explore::Row& best = rows[order.front()];
-    if (best.status == explore::Status::Ok)
-      std::cout << fmt::format("best: {:.4f} s per iteration with --set {}\n",
-                               best.iteration_time_s, fmt::join(best.overrides, " --set "));
-    else if (best.status == explore::Status::DoesNotFit) {
-      const explore::Row* lean = &best;
-      for (const explore::Row& r : rows)
-        if (r.status == explore::Status::DoesNotFit &&
-            r.peak_memory_bytes < lean->peak_memory_bytes)
-          lean = &r;
-      std::cout << fmt::format(
-          "no configuration fits in memory; the leanest needs {:.2f} GiB of {:.2f} GiB with "
-          "--set {}\n",
-          static_cast<double>(lean->peak_memory_bytes) / (1 << 30),
-          static_cast<double>(lean->memory_capacity_bytes) / (1 << 30),
-          fmt::join(lean->overrides, " --set "));
-    } else
-      std::cout << "every configuration was refused by the plan rules (see the messages)\n";
-    std::cout << fmt::format("{} configurations; table in {}/sweep.csv and sweep.json\n",
-                             rows.size(), out);
-  }
-  return 0;
+  return finish(rows);
 }
 
 }  // namespace scalescope::app

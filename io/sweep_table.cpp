@@ -35,6 +35,7 @@ explore::Status status_of(const std::string& name) {
   if (name == "ok") return explore::Status::Ok;
   if (name == "does_not_fit") return explore::Status::DoesNotFit;
   if (name == "invalid") return explore::Status::Invalid;
+  if (name == "dominated") return explore::Status::Dominated;
   throw_io("sweep row: unknown status '{}'", name);
 }
 
@@ -67,6 +68,7 @@ Json sweep_row_json(const explore::Row& r) {
   j["peak_allocated_bytes"] = r.peak_allocated_bytes;
   j["peak_reserved_bytes"] = r.peak_reserved_bytes;
   j["memory_capacity_bytes"] = r.memory_capacity_bytes;
+  if (r.lower_bound_s > 0) j["lower_bound_s"] = r.lower_bound_s;
   return j;
 }
 
@@ -98,6 +100,7 @@ explore::Row sweep_row_from_json(const Json& j) {
     r.peak_allocated_bytes = j.value("peak_allocated_bytes", std::int64_t{0});
     r.peak_reserved_bytes = j.value("peak_reserved_bytes", std::int64_t{0});
     r.memory_capacity_bytes = j.at("memory_capacity_bytes").get<std::int64_t>();
+    r.lower_bound_s = j.value("lower_bound_s", 0.0);
     return r;
   } catch (const nlohmann::json::exception& e) {
     throw_io("sweep row: {}", e.what());
@@ -123,13 +126,12 @@ std::string sweep_csv(const std::vector<explore::Row>& rows,
         r.index, explore::status_name(r.status), cell(r.replayed, r.iteration_time_s),
         cell(r.replayed, r.tokens_per_s), cell(r.replayed, r.model_tflops_per_gpu),
         cell(r.replayed, r.mfu), cell(checked, gib(r.peak_memory_bytes)),
-        cell(checked, gib(r.memory_capacity_bytes)), cell(checked, r.num_gpus),
-        cell(checked, r.tp), cell(checked, r.pp), cell(checked, r.dp), cell(checked, r.cp),
-        cell(checked, r.ep), cell(checked, r.vpp), cell(checked, r.micro_batch),
-        cell(r.replayed, r.compute_s), cell(r.replayed, r.exposed_comm_s),
-        cell(r.replayed, r.bubble_s), cell(r.replayed, r.host_wait_s),
-        r.replayed ? "true" : "false", cell(checked, gib(r.peak_allocated_bytes)),
-        cell(checked, gib(r.peak_reserved_bytes)),
+        cell(checked, gib(r.memory_capacity_bytes)), cell(checked, r.num_gpus), cell(checked, r.tp),
+        cell(checked, r.pp), cell(checked, r.dp), cell(checked, r.cp), cell(checked, r.ep),
+        cell(checked, r.vpp), cell(checked, r.micro_batch), cell(r.replayed, r.compute_s),
+        cell(r.replayed, r.exposed_comm_s), cell(r.replayed, r.bubble_s),
+        cell(r.replayed, r.host_wait_s), r.replayed ? "true" : "false",
+        cell(checked, gib(r.peak_allocated_bytes)), cell(checked, gib(r.peak_reserved_bytes)),
         csv_field(fmt::format("{}", fmt::join(r.overrides, " "))), csv_field(r.message));
   }
   return out;
@@ -165,13 +167,14 @@ std::string format_sweep_table(const std::vector<explore::Row>& rows,
       "{:>9} {:>9}  {:<12} {}\n",
       "rank", "TP", "PP", "DP", "CP", "EP", "VPP", "MBS", "iter (s)", "TFLOP/s", "MFU", "alloc GiB",
       "total GiB", "status", "overrides");
-  std::size_t shown = 0, left_ok = 0, left_unfit = 0, left_invalid = 0;
+  std::size_t shown = 0, left_ok = 0, left_unfit = 0, left_invalid = 0, left_dominated = 0;
   for (const std::size_t i : order) {
     const explore::Row& r = rows[i];
     if (top > 0 && shown >= top) {
       if (r.status == explore::Status::Ok) ++left_ok;
       if (r.status == explore::Status::DoesNotFit) ++left_unfit;
       if (r.status == explore::Status::Invalid) ++left_invalid;
+      if (r.status == explore::Status::Dominated) ++left_dominated;
       continue;
     }
     ++shown;
@@ -190,9 +193,12 @@ std::string format_sweep_table(const std::vector<explore::Row>& rows,
         r.tp, r.pp, r.dp, r.cp, r.ep, r.vpp, r.micro_batch, time, gib(r.peak_allocated_bytes),
         gib(r.peak_memory_bytes), explore::status_name(r.status), overrides);
   }
-  if (left_ok + left_unfit + left_invalid > 0)
-    out += fmt::format("… {} more: {} ok, {} do not fit, {} refused (all in sweep.csv)\n",
-                       left_ok + left_unfit + left_invalid, left_ok, left_unfit, left_invalid);
+  if (left_ok + left_unfit + left_invalid + left_dominated > 0)
+    out += fmt::format(
+        "… {} more: {} ok, {} dominated before their replay, {} do not fit, {} refused (all in "
+        "sweep.csv)\n",
+        left_ok + left_unfit + left_invalid + left_dominated, left_ok, left_dominated, left_unfit,
+        left_invalid);
   return out;
 }
 

@@ -59,6 +59,62 @@ Axis parallel_search(std::int64_t num_gpus, std::int64_t gpus_per_node, std::int
   return a;
 }
 
+Axis layout_search(const LayoutSpace& s) {
+  SCALESCOPE_EXPECTS(s.num_gpus > 0 && s.gpus_per_node > 0 && s.units > 0);
+  Axis a;
+  a.name = "layout";
+  std::vector<std::int64_t> eps = {1};
+  for (std::int64_t ep = 2; s.num_experts > 0 && ep <= s.num_experts && ep <= s.num_gpus; ep *= 2)
+    if (s.num_experts % ep == 0) eps.push_back(ep);
+  for (std::int64_t tp = 1; tp <= std::min(s.gpus_per_node, s.num_gpus); tp *= 2)
+    for (std::int64_t pp = 1; pp <= s.units && tp * pp <= s.num_gpus; pp *= 2)
+      for (const std::int64_t vpp : {std::int64_t{1}, std::int64_t{2}}) {
+        if (vpp > 1 && (pp == 1 || s.units % (pp * vpp) != 0)) continue;
+        for (std::int64_t cp = 1; cp <= 8 && tp * pp * cp <= s.num_gpus; cp *= 2) {
+          if (s.num_gpus % (tp * pp * cp) != 0) continue;
+          const std::int64_t dp = s.num_gpus / (tp * pp * cp);
+          for (const std::int64_t ep : eps) {
+            if ((s.num_gpus / pp) % ep != 0) continue;
+            for (const std::int64_t mbs : {1, 2, 4}) {
+              if (s.global_batch > 0 && s.global_batch % (mbs * dp) != 0) continue;
+              for (const char* recompute : {"none", "selective", "full"})
+                for (const bool fsdp : {false, true}) {
+                  std::vector<std::string> o = {
+                      "parallel.tp=" + std::to_string(tp),
+                      "parallel.pp=" + std::to_string(pp),
+                      vpp == 1 ? "parallel.vpp=" : "parallel.vpp=" + std::to_string(vpp),
+                      "parallel.cp=" + std::to_string(cp),
+                      "parallel.dp=",
+                      "training.micro_batch_size=" + std::to_string(mbs),
+                      std::string("parallel.recompute=") + recompute};
+                  if (s.num_experts > 0) {
+                    o.push_back("parallel.ep=" + std::to_string(ep));
+                    o.emplace_back("parallel.expert_tensor_parallel_size=1");
+                  }
+                  o.emplace_back(tp == 1 ? "parallel.sequence_parallel=false"
+                                         : "parallel.sequence_parallel=true");
+                  if (tp == 1) o.emplace_back("parallel.tp_comm_overlap=false");
+                  if (fsdp) {
+                    o.emplace_back("parallel.fsdp=true");
+                    o.emplace_back("parallel.zero_stage=3");
+                    o.emplace_back("parallel.overlap_param_gather=false");
+                  } else {
+                    o.emplace_back("parallel.use_distributed_optimizer=true");
+                  }
+                  a.values.push_back(std::move(o));
+                }
+            }
+          }
+        }
+      }
+  return a;
+}
+
+bool dominates(const Row& r, double lower_bound_s, std::int64_t memory) {
+  return r.status == Status::Ok && r.replayed && r.iteration_time_s <= lower_bound_s &&
+         r.peak_memory_bytes <= memory;
+}
+
 std::vector<std::vector<std::string>> expand(const std::vector<Axis>& axes) {
   std::vector<std::vector<std::string>> points{{}};
   for (const Axis& axis : axes) {
@@ -82,6 +138,8 @@ const char* status_name(Status s) {
       return "ok";
     case Status::DoesNotFit:
       return "does_not_fit";
+    case Status::Dominated:
+      return "dominated";
     default:
       return "invalid";
   }
@@ -90,21 +148,26 @@ const char* status_name(Status s) {
 std::vector<std::size_t> rank_rows(const std::vector<Row>& rows) {
   std::vector<std::size_t> order(rows.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-  // (group, figure, index): group 0 fits, 1 replayed but does not fit, 2 not replayed and does
-  // not fit (by peak memory), 3 refused (by index).
+  // (group, figure, index): group 0 fits, 1 dominated (by its lower bound), 2 replayed but does
+  // not fit, 3 not replayed and does not fit (by peak memory), 4 refused (by index).
   const auto key = [&](std::size_t i) {
     const Row& r = rows[i];
-    int group = 3;
+    int group = 4;
     double figure = 0;
     if (r.status == Status::Ok) {
       group = 0;
       figure = r.iteration_time_s;
-    } else if (r.status == Status::DoesNotFit && r.replayed) {
+    } else if (r.status == Status::Dominated) {
       group = 1;
+      figure = r.lower_bound_s;
+    } else if (r.status == Status::DoesNotFit && r.replayed) {
+      group = 2;
       figure = r.iteration_time_s;
     } else if (r.status == Status::DoesNotFit) {
-      group = 2;
+      group = 3;
       figure = static_cast<double>(r.peak_memory_bytes);
+    } else {
+      group = 4;
     }
     return std::make_tuple(group, figure, r.index);
   };

@@ -33,6 +33,22 @@ Axis parse_vary(const std::string& text);
 /// configuration rules refuse become rows that say why.
 Axis parallel_search(std::int64_t num_gpus, std::int64_t gpus_per_node, std::int64_t units);
 
+/// What `--search layout` needs of the experiment.
+struct LayoutSpace {
+  std::int64_t num_gpus = 0, gpus_per_node = 0;
+  std::int64_t units = 0;        ///< what the pipeline split counts (as parallel_search)
+  std::int64_t num_experts = 0;  ///< 0: a dense model (no EP axis)
+  std::int64_t global_batch = 0;
+};
+
+/// The layouts `--search layout` tries: parallel_search's TP × PP × VPP (VPP none or 2) times
+/// CP (1, 2, 4, 8), EP (MoE: every power of two dividing the experts, expert TP 1), the
+/// micro-batch (1, 2, 4), recompute (none, selective, full) and the optimizer's sharding
+/// (distributed optimizer, or FSDP / ZeRO-3). Only plans whose products divide the world
+/// (TP·PP·CP | GPUs; EP | GPUs / PP; micro-batch · DP | global batch) are listed; the
+/// configuration rules refuse the rest of what cannot run, as rows that say why.
+Axis layout_search(const LayoutSpace& s);
+
 /// The points of the product of `axes`, the first axis outermost (the last varies fastest);
 /// each point is the concatenation of one value of every axis. No axes: one empty point.
 std::vector<std::vector<std::string>> expand(const std::vector<Axis>& axes);
@@ -41,6 +57,9 @@ enum class Status : std::uint8_t {
   Ok,          ///< replayed; fits in memory
   DoesNotFit,  ///< the memory check failed (replayed only with --replay-unfit)
   Invalid,     ///< the configuration rules refused the plan; `message` says why
+  /// `--search layout`: fits, but a replayed configuration is at least as fast as this one's
+  /// lower bound with no more memory: not replayed (`message` names it).
+  Dominated,
 };
 const char* status_name(Status s);
 
@@ -69,10 +88,18 @@ struct Row {
   std::int64_t peak_memory_bytes = 0;
   std::int64_t peak_allocated_bytes = 0, peak_reserved_bytes = 0;
   std::int64_t memory_capacity_bytes = 0;
+  /// A lower bound on the iteration time before any replay: the busiest rank's compute stream
+  /// (its ops back to back), 0 when not computed.
+  double lower_bound_s = 0;
 };
 
-/// The table's order: configurations that fit by iteration time, then those that do not fit
-/// (replayed ones by iteration time, then by peak memory), then refused plans; ties by index.
+/// Whether a configuration of `memory` bytes whose iteration takes at least `lower_bound_s`
+/// is dominated by `r` (replayed, fits): r is no slower than that bound and needs no more memory.
+bool dominates(const Row& r, double lower_bound_s, std::int64_t memory);
+
+/// The table's order: configurations that fit by iteration time, then dominated ones (by their
+/// lower bound), then those that do not fit (replayed ones by iteration time, then by peak
+/// memory), then refused plans; ties by index.
 /// Returns the row indices (positions in `rows`) in that order.
 std::vector<std::size_t> rank_rows(const std::vector<Row>& rows);
 
