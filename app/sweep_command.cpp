@@ -323,6 +323,8 @@ int sweep_command(const MpiWorld& mpi, const std::string& config_path,
     const auto phase_start = std::chrono::steady_clock::now();
     std::vector<explore::Row> mine;
     std::string error;
+    core::Progress checking("layout search, checking", "configurations",
+                            (points.size() + procs - 1 - me) / procs, !quiet && me == 0);
     for (std::size_t i = me; i < points.size() && error.empty(); i += procs) {
       try {
         mine.push_back(sweep_point(config_path, base, megatron_args, points[i], i, replay_unfit,
@@ -330,6 +332,7 @@ int sweep_command(const MpiWorld& mpi, const std::string& config_path,
       } catch (const std::exception& e) {
         error = e.what();
       }
+      checking.update(mine.size());
     }
     auto [checked, err] = allgather_rows(mine, error);
     if (!err.empty()) throw_io("{}", err);
