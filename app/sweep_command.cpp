@@ -46,9 +46,27 @@ explore::Row sweep_point(const std::string& config_path, const std::vector<std::
   overrides.insert(overrides.end(), point.begin(), point.end());
   std::optional<io::ExperimentConfig> loaded;
   std::optional<graph::SlicedGraph> g;
+  // The check of a layout search (no replay): micro-batches beyond what the pipeline holds in
+  // flight repeat the same ops and the same memory, so the graph is built with at most
+  // 2 · PP · VPP of them (their memory peak is the full run's: e2e.layout_search compares the
+  // two over a whole search) and the micro-batches' compute is scaled to the real count.
+  // SCALESCOPE_SEARCH_FULL_BUILDS=1 builds them all.
+  std::int64_t micro = 0, built_micro = 0;
+  std::optional<io::ExperimentConfig> built;  // what the graph was built from
   try {
     loaded = io::load_experiment(config_path, overrides, megatron_args);
-    g = build(*loaded);
+    io::ExperimentConfig& shortened = built.emplace(*loaded);
+    micro = loaded->training.num_microbatches(loaded->parallel.dp());
+    built_micro = micro;
+    const std::int64_t cap = 2 * loaded->parallel.pp() * loaded->parallel.vpp();
+    const char* full = std::getenv("SCALESCOPE_SEARCH_FULL_BUILDS");
+    if (!replay && micro > cap && loaded->training.gradient_accumulation_steps == 1 &&
+        (full == nullptr || std::string(full) != "1")) {
+      built_micro = cap;
+      shortened.training.global_batch_size =
+          cap * shortened.training.micro_batch_size * shortened.parallel.dp();
+    }
+    g = build(shortened);
   } catch (const InputError& e) {
     r.status = explore::Status::Invalid;
     r.message = e.what();
@@ -71,22 +89,26 @@ explore::Row sweep_point(const std::string& config_path, const std::vector<std::
     r.status = s.memory_fits ? explore::Status::Ok : explore::Status::DoesNotFit;
     r.message = s.memory_fits ? std::string() : memory_verdict(s);
   };
-  fill_memory(template_memory(c, *g));
+  fill_memory(template_memory(*built, *g));
   if (r.status == explore::Status::DoesNotFit && !replay_unfit) return r;
 
   const ReplaySetup setup(c);
   if (!replay) {
     // Before any replay: a lower bound on the iteration time, the busiest template's compute
     // stream with its ops back to back (every rank's compute runs in order on that stream).
-    SimTime lb = 0;
+    // With fewer micro-batches built, their ops' time (the ops tagged with a micro-batch)
+    // scales to the real count; untagged ops count once, so the bound stays a bound.
+    double lb = 0;
     for (const graph::RankProgram& t : g->templates) {
-      SimTime busy = 0;
+      double fixed = 0, per_micro = 0;
       for (const graph::Op& op : t.ops)
         if (!graph::is_communication(op.kind) && op.stream == graph::Stream::Compute)
-          busy += setup.costs.compute(op);
-      lb = std::max(lb, busy);
+          (op.microbatch == 0xFFFF ? fixed : per_micro) +=
+              static_cast<double>(setup.costs.compute(op));
+      lb = std::max(
+          lb, fixed + per_micro * static_cast<double>(micro) / static_cast<double>(built_micro));
     }
-    r.lower_bound_s = ns_to_seconds(lb);
+    r.lower_bound_s = lb * 1e-9;
     return r;
   }
   const emu::Costs& costs = setup.costs;

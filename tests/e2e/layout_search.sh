@@ -13,6 +13,18 @@ qs=$repo/inputs/experiments/quickstart.yaml
 "$bin" sweep "$qs" --search layout -q -o "$tmp/a"
 mpirun -np 2 "$bin" sweep "$qs" --search layout -q -o "$tmp/b"
 cmp "$tmp/a/sweep.csv" "$tmp/b/sweep.csv"
+# The check builds at most 2 · PP · VPP micro-batches: every configuration's memory (and so its
+# fit) is the same as with all of them built.
+SCALESCOPE_SEARCH_FULL_BUILDS=1 "$bin" sweep "$qs" --search layout -q -o "$tmp/full"
+/usr/bin/python3 - "$tmp/a/sweep.json" "$tmp/full/sweep.json" <<'PY'
+import json, sys
+a, b = ({r["index"]: r for r in json.load(open(p))["rows"]} for p in sys.argv[1:3])
+checked = [i for i in a if a[i]["status"] != "invalid"]
+bad = [i for i in checked if a[i]["peak_memory_bytes"] != b[i]["peak_memory_bytes"] or
+       (a[i]["status"] == "does_not_fit") != (b[i]["status"] == "does_not_fit")]
+assert checked and not bad, [(a[i]["overrides"], a[i]["peak_memory_bytes"], b[i]["peak_memory_bytes"]) for i in bad[:3]]
+print(f"ok: {len(checked)} configurations' memory the same with the micro-batches cut")
+PY
 /usr/bin/python3 - "$tmp/a/sweep.json" <<'PY'
 import json, re, sys
 rows = json.load(open(sys.argv[1]))["rows"]
