@@ -29,6 +29,7 @@
 
 #include "app/chakra.hpp"
 #include "core/error.hpp"
+#include "core/progress.hpp"
 #include "cost/gpu.hpp"
 #include "io/chrome_trace.hpp"
 #include "io/collective.hpp"
@@ -438,9 +439,7 @@ pdes::ProgressReporter progress_reporter(const graph::SlicedGraph& g, bool coale
   const std::uint64_t total =
       g.fully_loaded() ? emu::expected_events(g, coalesce, flow_gpus_per_node, active) : 0;
   pdes::ProgressReporter p;
-  p.interval_s = 1.0;  // SCALESCOPE_PROGRESS_INTERVAL overrides it, as for core::Progress
-  if (const char* e = std::getenv("SCALESCOPE_PROGRESS_INTERVAL"); e != nullptr && *e != '\0')
-    p.interval_s = std::strtod(e, nullptr);
+  p.interval_s = core::progress_interval_s();
   p.report = [total](const pdes::ProgressInfo& i) {
     const double rate = i.wall_s > 0 ? static_cast<double>(i.committed) / i.wall_s : 0;
     const double sim = ns_to_seconds(i.sim_time);

@@ -168,15 +168,20 @@ TITLES = {"headline": "Headline", "breakdown": "Where the last rank's time went"
           "critical_path": "Critical path", "stages": "Pipeline stages"}
 
 
+def title(name, reference):
+    """A table's heading: its fixed title, or for the moved ranks / ops, which run against which."""
+    if name in TITLES:
+        return TITLES[name]
+    kind, _, label = name.partition(":")
+    if kind == "ranks":
+        return f"Ranks whose finish moved most, {label} against {reference}"
+    return f"Ops whose time moved most on the traced ranks, {label} against {reference}"
+
+
 def text(runs, tables, notes):
     lines = [f"{r.label}: {r.path}" for r in runs]
     for name, (headers, rows) in tables.items():
-        kind, _, label = name.partition(":")
-        title = TITLES.get(name) or (f"Ranks whose finish moved most, {label} against "
-                                     f"{runs[0].label}" if kind == "ranks" else
-                                     f"Ops whose time moved most on the traced ranks, {label} "
-                                     f"against {runs[0].label}")
-        lines += ["", title]
+        lines += ["", title(name, runs[0].label)]
         if not rows:
             lines.append("  none moved")
             continue
@@ -215,12 +220,7 @@ def html_page(runs, tables, notes):
     for name, (headers, rows) in tables.items():
         if name == "headline":
             continue
-        kind, _, label = name.partition(":")
-        title = TITLES.get(name) or (f"Ranks whose finish moved most, {label} against {a.label}"
-                                     if kind == "ranks" else
-                                     f"Ops whose time moved most on the traced ranks, {label} "
-                                     f"against {a.label}")
-        body.append(f"<h2>{rp.esc(title)}</h2>")
+        body.append(f"<h2>{rp.esc(title(name, a.label))}</h2>")
         if rows:
             body.append(rp.table(headers, [row for _, _, row in rows],
                                  table_id=name.replace(":", "-")))

@@ -13,15 +13,19 @@
 
 namespace scalescope::core {
 
+/// Seconds between two progress lines: 1, or SCALESCOPE_PROGRESS_INTERVAL (0: every step). The
+/// engines' reports (app::progress_reporter) and core::Progress both take it.
+inline double progress_interval_s() {
+  const char* e = std::getenv("SCALESCOPE_PROGRESS_INTERVAL");
+  return e != nullptr && *e != '\0' ? std::strtod(e, nullptr) : 1.0;
+}
+
 class Progress {
  public:
   /// `what`: the work ("export-chakra"); `unit`: what is counted ("ranks"); `total`: how many,
   /// 0 when unknown.
   Progress(std::string what, std::string unit, std::uint64_t total, bool enabled)
-      : what_(std::move(what)), unit_(std::move(unit)), total_(total), enabled_(enabled) {
-    if (const char* e = std::getenv("SCALESCOPE_PROGRESS_INTERVAL"); e != nullptr && *e != '\0')
-      interval_s_ = std::strtod(e, nullptr);
-  }
+      : what_(std::move(what)), unit_(std::move(unit)), total_(total), enabled_(enabled) {}
 
   /// `done` units finished so far.
   void update(std::uint64_t done) {
@@ -47,7 +51,7 @@ class Progress {
   std::string what_, unit_;
   std::uint64_t total_;
   bool enabled_;
-  double interval_s_ = 1.0;
+  double interval_s_ = progress_interval_s();
   double last_ = 0;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };

@@ -1,7 +1,9 @@
 #include "explore/sweep.hpp"
 
 #include <algorithm>
+#include <string>
 #include <tuple>
+#include <vector>
 
 #include "core/error.hpp"
 
@@ -37,25 +39,53 @@ Axis parse_vary(const std::string& text) {
   return a;
 }
 
+namespace {
+
+/// The pipeline layouts of a search: every TP that is a power of two up to the GPUs of a node,
+/// every PP that is a power of two up to the pipeline's units and the GPUs left, and VPP 1 or,
+/// with PP > 1, every interleaving ≥ 2 (at most `max_vpp`; 0: any) whose PP · VPP chunks divide
+/// the units: fn(tp, pp, vpp).
+template <class Fn>
+void for_each_pipeline_layout(std::int64_t num_gpus, std::int64_t gpus_per_node, std::int64_t units,
+                              std::int64_t max_vpp, Fn fn) {
+  for (std::int64_t tp = 1; tp <= std::min(gpus_per_node, num_gpus); tp *= 2)
+    for (std::int64_t pp = 1; pp <= units && tp * pp <= num_gpus; pp *= 2)
+      for (std::int64_t vpp = 1;
+           vpp == 1 || (pp > 1 && vpp * pp <= units && (max_vpp == 0 || vpp <= max_vpp)); ++vpp) {
+        if (vpp > 1 && units % (pp * vpp) != 0) continue;
+        fn(tp, pp, vpp);
+      }
+}
+
+/// What goes with a TP: sequence parallelism with TP > 1 (Megatron's recipes; required for MoE
+/// with TP); off at TP 1, where Megatron switches it off, with TE's TP overlap.
+void add_tp_companions(std::vector<std::string>& o, std::int64_t tp) {
+  if (tp == 1) {
+    o.emplace_back("parallel.sequence_parallel=false");
+    o.emplace_back("parallel.tp_comm_overlap=false");
+  } else {
+    o.emplace_back("parallel.sequence_parallel=true");
+  }
+}
+
+std::string vpp_override(std::int64_t vpp) {
+  return vpp == 1 ? "parallel.vpp=" : "parallel.vpp=" + std::to_string(vpp);
+}
+
+}  // namespace
+
 Axis parallel_search(std::int64_t num_gpus, std::int64_t gpus_per_node, std::int64_t units) {
   SCALESCOPE_EXPECTS(num_gpus > 0 && gpus_per_node > 0 && units > 0);
   Axis a;
   a.name = "layout";
-  for (std::int64_t tp = 1; tp <= std::min(gpus_per_node, num_gpus); tp *= 2)
-    for (std::int64_t pp = 1; pp <= units && tp * pp <= num_gpus; pp *= 2)
-      for (std::int64_t vpp = 1; vpp == 1 || (pp > 1 && vpp * pp <= units); ++vpp) {
-        if (vpp > 1 && units % (pp * vpp) != 0) continue;
-        std::vector<std::string> o = {
-            "parallel.tp=" + std::to_string(tp), "parallel.pp=" + std::to_string(pp),
-            vpp == 1 ? "parallel.vpp=" : "parallel.vpp=" + std::to_string(vpp), "parallel.dp="};
-        if (tp == 1) {
-          o.emplace_back("parallel.sequence_parallel=false");
-          o.emplace_back("parallel.tp_comm_overlap=false");
-        } else {
-          o.emplace_back("parallel.sequence_parallel=true");
-        }
-        a.values.push_back(std::move(o));
-      }
+  for_each_pipeline_layout(num_gpus, gpus_per_node, units, 0,
+                           [&](std::int64_t tp, std::int64_t pp, std::int64_t vpp) {
+                             std::vector<std::string> o = {"parallel.tp=" + std::to_string(tp),
+                                                           "parallel.pp=" + std::to_string(pp),
+                                                           vpp_override(vpp), "parallel.dp="};
+                             add_tp_companions(o, tp);
+                             a.values.push_back(std::move(o));
+                           });
   return a;
 }
 
@@ -66,10 +96,9 @@ Axis layout_search(const LayoutSpace& s) {
   std::vector<std::int64_t> eps = {1};
   for (std::int64_t ep = 2; s.num_experts > 0 && ep <= s.num_experts && ep <= s.num_gpus; ep *= 2)
     if (s.num_experts % ep == 0) eps.push_back(ep);
-  for (std::int64_t tp = 1; tp <= std::min(s.gpus_per_node, s.num_gpus); tp *= 2)
-    for (std::int64_t pp = 1; pp <= s.units && tp * pp <= s.num_gpus; pp *= 2)
-      for (const std::int64_t vpp : {std::int64_t{1}, std::int64_t{2}}) {
-        if (vpp > 1 && (pp == 1 || s.units % (pp * vpp) != 0)) continue;
+  for_each_pipeline_layout(
+      s.num_gpus, s.gpus_per_node, s.units, 2,
+      [&](std::int64_t tp, std::int64_t pp, std::int64_t vpp) {
         for (std::int64_t cp = 1; cp <= 8 && tp * pp * cp <= s.num_gpus; cp *= 2) {
           if (s.num_gpus % (tp * pp * cp) != 0) continue;
           const std::int64_t dp = s.num_gpus / (tp * pp * cp);
@@ -79,21 +108,18 @@ Axis layout_search(const LayoutSpace& s) {
               if (s.global_batch > 0 && s.global_batch % (mbs * dp) != 0) continue;
               for (const char* recompute : {"none", "selective", "full"})
                 for (const bool fsdp : {false, true}) {
-                  std::vector<std::string> o = {
-                      "parallel.tp=" + std::to_string(tp),
-                      "parallel.pp=" + std::to_string(pp),
-                      vpp == 1 ? "parallel.vpp=" : "parallel.vpp=" + std::to_string(vpp),
-                      "parallel.cp=" + std::to_string(cp),
-                      "parallel.dp=",
-                      "training.micro_batch_size=" + std::to_string(mbs),
-                      std::string("parallel.recompute=") + recompute};
+                  std::vector<std::string> o = {"parallel.tp=" + std::to_string(tp),
+                                                "parallel.pp=" + std::to_string(pp),
+                                                vpp_override(vpp),
+                                                "parallel.cp=" + std::to_string(cp),
+                                                "parallel.dp=",
+                                                "training.micro_batch_size=" + std::to_string(mbs),
+                                                std::string("parallel.recompute=") + recompute};
                   if (s.num_experts > 0) {
                     o.push_back("parallel.ep=" + std::to_string(ep));
                     o.emplace_back("parallel.expert_tensor_parallel_size=1");
                   }
-                  o.emplace_back(tp == 1 ? "parallel.sequence_parallel=false"
-                                         : "parallel.sequence_parallel=true");
-                  if (tp == 1) o.emplace_back("parallel.tp_comm_overlap=false");
+                  add_tp_companions(o, tp);
                   if (fsdp) {
                     o.emplace_back("parallel.fsdp=true");
                     o.emplace_back("parallel.zero_stage=3");
@@ -106,7 +132,7 @@ Axis layout_search(const LayoutSpace& s) {
             }
           }
         }
-      }
+      });
   return a;
 }
 
