@@ -23,6 +23,8 @@
 #include "app/session.hpp"
 #include "core/error.hpp"
 #include "core/progress.hpp"
+#include "emu/bound.hpp"
+#include "emu/replicas.hpp"
 #include "explore/sweep.hpp"
 #include "io/config.hpp"
 #include "io/summary_json.hpp"
@@ -58,7 +60,10 @@ explore::Row sweep_point(const std::string& config_path, const std::vector<std::
     io::ExperimentConfig& shortened = built.emplace(*loaded);
     micro = loaded->training.num_microbatches(loaded->parallel.dp());
     built_micro = micro;
-    const std::int64_t cap = 2 * loaded->parallel.pp() * loaded->parallel.vpp();
+    const std::int64_t chunks = loaded->parallel.pp() * loaded->parallel.vpp();
+    const std::int64_t cap = loaded->parallel.fsdp || loaded->parallel.zero_stage >= 2
+                                 ? 2 * chunks
+                                 : std::max<std::int64_t>(2, chunks);
     const char* full = std::getenv("SCALESCOPE_SEARCH_FULL_BUILDS");
     if (!replay && micro > cap && loaded->training.gradient_accumulation_steps == 1 &&
         (full == nullptr || std::string(full) != "1")) {
@@ -94,19 +99,28 @@ explore::Row sweep_point(const std::string& config_path, const std::vector<std::
 
   const ReplaySetup setup(c);
   if (!replay) {
-    // Before any replay: a lower bound on the iteration time, the busiest template's compute
-    // stream with its ops back to back (every rank's compute runs in order on that stream).
-    // With fewer micro-batches built, their ops' time (the ops tagged with a micro-batch)
-    // scales to the real count; untagged ops count once, so the bound stays a bound.
+    // Before any replay: a lower bound on the iteration time. The busiest template's compute
+    // stream with its ops back to back (every rank's compute runs in order on that stream); with
+    // fewer micro-batches built, their ops' time (the ops tagged with a micro-batch) scales to
+    // the real count, untagged ops count once. And each class's first rank replayed alone
+    // (emu/bound.hpp): its collectives at their wire time from when it issues them, the host's
+    // issue, what waits on what; each micro-batch not built adds at least the least
+    // compute-stream time a built one holds. The larger of the two.
+    const emu::ModelData data(*g, setup.costs, true);
+    const std::vector<emu::AloneBound> alone = emu::alone_bounds(data);
+    const double unbuilt = static_cast<double>(micro - built_micro);
     double lb = 0;
-    for (const graph::RankProgram& t : g->templates) {
+    for (std::size_t k = 0; k < g->templates.size(); ++k) {
       double fixed = 0, per_micro = 0;
-      for (const graph::Op& op : t.ops)
-        if (!graph::is_communication(op.kind) && op.stream == graph::Stream::Compute)
-          (op.microbatch == 0xFFFF ? fixed : per_micro) +=
-              static_cast<double>(setup.costs.compute(op));
+      const graph::RankProgram& t = g->templates[k];
+      for (std::uint32_t i = 0; i < t.size(); ++i)
+        if (!graph::is_communication(t.ops[i].kind) && t.ops[i].stream == graph::Stream::Compute)
+          (t.ops[i].microbatch == 0xFFFF ? fixed : per_micro) +=
+              static_cast<double>(data.durations[k][i]);
       lb = std::max(
-          lb, fixed + per_micro * static_cast<double>(micro) / static_cast<double>(built_micro));
+          {lb, fixed + per_micro * static_cast<double>(micro) / static_cast<double>(built_micro),
+           static_cast<double>(alone[k].finish) +
+               unbuilt * static_cast<double>(alone[k].min_microbatch_span)});
     }
     r.lower_bound_s = lb * 1e-9;
     return r;
@@ -123,6 +137,14 @@ explore::Row sweep_point(const std::string& config_path, const std::vector<std::
     s = d.local.summary;
     last = d.local.ranks[d.last_finishing_rank];
   } else {
+    // One replica replayed where the replicas are provably identical (emu/replicas.hpp): the
+    // same row bit for bit (e2e.engines_identical), a fraction of the events.
+    try {
+      static_cast<void>(emu::representative_replicas(*g, costs, opt));
+      opt.representative_replicas = true;
+    } catch (const InputError&) {
+      opt.representative_replicas = false;  // not provable here: every rank replayed
+    }
     emu::RunResults res = emu::emulate(*g, costs, opt);
     complete_summary(res, c);
     s = res.summary;
