@@ -90,12 +90,12 @@ EtAttr EtAttr::double_list(std::string name, std::vector<double> v) {
   return a;
 }
 
-const EtAttr* EtNode::attr(const std::string& n) const {
+const EtAttr* EtNode::attr(std::string_view n) const {
   for (const EtAttr& a : attrs)
     if (a.name == n) return &a;
   return nullptr;
 }
-const EtAttr* EtFile::meta_attr(const std::string& n) const {
+const EtAttr* EtFile::meta_attr(std::string_view n) const {
   for (const EtAttr& a : meta)
     if (a.name == n) return &a;
   return nullptr;
@@ -111,9 +111,21 @@ void copy_list(const List& l, Out& out) {
   for (const auto& v : l.values()) out.push_back(static_cast<typename Out::value_type>(v));
 }
 
-EtAttr from_proto(const pb::AttributeProto& p) {
-  EtAttr a;
-  a.name = p.name();
+void set_uint64(EtAttr& a, std::uint64_t v) {
+  a.i = static_cast<std::int64_t>(v);
+  a.u64_overflow = v > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+}
+
+/// `p` into `a`, reusing a's strings and lists.
+void from_proto(const pb::AttributeProto& p, EtAttr& a) {
+  a.name.assign(p.name());
+  a.i = 0;
+  a.u64_overflow = false;
+  a.d = 0;
+  a.s.clear();
+  a.ints.clear();
+  a.reals.clear();
+  a.strs.clear();
   a.member = static_cast<int>(p.value_case());
   using V = pb::AttributeProto;
   switch (p.value_case()) {
@@ -133,7 +145,7 @@ EtAttr from_proto(const pb::AttributeProto& p) {
       a.i = p.uint32_val();
       break;
     case V::kUint64Val:
-      a = EtAttr::uint64(a.name, p.uint64_val());
+      set_uint64(a, p.uint64_val());
       break;
     case V::kSint32Val:
       a.i = p.sint32_val();
@@ -145,8 +157,7 @@ EtAttr from_proto(const pb::AttributeProto& p) {
       a.i = p.fixed32_val();
       break;
     case V::kFixed64Val:
-      a = EtAttr::uint64(a.name, p.fixed64_val());
-      a.member = V::kFixed64Val;
+      set_uint64(a, p.fixed64_val());
       break;
     case V::kSfixed32Val:
       a.i = p.sfixed32_val();
@@ -211,7 +222,6 @@ EtAttr from_proto(const pb::AttributeProto& p) {
     case V::VALUE_NOT_SET:
       break;
   }
-  return a;
 }
 
 void to_proto(const EtAttr& a, pb::AttributeProto& p) {
@@ -288,6 +298,12 @@ std::string encode_chakra(const EtFile& f) {
 }
 
 EtFile decode_chakra(const std::string& bytes, const std::string& label) {
+  EtFile f;
+  decode_chakra(bytes, label, f);
+  return f;
+}
+
+void decode_chakra(const std::string& bytes, const std::string& label, EtFile& f) {
   // protobuf logs its own complaints (invalid UTF-8 in a string field, …) to stderr; a bad file
   // is reported by our one-line error alone.
   static const bool silenced = [] {
@@ -295,7 +311,9 @@ EtFile decode_chakra(const std::string& bytes, const std::string& label) {
     return true;
   }();
   (void)silenced;
-  EtFile f;
+  f.version.clear();
+  f.meta.clear();
+  std::size_t count = 0;  // nodes decoded; f.nodes beyond it are kept for their buffers
   std::size_t pos = 0;
   bool have_meta = false;
   std::uint64_t last_id = 0;
@@ -335,38 +353,52 @@ EtFile decode_chakra(const std::string& bytes, const std::string& label) {
       if (!m.ParseFromArray(data, n))
         throw_input("{}: GlobalMetadata does not parse as protobuf", where(start));
       f.version = m.version();
-      for (const auto& a : m.attr()) f.meta.push_back(from_proto(a));
+      f.meta.resize(static_cast<std::size_t>(m.attr_size()));
+      for (int k = 0; k < m.attr_size(); ++k)
+        from_proto(m.attr(k), f.meta[static_cast<std::size_t>(k)]);
       have_meta = true;
       continue;
     }
     if (!p.ParseFromArray(data, n))  // clears p first; its buffers are reused node to node
       throw_input("{}: node message does not parse as protobuf", where(start));
-    EtNode node;
+    if (count == f.nodes.size()) f.nodes.emplace_back();
+    EtNode& node = f.nodes[count++];  // reused: its strings and lists keep their capacity
     node.id = p.id();
-    node.name = p.name();
+    node.name.assign(p.name());
     node.type = static_cast<int>(p.type());
     node.ctrl_deps.assign(p.ctrl_deps().begin(), p.ctrl_deps().end());
     node.data_deps.assign(p.data_deps().begin(), p.data_deps().end());
     node.start_time_micros = p.start_time_micros();
     node.duration_micros = p.duration_micros();
-    if (p.has_inputs()) node.inputs_values = p.inputs().values();
-    node.attrs.reserve(static_cast<std::size_t>(p.attr_size()));
-    for (const auto& a : p.attr()) node.attrs.push_back(from_proto(a));
+    node.inputs_values.clear();
+    if (p.has_inputs()) node.inputs_values.assign(p.inputs().values());
+    node.attrs.resize(static_cast<std::size_t>(p.attr_size()));
+    for (int k = 0; k < p.attr_size(); ++k)
+      from_proto(p.attr(k), node.attrs[static_cast<std::size_t>(k)]);
     last_id = node.id;
     any_node = true;
-    f.nodes.push_back(std::move(node));
   }
+  f.nodes.resize(count);  // a shorter file: the nodes past its end go
   if (!have_meta) throw_input("{}: empty file (no GlobalMetadata)", label);
-  return f;
 }
 
 EtFile read_chakra_file(const std::string& path) {
+  EtFile f;
+  std::string buffer;
+  read_chakra_file(path, f, buffer);
+  return f;
+}
+
+void read_chakra_file(const std::string& path, EtFile& f, std::string& buffer) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw_io("{}: cannot open", path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  if (in.bad()) throw_io("{}: read error", path);
-  return decode_chakra(s.str(), path);
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  if (size < 0) throw_io("{}: read error", path);
+  in.seekg(0, std::ios::beg);
+  buffer.resize(static_cast<std::size_t>(size));
+  if (size > 0 && !in.read(buffer.data(), size)) throw_io("{}: read error", path);
+  decode_chakra(buffer, path, f);
 }
 
 }  // namespace scalescope::io

@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/sim_time.hpp"
@@ -81,7 +82,7 @@ struct EtNode {
   std::string inputs_values;  ///< IOInfo `inputs.values` (METADATA nodes: the groups)
   std::vector<EtAttr> attrs;
 
-  const EtAttr* attr(const std::string& name) const;  ///< first attribute of that name, or null
+  const EtAttr* attr(std::string_view name) const;  ///< first attribute of that name, or null
 };
 
 /// One `.et` file: GlobalMetadata, then the nodes in file order.
@@ -90,7 +91,7 @@ struct EtFile {
   std::vector<EtAttr> meta;
   std::vector<EtNode> nodes;
 
-  const EtAttr* meta_attr(const std::string& name) const;
+  const EtAttr* meta_attr(std::string_view name) const;
 };
 
 /// Encodes a file: varint32 length, GlobalMetadata, then each node the same way (no header).
@@ -100,8 +101,13 @@ std::string encode_chakra(const EtFile& f);
 /// varint longer than 5 bytes or above 32 bits, a length beyond the end of the file, a message
 /// protobuf cannot parse, an empty file (no GlobalMetadata).
 EtFile decode_chakra(const std::string& bytes, const std::string& label);
+/// The same into `f`, whose nodes, strings and lists are reused: decoding file after file of one
+/// program into one EtFile allocates almost nothing after the first (the import at scale).
+void decode_chakra(const std::string& bytes, const std::string& label, EtFile& f);
 /// decode_chakra of a file on disk (IoError when it cannot be read).
 EtFile read_chakra_file(const std::string& path);
+/// The same into `f` (reused as above), reading the file through `buffer` (reused too).
+void read_chakra_file(const std::string& path, EtFile& f, std::string& buffer);
 
 // ---------------------------------------------------------------------------------------------
 // Graph → Chakra

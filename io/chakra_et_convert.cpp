@@ -2,6 +2,7 @@
 // communicator groups, which read_chakra (chakra_et_reader.cpp) then joins into a graph.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -157,11 +158,25 @@ RawRank convert_file(Context& ctx, const EtFile& f, const std::string& file, std
   out.file = file;
   out.roles.fill(-1);
   const std::size_t n = f.nodes.size();
-  std::unordered_map<std::uint64_t, std::uint32_t> index;
-  index.reserve(n);
-  for (std::uint32_t i = 0; i < n; ++i)
-    if (!index.emplace(f.nodes[i].id, i).second)
-      node_error(file, f.nodes[i].id, rank, "duplicate node id");
+  // Node id → position: a table where the ids are dense (every writer we know numbers its
+  // nodes from 0 or 1), else a hash map.
+  constexpr std::uint32_t kAbsent = 0xFFFFFFFFu;
+  std::uint64_t max_id = 0;
+  for (const EtNode& node : f.nodes) max_id = std::max(max_id, node.id);
+  const bool dense = max_id < 4 * static_cast<std::uint64_t>(n) + 1024;
+  std::vector<std::uint32_t> table(dense ? max_id + 1 : 0, kAbsent);
+  std::unordered_map<std::uint64_t, std::uint32_t> sparse;
+  if (!dense) sparse.reserve(n);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    const bool fresh = dense ? std::exchange(table[f.nodes[i].id], i) == kAbsent
+                             : sparse.emplace(f.nodes[i].id, i).second;
+    if (!fresh) node_error(file, f.nodes[i].id, rank, "duplicate node id");
+  }
+  const auto position = [&](std::uint64_t id) {
+    if (dense) return id <= max_id ? table[id] : kAbsent;
+    const auto it = sparse.find(id);
+    return it == sparse.end() ? kAbsent : it->second;
+  };
   // Each node's distinct parents (CSR), then the children lists (CSR): no allocation per node,
   // which a trace of 50,000 nodes per rank and a thousand ranks would pay for in malloc.
   std::vector<std::uint32_t> parent_offsets(n + 1, 0), parents;
@@ -171,12 +186,12 @@ RawRank convert_file(Context& ctx, const EtFile& f, const std::string& file, std
     const std::size_t first = parents.size();
     for (const auto* list : {&node.data_deps, &node.ctrl_deps})
       for (std::uint64_t d : *list) {
-        const auto it = index.find(d);
-        if (it == index.end())
+        const std::uint32_t at = position(d);
+        if (at == kAbsent)
           node_error(file, node.id, rank,
                      fmt::format("depends on node {}, which is not in the file", d));
-        if (it->second == i) node_error(file, node.id, rank, "depends on itself (cycle)");
-        parents.push_back(it->second);
+        if (at == i) node_error(file, node.id, rank, "depends on itself (cycle)");
+        parents.push_back(at);
       }
     const auto mine = parents.begin() + static_cast<std::ptrdiff_t>(first);
     std::sort(mine, parents.end());
@@ -250,10 +265,11 @@ RawRank convert_file(Context& ctx, const EtFile& f, const std::string& file, std
     if (ctx.schema) {
       if (const EtAttr* part = node.attr("ss_part_of")) {
         // The receive half of a batched send/recv: the op of its send half.
-        const auto it = index.find(static_cast<std::uint64_t>(part->i));
-        if (it == index.end() || rep_op[it->second] == kNoOp)
+        const std::uint32_t at =
+            part->i < 0 ? kAbsent : position(static_cast<std::uint64_t>(part->i));
+        if (at == kAbsent || rep_op[at] == kNoOp)
           node_error(file, node.id, rank, "ss_part_of names no send node");
-        rep_op[i] = rep_op[it->second];
+        rep_op[i] = rep_op[at];
         RawOp& o = out.ops[rep_op[i]];
         o.peer2 = int_attr(node, "comm_src", file, rank).value_or(-1);
         o.tag2 = int_attr(node, "comm_tag", file, rank).value_or(-1);
@@ -380,23 +396,64 @@ RawRank convert_file(Context& ctx, const EtFile& f, const std::string& file, std
 }
 
 /// Bytes that identify a program (ops, dependencies, fixed durations) for template sharing.
-std::string program_key(const RawRank& r) {
-  std::string k;
-  auto put = [&](const auto& v) { k.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
+namespace {
+
+/// Feeds `put` every value that identifies r's program, in order.
+template <class Put>
+void program_values(const RawRank& r, Put put) {
   put(r.static_memory);
-  k += r.template_name;
-  k.push_back('\0');
+  for (const char ch : r.template_name) put(ch);
+  put(r.template_name.size());
+  put(r.ops.size());
   for (const RawOp& o : r.ops) {
     const Op& op = o.op;
-    for (std::int64_t v : op_ints(op)) put(v);
+    for (const std::int64_t v : op_int_array(op)) put(v);
     put(op.flops);
     put(op.mem_bytes);
     put(op.comm_bytes);
     put(o.duration_ns);
     put(o.deps.size());
-    for (auto d : o.deps) put(d);
+    for (const auto d : o.deps) put(d);
   }
-  return k;
+}
+
+}  // namespace
+
+std::uint64_t program_hash(const RawRank& r) {
+  // A word at a time (equal hashes are compared in full by same_program).
+  std::uint64_t h = 1469598103934665603ull;
+  program_values(r, [&](const auto& v) {
+    static_assert(sizeof(v) <= sizeof(std::uint64_t));
+    std::uint64_t w = 0;
+    std::memcpy(&w, &v, sizeof(v));
+    h = (h ^ w) * 0x9E3779B97F4A7C15ull;
+    h ^= h >> 29;
+  });
+  return h;
+}
+
+bool same_program(const RawRank& a, const RawRank& b) {
+  if (a.ops.size() != b.ops.size() || a.template_name != b.template_name ||
+      a.static_memory != b.static_memory)
+    return false;
+  for (std::size_t i = 0; i < a.ops.size(); ++i) {
+    const RawOp& x = a.ops[i];
+    const RawOp& y = b.ops[i];
+    if (op_int_array(x.op) != op_int_array(y.op) || x.op.flops != y.op.flops ||
+        x.op.mem_bytes != y.op.mem_bytes || x.op.comm_bytes != y.op.comm_bytes ||
+        x.duration_ns != y.duration_ns || x.deps != y.deps)
+      return false;
+  }
+  return true;
+}
+
+std::int64_t ProgramIndex::find_or_add(const std::vector<RawRank>& ranks, const RawRank& r,
+                                       std::size_t self) {
+  std::vector<std::size_t>& same_hash = by_hash[program_hash(r)];
+  for (const std::size_t k : same_hash)
+    if (same_program(ranks[k], r)) return static_cast<std::int64_t>(k);
+  same_hash.push_back(self);
+  return -1;
 }
 
 }  // namespace scalescope::io::detail

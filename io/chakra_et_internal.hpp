@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -24,6 +25,8 @@ std::string rank_file(const std::string& prefix, std::uint32_t r);
 std::string class_file(const std::string& prefix, std::uint32_t k);
 std::string classes_json(const std::string& prefix);
 std::vector<std::int64_t> op_ints(const Op& op);
+/// The same as an array (no allocation).
+std::array<std::int64_t, 21> op_int_array(const Op& op);
 
 /// Attributes in ss_op: 21 since kernels and cuda_graph were added (files of 19 launch one kernel
 /// per op, eagerly; files of 18 also have no host synchronization).
@@ -78,7 +81,18 @@ void read_group_list(Context& ctx, const std::string& text, const std::string& f
 /// One file → the rank's ops in a topological order (ties: ascending node id, as ASTRA-sim
 /// issues ready nodes), with dependencies as op indices.
 RawRank convert_file(Context& ctx, const EtFile& f, const std::string& file, std::int64_t rank);
-/// Bytes that identify a program (ops, dependencies, fixed durations) for template sharing.
-std::string program_key(const RawRank& r);
+/// A hash of what identifies a program (ops, dependencies, fixed durations, static memory,
+/// template name) for template sharing; programs with equal hashes are compared with
+/// same_program.
+std::uint64_t program_hash(const RawRank& r);
+/// Whether two programs are the same in everything program_hash reads.
+bool same_program(const RawRank& a, const RawRank& b);
+/// Template sharing: per hash, the ranks holding the distinct programs with that hash.
+struct ProgramIndex {
+  std::unordered_map<std::uint64_t, std::vector<std::size_t>> by_hash;
+  /// The rank (an index into `ranks`) whose program equals r's, or -1 after recording r as
+  /// `self` (a new program).
+  std::int64_t find_or_add(const std::vector<RawRank>& ranks, const RawRank& r, std::size_t self);
+};
 
 }  // namespace scalescope::io::detail

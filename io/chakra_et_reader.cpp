@@ -41,7 +41,7 @@ using detail::Context;
 using detail::convert_file;
 using detail::kSchema;
 using detail::node_error;
-using detail::program_key;
+using detail::ProgramIndex;
 using detail::rank_file;
 using detail::RawOp;
 using detail::RawRank;
@@ -135,9 +135,13 @@ ChakraImport read_chakra(const std::string& prefix, const ChakraReadOptions& opt
     }
   }
 
-  std::unordered_map<std::string, std::size_t> interned;  // program key → first rank with it
+  ProgramIndex interned;  // the distinct programs so far
+  // One EtFile and one read buffer for every file: ranks of one template decode into the
+  // buffers the previous file left, so that the decode allocates almost nothing per node.
+  EtFile f;
+  std::string buffer;
   for (std::size_t i = 0; i < files.size(); ++i) {
-    const EtFile f = read_chakra_file(files[i]);
+    read_chakra_file(files[i], f, buffer);
     const EtAttr* schema = f.meta_attr("schema");
     const bool ours = schema != nullptr && schema->s == kSchema;
     if (i == 0) ctx.schema = ours;
@@ -168,11 +172,11 @@ ChakraImport read_chakra(const std::string& prefix, const ChakraReadOptions& opt
       // Our files restore every op as it was, peers as roles: ranks of one template have equal
       // programs. Keep each distinct program once (a 1,024-rank GPT-3 trace is 1,024 copies of
       // 8 programs of ~50,000 ops; holding them all took more memory than the machine had).
-      const auto [it, fresh] = interned.emplace(program_key(r), i);
-      if (!fresh) {
+      const std::int64_t same = interned.find_or_add(ranks, r, i);
+      if (same >= 0) {
         // Only what the checks below read stays: the communication ops (their peers are this
         // rank's), without dependencies.
-        r.same_as = static_cast<std::int64_t>(it->second);
+        r.same_as = same;
         std::erase_if(r.ops, [](const RawOp& o) { return !graph::is_communication(o.op.kind); });
         for (RawOp& o : r.ops) o.deps = {};
         r.ops.shrink_to_fit();
@@ -500,7 +504,7 @@ ChakraImport read_chakra(const std::string& prefix, const ChakraReadOptions& opt
 
   // Templates: identical programs are shared (the ring's ranks all look alike once peers are
   // roles); the class layout already is one program per class.
-  std::unordered_map<std::string, std::uint32_t> template_of_key;
+  ProgramIndex distinct;
   std::vector<std::uint32_t> template_of_program(ranks.size());
   for (std::size_t i = 0; i < ranks.size(); ++i) {
     const RawRank& r = ranks[i];
@@ -508,10 +512,11 @@ ChakraImport read_chakra(const std::string& prefix, const ChakraReadOptions& opt
       template_of_program[i] = template_of_program[static_cast<std::size_t>(r.same_as)];
       continue;
     }
-    const auto [it, fresh] =
-        template_of_key.emplace(program_key(r), static_cast<std::uint32_t>(g.templates.size()));
-    template_of_program[i] = it->second;
-    if (!fresh) continue;
+    if (const std::int64_t same = distinct.find_or_add(ranks, r, i); same >= 0) {
+      template_of_program[i] = template_of_program[static_cast<std::size_t>(same)];
+      continue;
+    }
+    template_of_program[i] = static_cast<std::uint32_t>(g.templates.size());
     graph::RankProgram p;
     p.name =
         r.template_name.empty() ? fmt::format("chakra_{}", g.templates.size()) : r.template_name;
@@ -523,7 +528,7 @@ ChakraImport read_chakra(const std::string& prefix, const ChakraReadOptions& opt
       d.push_back(o.duration_ns);
       any = any || o.duration_ns >= 0;
     }
-    if (any) result.durations.emplace(it->second, std::move(d));
+    if (any) result.durations.emplace(template_of_program[i], std::move(d));
     g.templates.push_back(std::move(p));
   }
   g.rank_class.resize(world);

@@ -40,6 +40,12 @@ std::string classes_json(const std::string& prefix) {
 }
 
 std::vector<std::int64_t> op_ints(const Op& op) {
+  const auto a = op_int_array(op);
+  return {a.begin(), a.end()};
+}
+
+std::array<std::int64_t, 21> op_int_array(const Op& op) {
+  static_assert(kOpInts == 21);
   return {static_cast<std::int64_t>(op.kind),
           static_cast<std::int64_t>(op.stream),
           static_cast<std::int64_t>(op.role),
