@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "emu/emulation.hpp"
+#include "test_costs.hpp"
 #include "workload/transformer_builder.hpp"
 
 namespace scalescope::emu {
@@ -30,25 +31,8 @@ graph::SlicedGraph job(std::int64_t tp, std::int64_t pp, std::int64_t dp, std::i
   return workload::build_graph(m, p, t);
 }
 
-/// Compute from the op's FLOPs, collectives and transfers from their bytes, every communicator
-/// on one node; with `host`, the host takes 700 ns to issue each op (slower than the smallest
-/// kernels, so the host sets part of the schedule).
 Costs costs(bool host) {
-  Costs c;
-  c.compute = [](const graph::Op& op) -> SimTime {
-    return 1000 + static_cast<SimTime>(op.flops / 1e6);
-  };
-  c.collective = [](graph::OpKind, double bytes, const cost::CommShape& s) -> SimTime {
-    return 500 * static_cast<SimTime>(s.ranks) + static_cast<SimTime>(bytes / 1e4);
-  };
-  c.p2p = [](double bytes, bool) -> SimTime { return 300 + static_cast<SimTime>(bytes / 1e4); };
-  c.shape = [](const std::uint32_t* b, const std::uint32_t* e) {
-    return cost::CommShape{static_cast<std::uint32_t>(e - b), 1, static_cast<std::uint32_t>(e - b)};
-  };
-  if (host) c.host = [](const graph::Op&) -> SimTime { return 700; };
-  c.gpu = "test";
-  c.peak_flops = 1e12;
-  return c;
+  return testing::member_sensitive_costs(host);
 }
 
 SimTime largest(const std::vector<AloneBound>& b) {

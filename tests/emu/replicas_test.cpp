@@ -8,6 +8,7 @@
 
 #include "core/error.hpp"
 #include "emu/emulation.hpp"
+#include "test_costs.hpp"
 #include "workload/transformer_builder.hpp"
 
 namespace scalescope::emu {
@@ -32,25 +33,7 @@ graph::SlicedGraph dense_job(workload::RankLayout& layout) {
   return workload::build_graph(m, p, t);
 }
 
-/// Compute from the op's FLOPs; a collective's time grows with its member count (so a DP group
-/// costed with only its replayed members would finish early), and each communicator is on one
-/// node whatever its members.
-Costs member_sensitive_costs() {
-  Costs c;
-  c.compute = [](const graph::Op& op) -> SimTime {
-    return 1000 + static_cast<SimTime>(op.flops / 1e6);
-  };
-  c.collective = [](graph::OpKind, double bytes, const cost::CommShape& s) -> SimTime {
-    return 500 * static_cast<SimTime>(s.ranks) + static_cast<SimTime>(bytes / 1e4);
-  };
-  c.p2p = [](double bytes, bool) -> SimTime { return 300 + static_cast<SimTime>(bytes / 1e4); };
-  c.shape = [](const std::uint32_t* b, const std::uint32_t* e) {
-    return cost::CommShape{static_cast<std::uint32_t>(e - b), 1, static_cast<std::uint32_t>(e - b)};
-  };
-  c.gpu = "test";
-  c.peak_flops = 1e12;
-  return c;
-}
+using testing::member_sensitive_costs;
 
 TEST(Replicas, EachRankMapsToItsTensorAndPipelinePositionInReplicaZero) {
   // Replicas are the DP ranks' model copies: rank (tp, dp, pp) ↔ rank (tp, 0, pp), so replica
