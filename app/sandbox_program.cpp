@@ -370,6 +370,7 @@ json rank_json(const RankFigures& f) {
       {"compute_seconds", s(f.row.compute)},       {"exposed_dp_seconds", s(f.row.exposed_dp)},
       {"exposed_tp_seconds", s(f.row.exposed_tp)}, {"exposed_pp_seconds", s(f.row.exposed_pp)},
       {"exposed_ep_seconds", s(f.row.exposed_ep)}, {"bubble_seconds", s(f.row.bubble)},
+      {"straggler_wait_seconds", s(f.row.straggler_wait)},
       {"host_wait_seconds", s(f.row.host_wait)},   {"other_wait_seconds", s(f.row.other_wait)},
       {"peak_memory_bytes", f.row.peak_memory},    {"static_memory_bytes", f.row.static_memory}};
 }

@@ -161,6 +161,7 @@ explore::Row sweep_point(const std::string& config_path, const std::vector<std::
   r.exposed_comm_s = ns_to_seconds(last.exposed_tp + last.exposed_pp + last.exposed_dp +
                                    last.exposed_embedding + last.exposed_cp + last.exposed_ep);
   r.bubble_s = ns_to_seconds(last.bubble);
+  r.straggler_wait_s = ns_to_seconds(last.straggler_wait);
   r.host_wait_s = ns_to_seconds(last.host_wait);
   return r;
 }

@@ -91,8 +91,9 @@ EtAttr EtAttr::double_list(std::string name, std::vector<double> v) {
 }
 
 const EtAttr* EtNode::attr(std::string_view n) const {
+  // Names are a few characters: compared inline (the import asks every node for several).
   for (const EtAttr& a : attrs)
-    if (a.name == n) return &a;
+    if (a.name.size() == n.size() && std::equal(n.begin(), n.end(), a.name.begin())) return &a;
   return nullptr;
 }
 const EtAttr* EtFile::meta_attr(std::string_view n) const {
@@ -108,7 +109,7 @@ namespace {
 
 template <class List, class Out>
 void copy_list(const List& l, Out& out) {
-  for (const auto& v : l.values()) out.push_back(static_cast<typename Out::value_type>(v));
+  out.assign(l.values().begin(), l.values().end());  // converting each value; keeps capacity
 }
 
 void set_uint64(EtAttr& a, std::uint64_t v) {

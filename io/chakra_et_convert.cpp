@@ -153,6 +153,36 @@ Op schema_op(const EtNode& n, const std::string& file, std::int64_t rank) {
 
 /// One file → the rank's ops in a topological order (ties: ascending node id, as ASTRA-sim
 /// issues ready nodes), with dependencies as op indices.
+namespace {
+
+/// Kahn's topological order of f's nodes (parents as CSR, indegree and child counts per node),
+/// the smallest ready node id first; `indegree` is left > 0 on the nodes of a cycle.
+void kahn_order(const EtFile& f, const std::vector<std::uint32_t>& parents,
+                const std::vector<std::uint32_t>& parent_offsets,
+                std::vector<std::uint32_t>& indegree, const std::vector<std::uint32_t>& child_count,
+                std::vector<std::uint32_t>& order) {
+  const std::size_t n = f.nodes.size();
+  std::vector<std::uint32_t> child_offsets(n + 1, 0), children(parents.size());
+  for (std::size_t i = 0; i < n; ++i) child_offsets[i + 1] = child_offsets[i] + child_count[i];
+  std::vector<std::uint32_t> fill(child_offsets.begin(), child_offsets.end() - 1);
+  for (std::uint32_t i = 0; i < n; ++i)
+    for (std::uint32_t k = parent_offsets[i]; k < parent_offsets[i + 1]; ++k)
+      children[fill[parents[k]]++] = i;
+  using Item = std::pair<std::uint64_t, std::uint32_t>;
+  std::priority_queue<Item, std::vector<Item>, std::greater<>> ready;
+  for (std::uint32_t i = 0; i < n; ++i)
+    if (indegree[i] == 0) ready.emplace(f.nodes[i].id, i);
+  while (!ready.empty()) {
+    const std::uint32_t i = ready.top().second;
+    ready.pop();
+    order.push_back(i);
+    for (std::uint32_t k = child_offsets[i]; k < child_offsets[i + 1]; ++k)
+      if (--indegree[children[k]] == 0) ready.emplace(f.nodes[children[k]].id, children[k]);
+  }
+}
+
+}  // namespace
+
 RawRank convert_file(Context& ctx, const EtFile& f, const std::string& file, std::int64_t rank) {
   RawRank out;
   out.file = file;
@@ -181,7 +211,11 @@ RawRank convert_file(Context& ctx, const EtFile& f, const std::string& file, std
   // which a trace of 50,000 nodes per rank and a thousand ranks would pay for in malloc.
   std::vector<std::uint32_t> parent_offsets(n + 1, 0), parents;
   std::vector<std::uint32_t> indegree(n, 0), child_count(n, 0);
+  // Whether the file is already in the order wanted: ids ascending and every node after its
+  // parents (what our writer and the PyTorch converter produce).
+  bool in_order = true;
   for (std::uint32_t i = 0; i < n; ++i) {
+    if (i > 0 && f.nodes[i].id <= f.nodes[i - 1].id) in_order = false;
     const EtNode& node = f.nodes[i];
     const std::size_t first = parents.size();
     for (const auto* list : {&node.data_deps, &node.ctrl_deps})
@@ -191,6 +225,7 @@ RawRank convert_file(Context& ctx, const EtFile& f, const std::string& file, std
           node_error(file, node.id, rank,
                      fmt::format("depends on node {}, which is not in the file", d));
         if (at == i) node_error(file, node.id, rank, "depends on itself (cycle)");
+        if (at > i) in_order = false;
         parents.push_back(at);
       }
     const auto mine = parents.begin() + static_cast<std::ptrdiff_t>(first);
@@ -200,32 +235,21 @@ RawRank convert_file(Context& ctx, const EtFile& f, const std::string& file, std
     indegree[i] = parent_offsets[i + 1] - parent_offsets[i];
     for (std::size_t k = first; k < parents.size(); ++k) ++child_count[parents[k]];
   }
-  std::vector<std::uint32_t> child_offsets(n + 1, 0), children(parents.size());
-  for (std::uint32_t i = 0; i < n; ++i) child_offsets[i + 1] = child_offsets[i] + child_count[i];
-  {
-    std::vector<std::uint32_t> fill(child_offsets.begin(), child_offsets.end() - 1);
-    for (std::uint32_t i = 0; i < n; ++i)
-      for (std::uint32_t k = parent_offsets[i]; k < parent_offsets[i + 1]; ++k)
-        children[fill[parents[k]]++] = i;
-  }
-  using Item = std::pair<std::uint64_t, std::uint32_t>;
-  std::priority_queue<Item, std::vector<Item>, std::greater<>> ready;
-  for (std::uint32_t i = 0; i < n; ++i)
-    if (indegree[i] == 0) ready.emplace(f.nodes[i].id, i);
+  // Kahn's order with the smallest ready id first (as ASTRA-sim issues ready nodes). A file in
+  // order is its own answer: the smallest id not yet taken always has its parents taken (their
+  // ids are smaller), so the order is the file's, without a cycle.
   std::vector<std::uint32_t> order;
   order.reserve(n);
-  while (!ready.empty()) {
-    const std::uint32_t i = ready.top().second;
-    ready.pop();
-    order.push_back(i);
-    for (std::uint32_t k = child_offsets[i]; k < child_offsets[i + 1]; ++k)
-      if (--indegree[children[k]] == 0) ready.emplace(f.nodes[children[k]].id, children[k]);
-  }
-  if (order.size() != n) {
-    std::uint64_t id = std::numeric_limits<std::uint64_t>::max();
-    for (std::uint32_t i = 0; i < n; ++i)
-      if (indegree[i] > 0) id = std::min(id, f.nodes[i].id);
-    node_error(file, id, rank, "dependency cycle");
+  if (in_order) {
+    for (std::uint32_t i = 0; i < n; ++i) order.push_back(i);
+  } else {
+    kahn_order(f, parents, parent_offsets, indegree, child_count, order);
+    if (order.size() != n) {
+      std::uint64_t id = std::numeric_limits<std::uint64_t>::max();
+      for (std::uint32_t i = 0; i < n; ++i)
+        if (indegree[i] > 0) id = std::min(id, f.nodes[i].id);
+      node_error(file, id, rank, "dependency cycle");
+    }
   }
 
   // What each node stands for among the ops: itself, or (a node that is not an op: METADATA,
@@ -234,8 +258,9 @@ RawRank convert_file(Context& ctx, const EtFile& f, const std::string& file, std
   constexpr std::uint32_t kNoOp = 0xFFFFFFFFu;
   std::vector<std::uint32_t> rep_op(n, kNoOp);
   std::unordered_map<std::uint32_t, std::vector<std::uint32_t>> rep_many;
-  auto deps_of = [&](std::uint32_t i) {
-    std::vector<std::uint32_t> d;
+  std::vector<std::uint32_t> d;  // deps_of's scratch: one buffer for every node
+  auto deps_of = [&](std::uint32_t i) -> const std::vector<std::uint32_t>& {
+    d.clear();
     for (std::uint32_t k = parent_offsets[i]; k < parent_offsets[i + 1]; ++k) {
       const std::uint32_t p = parents[k];
       if (rep_op[p] != kNoOp) {
@@ -278,7 +303,7 @@ RawRank convert_file(Context& ctx, const EtFile& f, const std::string& file, std
     }
     RawOp o;
     o.node = node.id;
-    o.deps = deps_of(i);
+    const std::vector<std::uint32_t>& op_deps = deps_of(i);
     if (ctx.schema) {
       o.op = schema_op(node, file, rank);
       if (o.op.kind == OpKind::SendRecv) {
@@ -391,6 +416,8 @@ RawRank convert_file(Context& ctx, const EtFile& f, const std::string& file, std
     }
     rep_op[i] = static_cast<std::uint32_t>(out.ops.size());
     out.ops.push_back(std::move(o));
+    out.deps.insert(out.deps.end(), op_deps.begin(), op_deps.end());
+    out.dep_offsets.push_back(static_cast<std::uint32_t>(out.deps.size()));
   }
   return out;
 }
@@ -405,15 +432,16 @@ void program_values(const RawRank& r, Put put) {
   for (const char ch : r.template_name) put(ch);
   put(r.template_name.size());
   put(r.ops.size());
-  for (const RawOp& o : r.ops) {
+  for (std::size_t k = 0; k < r.ops.size(); ++k) {
+    const RawOp& o = r.ops[k];
     const Op& op = o.op;
     for (const std::int64_t v : op_int_array(op)) put(v);
     put(op.flops);
     put(op.mem_bytes);
     put(op.comm_bytes);
     put(o.duration_ns);
-    put(o.deps.size());
-    for (const auto d : o.deps) put(d);
+    put(r.deps_of(k).size());
+    for (const auto d : r.deps_of(k)) put(d);
   }
 }
 
@@ -434,14 +462,14 @@ std::uint64_t program_hash(const RawRank& r) {
 
 bool same_program(const RawRank& a, const RawRank& b) {
   if (a.ops.size() != b.ops.size() || a.template_name != b.template_name ||
-      a.static_memory != b.static_memory)
+      a.static_memory != b.static_memory || a.dep_offsets != b.dep_offsets || a.deps != b.deps)
     return false;
   for (std::size_t i = 0; i < a.ops.size(); ++i) {
     const RawOp& x = a.ops[i];
     const RawOp& y = b.ops[i];
     if (op_int_array(x.op) != op_int_array(y.op) || x.op.flops != y.op.flops ||
         x.op.mem_bytes != y.op.mem_bytes || x.op.comm_bytes != y.op.comm_bytes ||
-        x.duration_ns != y.duration_ns || x.deps != y.deps)
+        x.duration_ns != y.duration_ns)
       return false;
   }
   return true;

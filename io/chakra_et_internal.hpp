@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -36,7 +37,6 @@ inline constexpr std::size_t kOpInts = 21;
 /// One op of a rank as read, before communicators are assigned.
 struct RawOp {
   Op op;
-  std::vector<std::uint32_t> deps;
   std::int64_t duration_ns = -1;
   std::uint64_t node = 0;              ///< node id (for errors)
   std::string group;                   ///< collectives (foreign traces): pg_name
@@ -48,6 +48,13 @@ struct RawOp {
 struct RawRank {
   std::string file;
   std::vector<RawOp> ops;
+  /// Each op's dependencies (op indices) as CSR: op k's are deps[dep_offsets[k] ..
+  /// dep_offsets[k + 1]) (one buffer per file, not one per op).
+  std::vector<std::uint32_t> dep_offsets{0};
+  std::vector<std::uint32_t> deps;
+  std::span<const std::uint32_t> deps_of(std::size_t k) const {
+    return {deps.data() + dep_offsets[k], deps.data() + dep_offsets[k + 1]};
+  }
   std::array<std::int64_t, graph::kNumRoles> roles{};  ///< schema: pg id per role, -1 none
   std::string template_name;
   std::int64_t static_memory = 0;

@@ -5,6 +5,7 @@
 #include <array>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -136,12 +137,22 @@ ChakraImport read_chakra(const std::string& prefix, const ChakraReadOptions& opt
   }
 
   ProgramIndex interned;  // the distinct programs so far
-  // One EtFile and one read buffer for every file: ranks of one template decode into the
-  // buffers the previous file left, so that the decode allocates almost nothing per node.
-  EtFile f;
-  std::string buffer;
+  // Two EtFiles and read buffers, used in turn: file i+1 is read and decoded on a second thread
+  // while file i is converted here (the two take about as long; the conversion stays in file
+  // order, and an error of file i is reported before any of file i+1). Ranks of one template
+  // decode into the buffers an earlier file left, so the decode allocates almost nothing per
+  // node.
+  std::array<EtFile, 2> decoded;
+  std::array<std::string, 2> buffers;
+  const auto decode = [&](std::size_t k) {
+    return std::async(std::launch::async,
+                      [&, k] { read_chakra_file(files[k], decoded[k % 2], buffers[k % 2]); });
+  };
+  std::future<void> pending = files.empty() ? std::future<void>{} : decode(0);
   for (std::size_t i = 0; i < files.size(); ++i) {
-    read_chakra_file(files[i], f, buffer);
+    pending.get();  // file i decoded (or its error, thrown here)
+    if (i + 1 < files.size()) pending = decode(i + 1);
+    const EtFile& f = decoded[i % 2];
     const EtAttr* schema = f.meta_attr("schema");
     const bool ours = schema != nullptr && schema->s == kSchema;
     if (i == 0) ctx.schema = ours;
@@ -178,8 +189,9 @@ ChakraImport read_chakra(const std::string& prefix, const ChakraReadOptions& opt
         // rank's), without dependencies.
         r.same_as = same;
         std::erase_if(r.ops, [](const RawOp& o) { return !graph::is_communication(o.op.kind); });
-        for (RawOp& o : r.ops) o.deps = {};
         r.ops.shrink_to_fit();
+        r.dep_offsets.assign(r.ops.size() + 1, 0);
+        r.deps = {};
       }
     }
     ranks.push_back(std::move(r));
@@ -523,8 +535,12 @@ ChakraImport read_chakra(const std::string& prefix, const ChakraReadOptions& opt
     p.static_memory = r.static_memory;
     std::vector<std::int64_t> d;
     bool any = false;
-    for (const RawOp& o : r.ops) {
-      p.add(o.op, o.deps);
+    std::vector<std::uint32_t> op_deps;
+    for (std::size_t k = 0; k < r.ops.size(); ++k) {
+      const RawOp& o = r.ops[k];
+      const auto deps = r.deps_of(k);
+      op_deps.assign(deps.begin(), deps.end());
+      p.add(o.op, op_deps);
       d.push_back(o.duration_ns);
       any = any || o.duration_ns >= 0;
     }

@@ -177,6 +177,7 @@ void write_ranks(const h5::Group& root, const Share& share) {
   col("exposed_cp_ns", column<SimTime>(rows, [](const R& r) { return r.exposed_cp; }));
   col("exposed_ep_ns", column<SimTime>(rows, [](const R& r) { return r.exposed_ep; }));
   col("bubble_ns", column<SimTime>(rows, [](const R& r) { return r.bubble; }));
+  col("straggler_wait_ns", column<SimTime>(rows, [](const R& r) { return r.straggler_wait; }));
   col("host_wait_ns", column<SimTime>(rows, [](const R& r) { return r.host_wait; }));
   col("other_wait_ns", column<SimTime>(rows, [](const R& r) { return r.other_wait; }));
   col("peak_memory_bytes", column<std::int64_t>(rows, [](const R& r) { return r.peak_memory; }));

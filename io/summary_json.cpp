@@ -181,6 +181,7 @@ void write_summary_json(const emu::RunResults& r, const std::string& path) {
                                {"exposed_cp", ns_to_seconds(last.exposed_cp)},
                                {"exposed_ep", ns_to_seconds(last.exposed_ep)},
                                {"bubble", ns_to_seconds(last.bubble)},
+                               {"straggler_wait", ns_to_seconds(last.straggler_wait)},
                                {"host_wait", ns_to_seconds(last.host_wait)},
                                {"other_wait", ns_to_seconds(last.other_wait)}};
   const emu::EngineStats& e = r.engine;
@@ -329,7 +330,8 @@ std::string format_summary_table(const emu::RunResults& r) {
     part("exposed embedding AR", last.exposed_embedding);
     part("exposed CP", last.exposed_cp);
     part("exposed EP", last.exposed_ep);
-    part("bubble / idle", last.bubble);
+    part("pipeline bubble", last.bubble);
+    part("straggler wait", last.straggler_wait);
     if (last.host_wait > 0) part("host-bound issue", last.host_wait);
     part("other wait", last.other_wait);
     part("total (finish)", last.finish);

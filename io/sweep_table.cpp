@@ -63,6 +63,7 @@ Json sweep_row_json(const explore::Row& r) {
   j["compute_s"] = r.compute_s;
   j["exposed_comm_s"] = r.exposed_comm_s;
   j["bubble_s"] = r.bubble_s;
+  j["straggler_wait_s"] = r.straggler_wait_s;
   j["host_wait_s"] = r.host_wait_s;
   j["peak_memory_bytes"] = r.peak_memory_bytes;
   j["peak_allocated_bytes"] = r.peak_allocated_bytes;
@@ -95,6 +96,7 @@ explore::Row sweep_row_from_json(const Json& j) {
     r.compute_s = j.at("compute_s").get<double>();
     r.exposed_comm_s = j.at("exposed_comm_s").get<double>();
     r.bubble_s = j.at("bubble_s").get<double>();
+    r.straggler_wait_s = j.value("straggler_wait_s", 0.0);
     r.host_wait_s = j.at("host_wait_s").get<double>();
     r.peak_memory_bytes = j.at("peak_memory_bytes").get<std::int64_t>();
     r.peak_allocated_bytes = j.value("peak_allocated_bytes", std::int64_t{0});
@@ -112,7 +114,7 @@ std::string sweep_csv(const std::vector<explore::Row>& rows,
   std::string out =
       "rank,index,status,iteration_time_s,tokens_per_s,model_tflops_per_gpu,mfu,"
       "peak_memory_gib,memory_capacity_gib,num_gpus,tp,pp,dp,cp,ep,vpp,micro_batch_size,"
-      "compute_s,exposed_comm_s,bubble_s,host_wait_s,replayed,peak_allocated_gib,"
+      "compute_s,exposed_comm_s,bubble_s,straggler_wait_s,host_wait_s,replayed,peak_allocated_gib,"
       "peak_reserved_gib,overrides,message\n";
   std::size_t rank = 0;
   for (const std::size_t i : order) {
@@ -122,7 +124,7 @@ std::string sweep_csv(const std::vector<explore::Row>& rows,
     const bool checked = r.status != explore::Status::Invalid;
     const auto cell = [](bool has, auto v) { return has ? fmt::format("{}", v) : std::string(); };
     out += fmt::format(
-        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", ++rank,
+        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", ++rank,
         r.index, explore::status_name(r.status), cell(r.replayed, r.iteration_time_s),
         cell(r.replayed, r.tokens_per_s), cell(r.replayed, r.model_tflops_per_gpu),
         cell(r.replayed, r.mfu), cell(checked, gib(r.peak_memory_bytes)),
@@ -130,7 +132,7 @@ std::string sweep_csv(const std::vector<explore::Row>& rows,
         cell(checked, r.pp), cell(checked, r.dp), cell(checked, r.cp), cell(checked, r.ep),
         cell(checked, r.vpp), cell(checked, r.micro_batch), cell(r.replayed, r.compute_s),
         cell(r.replayed, r.exposed_comm_s), cell(r.replayed, r.bubble_s),
-        cell(r.replayed, r.host_wait_s), r.replayed ? "true" : "false",
+        cell(r.replayed, r.straggler_wait_s), cell(r.replayed, r.host_wait_s), r.replayed ? "true" : "false",
         cell(checked, gib(r.peak_allocated_bytes)), cell(checked, gib(r.peak_reserved_bytes)),
         csv_field(fmt::format("{}", fmt::join(r.overrides, " "))), csv_field(r.message));
   }

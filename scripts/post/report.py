@@ -37,7 +37,7 @@ TERM_LABELS = {"compute": "compute", "exposed_tp": "exposed TP comm.",
                "exposed_pp": "exposed PP comm.", "exposed_dp": "exposed DP comm.",
                "exposed_embedding": "exposed embedding comm.", "exposed_cp": "exposed CP comm.",
                "exposed_ep": "exposed EP comm.", "bubble": "pipeline bubble",
-               "host_wait": "waiting for the host", "other_wait": "other waits"}
+               "straggler_wait": "waiting for slower peers (stragglers)", "host_wait": "waiting for the host", "other_wait": "other waits"}
 CHAKRA_MARKER = "# chakra-import:"  # first line of a Chakra import's configuration
 
 CSS = """
@@ -626,10 +626,12 @@ def run_page(path):
         total = mem["total_bytes_by_pp_stage"][k] if mem else None
         rows.append([str(k), sr.rank_ranges(st["rank_list"]), seconds(st["finish_max_s"]),
                      seconds(st["compute_mean_s"]), seconds(st["bubble_mean_s"]),
+                     seconds(st.get("straggler_wait_mean_s", 0)),
                      gib(s["peak_memory_bytes_by_pp_stage"][k]),
                      gib(total) if total is not None else "–",
                      ("yes" if total <= mem["capacity_bytes"] else "NO") if mem else "–"])
     out.append(table(["stage", "ranks", "finish (max)", "compute (mean)", "bubble (mean)",
+                      "straggler wait (mean)",
                       "peak allocated", "peak total (with context, buffers)", "fits"], rows,
                      left=2))
     # Memory
@@ -748,7 +750,8 @@ def sweep_page(path):
                 num(r["model_tflops_per_gpu"], lambda v: f"{v:.1f}"),
                 num(r["mfu"], lambda v: f"{100 * v:.1f} %"),
                 num(r.get("compute_s", 0), seconds), num(r.get("exposed_comm_s", 0), seconds),
-                num(r.get("bubble_s", 0), seconds), mem,
+                num(r.get("bubble_s", 0), seconds), num(r.get("straggler_wait_s", 0), seconds),
+                mem,
                 *[(str(r[k]), r[k]) if r["tp"] else ("–", "") for k in
                   ("tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch_size")],
                 recompute(r), " ".join(r["overrides"]) + (f" (run: {run})" if run else ""),
@@ -758,7 +761,7 @@ def sweep_page(path):
         return body, classes
 
     headers = ["rank", "#", "status", "iteration", "tokens/s", "TFLOP/s/GPU", "MFU", "compute",
-               "exposed comm.", "bubble", "peak memory", "TP", "PP", "DP", "CP", "EP", "VPP",
+               "exposed comm.", "bubble", "straggler wait", "peak memory", "TP", "PP", "DP", "CP", "EP", "VPP",
                "MBS", "recompute", "overrides", "why not replayed"]
     # Refused rows apart, below: they have no figures to sort by.
     checked = [r for r in rows if r["status"] != "invalid"]

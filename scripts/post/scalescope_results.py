@@ -25,16 +25,17 @@ SUMMARY_KEYS = ("world_size", "iteration_time_s", "iteration_time_ns", "tokens_p
                 "tokens_per_iteration", "model_flops_per_iteration", "peak_flops_per_gpu")
 # /ranks columns; the time terms add up to finish_ns.
 RANK_COLUMNS = ("finish_ns", "compute_ns", "exposed_tp_ns", "exposed_pp_ns", "exposed_dp_ns",
-                "exposed_embedding_ns", "exposed_cp_ns", "exposed_ep_ns", "bubble_ns", "host_wait_ns",
+                "exposed_embedding_ns", "exposed_cp_ns", "exposed_ep_ns", "bubble_ns",
+                "straggler_wait_ns", "host_wait_ns",
                 "other_wait_ns", "peak_memory_bytes",
                 "static_memory_bytes", "pp_stage", "class")
 BREAKDOWN_TERMS = (("compute", "compute_ns"), ("exposed_tp", "exposed_tp_ns"),
                    ("exposed_pp", "exposed_pp_ns"), ("exposed_dp", "exposed_dp_ns"),
                    ("exposed_embedding", "exposed_embedding_ns"), ("exposed_cp", "exposed_cp_ns"),
                    ("exposed_ep", "exposed_ep_ns"), ("bubble", "bubble_ns"),
-                   ("host_wait", "host_wait_ns"), ("other_wait", "other_wait_ns"))
+                   ("straggler_wait", "straggler_wait_ns"), ("host_wait", "host_wait_ns"), ("other_wait", "other_wait_ns"))
 # Columns added later: a file written before them reads as zeros there.
-OPTIONAL_RANK_COLUMNS = ("host_wait_ns",)
+OPTIONAL_RANK_COLUMNS = ("host_wait_ns", "straggler_wait_ns")
 ENGINE_KEYS = ("kind", "processes", "events_processed", "events_committed", "events_rolled_back",
                "remote_messages", "gvt_rounds", "wall_s", "events_per_virtual_rank",
                "lp_state_bytes_per_virtual_rank")

@@ -224,12 +224,13 @@ void finish_results(RunResults& out, const Costs& cost) {
 }
 
 /// RankResult as int64 fields, for reductions over processes.
-constexpr int kRankFields = 16;
+constexpr int kRankFields = 17;
 std::array<std::int64_t, kRankFields> pack(const RankResult& r) {
   return {r.finish,         r.compute,    r.exposed_tp,        r.exposed_pp,
           r.exposed_dp,     r.other_wait, r.peak_memory,       r.static_memory,
           r.pp_stage,       r.rank_class, r.exposed_embedding, r.bubble,
-          r.peak_transient, r.exposed_cp, r.exposed_ep,        r.host_wait};
+          r.peak_transient, r.exposed_cp, r.exposed_ep,        r.host_wait,
+          r.straggler_wait};
 }
 RankResult unpack(const std::int64_t* v) {
   RankResult r;
@@ -249,6 +250,7 @@ RankResult unpack(const std::int64_t* v) {
   r.exposed_cp = v[13];
   r.exposed_ep = v[14];
   r.host_wait = v[15];
+  r.straggler_wait = v[16];
   return r;
 }
 

@@ -273,7 +273,9 @@ void RankLP::finalize() {
       const SimTime wire = to - std::max(from, std::min(moving, to));
       const SimTime peers = std::max<SimTime>(0, std::min(moving, to) - std::max(issued, from));
       exposed_bucket(r, prog.ops[d]) += wire;
-      r.bubble += peers;
+      const bool pipeline = prog.ops[d].kind == graph::OpKind::SendRecv ||
+                            prog.ops[d].role == graph::CommRole::Embedding;
+      (pipeline ? r.bubble : r.straggler_wait) += peers;
       to = std::min(to, std::max(issued, from));
       d = by;
     }

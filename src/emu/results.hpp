@@ -12,11 +12,14 @@
 namespace scalescope::emu {
 
 /// Where one rank's iteration time went: finish = compute + exposed_tp + exposed_pp + exposed_dp
-/// + exposed_embedding + exposed_cp + exposed_ep + bubble + host_wait + other_wait. Compute-stream
-/// idle time is split along the communication op the next compute op waited for: the part while
-/// that op's data moved (its wire time) is exposed communication of its kind (TP, pipeline
-/// transfer, DP, tied-embedding all-reduce); the part while it waited for its peers to arrive is
-/// `bubble` (pipeline fill and drain, stragglers); host_wait is idle time while the host (CPU) had
+/// + exposed_embedding + exposed_cp + exposed_ep + bubble + straggler_wait + host_wait +
+/// other_wait. Compute-stream idle time is split along the communication op the next compute op
+/// waited for: the part while that op's data moved (its wire time) is exposed communication of
+/// its kind (TP, pipeline transfer, DP, tied-embedding all-reduce); the part while it waited for
+/// its peers to arrive is `bubble` where the op is a pipeline transfer or the tied-embedding
+/// all-reduce between the first and last stage (pipeline fill and drain) and `straggler_wait`
+/// where it is any other collective (a slower member of its TP, DP, CP or EP group: a
+/// straggler, or load imbalance among replicas or experts); host_wait is idle time while the host (CPU) had
 /// not yet issued the next op (docs/engine.md "Host issue"); other_wait is idle time with nothing
 /// else to blame.
 struct RankResult {
@@ -28,7 +31,8 @@ struct RankResult {
   SimTime exposed_embedding = 0;
   SimTime exposed_cp = 0;  ///< context parallelism's key/value exchange
   SimTime exposed_ep = 0;  ///< MoE token dispatch / combine (EP and expert-TP collectives)
-  SimTime bubble = 0;
+  SimTime bubble = 0;          ///< waiting on the pipeline's other stages
+  SimTime straggler_wait = 0;  ///< waiting for a collective's slower members
   SimTime host_wait = 0;
   SimTime other_wait = 0;
   std::int64_t peak_memory = 0;     ///< peak allocated bytes (issue order, as PyTorch counts)

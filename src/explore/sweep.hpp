@@ -80,8 +80,9 @@ struct Row {
   double model_tflops_per_gpu = 0;
   double mfu = 0;
   /// The last rank to finish: its compute, its exposed communication (TP, PP, DP, embedding,
-  /// CP, EP together), its pipeline bubble and its host wait.
-  double compute_s = 0, exposed_comm_s = 0, bubble_s = 0, host_wait_s = 0;
+  /// CP, EP together), its pipeline bubble, its wait for collectives' slower members and its
+  /// host wait.
+  double compute_s = 0, exposed_comm_s = 0, bubble_s = 0, straggler_wait_s = 0, host_wait_s = 0;
   // Memory: the tightest stage's total on the device against the usable HBM
   // (peak_memory_bytes, the device total: summary.json's memory.peak_total_bytes), and the
   // largest allocated / reserved peaks over the stages (memory.peak_allocated_bytes, …).

@@ -342,6 +342,7 @@ TEST(Emulation, CoalescedLocalOpsGiveTheSameResultsAsOpByOpReplay) {
     EXPECT_EQ(a.ranks[r].exposed_tp, b.ranks[r].exposed_tp) << r;
     EXPECT_EQ(a.ranks[r].exposed_pp, b.ranks[r].exposed_pp) << r;
     EXPECT_EQ(a.ranks[r].bubble, b.ranks[r].bubble) << r;
+    EXPECT_EQ(a.ranks[r].straggler_wait, b.ranks[r].straggler_wait) << r;
     EXPECT_EQ(a.ranks[r].exposed_embedding, b.ranks[r].exposed_embedding) << r;
     EXPECT_EQ(a.ranks[r].exposed_dp, b.ranks[r].exposed_dp) << r;
   }
@@ -363,7 +364,7 @@ TEST(Emulation, TimeBreakdownAddsUpAndEveryTracedOpIsRecorded) {
   for (const RankResult& x : r.ranks)
     EXPECT_EQ(x.finish, x.compute + x.exposed_tp + x.exposed_pp + x.exposed_dp +
                             x.exposed_embedding + x.exposed_cp + x.exposed_ep + x.bubble +
-                            x.host_wait + x.other_wait);
+                            x.straggler_wait + x.host_wait + x.other_wait);
   EXPECT_EQ(r.timelines[0].size(), g.templates[0].size());
   EXPECT_EQ(r.timelines[7].size(), g.templates[1].size());
   for (const TimelineRecord& t : r.timelines[0]) EXPECT_LE(t.start, t.end);
@@ -467,12 +468,15 @@ TEST(Emulation, SkewedRouterMakesTheBusiestExpertsRankSetTheIterationTime) {
   const SimTime grown = skewed.summary.iteration_time - balanced.summary.iteration_time;
   // Rounding: each of the 2·2·4 expert GEMMs is rounded to 1 ns; the free collectives 1 ns.
   EXPECT_NEAR(static_cast<double>(grown), expected, 64) << "busiest EP rank " << busiest;
-  // The busiest rank computes the most and never waits at an all-to-all for its peers.
+  // The busiest rank computes the most and never waits at an all-to-all for its peers: the
+  // others' wait is a straggler wait (one stage: no pipeline bubble at all).
   for (std::uint32_t r = 0; r < 4; ++r) {
+    EXPECT_EQ(skewed.ranks[r].bubble, 0) << r;
     if (r == busiest) continue;
     EXPECT_GT(skewed.ranks[busiest].compute, skewed.ranks[r].compute);
-    EXPECT_GT(skewed.ranks[r].bubble + skewed.ranks[r].exposed_ep,
-              skewed.ranks[busiest].bubble + skewed.ranks[busiest].exposed_ep);
+    EXPECT_GT(skewed.ranks[r].straggler_wait + skewed.ranks[r].exposed_ep,
+              skewed.ranks[busiest].straggler_wait + skewed.ranks[busiest].exposed_ep);
+    EXPECT_GT(skewed.ranks[r].straggler_wait, 0) << r;
   }
 }
 
@@ -576,7 +580,7 @@ TEST(HostIssue, CoalescedOpByOpAndReversedReplaysAgreeWithTheHostModelled) {
                                      a.ranks[r].exposed_pp + a.ranks[r].exposed_dp +
                                      a.ranks[r].exposed_embedding + a.ranks[r].exposed_cp +
                                      a.ranks[r].exposed_ep + a.ranks[r].bubble +
-                                     a.ranks[r].host_wait + a.ranks[r].other_wait);
+                                     a.ranks[r].straggler_wait + a.ranks[r].host_wait + a.ranks[r].other_wait);
   }
   EXPECT_GT(a.summary.iteration_time,
             emulate(g, synthetic_costs(), options(true, {})).summary.iteration_time);

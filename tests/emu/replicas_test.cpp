@@ -83,11 +83,12 @@ TEST(Replicas, TheRepresentativeReplayGivesTheFullReplaysResults) {
     EXPECT_EQ(x.exposed_tp, y.exposed_tp) << r;
     EXPECT_EQ(x.exposed_pp, y.exposed_pp) << r;
     EXPECT_EQ(x.bubble, y.bubble) << r;
+    EXPECT_EQ(x.straggler_wait, y.straggler_wait) << r;
     EXPECT_EQ(x.other_wait, y.other_wait) << r;
     EXPECT_EQ(x.peak_memory, y.peak_memory) << r;
     EXPECT_EQ(x.pp_stage, y.pp_stage) << r;
   }
-  EXPECT_GT(a.ranks[15].exposed_dp + a.ranks[15].bubble, 0);  // the DP reduction is waited for
+  EXPECT_GT(a.ranks[15].exposed_dp + a.ranks[15].bubble + a.ranks[15].straggler_wait, 0);  // the DP reduction is waited for
   EXPECT_EQ(a.summary.iteration_time, b.summary.iteration_time);
   ASSERT_EQ(b.timelines.size(), 2u);  // the traced ranks only
   for (std::uint32_t r : {0u, 15u}) {

@@ -34,6 +34,7 @@ explore::Row sample() {
   r.compute_s = 0.25;
   r.exposed_comm_s = 1e-9;
   r.bubble_s = 0.03;
+  r.straggler_wait_s = 0.005;
   r.host_wait_s = 0;
   r.peak_memory_bytes = 97'174'016'000;
   r.memory_capacity_bytes = 85'899'345'920;

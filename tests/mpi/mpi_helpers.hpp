@@ -75,6 +75,7 @@ inline void expect_identical(const RunResults& a, const RunResults& b) {
     EXPECT_EQ(a.ranks[r].exposed_tp, b.ranks[r].exposed_tp) << "rank " << r;
     EXPECT_EQ(a.ranks[r].exposed_pp, b.ranks[r].exposed_pp) << "rank " << r;
     EXPECT_EQ(a.ranks[r].bubble, b.ranks[r].bubble) << "rank " << r;
+    EXPECT_EQ(a.ranks[r].straggler_wait, b.ranks[r].straggler_wait) << "rank " << r;
     EXPECT_EQ(a.ranks[r].exposed_embedding, b.ranks[r].exposed_embedding) << "rank " << r;
     EXPECT_EQ(a.ranks[r].exposed_cp, b.ranks[r].exposed_cp) << "rank " << r;
     EXPECT_EQ(a.ranks[r].exposed_ep, b.ranks[r].exposed_ep) << "rank " << r;

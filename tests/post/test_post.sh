@@ -88,7 +88,7 @@ if sum(s["ranks"] for s in stages) != ref["world_size"]:
 for s in stages:
     total = sum(s[f"{t}_mean_s"] for t in ("compute", "exposed_tp", "exposed_pp", "exposed_dp",
                                            "exposed_embedding", "exposed_cp", "exposed_ep", "bubble",
-                                           "host_wait", "other_wait"))
+                                           "straggler_wait", "host_wait", "other_wait"))
     if not (s["finish_min_s"] - 1e-9 <= total <= s["finish_max_s"] + 1e-9):
         errors.append(f"stage {s['stage']}: mean breakdown {total} outside [finish min, max]")
 for want in (f"{ref['iteration_time_s']:.6f} s", f"{ref['tokens_per_s']:.1f} tokens/s",
