@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Long work says how far it is (issue 41): export-chakra, the Chakra import (graph --chakra),
-# sweep and run each print a progress line with a rate and an ETA on stderr, and none under
+# sweep, the layout search (its check and its replays) and run each print a progress line with a rate and an ETA on stderr, and none under
 # --quiet. SCALESCOPE_PROGRESS_INTERVAL=0 makes every step report, so that these short commands
 # show it (the default interval is 1 s).
 set -euo pipefail
@@ -27,6 +27,11 @@ lacks "graph --chakra --quiet: no progress" "Chakra import:" "$tmp/i2"
 "$bin" sweep "$qs" --vary training.micro_batch_size=1,2 -o "$tmp/s2" -q 2>"$tmp/s2.err" >/dev/null
 has "sweep: a line per configuration with rate and ETA" "^\[2/2\] .* configurations/s \| ETA 0 s" "$tmp/s1.err"
 lacks "sweep -q: no progress" "ETA" "$tmp/s2.err"
+"$bin" sweep "$qs" --search layout -o "$tmp/l1" 2>"$tmp/l1.err" >/dev/null
+"$bin" sweep "$qs" --search layout -o "$tmp/l2" -q 2>"$tmp/l2.err" >/dev/null
+has "layout search: its check with rate and ETA" "^layout search, checking: +[0-9.]+ % \(1440 of 1440 configurations\) \| .* configurations/s \| ETA" "$tmp/l1.err"
+has "layout search: its replays with rate and ETA" "^layout search: +100.0 % \([0-9]+ of [0-9]+ candidates\) \| .* candidates/s \| ETA" "$tmp/l1.err"
+lacks "sweep --search layout -q: no progress" "layout search" "$tmp/l2.err"
 # A run long enough for the engine's check (every 2^16 events): GPT-3 on 1,024 GPUs.
 big=$repo/inputs/experiments/gpt3-175b-1024.yaml
 "$bin" run "$big" -o "$tmp/r1" 2>"$tmp/r1.err" >/dev/null
