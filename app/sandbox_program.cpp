@@ -365,14 +365,19 @@ RankFigures rank_figures(const graph::SlicedGraph& g, const io::ExperimentConfig
 
 json rank_json(const RankFigures& f) {
   const auto s = [](SimTime t) { return static_cast<double>(t) * 1e-9; };
-  return {
-      {"iteration_seconds", s(f.iteration)},       {"finish_seconds", s(f.row.finish)},
-      {"compute_seconds", s(f.row.compute)},       {"exposed_dp_seconds", s(f.row.exposed_dp)},
-      {"exposed_tp_seconds", s(f.row.exposed_tp)}, {"exposed_pp_seconds", s(f.row.exposed_pp)},
-      {"exposed_ep_seconds", s(f.row.exposed_ep)}, {"bubble_seconds", s(f.row.bubble)},
-      {"straggler_wait_seconds", s(f.row.straggler_wait)},
-      {"host_wait_seconds", s(f.row.host_wait)},   {"other_wait_seconds", s(f.row.other_wait)},
-      {"peak_memory_bytes", f.row.peak_memory},    {"static_memory_bytes", f.row.static_memory}};
+  return {{"iteration_seconds", s(f.iteration)},
+          {"finish_seconds", s(f.row.finish)},
+          {"compute_seconds", s(f.row.compute)},
+          {"exposed_dp_seconds", s(f.row.exposed_dp)},
+          {"exposed_tp_seconds", s(f.row.exposed_tp)},
+          {"exposed_pp_seconds", s(f.row.exposed_pp)},
+          {"exposed_ep_seconds", s(f.row.exposed_ep)},
+          {"bubble_seconds", s(f.row.bubble)},
+          {"straggler_wait_seconds", s(f.row.straggler_wait)},
+          {"host_wait_seconds", s(f.row.host_wait)},
+          {"other_wait_seconds", s(f.row.other_wait)},
+          {"peak_memory_bytes", f.row.peak_memory},
+          {"static_memory_bytes", f.row.static_memory}};
 }
 
 /// The collectives of a traced rank's timeline, in order: [kind, bytes, start s, end s].

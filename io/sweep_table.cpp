@@ -124,16 +124,17 @@ std::string sweep_csv(const std::vector<explore::Row>& rows,
     const bool checked = r.status != explore::Status::Invalid;
     const auto cell = [](bool has, auto v) { return has ? fmt::format("{}", v) : std::string(); };
     out += fmt::format(
-        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", ++rank,
-        r.index, explore::status_name(r.status), cell(r.replayed, r.iteration_time_s),
+        "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+        ++rank, r.index, explore::status_name(r.status), cell(r.replayed, r.iteration_time_s),
         cell(r.replayed, r.tokens_per_s), cell(r.replayed, r.model_tflops_per_gpu),
         cell(r.replayed, r.mfu), cell(checked, gib(r.peak_memory_bytes)),
         cell(checked, gib(r.memory_capacity_bytes)), cell(checked, r.num_gpus), cell(checked, r.tp),
         cell(checked, r.pp), cell(checked, r.dp), cell(checked, r.cp), cell(checked, r.ep),
         cell(checked, r.vpp), cell(checked, r.micro_batch), cell(r.replayed, r.compute_s),
         cell(r.replayed, r.exposed_comm_s), cell(r.replayed, r.bubble_s),
-        cell(r.replayed, r.straggler_wait_s), cell(r.replayed, r.host_wait_s), r.replayed ? "true" : "false",
-        cell(checked, gib(r.peak_allocated_bytes)), cell(checked, gib(r.peak_reserved_bytes)),
+        cell(r.replayed, r.straggler_wait_s), cell(r.replayed, r.host_wait_s),
+        r.replayed ? "true" : "false", cell(checked, gib(r.peak_allocated_bytes)),
+        cell(checked, gib(r.peak_reserved_bytes)),
         csv_field(fmt::format("{}", fmt::join(r.overrides, " "))), csv_field(r.message));
   }
   return out;

@@ -19,9 +19,9 @@ namespace scalescope::emu {
 /// its peers to arrive is `bubble` where the op is a pipeline transfer or the tied-embedding
 /// all-reduce between the first and last stage (pipeline fill and drain) and `straggler_wait`
 /// where it is any other collective (a slower member of its TP, DP, CP or EP group: a
-/// straggler, or load imbalance among replicas or experts); host_wait is idle time while the host (CPU) had
-/// not yet issued the next op (docs/engine.md "Host issue"); other_wait is idle time with nothing
-/// else to blame.
+/// straggler, or load imbalance among replicas or experts); host_wait is idle time while the host
+/// (CPU) had not yet issued the next op (docs/engine.md "Host issue"); other_wait is idle time with
+/// nothing else to blame.
 struct RankResult {
   SimTime finish = 0;
   SimTime compute = 0;
@@ -29,8 +29,8 @@ struct RankResult {
   SimTime exposed_pp = 0;
   SimTime exposed_dp = 0;
   SimTime exposed_embedding = 0;
-  SimTime exposed_cp = 0;  ///< context parallelism's key/value exchange
-  SimTime exposed_ep = 0;  ///< MoE token dispatch / combine (EP and expert-TP collectives)
+  SimTime exposed_cp = 0;      ///< context parallelism's key/value exchange
+  SimTime exposed_ep = 0;      ///< MoE token dispatch / combine (EP and expert-TP collectives)
   SimTime bubble = 0;          ///< waiting on the pipeline's other stages
   SimTime straggler_wait = 0;  ///< waiting for a collective's slower members
   SimTime host_wait = 0;

@@ -73,7 +73,8 @@ TEST(AppPipeline, HostIterationWorkAddsItselfToEveryRankAndThePath) {
     EXPECT_EQ(y.finish, x.finish + h) << "rank " << k;
     EXPECT_EQ(y.host_wait, x.host_wait + h) << "rank " << k;
     EXPECT_EQ(y.compute + y.exposed_tp + y.exposed_pp + y.exposed_dp + y.exposed_embedding +
-                  y.exposed_cp + y.exposed_ep + y.bubble + y.straggler_wait + y.host_wait + y.other_wait,
+                  y.exposed_cp + y.exposed_ep + y.bubble + y.straggler_wait + y.host_wait +
+                  y.other_wait,
               y.finish)
         << "rank " << k;
   }

@@ -14,12 +14,7 @@ namespace scalescope::emu {
 namespace {
 
 graph::SlicedGraph job(std::int64_t tp, std::int64_t pp, std::int64_t dp, std::int64_t global) {
-  workload::ModelSpec m;
-  m.num_layers = 4;
-  m.hidden_size = 512;
-  m.num_attention_heads = 8;
-  m.vocab_size = 1000;
-  m.seq_length = 256;
+  const workload::ModelSpec m = testing::small_dense_model();
   workload::ParallelPlan p;
   p.tensor_model_parallel_size = tp;
   p.pipeline_model_parallel_size = pp;

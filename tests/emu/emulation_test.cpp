@@ -576,11 +576,11 @@ TEST(HostIssue, CoalescedOpByOpAndReversedReplaysAgreeWithTheHostModelled) {
   for (std::size_t r = 0; r < a.ranks.size(); ++r) {
     EXPECT_EQ(a.ranks[r].finish, b.ranks[r].finish) << "rank " << r;
     EXPECT_EQ(a.ranks[r].host_wait, b.ranks[r].host_wait) << "rank " << r;
-    EXPECT_EQ(a.ranks[r].finish, a.ranks[r].compute + a.ranks[r].exposed_tp +
-                                     a.ranks[r].exposed_pp + a.ranks[r].exposed_dp +
-                                     a.ranks[r].exposed_embedding + a.ranks[r].exposed_cp +
-                                     a.ranks[r].exposed_ep + a.ranks[r].bubble +
-                                     a.ranks[r].straggler_wait + a.ranks[r].host_wait + a.ranks[r].other_wait);
+    EXPECT_EQ(a.ranks[r].finish,
+              a.ranks[r].compute + a.ranks[r].exposed_tp + a.ranks[r].exposed_pp +
+                  a.ranks[r].exposed_dp + a.ranks[r].exposed_embedding + a.ranks[r].exposed_cp +
+                  a.ranks[r].exposed_ep + a.ranks[r].bubble + a.ranks[r].straggler_wait +
+                  a.ranks[r].host_wait + a.ranks[r].other_wait);
   }
   EXPECT_GT(a.summary.iteration_time,
             emulate(g, synthetic_costs(), options(true, {})).summary.iteration_time);

@@ -16,12 +16,7 @@ namespace {
 
 /// TP 2 · PP 2 · DP 4 (16 ranks), 4 micro-batches per replica.
 graph::SlicedGraph dense_job(workload::RankLayout& layout) {
-  workload::ModelSpec m;
-  m.num_layers = 4;
-  m.hidden_size = 512;
-  m.num_attention_heads = 8;
-  m.vocab_size = 1000;
-  m.seq_length = 256;
+  const workload::ModelSpec m = testing::small_dense_model();
   workload::ParallelPlan p;
   p.tensor_model_parallel_size = 2;
   p.pipeline_model_parallel_size = 2;
@@ -88,7 +83,8 @@ TEST(Replicas, TheRepresentativeReplayGivesTheFullReplaysResults) {
     EXPECT_EQ(x.peak_memory, y.peak_memory) << r;
     EXPECT_EQ(x.pp_stage, y.pp_stage) << r;
   }
-  EXPECT_GT(a.ranks[15].exposed_dp + a.ranks[15].bubble + a.ranks[15].straggler_wait, 0);  // the DP reduction is waited for
+  EXPECT_GT(a.ranks[15].exposed_dp + a.ranks[15].bubble + a.ranks[15].straggler_wait,
+            0);  // the DP reduction is waited for
   EXPECT_EQ(a.summary.iteration_time, b.summary.iteration_time);
   ASSERT_EQ(b.timelines.size(), 2u);  // the traced ranks only
   for (std::uint32_t r : {0u, 15u}) {

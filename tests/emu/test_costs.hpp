@@ -1,8 +1,21 @@
 #pragma once
-// Cost functions for the emulation tests that replay built graphs without the cost model.
+// A small model and cost functions for the emulation tests that replay built graphs without
+// the cost model.
 #include "emu/model_data.hpp"
+#include "workload/transformer_builder.hpp"
 
 namespace scalescope::emu::testing {
+
+/// A small dense decoder: 4 layers, hidden 512, 8 heads, vocabulary 1,000, sequence 256.
+inline workload::ModelSpec small_dense_model() {
+  workload::ModelSpec m;
+  m.num_layers = 4;
+  m.hidden_size = 512;
+  m.num_attention_heads = 8;
+  m.vocab_size = 1000;
+  m.seq_length = 256;
+  return m;
+}
 
 /// Compute from the op's FLOPs; a collective's time grows with its member count (so a DP group
 /// costed with only some of its members would finish early), transfers from their bytes; each
