@@ -277,9 +277,20 @@ void describe_replicas(EngineStats& e, const graph::SlicedGraph& g, const Replic
   e.replayed_ranks = reps != nullptr ? reps->active_ranks : g.world_size;
 }
 
+/// The process of the k-th data-parallel group of `size` members (their owners in `owner`):
+/// process k mod P where a member is there, so that the groups' LPs, which every DP collective
+/// of the job passes through, are dealt over the processes; else its (k mod size)-th member's.
+std::uint32_t dp_group_owner(const std::uint32_t* members, std::uint32_t size, std::uint32_t k,
+                             std::uint32_t processes, const std::vector<std::uint32_t>& owner) {
+  const std::uint32_t want = k % processes;
+  for (std::uint32_t i = 0; i < size; ++i)
+    if (owner[members[(k + i) % size]] == want) return want;
+  return owner[members[k % size]];
+}
+
 /// Owners under a representative replay: contiguous blocks of the replayed ranks in rank order,
 /// every other rank with its counterpart; a communicator with one of its replayed members (the
-/// k-th data-parallel group with its (k mod n)-th, as partition_lps spreads them).
+/// k-th data-parallel group as partition_lps places it).
 std::vector<std::uint32_t> replica_owner(const graph::SlicedGraph& g, const ReplicaMap& reps,
                                          std::uint32_t processes) {
   const std::uint32_t world = g.world_size;
@@ -301,8 +312,9 @@ std::vector<std::uint32_t> replica_owner(const graph::SlicedGraph& g, const Repl
       continue;
     }
     const auto n = static_cast<std::uint32_t>(replayed.size());
-    owner[world + c] =
-        owner[replayed[g.comms.kind[c] == graph::CommKind::DpGroup ? dp_groups++ % n : 0]];
+    owner[world + c] = g.comms.kind[c] == graph::CommKind::DpGroup
+                           ? dp_group_owner(replayed.data(), n, dp_groups++, processes, owner)
+                           : owner[replayed[0]];
   }
   return owner;
 }
@@ -435,15 +447,21 @@ std::vector<std::uint32_t> partition_lps(const graph::SlicedGraph& g, std::uint3
       std::copy(blocks.begin(), blocks.end(), owner.begin());
     }
     // A communicator goes with a member. Data-parallel groups, whose members span processes,
-    // take their members in turn (the k-th group its (k mod size)-th member), so their LPs
-    // spread over the processes instead of all landing on the first replica's.
+    // are dealt over the processes: the k-th goes to process k mod P where one of its members
+    // is there (else to its (k mod size)-th member). The (k mod size)-th member alone put them
+    // all on process 0 where the groups are fewer than their members (131,072 GPUs: 128 groups
+    // of 1,024, members 0…127 all in process 0's replicas), which then took every DP arrival
+    // of the job (issue 42).
     std::uint32_t dp_groups = 0;
     for (std::uint32_t c = 0; c < g.comms.size(); ++c) {
       const std::uint32_t* members = g.comms.members_begin(c);
       const auto size = static_cast<std::uint32_t>(g.comms.members_end(c) - members);
-      const std::uint32_t pick =
-          g.comms.kind[c] == graph::CommKind::DpGroup && size > 0 ? dp_groups++ % size : 0;
-      owner[world + c] = owner[members[pick]];
+      if (g.comms.kind[c] != graph::CommKind::DpGroup || size == 0) {
+        owner[world + c] = owner[members[0]];
+        continue;
+      }
+      const std::uint32_t k = dp_groups++;
+      owner[world + c] = dp_group_owner(members, size, k, processes, owner);
     }
     return owner;
   }

@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
+
 #include <string>
 
 #include "core/error.hpp"
@@ -135,6 +138,40 @@ TEST(Replicas, PerRankDurationsAreRefused) {
   o.representative_replicas = true;
   o.rank_durations[5] = std::vector<SimTime>(g.program_of(5).ops.size(), 7);
   EXPECT_THROW((void)emulate(g, member_sensitive_costs(), o), InputError);
+}
+
+}  // namespace
+}  // namespace scalescope::emu
+
+namespace scalescope::emu {
+namespace {
+
+TEST(Partition, DataParallelGroupsAreDealtOverTheProcesses) {
+  // TP 2 · PP 2 · DP 16: 16 replicas of 4 ranks, 4 DP groups of 16 members. Blocks of replicas
+  // give process 0 replicas 0–7 and process 1 replicas 8–15; the k-th DP group goes to process
+  // k mod 2 (each has a member on both), two each, instead of all four on the first replicas'.
+  workload::ModelSpec m = testing::small_dense_model();
+  workload::ParallelPlan p;
+  p.tensor_model_parallel_size = 2;
+  p.pipeline_model_parallel_size = 2;
+  p.data_parallel_size = 16;
+  workload::TrainingSpec t;
+  t.micro_batch_size = 1;
+  t.global_batch_size = 32;
+  const graph::SlicedGraph g = workload::build_graph(m, p, t);
+  const std::vector<std::uint32_t> owner = partition_lps(g, 2, "block");
+  std::array<int, 2> dp_groups{};
+  std::uint32_t k = 0;
+  for (std::uint32_t c = 0; c < g.comms.size(); ++c) {
+    if (g.comms.kind[c] != graph::CommKind::DpGroup) continue;
+    EXPECT_EQ(owner[g.world_size + c], k % 2) << "DP group " << k;
+    ++dp_groups[owner[g.world_size + c]];
+    ++k;
+  }
+  EXPECT_EQ(k, 4u);
+  EXPECT_EQ(dp_groups[0], 2);
+  EXPECT_EQ(dp_groups[1], 2);
+  EXPECT_EQ(std::count(owner.begin(), owner.begin() + g.world_size, 0u), 32);  // 8 replicas each
 }
 
 }  // namespace
