@@ -24,7 +24,6 @@
 #include "core/error.hpp"
 #include "core/progress.hpp"
 #include "emu/bound.hpp"
-#include "emu/replicas.hpp"
 #include "explore/sweep.hpp"
 #include "io/config.hpp"
 #include "io/summary_json.hpp"
@@ -49,10 +48,11 @@ explore::Row sweep_point(const std::string& config_path, const std::vector<std::
   std::optional<io::ExperimentConfig> loaded;
   std::optional<graph::SlicedGraph> g;
   // The check of a layout search (no replay): micro-batches beyond what the pipeline holds in
-  // flight repeat the same ops and the same memory, so the graph is built with at most
-  // 2 · PP · VPP of them (their memory peak is the full run's: e2e.layout_search compares the
-  // two over a whole search) and the micro-batches' compute is scaled to the real count.
-  // SCALESCOPE_SEARCH_FULL_BUILDS=1 builds them all.
+  // flight repeat the same ops and the same memory, so the graph is built with PP · VPP of them
+  // (at least 2; 2 · PP · VPP under FSDP or ZeRO-2/3, whose gathered and reduced buffers live
+  // longer): their memory peak is the full run's (e2e.layout_search compares the two over a
+  // whole search), and the bound below accounts for the rest. SCALESCOPE_SEARCH_FULL_BUILDS=1
+  // builds them all.
   std::int64_t micro = 0, built_micro = 0;
   std::optional<io::ExperimentConfig> built;  // what the graph was built from
   try {
@@ -139,12 +139,7 @@ explore::Row sweep_point(const std::string& config_path, const std::vector<std::
   } else {
     // One replica replayed where the replicas are provably identical (emu/replicas.hpp): the
     // same row bit for bit (e2e.engines_identical), a fraction of the events.
-    try {
-      static_cast<void>(emu::representative_replicas(*g, costs, opt));
-      opt.representative_replicas = true;
-    } catch (const InputError&) {
-      opt.representative_replicas = false;  // not provable here: every rank replayed
-    }
+    opt.representative_where_provable = true;
     emu::RunResults res = emu::emulate(*g, costs, opt);
     complete_summary(res, c);
     s = res.summary;
@@ -237,24 +232,38 @@ std::map<std::size_t, explore::Row> read_journal(
   return done;
 }
 
-/// Every process's rows (and the first error any had) on every process, through one JSON text
-/// each.
-std::pair<std::vector<explore::Row>, std::string> allgather_rows(
-    const std::vector<explore::Row>& mine, const std::string& error) {
+/// Every process's rows and the first error any had (in process order), through one JSON text
+/// each: on every process (`everywhere`), or on process 0 only (the others get none).
+std::pair<std::vector<explore::Row>, std::string> gather_rows(const std::vector<explore::Row>& mine,
+                                                              const std::string& error,
+                                                              bool everywhere) {
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   for (const explore::Row& r : mine) rows.push_back(io::sweep_row_json(r));
   const std::string text = nlohmann::ordered_json{{"rows", rows}, {"error", error}}.dump();
-  int procs = 1;
+  int procs = 1, me = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &procs);
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
   int len = static_cast<int>(text.size());
   std::vector<int> lens(static_cast<std::size_t>(procs)), displs(lens.size());
-  MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, MPI_COMM_WORLD);
-  for (std::size_t p = 0, at = 0; p < lens.size(); at += static_cast<std::size_t>(lens[p]), ++p)
-    displs[p] = static_cast<int>(at);
-  std::string all(static_cast<std::size_t>(displs.back() + lens.back()), '\0');
-  MPI_Allgatherv(text.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR,
-                 MPI_COMM_WORLD);
+  if (everywhere)
+    MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  else
+    MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+  const bool receives = everywhere || me == 0;
+  std::string all;
+  if (receives) {
+    for (std::size_t p = 0, at = 0; p < lens.size(); at += static_cast<std::size_t>(lens[p]), ++p)
+      displs[p] = static_cast<int>(at);
+    all.resize(static_cast<std::size_t>(displs.back() + lens.back()));
+  }
+  if (everywhere)
+    MPI_Allgatherv(text.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR,
+                   MPI_COMM_WORLD);
+  else
+    MPI_Gatherv(text.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, 0,
+                MPI_COMM_WORLD);
   std::vector<explore::Row> out;
+  if (!receives) return {out, std::string()};
   std::string first_error;
   for (std::size_t p = 0; p < lens.size(); ++p) {
     const auto j = nlohmann::ordered_json::parse(
@@ -379,7 +388,7 @@ int sweep_command(const MpiWorld& mpi, const std::string& config_path,
       }
       checking.update(mine.size());
     }
-    auto [checked, err] = allgather_rows(mine, error);
+    auto [checked, err] = gather_rows(mine, error, true);
     if (!err.empty()) throw_io("{}", err);
     std::vector<explore::Row> rows(points.size());
     for (explore::Row& r : checked) rows[r.index] = std::move(r);
@@ -440,7 +449,7 @@ int sweep_command(const MpiWorld& mpi, const std::string& config_path,
           round_error = e.what();
         }
       }
-      auto [got, e2] = allgather_rows(done_here, round_error);
+      auto [got, e2] = gather_rows(done_here, round_error, true);
       if (!e2.empty()) throw_io("{}", e2);
       for (explore::Row& r : got) rows[r.index] = std::move(r);
       replayed.insert(replayed.end(), round.begin(), round.end());
@@ -501,7 +510,7 @@ int sweep_command(const MpiWorld& mpi, const std::string& config_path,
   }
   // An unreadable file (cost.profile, a capture) stops this process's share; the error travels
   // with the rows, so no process is left waiting in the gather, and process 0 reports it.
-  nlohmann::ordered_json mine = nlohmann::ordered_json::array();
+  std::vector<explore::Row> mine;
   std::string error;
   const auto start = std::chrono::steady_clock::now();
   std::size_t finished = 0;  // of this process's share
@@ -533,42 +542,25 @@ int sweep_command(const MpiWorld& mpi, const std::string& config_path,
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
           static_cast<double>(finished) * static_cast<double>(procs) / std::max(spent, 1e-9), eta);
     }
-    mine.push_back(io::sweep_row_json(r));
-    log << mine.back().dump() << "\n" << std::flush;
+    log << io::sweep_row_json(r).dump() << "\n" << std::flush;
+    mine.push_back(std::move(r));
   }
   if (group != MPI_COMM_NULL) MPI_Comm_free(&group);
-  const std::string text = nlohmann::ordered_json{{"rows", mine}, {"error", error}}.dump();
-  int len = static_cast<int>(text.size());
-  std::vector<int> lens(procs), displs(procs);
-  MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
-  std::string all;
-  if (me == 0) {
-    for (std::size_t p = 0, at = 0; p < procs; at += static_cast<std::size_t>(lens[p]), ++p)
-      displs[p] = static_cast<int>(at);
-    all.resize(static_cast<std::size_t>(displs[procs - 1] + lens[procs - 1]));
-  }
-  MPI_Gatherv(text.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, 0,
-              MPI_COMM_WORLD);
+  auto [gathered, gather_error] = gather_rows(mine, error, false);
   if (me != 0) return 0;
+  if (!gather_error.empty()) {
+    // An error of the input repeats on a resume: the journal goes, and a DIR made for it.
+    remove_journals();
+    std::error_code ec;
+    if (created_out) std::filesystem::remove(out, ec);  // only if empty
+    throw_io("{}", gather_error);
+  }
   std::vector<explore::Row> rows(points.size());
   for (auto& [i, r] : done) rows[i] = std::move(r);
-  for (std::size_t p = 0; p < procs; ++p) {
-    const auto payload = nlohmann::ordered_json::parse(
-        all.substr(static_cast<std::size_t>(displs[p]), static_cast<std::size_t>(lens[p])));
-    if (const std::string e = payload.at("error").get<std::string>(); !e.empty()) {
-      // An error of the input repeats on a resume: the journal goes, and a DIR made for it.
-      remove_journals();
-      std::error_code ec;
-      if (created_out) std::filesystem::remove(out, ec);  // only if empty
-      throw_io("{}", e);
-    }
-    for (const auto& j : payload.at("rows")) {
-      explore::Row r = io::sweep_row_from_json(j);
-      rows[r.index] = std::move(r);
-    }
-  }
+  for (explore::Row& r : gathered) rows[r.index] = std::move(r);
+  const int rc = finish(rows);
   remove_journals();  // the table is written: the journals are no longer needed
-  return finish(rows);
+  return rc;
 }
 
 }  // namespace scalescope::app

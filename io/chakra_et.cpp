@@ -91,9 +91,8 @@ EtAttr EtAttr::double_list(std::string name, std::vector<double> v) {
 }
 
 const EtAttr* EtNode::attr(std::string_view n) const {
-  // Names are a few characters: compared inline (the import asks every node for several).
   for (const EtAttr& a : attrs)
-    if (a.name.size() == n.size() && std::equal(n.begin(), n.end(), a.name.begin())) return &a;
+    if (a.name == n) return &a;
   return nullptr;
 }
 const EtAttr* EtFile::meta_attr(std::string_view n) const {

@@ -151,19 +151,19 @@ Op schema_op(const EtNode& n, const std::string& file, std::int64_t rank) {
 
 }  // namespace
 
-/// One file → the rank's ops in a topological order (ties: ascending node id, as ASTRA-sim
-/// issues ready nodes), with dependencies as op indices.
 namespace {
 
-/// Kahn's topological order of f's nodes (parents as CSR, indegree and child counts per node),
-/// the smallest ready node id first; `indegree` is left > 0 on the nodes of a cycle.
+/// Kahn's topological order of f's nodes (their distinct parents as CSR; `indegree`, each
+/// node's parent count, is consumed), the smallest ready node id first; `indegree` is left > 0
+/// on the nodes of a cycle.
 void kahn_order(const EtFile& f, const std::vector<std::uint32_t>& parents,
                 const std::vector<std::uint32_t>& parent_offsets,
-                std::vector<std::uint32_t>& indegree, const std::vector<std::uint32_t>& child_count,
-                std::vector<std::uint32_t>& order) {
+                std::vector<std::uint32_t>& indegree, std::vector<std::uint32_t>& order) {
   const std::size_t n = f.nodes.size();
+  // The children lists (CSR): no allocation per node.
   std::vector<std::uint32_t> child_offsets(n + 1, 0), children(parents.size());
-  for (std::size_t i = 0; i < n; ++i) child_offsets[i + 1] = child_offsets[i] + child_count[i];
+  for (const std::uint32_t p : parents) ++child_offsets[p + 1];
+  for (std::size_t i = 0; i < n; ++i) child_offsets[i + 1] += child_offsets[i];
   std::vector<std::uint32_t> fill(child_offsets.begin(), child_offsets.end() - 1);
   for (std::uint32_t i = 0; i < n; ++i)
     for (std::uint32_t k = parent_offsets[i]; k < parent_offsets[i + 1]; ++k)
@@ -183,6 +183,8 @@ void kahn_order(const EtFile& f, const std::vector<std::uint32_t>& parents,
 
 }  // namespace
 
+/// One file → the rank's ops in a topological order (ties: ascending node id, as ASTRA-sim
+/// issues ready nodes), with dependencies as op indices.
 RawRank convert_file(Context& ctx, const EtFile& f, const std::string& file, std::int64_t rank) {
   RawRank out;
   out.file = file;
@@ -207,10 +209,10 @@ RawRank convert_file(Context& ctx, const EtFile& f, const std::string& file, std
     const auto it = sparse.find(id);
     return it == sparse.end() ? kAbsent : it->second;
   };
-  // Each node's distinct parents (CSR), then the children lists (CSR): no allocation per node,
-  // which a trace of 50,000 nodes per rank and a thousand ranks would pay for in malloc.
+  // Each node's distinct parents (CSR): no allocation per node, which a trace of 50,000 nodes
+  // per rank and a thousand ranks would pay for in malloc.
   std::vector<std::uint32_t> parent_offsets(n + 1, 0), parents;
-  std::vector<std::uint32_t> indegree(n, 0), child_count(n, 0);
+  std::vector<std::uint32_t> indegree(n, 0);
   // Whether the file is already in the order wanted: ids ascending and every node after its
   // parents (what our writer and the PyTorch converter produce).
   bool in_order = true;
@@ -233,7 +235,6 @@ RawRank convert_file(Context& ctx, const EtFile& f, const std::string& file, std
     parents.erase(std::unique(mine, parents.end()), parents.end());
     parent_offsets[i + 1] = static_cast<std::uint32_t>(parents.size());
     indegree[i] = parent_offsets[i + 1] - parent_offsets[i];
-    for (std::size_t k = first; k < parents.size(); ++k) ++child_count[parents[k]];
   }
   // Kahn's order with the smallest ready id first (as ASTRA-sim issues ready nodes). A file in
   // order is its own answer: the smallest id not yet taken always has its parents taken (their
@@ -243,7 +244,7 @@ RawRank convert_file(Context& ctx, const EtFile& f, const std::string& file, std
   if (in_order) {
     for (std::uint32_t i = 0; i < n; ++i) order.push_back(i);
   } else {
-    kahn_order(f, parents, parent_offsets, indegree, child_count, order);
+    kahn_order(f, parents, parent_offsets, indegree, order);
     if (order.size() != n) {
       std::uint64_t id = std::numeric_limits<std::uint64_t>::max();
       for (std::uint32_t i = 0; i < n; ++i)
@@ -422,10 +423,10 @@ RawRank convert_file(Context& ctx, const EtFile& f, const std::string& file, std
   return out;
 }
 
-/// Bytes that identify a program (ops, dependencies, fixed durations) for template sharing.
 namespace {
 
-/// Feeds `put` every value that identifies r's program, in order.
+/// Feeds `put` every value that identifies r's program (ops, dependencies, fixed durations,
+/// static memory, template name), in order: what template sharing compares.
 template <class Put>
 void program_values(const RawRank& r, Put put) {
   put(r.static_memory);

@@ -25,13 +25,13 @@ inline constexpr const char* kSchema = "scalescope-chakra-1";
 std::string rank_file(const std::string& prefix, std::uint32_t r);
 std::string class_file(const std::string& prefix, std::uint32_t k);
 std::string classes_json(const std::string& prefix);
-std::vector<std::int64_t> op_ints(const Op& op);
-/// The same as an array (no allocation).
-std::array<std::int64_t, 21> op_int_array(const Op& op);
 
 /// Attributes in ss_op: 21 since kernels and cuda_graph were added (files of 19 launch one kernel
 /// per op, eagerly; files of 18 also have no host synchronization).
 inline constexpr std::size_t kOpInts = 21;
+/// An op's ss_op attribute, as an array (no allocation) and as the list the writer stores.
+std::array<std::int64_t, kOpInts> op_int_array(const Op& op);
+std::vector<std::int64_t> op_ints(const Op& op);
 
 // chakra_et_convert.cpp
 /// One op of a rank as read, before communicators are assigned.

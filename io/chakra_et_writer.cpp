@@ -44,8 +44,8 @@ std::vector<std::int64_t> op_ints(const Op& op) {
   return {a.begin(), a.end()};
 }
 
-std::array<std::int64_t, 21> op_int_array(const Op& op) {
-  static_assert(kOpInts == 21);
+std::array<std::int64_t, kOpInts> op_int_array(const Op& op) {
+  static_assert(kOpInts == 21, "one initializer per ss_op attribute below");
   return {static_cast<std::int64_t>(op.kind),
           static_cast<std::int64_t>(op.stream),
           static_cast<std::int64_t>(op.role),

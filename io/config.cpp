@@ -269,9 +269,9 @@ ExperimentConfig load_experiment(const std::string& path, const std::vector<std:
     c.cost.profile = fs::absolute(p).lexically_normal().string();
   }
   check_plan(c, t);
-  // Last, after every other check: a launch line without --global-batch-size (and no training.global_batch_size elsewhere):
-  // Megatron-LM would default it to micro_batch_size·DP, one micro-batch per pipeline, which a
-  // line copied from a real job almost never meant.
+  // Last, after every other check: a launch line without --global-batch-size (and no
+  // training.global_batch_size elsewhere): Megatron-LM would default it to micro_batch_size·DP, one
+  // micro-batch per pipeline, which a line copied from a real job almost never meant.
   if (!lines.empty() && get(t.at("training"), "global_batch_size") == nullptr)
     throw_input(
         "{}: no --global-batch-size (nor training.global_batch_size): give it (Megatron-LM's "

@@ -11,15 +11,12 @@ std::vector<AloneBound> alone_bounds(const ModelData& data) {
   const graph::SlicedGraph& g = *data.graph;
   const Costs& c = *data.cost;
   std::vector<AloneBound> out(g.templates.size());
-  std::vector<std::int64_t> first_rank(g.templates.size(), -1);
-  for (std::uint32_t r = 0; r < g.world_size; ++r)
-    if (first_rank[g.rank_class[r]] < 0) first_rank[g.rank_class[r]] = r;
   std::vector<SimTime> finish;
   for (std::size_t k = 0; k < g.templates.size(); ++k) {
-    if (!g.is_loaded(k) || first_rank[k] < 0) continue;
+    if (!g.is_loaded(k) || data.first_rank[k] < 0) continue;
     const RankClass& rc = data.classes[k];
     const graph::RankProgram& p = *rc.prog;
-    const auto rank = static_cast<std::uint32_t>(first_rank[k]);
+    const auto rank = static_cast<std::uint32_t>(data.first_rank[k]);
     // Per role: whether the flow model runs this rank's transfers there (across nodes).
     std::array<std::int8_t, graph::kNumRoles> flow{};
     flow.fill(-1);
@@ -44,11 +41,7 @@ std::vector<AloneBound> alone_bounds(const ModelData& data) {
       for (const std::uint32_t* d = p.deps_begin(i); d != p.deps_end(i); ++d)
         t = std::max(t, finish[*d]);
       if (rc.prev_on_stream[i] != kNoOp) t = std::max(t, finish[rc.prev_on_stream[i]]);
-      if (rc.host_prefix != nullptr) {
-        const std::uint32_t s = rc.last_sync[i];
-        t = std::max(
-            t, s == kNoOp ? rc.host_prefix[i] : rc.host_prefix[i] + finish[s] - rc.host_prefix[s]);
-      }
+      t = std::max(t, host_issue_time(rc, i, finish.data()));  // earlier ops all finished
       SimTime d = rc.dur[i];
       if (graph::is_collective(op.kind)) d = by_flow(op.role) ? 0 : rc.wire[i];
       if (op.kind == graph::OpKind::SendRecv) d = 0;

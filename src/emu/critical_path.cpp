@@ -94,12 +94,9 @@ class Walker {
       out = {rt.finish[p], Ready::Stream, p};
     for (const std::uint32_t* d = c.waits->begin(i); d != c.waits->end(i); ++d)
       if (rt.finish[*d] > out.t) out = {rt.finish[*d], Ready::Dep, *d};
-    if (c.host_prefix != nullptr) {
-      const std::uint32_t s = c.last_sync[i];
-      const SimTime issue =
-          s == kNoOp ? c.host_prefix[i] : c.host_prefix[i] + rt.finish[s] - c.host_prefix[s];
-      if (issue > out.t) out = {issue, Ready::Host, s};
-    }
+    if (c.host_prefix != nullptr)
+      if (const SimTime issue = host_issue_time(c, i, rt.finish); issue > out.t)
+        out = {issue, Ready::Host, c.last_sync[i]};
     return out;
   }
 

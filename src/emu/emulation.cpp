@@ -277,6 +277,22 @@ void describe_replicas(EngineStats& e, const graph::SlicedGraph& g, const Replic
   e.replayed_ranks = reps != nullptr ? reps->active_ranks : g.world_size;
 }
 
+/// The replica map a replay with `options` runs: run.replicas: representative's (InputError
+/// where the replicas are not provably identical), the same where provable under
+/// representative_where_provable, else none (every rank replayed).
+std::optional<ReplicaMap> replicas_of(const graph::SlicedGraph& g, const Costs& cost,
+                                      const EmulationOptions& options) {
+  if (options.representative_replicas) return representative_replicas(g, cost, options);
+  if (options.representative_where_provable) {
+    try {
+      return representative_replicas(g, cost, options);
+    } catch (const InputError&) {
+      // not provable here: every rank is replayed
+    }
+  }
+  return std::nullopt;
+}
+
 /// The process of the k-th data-parallel group of `size` members (their owners in `owner`):
 /// process k mod P where a member is there, so that the groups' LPs, which every DP collective
 /// of the job passes through, are dealt over the processes; else its (k mod size)-th member's.
@@ -376,8 +392,7 @@ RunResults emulate(const graph::SlicedGraph& g, const Costs& cost,
                    const EmulationOptions& options) {
   if (!g.fully_loaded())
     throw ContractError("emulate: the sequential engine needs every template of the graph");
-  std::optional<ReplicaMap> reps;
-  if (options.representative_replicas) reps = representative_replicas(g, cost, options);
+  const std::optional<ReplicaMap> reps = replicas_of(g, cost, options);
   Instance inst(g, cost, options, nullptr, 0, reps ? &*reps : nullptr,
                 [](std::uint64_t bytes, std::uint32_t ranks) {
                   check_replay_memory(bytes, core::available_memory_bytes(), ranks, 1);
@@ -519,8 +534,7 @@ DistributedResults emulate_distributed(const graph::SlicedGraph& g, const Costs&
   int me = 0, size = 1;
   MPI_Comm_rank(comm, &me);
   MPI_Comm_size(comm, &size);
-  std::optional<ReplicaMap> reps;
-  if (options.representative_replicas) reps = representative_replicas(g, cost, options);
+  const std::optional<ReplicaMap> reps = replicas_of(g, cost, options);
   std::vector<std::uint32_t> owner =
       reps ? replica_owner(g, *reps, static_cast<std::uint32_t>(size))
            : partition_lps(g, static_cast<std::uint32_t>(size), options.partition,

@@ -40,6 +40,9 @@ struct EmulationOptions {
   /// collectives across replicas; every other rank takes its counterpart's results. InputError
   /// where the replicas are not provably identical.
   bool representative_replicas = false;
+  /// The same where the replicas are provably identical, and every rank replayed where they are
+  /// not (no error): what a sweep's replays use (the same results either way, fewer events).
+  bool representative_where_provable = false;
   /// Ranks that each get an MPI process of their own when there are enough processes (the
   /// last ones; the sandbox), whatever the partition.
   std::vector<std::uint32_t> dedicated_ranks;

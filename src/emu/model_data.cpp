@@ -86,7 +86,7 @@ ModelData::ModelData(const graph::SlicedGraph& g, const Costs& c, bool coalesce,
   // Wire times of each template's communication ops on the communicators of the first rank of
   // its class (ranks of one class have communicators of the same shape in every layout built
   // here; the breakdown is the only reader).
-  std::vector<std::int64_t> first_rank(g.templates.size(), -1);
+  first_rank.assign(g.templates.size(), -1);
   for (std::uint32_t r = 0; r < g.world_size; ++r)
     if (first_rank[g.rank_class[r]] < 0) first_rank[g.rank_class[r]] = r;
   wire.resize(g.templates.size());

@@ -112,6 +112,21 @@ struct RankClass {
   std::uint32_t comm_ops = 0;  ///< communication ops in the template
 };
 
+/// When the host has issued op i of a rank of class `rc` (docs/engine.md "Host issue"), given
+/// the rank's op finish times: its issue time after the start, or after the host's last
+/// synchronization once that op finished; kTimeUnknown while that op is unfinished; 0 when the
+/// host is not modelled. The host issues in program order; after it waited for op s, it resumes
+/// at s's finish, and op s started no earlier than its own issue time, so the last
+/// synchronization alone sets the offset: issue(i) = H_i + finish(s) - H_s (H: the host's prefix
+/// sum of issue times).
+inline SimTime host_issue_time(const RankClass& rc, std::uint32_t i, const SimTime* finish) {
+  if (rc.host_prefix == nullptr) return 0;
+  const std::uint32_t s = rc.last_sync[i];
+  if (s == kNoOp) return rc.host_prefix[i];
+  const SimTime f = finish[s];
+  return f == kTimeUnknown ? kTimeUnknown : rc.host_prefix[i] + (f - rc.host_prefix[s]);
+}
+
 struct ModelData {
   const graph::SlicedGraph* graph = nullptr;
   const Costs* cost = nullptr;
@@ -122,6 +137,9 @@ struct ModelData {
   std::vector<MemoryProfile> memory;       ///< per template; empty for a template not loaded
   std::vector<WaitDeps> waits;             ///< per template; empty for a template not loaded
   std::vector<std::vector<SimTime>> wire;  ///< per template (RankClass::wire)
+  /// Per template: the lowest rank of its class (whose communicators `wire` is costed on), -1
+  /// for a template of no rank.
+  std::vector<std::int64_t> first_rank;
   std::vector<std::vector<std::uint32_t>> prev_on_stream;  ///< per template
   std::vector<std::vector<SimTime>> host_prefix;           ///< per template (RankClass)
   std::vector<std::vector<std::uint32_t>> last_sync;       ///< per template (RankClass)

@@ -63,14 +63,7 @@ SimTime RankLP::deps_ready(std::uint32_t i) const {
 }
 
 SimTime RankLP::issue_time(std::uint32_t i) const {
-  if (cls_->host_prefix == nullptr) return 0;
-  // The host issues in program order; after it waited for op s, it resumes at s's finish. Op s
-  // itself started no earlier than its own issue time, so the last synchronization alone sets
-  // the offset: issue(i) = H_i + finish(s) - H_s (H: the host's prefix sum of issue times).
-  const std::uint32_t s = cls_->last_sync[i];
-  if (s == kNoOp) return cls_->host_prefix[i];
-  const SimTime f = time_[s];
-  return f == kTimeUnknown ? kTimeUnknown : cls_->host_prefix[i] + (f - cls_->host_prefix[s]);
+  return host_issue_time(*cls_, i, time_);
 }
 
 void RankLP::issue_comm(std::uint32_t i, int s, SimTime t, pdes::Context& ctx) {

@@ -17,16 +17,17 @@
 namespace scalescope::emu {
 namespace {
 
-/// TP 2 · PP 2 · DP 4 (16 ranks), 4 micro-batches per replica.
-graph::SlicedGraph dense_job(workload::RankLayout& layout) {
+/// TP 2 · PP 2 · DP `dp` (16 ranks by default), `global` / `dp` micro-batches per replica (4).
+graph::SlicedGraph dense_job(workload::RankLayout& layout, std::int64_t dp = 4,
+                             std::int64_t global = 16) {
   const workload::ModelSpec m = testing::small_dense_model();
   workload::ParallelPlan p;
   p.tensor_model_parallel_size = 2;
   p.pipeline_model_parallel_size = 2;
-  p.data_parallel_size = 4;
+  p.data_parallel_size = dp;
   workload::TrainingSpec t;
   t.micro_batch_size = 1;
-  t.global_batch_size = 16;
+  t.global_batch_size = global;
   layout = workload::layout_of(p);
   return workload::build_graph(m, p, t);
 }
@@ -140,25 +141,12 @@ TEST(Replicas, PerRankDurationsAreRefused) {
   EXPECT_THROW((void)emulate(g, member_sensitive_costs(), o), InputError);
 }
 
-}  // namespace
-}  // namespace scalescope::emu
-
-namespace scalescope::emu {
-namespace {
-
 TEST(Partition, DataParallelGroupsAreDealtOverTheProcesses) {
   // TP 2 · PP 2 · DP 16: 16 replicas of 4 ranks, 4 DP groups of 16 members. Blocks of replicas
   // give process 0 replicas 0–7 and process 1 replicas 8–15; the k-th DP group goes to process
   // k mod 2 (each has a member on both), two each, instead of all four on the first replicas'.
-  workload::ModelSpec m = testing::small_dense_model();
-  workload::ParallelPlan p;
-  p.tensor_model_parallel_size = 2;
-  p.pipeline_model_parallel_size = 2;
-  p.data_parallel_size = 16;
-  workload::TrainingSpec t;
-  t.micro_batch_size = 1;
-  t.global_batch_size = 32;
-  const graph::SlicedGraph g = workload::build_graph(m, p, t);
+  workload::RankLayout lay;
+  const graph::SlicedGraph g = dense_job(lay, 16, 32);
   const std::vector<std::uint32_t> owner = partition_lps(g, 2, "block");
   std::array<int, 2> dp_groups{};
   std::uint32_t k = 0;
