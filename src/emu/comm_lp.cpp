@@ -56,6 +56,50 @@ CommLP::CommLP(std::uint32_t comm, const ModelData& data)
   }
 }
 
+RoleOps role_ops(const ModelData& data) {
+  const graph::SlicedGraph& g = *data.graph;
+  RoleOps out(g.templates.size());
+  for (std::size_t t = 0; t < g.templates.size(); ++t) {
+    if (!g.is_loaded(t)) continue;
+    for (const graph::Op& op : g.templates[t].ops)
+      for (const graph::CommRole role : {op.role, op.role2}) {
+        if (role == graph::CommRole::None) continue;
+        auto& list = out[t][static_cast<std::size_t>(role)];
+        const bool seen = std::any_of(list.begin(), list.end(), [&](const graph::Op* o) {
+          return o->kind == op.kind && o->comm_bytes == op.comm_bytes && o->shape == op.shape;
+        });
+        if (!seen) list.push_back(&op);
+      }
+  }
+  return out;
+}
+
+SimTime CommLP::least_gap(const RoleOps& ops) const {
+  if (flow_) return 0;
+  if (eager_) return 1;
+  const graph::SlicedGraph& g = *data_->graph;
+  SimTime least = kTimeInfinity;
+  // Members alike in template and in the roles that reach this communicator run the same ops
+  // on it: each such kind of member is priced once.
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> priced;  // (template, role mask)
+  for (std::uint32_t i = 0; i < size_; ++i) {
+    const std::uint32_t m = members_[i];
+    std::uint32_t mask = 0;
+    for (int r = 1; r < graph::kNumRoles; ++r)
+      if (g.comm_of(m, static_cast<graph::CommRole>(r)) == static_cast<std::int32_t>(comm_))
+        mask |= 1u << r;
+    const std::uint32_t t = g.rank_class[m];
+    if (std::find(priced.begin(), priced.end(), std::pair{t, mask}) != priced.end()) continue;
+    priced.emplace_back(t, mask);
+    SCALESCOPE_EXPECTS(g.is_loaded(t));
+    for (int r = 1; r < graph::kNumRoles; ++r)
+      if (mask & (1u << r))
+        for (const graph::Op* op : ops[t][static_cast<std::size_t>(r)])
+          least = std::min(least, data_->cost->wire(*op, shape_));
+  }
+  return least;
+}
+
 SimTime CommLP::duration(const pdes::Event& arrival) const {
   const EmuMsg& m = arrival.as<EmuMsg>();
   const graph::Op& op = data_->graph->program_of(arrival.key.src).ops[m.op];

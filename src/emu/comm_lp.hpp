@@ -16,6 +16,11 @@
 
 namespace scalescope::emu {
 
+/// Per template and role, one op of each distinct (kind, bytes, shape) its program runs on that
+/// role's communicator: what CommLP::least_gap prices. Empty for a template not loaded.
+using RoleOps = std::vector<std::array<std::vector<const graph::Op*>, graph::kNumRoles>>;
+RoleOps role_ops(const ModelData& data);
+
 class CommLP final : public pdes::LogicalProcess {
  public:
   CommLP(std::uint32_t comm, const ModelData& data);
@@ -27,6 +32,13 @@ class CommLP final : public pdes::LogicalProcess {
   bool has_commit() const override { return false; }
   void prefetch(const pdes::Event&) const override { __builtin_prefetch(members_); }
   bool save_state(std::vector<std::byte>& out) const override;
+
+  /// The least time from the event that completes an instance here to the COMPLETE it sends a
+  /// member (the model's lookahead, pdes::OptimisticConfig::lookahead_edges): the smallest wire
+  /// time of the ops its members run on it (`ops` must hold their templates); 0 under the flow
+  /// model (COMPLETE at the instant of the fabric's FLOW_DONE), 1 ns for an eager pair (a
+  /// receive posted after the data came completes 1 ns after it).
+  SimTime least_gap(const RoleOps& ops) const;
 
   /// True when no instance is half-arrived (checked after a run); eager: every send received.
   bool idle() const {

@@ -559,6 +559,35 @@ DistributedResults emulate_distributed(const graph::SlicedGraph& g, const Costs&
                 });
   pdes::OptimisticConfig config = options.optimistic;
   config.progress = options.progress;
+  // The model's lookahead graph: a rank sends ARRIVE to its communicators at once (gap 0), a
+  // communicator sends COMPLETE to its members at least its least wire time after the ARRIVE
+  // that completes the instance, and the fabric and the communicators exchange flow events at
+  // once. Each communicator's gap is priced by its owner (which holds its members' templates)
+  // and shared. From it the engine commits a rank's events at execution below the bound on any
+  // straggler, which for a rank that hears from other processes only through data-parallel
+  // COMPLETEs is a gradient reduction's wire time past GVT (issue 42).
+  std::vector<SimTime> comm_gap(g.comms.size(), kTimeInfinity);
+  if (size > 1 && config.lookahead == 0) {
+    const RoleOps ops = role_ops(inst.data);
+    for (std::uint32_t c = 0; c < g.comms.size(); ++c)
+      if (const std::int32_t i = inst.index[g.world_size + c]; i >= 0)  // mine and replayed
+        comm_gap[c] = inst.comms[static_cast<std::size_t>(i)].least_gap(ops);
+    MPI_Allreduce(MPI_IN_PLACE, comm_gap.data(), static_cast<int>(comm_gap.size()), MPI_INT64_T,
+                  MPI_MIN, comm);
+    config.lookahead_edges = [&](const std::function<void(pdes::LpId, pdes::LpId, SimTime)>& edge) {
+      for (std::uint32_t c = 0; c < g.comms.size(); ++c) {
+        const pdes::LpId lp = g.world_size + c;
+        for (const std::uint32_t* m = g.comms.members_begin(c); m != g.comms.members_end(c); ++m) {
+          edge(*m, lp, 0);
+          edge(lp, *m, comm_gap[c]);
+        }
+        if (cost.fabric != nullptr) {
+          edge(lp, inst.data.fabric_lp(), 0);
+          edge(inst.data.fabric_lp(), lp, 0);
+        }
+      }
+    };
+  }
   pdes::OptimisticEngine engine(
       comm, owner, [&](pdes::LpId id) { return inst.lp(id); }, config);
   const pdes::OptimisticStats local = engine.run();
@@ -602,6 +631,7 @@ DistributedResults emulate_distributed(const graph::SlicedGraph& g, const Costs&
   out.engine.rollbacks = total.rollbacks;
   out.engine.anti_messages = total.anti_messages;
   out.engine.committed_at_execution = total.committed_at_execution;
+  out.engine.fossil_visits = total.fossil_visits;
   out.engine.wall_s = total.wall_s;
   out.engine.gvt_s = total.gvt_s;
   out.engine.idle_s = total.idle_s;

@@ -16,6 +16,9 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <functional>
+#include <limits>
+#include <queue>
 #include <string>
 
 #include "core/error.hpp"
@@ -36,7 +39,8 @@ OptimisticEngine::Impl::Impl(MPI_Comm comm, std::vector<std::uint32_t> owner,
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
   SCALESCOPE_EXPECTS(config_.batch_events > 0 && config_.gvt_interval > 0 &&
-                     config_.lookahead >= 0);
+                     config_.lookahead >= 0 &&
+                     (config_.lookahead == 0 || !config_.lookahead_edges));
   local_index_.assign(owner_.size(), -1);
   for (LpId i = 0; i < owner_.size(); ++i) {
     SCALESCOPE_EXPECTS(owner_[i] < static_cast<std::uint32_t>(size_));
@@ -46,6 +50,7 @@ OptimisticEngine::Impl::Impl(MPI_Comm comm, std::vector<std::uint32_t> owner,
     SCALESCOPE_EXPECTS(lp != nullptr);
     lps_.push_back(LocalLp{lp, nullptr, nullptr, 0, false, lp->has_commit(), false});
   }
+  if (size_ > 1 && config_.lookahead_edges) build_lookahead();
   out_.resize(static_cast<std::size_t>(size_));
   flushes_.assign(static_cast<std::size_t>(size_), 0);
   recv_buf_.resize(kPostedReceives);
@@ -68,6 +73,76 @@ OptimisticEngine::Impl::~Impl() {
   MPI_Op_free(&vote_op_);
   MPI_Type_free(&vote_type_);
   MPI_Comm_free(&comm_);
+}
+
+void OptimisticEngine::Impl::build_lookahead() {
+  // Any straggler or cancellation a local LP can see starts as an arrival from another process
+  // (one process runs its events in key order) at or after bound_ + the entry gap of the LP it
+  // reaches, and travels on along local edges, each adding at least its gap: the least such sum
+  // (a shortest path from the entries, Dijkstra) bounds what can still reach the LP.
+  const std::size_t n = owner_.size();
+  lookahead_.assign(n, kTimeInfinity);
+  struct Edge {
+    std::uint32_t src, dst;  ///< src as its index in lps_, dst as an LP id
+    SimTime gap;
+  };
+  std::vector<Edge> local_edges;
+  config_.lookahead_edges([&](LpId src, LpId dst, SimTime gap) {
+    if (src >= n || dst >= n || gap < 0)
+      throw ContractError(fmt::format(
+          "lookahead graph: edge {} -> {} (gap {} ns) names an LP outside the {} LPs or a "
+          "negative gap",
+          src, dst, gap, n));
+    if (src == dst) return;  // an LP's own events need no bound: it runs them in order
+    if (owner_[src] != owner_[dst])
+      lookahead_[dst] = std::min(lookahead_[dst], gap);
+    else if (is_local(src))
+      local_edges.push_back(Edge{static_cast<std::uint32_t>(local_index_[src]), dst, gap});
+  });
+  std::sort(local_edges.begin(), local_edges.end(),
+            [](const Edge& a, const Edge& b) { return a.src < b.src; });
+  std::vector<std::size_t> first(lps_.size() + 1, 0);
+  for (const Edge& e : local_edges) ++first[e.src + 1];
+  for (std::size_t i = 0; i < lps_.size(); ++i) first[i + 1] += first[i];
+  using Entry = std::pair<SimTime, LpId>;
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> queue;
+  for (LpId id = 0; id < n; ++id)
+    if (is_local(id) && lookahead_[id] < kTimeInfinity) queue.emplace(lookahead_[id], id);
+  while (!queue.empty()) {
+    const auto [at, id] = queue.top();
+    queue.pop();
+    if (at > lookahead_[id]) continue;
+    const auto i = static_cast<std::size_t>(local_index_[id]);
+    for (std::size_t k = first[i]; k < first[i + 1]; ++k) {
+      const Edge& e = local_edges[k];
+      if (e.gap >= kTimeInfinity - at || at + e.gap >= lookahead_[e.dst]) continue;
+      lookahead_[e.dst] = at + e.gap;
+      queue.emplace(at + e.gap, e.dst);
+    }
+  }
+}
+
+void OptimisticEngine::Impl::check_lookahead(LpId dst, SimTime t, bool remote) {
+  const SimTime gap = t - now_;
+  if (remote) {
+    if (gap < lookahead_of(dst))
+      refuse_send(fmt::format(
+          "LP {} at t={} sent an event to LP {} on another process at t={}, closer than the "
+          "model's lookahead of {} ns",
+          self_, now_, dst, t, lookahead_of(dst)));
+    return;
+  }
+  // Within the process: what reaches `dst` from an arrival must not come sooner than its bound
+  // says (lookahead_[dst] ≤ lookahead_[self] + gap on every edge the model declared).
+  if (lookahead_.empty()) return;
+  const SimTime from = lookahead_[self_], to = lookahead_[dst];
+  if (from < kTimeInfinity && (to >= kTimeInfinity || to - from > gap))
+    refuse_send(fmt::format(
+        "LP {} at t={} sent an event to LP {} at t={}, {} ns later, off the model's lookahead "
+        "graph (it bounds arrivals at LP {} {} ns and at LP {} {} ns after the earliest one "
+        "from another process)",
+        self_, now_, dst, t, gap, self_, from, dst,
+        to >= kTimeInfinity ? std::string("never") : std::to_string(to)));
 }
 
 Node* OptimisticEngine::Impl::alloc() {
@@ -117,12 +192,9 @@ Event& OptimisticEngine::Impl::schedule(LpId dst, SimTime t, std::uint32_t prior
     return scratch_event_;
   }
   const bool remote = !is_local(dst);
-  if (remote && current_ && t - now_ < config_.lookahead) {
-    refuse_send(
-        fmt::format("LP {} at t={} sent an event to LP {} on another process at t={}, "
-                    "closer than the model's lookahead of {} ns",
-                    self_, now_, dst, t, config_.lookahead));
-    return scratch_event_;
+  if (current_ && size_ > 1) {
+    check_lookahead(dst, t, remote);
+    if (!refused_.empty()) return scratch_event_;
   }
   Node* n = alloc();
   n->ev.key = key;
@@ -150,10 +222,18 @@ void OptimisticEngine::Impl::insert_pending(Node* n) {
   // Only a key below the high-water mark can sort before an LP's processed events.
   if (n->ev.key < high_water_ && executed_any_) {
     LocalLp& d = local(n->ev.key.dst);
+    if (n->ev.key.time < d.final_until) straggler_below_final(n, d);
     if (!d.empty() && n->ev.key < d.last->ev.key) rollback_after(d, n->ev.key);
   }
   n->state = NodeState::Pending;
   heap_.push(n->ev.key, n);
+}
+
+void OptimisticEngine::Impl::straggler_below_final(const Node* n, const LocalLp& d) const {
+  throw ContractError(fmt::format(
+      "optimistic engine: an event for LP {} at t={} (from LP {}) arrived after the LP had "
+      "committed an event at t={} at execution: the model's lookahead does not hold",
+      n->ev.key.dst, n->ev.key.time, n->ev.key.src, d.final_until));
 }
 
 void OptimisticEngine::Impl::rollback_after(LocalLp& lp, const EventKey& key) {
@@ -285,13 +365,14 @@ void OptimisticEngine::Impl::execute(Node* n) {
   ++stats_.events_processed;
   if (n->fault != Fault::None) {
     d.blocked = true;  // its later events wait until a rollback undoes this one, or GVT passes
-  } else if (n->ev.key.time < safe_) {
+  } else if (final_at_execution(n->ev.key.time, n->ev.key.dst)) {
     // Below the lookahead bound no straggler can reach this LP and no sender of this event can
     // be rolled back (see docs/engine.md): the event and the LP's earlier ones are final.
     for (Node* o : outgoing_) enqueue_wire(o->dst_proc, o, false);
     outgoing_.clear();
     commit_all(d);
     commit_node(d, n);
+    d.final_until = n->ev.key.time;
     ++stats_.committed_at_execution;
     return;
   }
@@ -324,7 +405,7 @@ OptimisticStats OptimisticEngine::Impl::run(SimTime end) {
   // so no straggler can ever come: every event is final once executed (the lookahead bound is
   // infinite). Time Warp's bookkeeping (processed lists, fossil collection) is skipped, as the
   // sequential engine skips it; a fault still blocks its LP and is reported at the next round.
-  safe_ = size_ == 1 ? kTimeInfinity : 0;
+  bound_ = size_ == 1 ? kTimeInfinity : std::numeric_limits<SimTime>::min();
   for (LpId id = 0; id < owner_.size(); ++id) {
     if (!is_local(id)) continue;
     self_ = id;

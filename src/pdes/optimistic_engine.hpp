@@ -29,6 +29,15 @@ struct OptimisticConfig {
   /// send, and commits an event at once, as the sequential engine does, when it lies below the
   /// bound on any future straggler (GVT of the round before + lookahead).
   SimTime lookahead = 0;
+  /// Per-LP lookahead (docs/engine.md "Commit at execution below the lookahead"): when set, the
+  /// engine calls it once with a sink and it reports every edge of the model's LP graph,
+  /// `edge(src, dst, gap)`: LP `src` may send events to LP `dst` (src ≠ dst), each at least
+  /// `gap` ns after the event that sends it. From these the engine derives, per LP, how far
+  /// below any straggler it can commit: for an LP fed only through edges of large gaps (a rank
+  /// that hears from other processes only as COMPLETEs after a wire time) that is far more than
+  /// the global minimum. A send off the declared graph, or closer than its bound, is refused.
+  /// `lookahead` must then be 0. Called on every process (each keeps what concerns it).
+  std::function<void(const std::function<void(LpId src, LpId dst, SimTime gap)>&)> lookahead_edges;
   /// Called on process 0 after a GVT round, at most once per interval.
   ProgressReporter progress;
 };
@@ -43,6 +52,9 @@ struct OptimisticStats {
   std::uint64_t anti_messages = 0;
   std::uint64_t gvt_rounds = 0;
   std::uint64_t committed_at_execution = 0;  ///< below the lookahead bound: never kept
+  /// LPs fossil collection looked at (one per LP holding processed events, per round): its
+  /// cost beside what it commits
+  std::uint64_t fossil_visits = 0;
   SimTime end_time = 0;
   double wall_s = 0;
   double gvt_s = 0;   ///< wall time in the GVT protocol and fossil collection

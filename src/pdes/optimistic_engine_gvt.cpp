@@ -184,10 +184,8 @@ bool OptimisticEngine::Impl::round_done(bool wait) {
   // processed (at or after GVT) or is a red one already sent, whose sender is at or after the
   // earliest red sender: every future arrival lies at or after that bound + lookahead, so an
   // event below it is final once executed (docs/engine.md derives this).
-  if (config_.lookahead > 0 && size_ > 1) {
-    const SimTime bound = std::min(gvt_, vote_in_.min_red_sender);
-    safe_ = bound >= kTimeInfinity - config_.lookahead ? kTimeInfinity : bound + config_.lookahead;
-  }
+  if ((config_.lookahead > 0 || !lookahead_.empty()) && size_ > 1)
+    bound_ = std::min(gvt_, vote_in_.min_red_sender);
   round_open_ = false;
   fossil_collect(gvt_);
   report_progress();
@@ -254,6 +252,7 @@ void OptimisticEngine::Impl::report_progress() {
 void OptimisticEngine::Impl::fossil_collect(SimTime gvt) {
   std::size_t kept = 0;
   const std::size_t count = dirty_.size();
+  stats_.fossil_visits += count;
   for (std::size_t i = 0; i < count; ++i) {
     // The LPs' lines are cold by now: a pipeline of prefetches, as in execution (the engine
     // entry 16 ahead, its newest event and the LP object 8 ahead).
@@ -286,11 +285,11 @@ void OptimisticEngine::Impl::idle_wait() {
   nanosleep(&kNap, nullptr);
 }
 OptimisticStats OptimisticEngine::Impl::total(const OptimisticStats& s) const {
-  std::array<std::uint64_t, 7> v{
-      s.events_processed, s.events_committed, s.events_rolled_back,    s.rollbacks,
-      s.remote_messages,  s.anti_messages,    s.committed_at_execution};
-  std::array<std::uint64_t, 7> sum{};
-  MPI_Allreduce(v.data(), sum.data(), 7, MPI_UINT64_T, MPI_SUM, comm_);
+  std::array<std::uint64_t, 8> v{s.events_processed,       s.events_committed, s.events_rolled_back,
+                                 s.rollbacks,              s.remote_messages,  s.anti_messages,
+                                 s.committed_at_execution, s.fossil_visits};
+  std::array<std::uint64_t, 8> sum{};
+  MPI_Allreduce(v.data(), sum.data(), 8, MPI_UINT64_T, MPI_SUM, comm_);
   OptimisticStats t;
   t.events_processed = sum[0];
   t.events_committed = sum[1];
@@ -299,6 +298,7 @@ OptimisticStats OptimisticEngine::Impl::total(const OptimisticStats& s) const {
   t.remote_messages = sum[4];
   t.anti_messages = sum[5];
   t.committed_at_execution = sum[6];
+  t.fossil_visits = sum[7];
   t.gvt_rounds = s.gvt_rounds;  // every process takes part in every round
   MPI_Allreduce(&s.end_time, &t.end_time, 1, MPI_INT64_T, MPI_MAX, comm_);
   std::array<double, 3> times{s.wall_s, s.gvt_s, s.idle_s}, most{};

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -132,6 +133,9 @@ struct LocalLp {
   bool commits = true;    ///< LogicalProcess::has_commit(), cached: skipping the call spares
                           ///< fossil collection a cold read of the LP
   bool blocked = false;   ///< holds a faulted event: its later events wait (Impl::parked_)
+  /// The latest time of an event of this LP committed at execution: an event that reaches the
+  /// LP earlier would have had to precede it, which the lookahead rules out (a contract error).
+  SimTime final_until = 0;
   bool empty() const { return last == nullptr; }
   void push_back(Node* n) {
     n->prev_processed = last;
@@ -252,6 +256,20 @@ class OptimisticEngine::Impl final : public Context {
   /// Commits every processed event of `lp` (all final), oldest first.
   void commit_all(LocalLp& lp);
   void refuse_send(std::string why);
+  /// Refuses the current handler's send to `dst` at `t` where it breaks the lookahead: closer
+  /// than `dst`'s entry bound across processes, or, within this process, arriving where the
+  /// local bound says nothing can arrive (see build_lookahead).
+  void check_lookahead(LpId dst, SimTime t, bool remote);
+  /// From OptimisticConfig::lookahead_edges: lookahead_ per LP.
+  void build_lookahead();
+  /// The lookahead of LP `id` (see lookahead_): per LP from the graph, else the global one.
+  SimTime lookahead_of(LpId id) const {
+    return lookahead_.empty() ? config_.lookahead : lookahead_[id];
+  }
+  /// Whether an event at `t` for local LP `dst` is final once executed: below the bound on any
+  /// future arrival at it (bound_ + its lookahead; no overflow: t ≥ 0, lookahead ≤ infinity).
+  bool final_at_execution(SimTime t, LpId dst) const { return t - lookahead_of(dst) < bound_; }
+  [[noreturn]] void straggler_below_final(const Node* n, const LocalLp& d) const;
   void unblock(LocalLp& lp, LpId id);
 
   // Messages.
@@ -334,8 +352,18 @@ class OptimisticEngine::Impl final : public Context {
   GvtVote vote_out_, vote_in_;
   MPI_Datatype vote_type_ = MPI_DATATYPE_NULL;
   MPI_Op vote_op_ = MPI_OP_NULL;
-  SimTime gvt_ = 0;              ///< the last GVT
-  SimTime safe_ = 0;             ///< events below this are final when executed (see execute)
+  SimTime gvt_ = 0;  ///< the last GVT
+  /// Every event that will still arrive from another process lies at or after bound_ + its
+  /// receiver's entry lookahead, and every straggler or cancellation for a local LP at or after
+  /// bound_ + that LP's lookahead (see execute): min(GVT, earliest red sender) of the last round
+  /// with a lookahead, infinite on one process, below every time before the first round.
+  SimTime bound_ = std::numeric_limits<SimTime>::min();
+  /// Per LP (OptimisticConfig::lookahead_edges; empty: the global lookahead for all): for an LP
+  /// on another process, the least gap of the declared edges into it from other processes
+  /// (what a send to it must keep); for a local LP, the least gap from any future arrival
+  /// from another process to an event reaching it along local edges (shortest paths from the
+  /// entries; infinite where no such path exists).
+  std::vector<SimTime> lookahead_;
   std::uint64_t since_gvt_ = 0;  ///< events processed since the last round began
 
   std::uint64_t committed_everywhere_ = 0;  ///< at the last GVT round

@@ -56,18 +56,39 @@ std::uint64_t PholdLP::draw() {
   return detail::mix64(lp_key_ + (++draws_) * detail::kGamma);
 }
 
-SimTime PholdLP::delay_ticks(std::uint64_t r) const {
+namespace {
+/// The fixed part of every delay to `dst`: none for a hub (PholdParams::hub_every).
+SimTime fixed_delay(const PholdParams& params, LpId dst) {
+  return params.hub_every > 0 && dst % params.hub_every == 0 ? 0 : params.lookahead;
+}
+}  // namespace
+
+SimTime phold_gap(const PholdParams& params, LpId dst) {
+  return std::max<SimTime>(1, fixed_delay(params, dst));
+}
+
+void phold_lookahead_edges(const PholdParams& params,
+                           const std::function<void(LpId, LpId, SimTime)>& edge) {
+  for (LpId dst = 0; dst < params.num_lps; ++dst) {
+    const SimTime gap = phold_gap(params, dst);
+    for (LpId src = 0; src < params.num_lps; ++src)
+      if (src != dst) edge(src, dst, gap);
+  }
+}
+
+SimTime PholdLP::delay_ticks(std::uint64_t r, LpId dst) const {
   // Inverse transform: -mean·ln(1 - u) is Exp(mean) for u uniform in [0, 1); 1 - u > 0.
   const double exp_ticks =
       -static_cast<double>(params_.mean) * std::log1p(-detail::unit_interval(r));
   // At least one tick: the engine requires every sent event to sort after the one being handled,
   // and a zero delay to a lower LP id would sort before it (only possible with lookahead 0).
-  return std::max<SimTime>(1, params_.lookahead + static_cast<SimTime>(std::llround(exp_ticks)));
+  return std::max<SimTime>(
+      1, fixed_delay(params_, dst) + static_cast<SimTime>(std::llround(exp_ticks)));
 }
 
 void PholdLP::init(Context& ctx) {
   for (std::uint32_t k = 0; k < params_.start_events; ++k)
-    ctx.schedule(id_, ctx.now() + delay_ticks(draw()), 0);
+    ctx.schedule(id_, ctx.now() + delay_ticks(draw(), id_), 0);
 }
 
 void PholdLP::forward(Event& e, Context& ctx) {
@@ -79,7 +100,7 @@ void PholdLP::forward(Event& e, Context& ctx) {
   if (detail::unit_interval(r_remote) < params_.remote)
     // Top 32 bits scaled to [0, num_lps) (Lemire's multiply-shift; bias ≤ num_lps / 2^32).
     dst = static_cast<LpId>(((r_dst >> 32) * params_.num_lps) >> 32);
-  ctx.schedule(dst, ctx.now() + delay_ticks(r_delay), 0);
+  ctx.schedule(dst, ctx.now() + delay_ticks(r_delay, dst), 0);
   ++processed_;
 }
 

@@ -8,6 +8,7 @@
 /// draw counter), so an LP's draws depend only on how many events it has processed: they are the
 /// same under every engine, and reverse() undoes them by decrementing the counter.
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -30,6 +31,10 @@ struct PholdParams {
   double remote = 0.25;            ///< probability that an event goes to a random LP
   SimTime mean = 1'000'000;        ///< mean of the exponential delay, in ticks
   SimTime lookahead = 100'000;     ///< fixed part of every delay, in ticks
+  /// > 0: an event sent to an LP whose id is a multiple of this has no fixed part (the LP's
+  /// lookahead is 0, as a data-parallel communicator's is in the replay, while the others keep
+  /// `lookahead`): a model whose lookahead differs per LP (OptimisticConfig::lookahead_edges).
+  std::uint32_t hub_every = 0;
   std::uint64_t seed = 1;
 };
 
@@ -51,8 +56,9 @@ class PholdLP final : public LogicalProcess {
   std::uint64_t history_hash() const { return history_; }
 
  private:
-  std::uint64_t draw();                        ///< next raw 64-bit random value
-  SimTime delay_ticks(std::uint64_t r) const;  ///< max(1, lookahead + Exp(mean)) from one draw
+  std::uint64_t draw();  ///< next raw 64-bit random value
+  /// max(1, lookahead of `dst` + Exp(mean)) from one draw
+  SimTime delay_ticks(std::uint64_t r, LpId dst) const;
 
   LpId id_;
   PholdParams params_;
@@ -62,6 +68,14 @@ class PholdLP final : public LogicalProcess {
   std::uint64_t committed_ = 0;
   std::uint64_t history_;
 };
+
+/// The least delay of an event sent to `dst`: max(1, its fixed part).
+SimTime phold_gap(const PholdParams& params, LpId dst);
+
+/// Reports PHOLD's LP graph with each edge's least delay (OptimisticConfig::lookahead_edges):
+/// every LP may send to every other. Quadratic in the LPs: for tests.
+void phold_lookahead_edges(const PholdParams& params,
+                           const std::function<void(LpId, LpId, SimTime)>& edge);
 
 /// The run's checksum: the sum mod 2^64 of a hash of (LP id, history hash) over `lps`. It does
 /// not depend on the order of the LPs, so per-process partial sums add up (MPI_SUM on uint64).

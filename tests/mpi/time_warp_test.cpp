@@ -110,12 +110,66 @@ TEST(TimeWarp, LockstepTiesAtGvtKeepTheSequentialHistory) {
     }
 }
 
+/// Lockstep PHOLD with hubs (every fourth LP): each delay is exactly its receiver's lookahead
+/// (1 tick to a hub, 10 to the others), so sends keep the declared gaps with nothing to spare.
+PholdParams lockstep_hubs() {
+  PholdParams p;
+  p.num_lps = 8u * static_cast<std::uint32_t>(world_size());
+  p.start_events = 4;
+  p.remote = 0.5;
+  p.mean = 0;
+  p.lookahead = 10;
+  p.hub_every = 4;
+  return p;
+}
+
+TEST(TimeWarp, PerLpLookaheadCommitsAtExecutionAndKeepsTheSequentialHistory) {
+  const PholdParams p = lockstep_hubs();
+  const SimTime end = 2000;
+  for (const std::uint32_t delay : {0u, 2u}) {
+    const PholdRun reference = run_phold_sequential(p, end);
+    OptimisticConfig config;
+    config.gvt_interval = 16;
+    config.batch_events = 4;
+    config.delay_every = delay;
+    config.lookahead_edges = [&p](const auto& edge) { phold_lookahead_edges(p, edge); };
+    const PholdResult r = run_phold(p, end, config);
+    EXPECT_EQ(r.checksum, reference.checksum) << "delay_every " << delay;
+    EXPECT_EQ(r.total.events_committed, reference.stats.events_committed);
+    expect_accounted(r.total);
+    if (world_size() > 1) {
+      EXPECT_GT(r.total.committed_at_execution, 0u);
+    }
+  }
+}
+
+TEST(TimeWarp, ASendCloserThanTheDeclaredGraphIsAContractErrorEverywhere) {
+  if (world_size() == 1)
+    GTEST_SKIP() << "one process checks no lookahead (nothing can arrive from elsewhere)";
+  // The graph claims one tick more than every delay keeps: the first remote send breaks it, and
+  // GVT passing it makes the refusal final on every process.
+  const PholdParams p = lockstep_hubs();
+  OptimisticConfig config;
+  config.lookahead_edges = [&p](const auto& edge) {
+    phold_lookahead_edges(p, [&](LpId s, LpId d, SimTime gap) { edge(s, d, gap + 1); });
+  };
+  std::string error;
+  try {
+    run_phold(p, 2000, config);
+  } catch (const ContractError& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("closer than the model's lookahead"), std::string::npos) << error;
+}
+
 struct Regime {
   const char* name;
   SimTime window;  ///< optimism window in ticks (kTimeInfinity: none)
   std::uint64_t max_uncommitted;
   std::uint32_t delay_every;
   bool declare_lookahead = false;  ///< tell the engine PHOLD's lookahead (commit at execution)
+  /// Every fourth LP a hub of lookahead 0, and the engine told each LP's (lookahead_edges).
+  bool per_lp = false;
 };
 
 class PholdRegimes : public ::testing::TestWithParam<Regime> {};
@@ -131,6 +185,7 @@ TEST_P(PholdRegimes, KeepTheSequentialHistoryAndRollBack) {
   p.remote = 0.5;
   p.mean = 3;
   p.lookahead = 4;
+  if (g.per_lp) p.hub_every = 4;
   const SimTime end = 600;
   const PholdRun reference = run_phold_sequential(p, end);
   OptimisticConfig config;
@@ -140,6 +195,7 @@ TEST_P(PholdRegimes, KeepTheSequentialHistoryAndRollBack) {
   config.batch_events = 2;
   config.delay_every = g.delay_every;
   if (g.declare_lookahead) config.lookahead = p.lookahead;
+  if (g.per_lp) config.lookahead_edges = [&p](const auto& edge) { phold_lookahead_edges(p, edge); };
   const PholdResult r = run_phold(p, end, config);
   EXPECT_EQ(r.checksum, reference.checksum) << g.name;
   EXPECT_EQ(r.total.events_committed, reference.stats.events_committed) << g.name;
@@ -154,24 +210,25 @@ TEST_P(PholdRegimes, KeepTheSequentialHistoryAndRollBack) {
   }
   if (world_size() == 1)  // nothing can arrive late: every event is final when executed
     EXPECT_EQ(r.total.committed_at_execution, r.total.events_committed) << g.name;
-  else if (g.declare_lookahead)
+  else if (g.declare_lookahead || g.per_lp)
     EXPECT_GT(r.total.committed_at_execution, 0u) << g.name;
   else
     EXPECT_EQ(r.total.committed_at_execution, 0u) << g.name;
 }
 
-INSTANTIATE_TEST_SUITE_P(Optimism, PholdRegimes,
-                         ::testing::Values(Regime{"unbounded", kTimeInfinity, 1u << 19, 2},
-                                           Regime{"window", 20, 1u << 19, 2},
-                                           Regime{"memory cap", kTimeInfinity, 96, 2},
-                                           Regime{"window and cap", 12, 64, 3},
-                                           Regime{"lookahead", kTimeInfinity, 1u << 19, 2, true}),
-                         [](const ::testing::TestParamInfo<Regime>& param) {
-                           std::string s = param.param.name;
-                           for (char& c : s)
-                             if (c == ' ') c = '_';
-                           return s;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Optimism, PholdRegimes,
+    ::testing::Values(Regime{"unbounded", kTimeInfinity, 1u << 19, 2},
+                      Regime{"window", 20, 1u << 19, 2}, Regime{"memory cap", kTimeInfinity, 96, 2},
+                      Regime{"window and cap", 12, 64, 3},
+                      Regime{"lookahead", kTimeInfinity, 1u << 19, 2, true},
+                      Regime{"per LP lookahead", kTimeInfinity, 1u << 19, 2, false, true}),
+    [](const ::testing::TestParamInfo<Regime>& param) {
+      std::string s = param.param.name;
+      for (char& c : s)
+        if (c == ' ') c = '_';
+      return s;
+    });
 
 // ---- errors raised while speculating --------------------------------------------------------
 

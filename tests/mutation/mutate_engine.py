@@ -54,11 +54,17 @@ MUTATIONS = [
      "vote_out_.min_time = std::min(local_min(), red_min_);",
      "vote_out_.min_time = local_min();"),
     ("the lookahead bound ignores red senders",
-     "const SimTime bound = std::min(gvt_, vote_in_.min_red_sender);",
-     "const SimTime bound = gvt_ + config_.lookahead;"),
+     "bound_ = std::min(gvt_, vote_in_.min_red_sender);",
+     "bound_ = gvt_;"),
     ("events are committed at execution without a lookahead bound",
-     "} else if (n->ev.key.time < safe_) {",
-     "} else if (n->ev.key.time < safe_ + 1000) {"),
+     "} else if (final_at_execution(n->ev.key.time, n->ev.key.dst)) {",
+     "} else if (final_at_execution(n->ev.key.time - 1000, n->ev.key.dst)) {"),
+    ("the per-LP lookahead graph adds a nanosecond to every gap",
+     "lookahead_[dst] = std::min(lookahead_[dst], gap);",
+     "lookahead_[dst] = std::min(lookahead_[dst], gap + 1);"),
+    ("the per-LP bound ignores the local edges (each LP only its entry gap)",
+     "      lookahead_[e.dst] = at + e.gap;\n      queue.emplace(at + e.gap, e.dst);",
+     "      continue;"),
 ]
 
 
