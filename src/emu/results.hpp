@@ -84,7 +84,7 @@ struct EngineStats {
   std::uint64_t remote_messages = 0;
   std::uint64_t gvt_rounds = 0;
   std::uint64_t committed_at_execution = 0;  ///< below GVT + lookahead: never kept for rollback
-  std::uint64_t fossil_visits = 0;  ///< LPs fossil collection looked at, over its rounds
+  std::uint64_t fossil_visits = 0;           ///< LPs fossil collection looked at, over its rounds
   double wall_s = 0;
   double gvt_s = 0;                             ///< largest over processes
   double idle_s = 0;                            ///< largest over processes

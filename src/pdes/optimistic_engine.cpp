@@ -48,7 +48,7 @@ OptimisticEngine::Impl::Impl(MPI_Comm comm, std::vector<std::uint32_t> owner,
     local_index_[i] = static_cast<std::int32_t>(lps_.size());
     LogicalProcess* lp = make_lp(i);
     SCALESCOPE_EXPECTS(lp != nullptr);
-    lps_.push_back(LocalLp{lp, nullptr, nullptr, 0, false, lp->has_commit(), false});
+    lps_.push_back(LocalLp{lp, nullptr, nullptr, 0, lp->has_commit(), false});
   }
   if (size_ > 1 && config_.lookahead_edges) build_lookahead();
   out_.resize(static_cast<std::size_t>(size_));
@@ -377,10 +377,8 @@ void OptimisticEngine::Impl::execute(Node* n) {
     return;
   }
   d.push_back(n);
-  if (!d.in_dirty) {
-    d.in_dirty = true;
-    dirty_.push_back(index);
-  }
+  n->stamp = ++stamp_;
+  kept_.push_back(Kept{n, n->stamp});
   ++uncommitted_;
   for (Node* o : outgoing_) enqueue_wire(o->dst_proc, o, false);
   outgoing_.clear();

@@ -250,32 +250,35 @@ void OptimisticEngine::Impl::report_progress() {
 }
 
 void OptimisticEngine::Impl::fossil_collect(SimTime gvt) {
-  std::size_t kept = 0;
-  const std::size_t count = dirty_.size();
-  stats_.fossil_visits += count;
-  for (std::size_t i = 0; i < count; ++i) {
-    // The LPs' lines are cold by now: a pipeline of prefetches, as in execution (the engine
-    // entry 16 ahead, its newest event and the LP object 8 ahead).
-    if (i + 16 < count) __builtin_prefetch(&lps_[dirty_[i + 16]]);
+  const std::size_t count = kept_.size();
+  std::size_t i = kept_head_;
+  for (; i < count; ++i) {
+    // The nodes are cold by now: a pipeline of prefetches (the node 16 ahead, the LP's engine
+    // entry of the node 8 ahead, whose line is there by then).
+    if (i + 16 < count) __builtin_prefetch(kept_[i + 16].node);
     if (i + 8 < count) {
-      const LocalLp& ahead = lps_[dirty_[i + 8]];
-      __builtin_prefetch(ahead.first);
-      if (ahead.commits) __builtin_prefetch(ahead.lp);
+      const Node* ahead = kept_[i + 8].node;
+      if (ahead->state == NodeState::Processed) __builtin_prefetch(&local(ahead->ev.key.dst));
     }
-    const std::uint32_t index = dirty_[i];
-    LocalLp& lp = lps_[index];
-    while (!lp.empty() && lp.first->ev.key.time < gvt) {
-      Node* n = lp.pop_front();
-      SCALESCOPE_EXPECTS(n->fault == Fault::None);  // a final fault was reported first
-      commit_node(lp, n);
-      --uncommitted_;
-    }
-    if (lp.empty())
-      lp.in_dirty = false;
-    else
-      dirty_[kept++] = index;
+    const Kept& k = kept_[i];
+    Node* n = k.node;
+    if (n->state != NodeState::Processed || n->stamp != k.stamp) continue;  // see kept_
+    if (n->ev.key.time >= gvt) break;
+    LocalLp& lp = local(n->ev.key.dst);
+    SCALESCOPE_EXPECTS(lp.first == n && n->fault == Fault::None);  // final faults reported first
+    lp.pop_front();
+    commit_node(lp, n);
+    --uncommitted_;
   }
-  dirty_.resize(kept);
+  stats_.fossil_visits += i - kept_head_;
+  kept_head_ = i;
+  if (kept_head_ == kept_.size()) {
+    kept_.clear();
+    kept_head_ = 0;
+  } else if (kept_head_ >= 4096 && 2 * kept_head_ >= kept_.size()) {
+    kept_.erase(kept_.begin(), kept_.begin() + static_cast<std::ptrdiff_t>(kept_head_));
+    kept_head_ = 0;
+  }
 }
 
 void OptimisticEngine::Impl::idle_wait() {
@@ -285,9 +288,9 @@ void OptimisticEngine::Impl::idle_wait() {
   nanosleep(&kNap, nullptr);
 }
 OptimisticStats OptimisticEngine::Impl::total(const OptimisticStats& s) const {
-  std::array<std::uint64_t, 8> v{s.events_processed,       s.events_committed, s.events_rolled_back,
-                                 s.rollbacks,              s.remote_messages,  s.anti_messages,
-                                 s.committed_at_execution, s.fossil_visits};
+  std::array<std::uint64_t, 8> v{
+      s.events_processed, s.events_committed, s.events_rolled_back,     s.rollbacks,
+      s.remote_messages,  s.anti_messages,    s.committed_at_execution, s.fossil_visits};
   std::array<std::uint64_t, 8> sum{};
   MPI_Allreduce(v.data(), sum.data(), 8, MPI_UINT64_T, MPI_SUM, comm_);
   OptimisticStats t;
