@@ -33,7 +33,7 @@ trap 'rm -rf "$tmp"' EXIT
 
 dp=$((gpus / 128))
 sets=(--set cluster.num_gpus="$gpus" --set parallel.data_parallel_size="$dp"
-      --set training.global_batch_size=$((16 * dp)))
+      --set training.global_batch_size=$((16 * dp)) --set "run.trace_ranks=[0]")
 "$exe" graph "$cfg" -o "$tmp/graph.h5" "${sets[@]}" >/dev/null
 cg=(valgrind --tool=cachegrind --cache-sim=yes --D1=32768,8,64 --LL=1048576,16,64
     --branch-sim=no)

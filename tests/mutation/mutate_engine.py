@@ -26,8 +26,11 @@ FILTER = "TimeWarp*:Optimism*:Partitions/PholdParallel*:Partitions/OptimisticMat
 # files together.
 MUTATIONS = [
     ("commit events at GVT's instant (time <= GVT)",
-     "while (!lp.empty() && lp.first->ev.key.time < gvt) {",
-     "while (!lp.empty() && lp.first->ev.key.time <= gvt) {"),
+     "if (n->ev.key.time >= gvt) break;",
+     "if (n->ev.key.time > gvt) break;"),
+    ("fossil collection takes a stale entry of its queue for the node's new execution",
+     "if (n->state != NodeState::Processed || n->stamp != k.stamp) continue;",
+     "if (n->state != NodeState::Processed) continue;"),
     ("the memory throttle also holds back the event at GVT (and re-execution below the high "
      "water mark)",
      "if (top.time > gvt_ && !(top < high_water_)) {",
