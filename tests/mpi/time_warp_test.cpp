@@ -133,7 +133,7 @@ TEST(TimeWarp, PerLpLookaheadCommitsAtExecutionAndKeepsTheSequentialHistory) {
   const SimTime end = 2000;
   for (const std::uint64_t seed : {1u, 2u, 3u})
     for (const std::uint32_t interval : {2u, 4u, 16u})
-      for (const std::uint32_t delay : {0u, 2u}) {
+      for (const std::uint32_t delay : {0u, 1u, 2u}) {
         p.seed = seed;
         const PholdRun reference = run_phold_sequential(p, end);
         OptimisticConfig config;
