@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # PHOLD benchmark of the engines (ROSS's PHOLD): 32,768 LPs in total, one start event per LP,
 # mean 1.0, lookahead 0.1, end 200, remote 0.10 / 0.25 / 0.50; the sequential engine on one
-# process and the optimistic engine on `mpirun -np 1` and `-np 2` (2 × 16,384 LPs), each the best
-# of REPEATS runs. Prints a table with each optimistic row's speed against the sequential engine
+# process, the optimistic (Time Warp) and the conservative (windows of the lookahead) engine on
+# `mpirun -np 1` and `-np 2` (2 × 16,384 LPs), each the best of REPEATS runs. Prints a table with
+# each parallel row's speed against the sequential engine
 # of the same remote fraction, and writes bench/results/phold.csv. Every engine must commit the
 # same history: the checksums must agree.
 #
@@ -70,6 +71,9 @@ for remote in $remotes; do
     best "opt$np-$remote" mpirun -np "$np" "$exe" --engine optimistic \
       --lps-per-process $((total_lps / np)) --remote "$remote" "${common[@]}"
     row optimistic "$np" "$remote" "$tmp/opt$np-$remote.json"
+    best "con$np-$remote" mpirun -np "$np" "$exe" --engine conservative \
+      --lps-per-process $((total_lps / np)) --remote "$remote" "${common[@]}"
+    row conservative "$np" "$remote" "$tmp/con$np-$remote.json"
   done
 done
 
@@ -78,11 +82,11 @@ import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 rate = {(r['engine'], r['processes'], r['remote']): float(r['committed_events_per_s'])
         for r in rows}
-print(f"{'engine':<11} {'np':>2} {'remote':>6} {'committed':>10} {'events/s':>11} {'vs seq':>6} "
+print(f"{'engine':<12} {'np':>2} {'remote':>6} {'committed':>10} {'events/s':>11} {'vs seq':>6} "
       f"{'efficiency':>10} {'RSS MiB':>8} {'wall s':>7}  checksum")
 for r in rows:
     ratio = float(r['committed_events_per_s']) / rate[('sequential', '1', r['remote'])]
-    print(f"{r['engine']:<11} {r['processes']:>2} {r['remote']:>6} {r['committed_events']:>10} "
+    print(f"{r['engine']:<12} {r['processes']:>2} {r['remote']:>6} {r['committed_events']:>10} "
           f"{float(r['committed_events_per_s']):>11.3e} {ratio:>6.2f} {r['efficiency']:>10} "
           f"{r['peak_rss_mib']:>8} {r['wall_s']:>7}  {r['checksum']}")
 seq = {r['remote']: r['checksum'] for r in rows if r['engine'] == 'sequential'}

@@ -353,11 +353,7 @@ void OptimisticEngine::Impl::execute(Node* n) {
     }
   } catch (const std::exception& e) {
     n->fault = Fault::Threw;
-    const ErrorKind kind = dynamic_cast<const InputError*>(&e)      ? ErrorKind::Input
-                           : dynamic_cast<const IoError*>(&e)       ? ErrorKind::Io
-                           : dynamic_cast<const ContractError*>(&e) ? ErrorKind::Contract
-                                                                    : ErrorKind::Other;
-    faults_.push_back(Held{n, kind, e.what()});
+    faults_.push_back(Held{n, detail::error_kind(e), e.what()});
   }
   refused_.clear();
   current_ = nullptr;

@@ -195,36 +195,15 @@ bool OptimisticEngine::Impl::round_done(bool wait) {
 void OptimisticEngine::Impl::report_fault() {
   // The earliest final fault in key order, over all processes: the one the sequential engine
   // would have stopped at.
-  struct Candidate {
-    EventKey key;
-    std::int32_t has = 0;
-    std::int32_t kind = 0;
-  } mine{};
+  const Held* mine = nullptr;
   for (const Held& h : faults_)
-    if (h.node->ev.key.time < vote_in_.min_time && (!mine.has || h.node->ev.key < mine.key)) {
-      mine.key = h.node->ev.key;
-      mine.has = 1;
-      mine.kind = static_cast<std::int32_t>(h.kind);
-    }
-  std::vector<Candidate> all(static_cast<std::size_t>(size_));
-  MPI_Allgather(&mine, sizeof(Candidate), MPI_BYTE, all.data(), sizeof(Candidate), MPI_BYTE, comm_);
-  int from = -1;
-  for (int p = 0; p < size_; ++p)
-    if (all[static_cast<std::size_t>(p)].has &&
-        (from < 0 ||
-         all[static_cast<std::size_t>(p)].key < all[static_cast<std::size_t>(from)].key))
-      from = p;
-  SCALESCOPE_EXPECTS(from >= 0);
-  std::string what;
-  if (from == rank_)
-    for (const Held& h : faults_)
-      if (h.node->ev.key == mine.key) what = h.what;
-  int length = static_cast<int>(what.size());
-  MPI_Bcast(&length, 1, MPI_INT, from, comm_);
-  what.resize(static_cast<std::size_t>(length));
-  MPI_Bcast(what.data(), length, MPI_CHAR, from, comm_);
+    if (h.node->ev.key.time < vote_in_.min_time && (!mine || h.node->ev.key < mine->node->ev.key))
+      mine = &h;
+  const EventKey key = mine ? mine->node->ev.key : EventKey{};
+  const ErrorKind kind = mine ? mine->kind : ErrorKind::Other;
+  const std::string what = mine ? mine->what : std::string();
   drain();
-  throw_kind(static_cast<ErrorKind>(all[static_cast<std::size_t>(from)].kind), what);
+  detail::throw_earliest(comm_, mine != nullptr, key, kind, what);
 }
 
 void OptimisticEngine::Impl::drain() {

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "pdes/engine_error.hpp"
 #include "pdes/event_queue.hpp"
 #include "pdes/optimistic_engine.hpp"
 
@@ -182,23 +183,6 @@ inline void reduce_votes(void* in, void* inout, int* len, MPI_Datatype*) {
     b[i].min_fault = std::min(b[i].min_fault, a[i].min_fault);
     b[i].min_red_sender = std::min(b[i].min_red_sender, a[i].min_red_sender);
   }
-}
-
-/// The error types a held fault may carry, so every process rethrows the same one.
-enum class ErrorKind : int { Input, Io, Contract, Other };
-
-[[noreturn]] inline void throw_kind(ErrorKind kind, const std::string& what) {
-  switch (kind) {
-    case ErrorKind::Input:
-      throw InputError(what);
-    case ErrorKind::Io:
-      throw IoError(what);
-    case ErrorKind::Contract:
-      throw ContractError(what);
-    case ErrorKind::Other:
-      break;
-  }
-  throw std::runtime_error(what);
 }
 
 constexpr int kTagEvents = 7;
