@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "mpi_helpers.hpp"
 #include "pdes/conservative_engine.hpp"
 #include "pdes/partitioner.hpp"
 #include "pdes/phold.hpp"
@@ -16,11 +17,7 @@
 namespace scalescope::pdes {
 namespace {
 
-int world_size() {
-  int size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
+using emu::mpitest::world_size;
 
 struct Result {
   std::uint64_t checksum = 0;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "mpi_helpers.hpp"
 #include "pdes/optimistic_engine.hpp"
 #include "pdes/partitioner.hpp"
 #include "pdes/phold.hpp"
@@ -18,11 +19,7 @@
 namespace scalescope::pdes {
 namespace {
 
-int world_size() {
-  int size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
+using emu::mpitest::world_size;
 
 struct PholdResult {
   std::uint64_t checksum = 0;
