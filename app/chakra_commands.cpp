@@ -138,7 +138,7 @@ int run_chakra(const MpiWorld& mpi, const graph::SlicedGraph& g,
   if (g.world_size != static_cast<std::uint32_t>(c.parallel.world()))
     throw_input("{}: the trace has {} ranks but the configuration has {} GPUs", c.path,
                 g.world_size, c.parallel.world());
-  const bool optimistic = c.run.engine == "optimistic";
+  const bool optimistic = c.run.engine != "sequential";  // a parallel engine over MPI
   if (!optimistic && mpi.size() > 1)
     throw_input("{}: run.engine=sequential runs on one process; use --set run.engine=optimistic",
                 c.path);
@@ -150,7 +150,9 @@ int run_chakra(const MpiWorld& mpi, const graph::SlicedGraph& g,
   opt.partition = c.run.partition;
   opt.class_durations = io::resolve_durations(g, durations, costs.compute);
   opt.eager_p2p = c.run.p2p == "eager";
-  if (optimistic) opt.engine = emu::EngineKind::Optimistic;
+  if (optimistic)
+    opt.engine = c.run.engine == "conservative" ? emu::EngineKind::Conservative
+                                                : emu::EngineKind::Optimistic;
   emu::RunResults r;
   try {
     r = optimistic ? emu::emulate_parallel(g, costs, opt, MPI_COMM_WORLD)

@@ -67,7 +67,10 @@ int run_command(const MpiWorld& mpi, const std::string& config_path, const std::
     if (c.run.sandbox_ranks.empty()) c.run.sandbox_ranks = stored_ranks;
   }
   if (mpi.rank() == 0) check_output_dir(c.run.output);
-  const bool optimistic = c.run.engine == "optimistic";
+  // A parallel engine over MPI: optimistic (Time Warp) or conservative (windows).
+  const bool optimistic = c.run.engine != "sequential";
+  const emu::EngineKind parallel_kind =
+      c.run.engine == "conservative" ? emu::EngineKind::Conservative : emu::EngineKind::Optimistic;
   if (!optimistic && mpi.size() > 1)
     throw_input(
         "{}: run.engine=sequential runs on one process, but {} were started; use "
@@ -126,7 +129,7 @@ int run_command(const MpiWorld& mpi, const std::string& config_path, const std::
                                      const graph::SlicedGraph* other = nullptr) {
     const graph::SlicedGraph& g = other != nullptr ? *other : *graph;
     o.trace_ranks.clear();
-    o.engine = optimistic ? emu::EngineKind::Optimistic : emu::EngineKind::Sequential;
+    o.engine = optimistic ? parallel_kind : emu::EngineKind::Sequential;
     return optimistic
                ? emu::emulate_distributed(g, k, o, MPI_COMM_WORLD).local.summary.iteration_time
                : emu::emulate(g, k, o).summary.iteration_time;
@@ -182,8 +185,8 @@ int run_command(const MpiWorld& mpi, const std::string& config_path, const std::
                                      cost.fabric() != nullptr ? c.cluster.gpus_per_node : 0,
                                      reps ? &reps->active : nullptr);
   if (rollback_check && optimistic)
-    throw_input("--rollback-check runs on the sequential engine; drop run.engine=optimistic");
-  if (optimistic) opt.engine = emu::EngineKind::Optimistic;
+    throw_input("--rollback-check runs on the sequential engine; drop run.engine={}", c.run.engine);
+  if (optimistic) opt.engine = parallel_kind;
   // Hybrid run: the sandbox ranks' kernels are measured (or replayed) before the replay, and the
   // job is also replayed without them, whose iteration time the outputs give beside the hybrid
   // one (a host sandbox's is only a functional check).

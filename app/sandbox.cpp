@@ -119,7 +119,7 @@ Sandbox prepare_sandbox(const io::ExperimentConfig& c, const graph::SlicedGraph&
     if (r >= g.world_size)
       throw_input("{}: run.sandbox_ranks has rank {} but the graph has {} ranks", c.path, r,
                   g.world_size);
-  const bool distributed = opt.engine == emu::EngineKind::Optimistic;
+  const bool distributed = opt.engine != emu::EngineKind::Sequential;
   if (distributed) opt.dedicated_ranks = ranks;
   const std::vector<std::uint32_t> owner =
       distributed ? emu::partition_lps(g, static_cast<std::uint32_t>(size), opt.partition, ranks)

@@ -15,7 +15,9 @@
 # Prints one row per engine and the goals, writes bench/results/engine_cachegrind.csv; exits 1
 # if a goal fails. The graph is built once, natively (`scalescope graph`); the replays read it.
 #
-#   bench/engine_cachegrind.sh [BUILD_DIR]     (env GPUS, NPS override; ~10–20 min at 4,096)
+#   bench/engine_cachegrind.sh [BUILD_DIR]     (env GPUS, NPS override; ~5–20 min at 4,096;
+#                                              ENGINE=conservative for the windowed engine, written
+#                                              to engine_cachegrind-conservative.csv)
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -23,6 +25,7 @@ build="${1:-$root/build}"
 exe="$build/scalescope"
 gpus="${GPUS:-4096}"
 nps="${NPS:-1 2 4}"
+engine="${ENGINE:-optimistic}"  # or conservative
 cfg="$root/inputs/experiments/llama3-405b-16k.yaml"
 py=/usr/bin/python3
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
@@ -42,17 +45,18 @@ echo "engine_cachegrind: Llama 3 405B at $gpus GPUs, sequential" >&2
 "${cg[@]}" --cachegrind-out-file="$tmp/seq.cg.%p" "$exe" run --graph "$tmp/graph.h5" -q \
   -o "$tmp/seq" 2>"$tmp/seq.log" || { cat "$tmp/seq.log" >&2; exit 1; }
 for np in $nps; do
-  echo "engine_cachegrind: optimistic np $np" >&2
+  echo "engine_cachegrind: $engine np $np" >&2
   mkdir -p "$tmp/np$np.cg"
   mpirun -np "$np" "${cg[@]}" --cachegrind-out-file="$tmp/np$np.cg/cg.%p" "$exe" run \
-    --graph "$tmp/graph.h5" -q --set run.engine=optimistic -o "$tmp/np$np" 2>"$tmp/np$np.log" ||
+    --graph "$tmp/graph.h5" -q --set run.engine="$engine" -o "$tmp/np$np" 2>"$tmp/np$np.log" ||
     { cat "$tmp/np$np.log" >&2; exit 1; }
 done
 
 mkdir -p "$root/bench/results"
-"$py" - "$tmp" "$gpus" "$nps" "$root/bench/results/engine_cachegrind.csv" <<'PY'
+"$py" - "$tmp" "$gpus" "$nps" "$root/bench/results/engine_cachegrind${ENGINE:+-$engine}.csv" "$engine" <<'PY'
 import glob, json, re, sys
-tmp, gpus, nps, csv = sys.argv[1], int(sys.argv[2]), [int(x) for x in sys.argv[3].split()], sys.argv[4]
+tmp, gpus, nps, csv, engine = (sys.argv[1], int(sys.argv[2]), [int(x) for x in sys.argv[3].split()],
+                               sys.argv[4], sys.argv[5])
 ENGINE = re.compile(r"scalescope::pdes::|scalescope::emu::(RankLP|CommLP|FabricLP)::")
 
 def counts(path):
@@ -92,7 +96,7 @@ for np in nps:
     same = {k: v for k, v in s.items() if k != "engine"} == reference
     at_exec = e["committed_at_execution"] / e["events_committed"]
     visits = e.get("fossil_visits", 0) / e["events_committed"]
-    rows.append(("optimistic", np, ir, ll, max(p[0] for p in per), max(p[1] for p in per),
+    rows.append((engine, np, ir, ll, max(p[0] for p in per), max(p[1] for p in per),
                  e["efficiency"], at_exec, visits, same))
     g1 = (ir / s_ir, ll / s_ll)
     g2 = big / (s_ir + 100 * s_ll)

@@ -298,6 +298,9 @@ std::string format_summary_table(const emu::RunResults& r) {
         fmt::format("representative: {} of {} ranks replayed (one of {} identical replicas and the "
                     "collectives across them); the others copy their counterparts",
                     e.replayed_ranks, s.world_size, e.replica_count));
+  if (e.kind == "conservative")
+    row("windows", fmt::format("{} synchronous windows; the busiest process {:.3f} s exchanging",
+                               e.gvt_rounds, e.gvt_s));
   if (e.kind == "optimistic")
     row("time warp",
         fmt::format("{} rolled back, {} anti-messages, {} GVT rounds; the busiest "

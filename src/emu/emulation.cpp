@@ -15,6 +15,8 @@
 #include "emu/fabric_lp.hpp"
 #include "emu/rank_lp.hpp"
 #include "emu/replicas.hpp"
+#include "pdes/conservative_engine.hpp"
+#include "pdes/optimistic_engine.hpp"
 #include "pdes/partitioner.hpp"
 #include "pdes/sequential_engine.hpp"
 
@@ -559,39 +561,107 @@ DistributedResults emulate_distributed(const graph::SlicedGraph& g, const Costs&
                 });
   pdes::OptimisticConfig config = options.optimistic;
   config.progress = options.progress;
-  // The model's lookahead graph: a rank sends ARRIVE to its communicators at once (gap 0), a
-  // communicator sends COMPLETE to its members at least its least wire time after the ARRIVE
-  // that completes the instance, and the fabric and the communicators exchange flow events at
-  // once. Each communicator's gap is priced by its owner (which holds its members' templates)
-  // and shared. From it the engine commits a rank's events at execution below the bound on any
-  // straggler, which for a rank that hears from other processes only through data-parallel
-  // COMPLETEs is a gradient reduction's wire time past GVT (issue 42).
   std::vector<SimTime> comm_gap(g.comms.size(), kTimeInfinity);
-  if (size > 1 && config.lookahead == 0) {
+  const bool conservative = options.engine == EngineKind::Conservative;
+  if (size > 1 && (conservative || config.lookahead == 0)) {
     const RoleOps ops = role_ops(inst.data);
     for (std::uint32_t c = 0; c < g.comms.size(); ++c)
       if (const std::int32_t i = inst.index[g.world_size + c]; i >= 0)  // mine and replayed
         comm_gap[c] = inst.comms[static_cast<std::size_t>(i)].least_gap(ops);
     MPI_Allreduce(MPI_IN_PLACE, comm_gap.data(), static_cast<int>(comm_gap.size()), MPI_INT64_T,
                   MPI_MIN, comm);
-    config.lookahead_edges = [&](const std::function<void(pdes::LpId, pdes::LpId, SimTime)>& edge) {
-      for (std::uint32_t c = 0; c < g.comms.size(); ++c) {
-        const pdes::LpId lp = g.world_size + c;
-        for (const std::uint32_t* m = g.comms.members_begin(c); m != g.comms.members_end(c); ++m) {
-          edge(*m, lp, 0);
-          edge(lp, *m, comm_gap[c]);
-        }
-        if (cost.fabric != nullptr) {
-          edge(lp, inst.data.fabric_lp(), 0);
-          edge(inst.data.fabric_lp(), lp, 0);
-        }
-      }
-    };
   }
-  pdes::OptimisticEngine engine(
-      comm, owner, [&](pdes::LpId id) { return inst.lp(id); }, config);
-  const pdes::OptimisticStats local = engine.run();
-  const pdes::OptimisticStats total = engine.total(local);
+  pdes::OptimisticStats local, total;
+  std::vector<pdes::OptimisticStats> per_process;
+  if (conservative) {
+    // Windows of the least gap out of the communicators that hear from another process (they
+    // run in each window's second phase: their ARRIVEs cross at the senders' instants); every
+    // other edge between processes is such a communicator's COMPLETE (a rank sends only to its
+    // communicators and itself, and a communicator whose members are all on its process sends
+    // only there). Nothing crosses processes: one window.
+    pdes::ConservativeConfig cc;
+    cc.progress = options.progress;
+    cc.second_phase.assign(owner.size(), 0);
+    SimTime window = kTimeInfinity;
+    std::uint32_t tightest = 0;
+    for (std::uint32_t c = 0; c < g.comms.size(); ++c) {
+      const std::uint32_t at = owner[g.world_size + c];
+      if (std::none_of(g.comms.members_begin(c), g.comms.members_end(c),
+                       [&](std::uint32_t m) { return owner[m] != at; }))
+        continue;
+      cc.second_phase[g.world_size + c] = 1;
+      if (comm_gap[c] < window) {
+        window = comm_gap[c];
+        tightest = c;
+      }
+    }
+    if (cost.fabric != nullptr && size > 1)
+      throw_input(
+          "run.engine: conservative does not run the flow model across processes (the fabric "
+          "answers a transfer at its own instant); use run.engine: optimistic");
+    // Below a microsecond, two exchanges per window would cost more than the events in it.
+    constexpr SimTime kLeastWindow = 1000;
+    if (window < kLeastWindow)
+      throw_input(
+          "run.engine: conservative: communicator {} spans processes and completes {} ns after "
+          "its last arrival, so windows would be {} ns long; use run.engine: optimistic",
+          tightest, window, window);
+    cc.lookahead = window;
+    pdes::ConservativeEngine engine(
+        comm, owner, [&](pdes::LpId id) { return inst.lp(id); }, cc);
+    const pdes::ConservativeStats mine = engine.run();
+    // In the optimistic engine's terms: every event committed at execution, a window a round.
+    local.events_processed = local.events_committed = local.committed_at_execution =
+        mine.events_processed;
+    local.remote_messages = mine.remote_messages;
+    local.gvt_rounds = mine.windows;
+    local.end_time = mine.end_time;
+    local.wall_s = mine.wall_s;
+    local.gvt_s = mine.exchange_s;
+    per_process.resize(static_cast<std::size_t>(size));
+    MPI_Allgather(&local, sizeof local, MPI_BYTE, per_process.data(), sizeof local, MPI_BYTE, comm);
+    total = local;
+    total.events_processed = total.events_committed = total.committed_at_execution =
+        total.remote_messages = 0;
+    total.wall_s = total.gvt_s = 0;
+    for (const pdes::OptimisticStats& p : per_process) {
+      total.events_processed += p.events_processed;
+      total.events_committed += p.events_committed;
+      total.committed_at_execution += p.committed_at_execution;
+      total.remote_messages += p.remote_messages;
+      total.wall_s = std::max(total.wall_s, p.wall_s);
+      total.gvt_s = std::max(total.gvt_s, p.gvt_s);
+    }
+  } else {
+    // The model's lookahead graph: a rank sends ARRIVE to its communicators at once (gap 0), a
+    // communicator sends COMPLETE to its members at least its least wire time after the ARRIVE
+    // that completes the instance, and the fabric and the communicators exchange flow events at
+    // once. Each communicator's gap is priced by its owner (which holds its members' templates)
+    // and shared. From it the engine commits a rank's events at execution below the bound on
+    // any straggler, which for a rank that hears from other processes only through
+    // data-parallel COMPLETEs is a gradient reduction's wire time past GVT (issue 42).
+    if (size > 1 && config.lookahead == 0)
+      config.lookahead_edges =
+          [&](const std::function<void(pdes::LpId, pdes::LpId, SimTime)>& edge) {
+            for (std::uint32_t c = 0; c < g.comms.size(); ++c) {
+              const pdes::LpId lp = g.world_size + c;
+              for (const std::uint32_t* m = g.comms.members_begin(c); m != g.comms.members_end(c);
+                   ++m) {
+                edge(*m, lp, 0);
+                edge(lp, *m, comm_gap[c]);
+              }
+              if (cost.fabric != nullptr) {
+                edge(lp, inst.data.fabric_lp(), 0);
+                edge(inst.data.fabric_lp(), lp, 0);
+              }
+            }
+          };
+    pdes::OptimisticEngine engine(
+        comm, owner, [&](pdes::LpId id) { return inst.lp(id); }, config);
+    local = engine.run();
+    total = engine.total(local);
+    per_process = engine.gather(local);
+  }
 
   int ok = 1;
   std::string why;
@@ -621,7 +691,7 @@ DistributedResults emulate_distributed(const graph::SlicedGraph& g, const Costs&
       out.memory.erase(r);
     }
   describe_replicas(out.engine, g, reps ? &*reps : nullptr);
-  out.engine.kind = "optimistic";
+  out.engine.kind = conservative ? "conservative" : "optimistic";
   out.engine.processes = static_cast<std::uint32_t>(size);
   out.engine.events_processed = total.events_processed;
   out.engine.events_committed = total.events_committed;
@@ -635,7 +705,7 @@ DistributedResults emulate_distributed(const graph::SlicedGraph& g, const Costs&
   out.engine.wall_s = total.wall_s;
   out.engine.gvt_s = total.gvt_s;
   out.engine.idle_s = total.idle_s;
-  for (const pdes::OptimisticStats& p : engine.gather(local))
+  for (const pdes::OptimisticStats& p : per_process)
     out.engine.per_process.push_back(ProcessEngineStats{
         p.events_processed, p.events_committed, p.events_rolled_back, p.anti_messages,
         p.remote_messages, p.committed_at_execution, p.wall_s, p.gvt_s, p.idle_s});

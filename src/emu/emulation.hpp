@@ -17,7 +17,10 @@
 
 namespace scalescope::emu {
 
-enum class EngineKind : std::uint8_t { Sequential, Optimistic };
+/// Sequential: one process. Optimistic: Time Warp with per-LP lookahead over MPI. Conservative:
+/// synchronous windows over MPI (pdes::ConservativeEngine), where the communicators that span
+/// processes complete at least a microsecond after their last arrival.
+enum class EngineKind : std::uint8_t { Sequential, Optimistic, Conservative };
 
 struct EmulationOptions {
   bool coalesce_local_ops = true;          ///< false: one event per compute op (reference)

@@ -31,6 +31,10 @@ class ConservativeEngine::Impl final : public Context {
     MPI_Comm_dup(comm, &comm_);
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
+    SCALESCOPE_EXPECTS(config_.second_phase.empty() ||
+                       config_.second_phase.size() == owner_.size());
+    two_phase_ = std::any_of(config_.second_phase.begin(), config_.second_phase.end(),
+                             [](std::uint8_t z) { return z != 0; });
     lps_.assign(owner_.size(), nullptr);
     next_seq_.assign(owner_.size(), 0);
     for (LpId i = 0; i < owner_.size(); ++i) {
@@ -51,12 +55,15 @@ class ConservativeEngine::Impl final : public Context {
           fmt::format("LP {} at t={} sent an event (t={}, priority {}) that sorts "
                       "before the event it is handling",
                       self_, now_, t, priority));
-    if (owner_[dst] != static_cast<std::uint32_t>(rank_)) {
-      if (current_ && t - now_ < config_.lookahead)
-        throw ContractError(
-            fmt::format("LP {} at t={} sent an event to LP {} on another process at t={}, "
-                        "closer than the model's lookahead of {} ns",
-                        self_, now_, dst, t, config_.lookahead));
+    const bool remote = owner_[dst] != static_cast<std::uint32_t>(rank_);
+    // What must land in a later window: everything a second-phase LP sends, and what goes to a
+    // first-phase LP on another process.
+    if (current_ && (second(self_) || (remote && !second(dst))) && t - now_ < config_.lookahead)
+      throw ContractError(fmt::format(
+          "LP {} at t={} sent an event to LP {}{} at t={}, closer than the model's lookahead of "
+          "{} ns",
+          self_, now_, dst, remote ? " on another process" : "", t, config_.lookahead));
+    if (remote) {
       ++stats_.remote_messages;
       Event* e = pool_.allocate();  // stable until the exchange: the handler fills it later
       e->key = key;
@@ -65,7 +72,7 @@ class ConservativeEngine::Impl final : public Context {
     }
     Event* e = pool_.allocate();
     e->key = key;
-    queue_.push(e->key, e);
+    queue_of(dst).push(e->key, e);
     return *e;
   }
 
@@ -78,62 +85,39 @@ class ConservativeEngine::Impl final : public Context {
         lps_[i]->init(*this);
       }
     double last_report = 0;
-    bool failed = false;
-    EventKey failed_key{};
-    detail::ErrorKind failed_kind = detail::ErrorKind::Other;
-    std::string failed_what;
     for (;;) {
       const auto x0 = std::chrono::steady_clock::now();
       exchange();
       // The next window's start and whether any process failed, in one reduction.
-      std::array<std::int64_t, 2> local{queue_.empty() ? kTimeInfinity : queue_.top_key().time,
-                                        failed ? 0 : 1},
-          global{};
+      const SimTime mine = std::min(queue_.empty() ? kTimeInfinity : queue_.top_key().time,
+                                    second_.empty() ? kTimeInfinity : second_.top_key().time);
+      std::array<std::int64_t, 2> local{mine, failed_ ? 0 : 1}, global{};
       MPI_Allreduce(local.data(), global.data(), 2, MPI_INT64_T, MPI_MIN, comm_);
-      stats_.exchange_s +=
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - x0).count();
+      stats_.exchange_s += seconds_since(x0);
       if (global[1] == 0)
-        detail::throw_earliest(comm_, failed, failed_key, failed_kind, failed_what);
+        detail::throw_earliest(comm_, failed_, failed_key_, failed_kind_, failed_what_);
       const SimTime start = global[0];
       if (start >= kTimeInfinity || start > end) break;
       ++stats_.windows;
       stats_.end_time = start;
-      // Every event below `limit` is here: one sent from another process lies at or after its
-      // sender + lookahead, and its sender ran in an earlier window (at or after that window's
-      // start, below this one's).
-      const SimTime limit =
+      // Every event below `limit` is here: one sent from another process to a first-phase LP,
+      // or by a second-phase LP, lies at or after its sender + lookahead, and its sender ran in
+      // an earlier window (at or after that window's start, below this one's).
+      SimTime limit =
           start >= kTimeInfinity - config_.lookahead ? kTimeInfinity : start + config_.lookahead;
-      while (!queue_.empty() && queue_.top_key().time < limit && queue_.top_key().time <= end) {
-        Event* e = queue_.pop();
-        if (const auto* far = queue_.peek(8)) {
-          prefetch_lines(far->item);
-          __builtin_prefetch(lps_[far->key.dst]);
-        }
-        if (const auto* near = queue_.peek(4)) lps_[near->key.dst]->prefetch(*near->item);
-        now_ = e->key.time;
-        self_ = e->key.dst;
-        const EventKey key = e->key;
-        current_ = &key;
-        try {
-          lps_[self_]->forward(*e, *this);
-        } catch (const std::exception& x) {
-          // Final (nothing here is speculative); reported at the window's end on every process.
-          failed = true;
-          failed_key = key;
-          failed_kind = detail::error_kind(x);
-          failed_what = x.what();
-          current_ = nullptr;
-          pool_.release(e);
-          break;
-        }
-        lps_[self_]->commit(*e);
-        current_ = nullptr;
-        ++stats_.events_processed;
-        pool_.release(e);
+      if (end < kTimeInfinity) limit = std::min(limit, end + 1);  // nothing after `end` runs
+      run_phase(queue_, limit);
+      if (two_phase_) {
+        // The second phase: every event sent to a second-phase LP below the window's end has
+        // been sent (by first-phase LPs, in this window or before), here or elsewhere. After a
+        // failure only the events before it in key order run (they cannot depend on it).
+        const auto y0 = std::chrono::steady_clock::now();
+        exchange();
+        stats_.exchange_s += seconds_since(y0);
+        run_phase(second_, limit);
       }
       if (rank_ == 0 && config_.progress.report) {
-        const double wall =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double wall = seconds_since(t0);
         if (wall - last_report >= config_.progress.interval_s) {
           last_report = wall;
           // Process 0's count times the processes: an estimate, for the fraction done and ETA.
@@ -144,9 +128,10 @@ class ConservativeEngine::Impl final : public Context {
     }
     // Events beyond `end` stay unprocessed; free them.
     while (!queue_.empty()) pool_.release(queue_.pop());
+    while (!second_.empty()) pool_.release(second_.pop());
     for (LogicalProcess* lp : lps_)
       if (lp != nullptr) lp->finalize();
-    stats_.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    stats_.wall_s = seconds_since(t0);
     return stats_;
   }
 
@@ -164,6 +149,46 @@ class ConservativeEngine::Impl final : public Context {
   }
 
  private:
+  static double seconds_since(std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  }
+  bool second(LpId id) const { return two_phase_ && config_.second_phase[id] != 0; }
+  LadderQueue<Event>& queue_of(LpId id) { return second(id) ? second_ : queue_; }
+
+  /// Runs the events of `queue` below `limit` in key order (and, after a failure, only those
+  /// before the failed event in key order); a handler's error is kept for the window's end.
+  void run_phase(LadderQueue<Event>& queue, SimTime limit) {
+    while (!queue.empty() && queue.top_key().time < limit) {
+      if (failed_ && !(queue.top_key() < failed_key_)) return;
+      Event* e = queue.pop();
+      if (const auto* far = queue.peek(8)) {
+        prefetch_lines(far->item);
+        __builtin_prefetch(lps_[far->key.dst]);
+      }
+      if (const auto* near = queue.peek(4)) lps_[near->key.dst]->prefetch(*near->item);
+      now_ = e->key.time;
+      self_ = e->key.dst;
+      const EventKey key = e->key;
+      current_ = &key;
+      try {
+        lps_[self_]->forward(*e, *this);
+      } catch (const std::exception& x) {
+        // Final (nothing here is speculative); thrown at the window's end on every process.
+        failed_ = true;
+        failed_key_ = key;
+        failed_kind_ = detail::error_kind(x);
+        failed_what_ = x.what();
+        current_ = nullptr;
+        pool_.release(e);
+        return;
+      }
+      lps_[self_]->commit(*e);
+      current_ = nullptr;
+      ++stats_.events_processed;
+      pool_.release(e);
+    }
+  }
+
   /// Sends every process the events sent to its LPs this window and queues those received.
   void exchange() {
     const auto size = static_cast<std::size_t>(size_);
@@ -198,7 +223,7 @@ class ConservativeEngine::Impl final : public Context {
     for (const Event& r : recv_buf_) {
       Event* e = pool_.allocate();
       *e = r;
-      queue_.push(e->key, e);
+      queue_of(e->key.dst).push(e->key, e);
     }
   }
 
@@ -209,7 +234,13 @@ class ConservativeEngine::Impl final : public Context {
   std::vector<LogicalProcess*> lps_;     ///< by LP id; null where another process owns it
   std::vector<std::uint64_t> next_seq_;  ///< per source LP
   EventPool pool_;
-  LadderQueue<Event> queue_;
+  LadderQueue<Event> queue_;   ///< first-phase LPs' events
+  LadderQueue<Event> second_;  ///< second-phase LPs' events
+  bool two_phase_ = false;
+  bool failed_ = false;  ///< a handler failed (at failed_key_): reported at the window's end
+  EventKey failed_key_{};
+  detail::ErrorKind failed_kind_ = detail::ErrorKind::Other;
+  std::string failed_what_;
   std::vector<std::vector<Event*>> out_;  ///< per destination process, this window (pooled)
   std::vector<Event> send_buf_, recv_buf_;
   const EventKey* current_ = nullptr;

@@ -6,7 +6,14 @@
 /// its end, so none can arrive late); then the processes exchange what they sent and agree on
 /// the next T. No speculation: the sequential engine's pooled 64-byte events, no processed
 /// lists, no fossil collection, no rollback. Produces the sequential engine's history exactly.
-/// Models with a zero lookahead between processes need the optimistic engine.
+///
+/// Two phases per window where some LPs hear from other processes with no lookahead (the
+/// replay's data-parallel communicators receive each ARRIVE at its sender's instant): those
+/// *second-phase* LPs run their events of the window only after every first-phase LP has run
+/// its own and the processes have exchanged what they sent; everything a second-phase LP sends
+/// is at least the lookahead later, so it belongs to a later window. Models where some edge out
+/// of such an LP, or between first-phase LPs of different processes, has no lookahead need the
+/// optimistic engine.
 #include <mpi.h>
 
 #include <cstdint>
@@ -20,9 +27,13 @@
 namespace scalescope::pdes {
 
 struct ConservativeConfig {
-  /// Every event sent to an LP on another process is at least this much later than the event
-  /// that sends it (> 0); the engine refuses a send that breaks it (ContractError).
+  /// Every event sent to an LP on another process, and every event a second-phase LP sends, is
+  /// at least this much later than the event that sends it (> 0; events sent to a second-phase
+  /// LP are exempt). The engine refuses a send that breaks it (ContractError).
   SimTime lookahead = 0;
+  /// Per LP id: 1 for a second-phase LP (see above). Empty: none (one phase per window). The
+  /// same vector on every process.
+  std::vector<std::uint8_t> second_phase;
   /// Called on process 0 after a window, at most once per interval.
   ProgressReporter progress;
 };

@@ -13,6 +13,7 @@
 #include "pdes/conservative_engine.hpp"
 #include "pdes/partitioner.hpp"
 #include "pdes/phold.hpp"
+#include "pdes/sequential_engine.hpp"
 
 namespace scalescope::pdes {
 namespace {
@@ -117,6 +118,81 @@ TEST(Conservative, AHandlersErrorIsThrownOnEveryProcess) {
     error = e.what();
   }
   EXPECT_EQ(error, "LP 1 failed at t=42");  // on every process
+}
+
+/// Workers and collectors, like ranks and a data-parallel communicator: a worker runs events
+/// 1–7 ticks apart and on every third sends its collector a ping at its own instant (no
+/// lookahead); the collector answers `reply_after` ticks later. Collectors run in the second
+/// phase. Each LP hashes the keys it commits, in order.
+struct Hub final : public LogicalProcess {
+  Hub(LpId lp, std::uint32_t num_workers, std::uint32_t num_collectors, SimTime reply)
+      : id(lp), workers(num_workers), collectors(num_collectors), reply_after(reply) {}
+  void init(Context& ctx) override {
+    if (id < workers) ctx.send(id, 1, 0, std::uint64_t{0});
+  }
+  void forward(Event& e, Context& ctx) override {
+    ++count;
+    if (id >= workers) {  // a collector: answer the ping
+      ctx.send(e.key.src, e.key.time + reply_after, 0, std::uint64_t{1});
+      return;
+    }
+    if (e.key.src != id || count > 400) return;  // a reply, or done
+    const auto step = static_cast<SimTime>(1 + (id * 7 + count * 13) % 7);
+    ctx.send(id, e.key.time + step, 0, std::uint64_t{0});
+    if (count % 3 == 0) ctx.send(workers + id % collectors, e.key.time, 1, std::uint64_t{2});
+  }
+  void reverse(Event&, Context&) override {}
+  void commit(const Event& e) override {
+    hash = hash * 0x9E3779B97F4A7C15ull ^
+           (static_cast<std::uint64_t>(e.key.time) << 20 ^ e.key.src << 8 ^ e.key.priority);
+  }
+  LpId id;
+  std::uint32_t workers, collectors;
+  SimTime reply_after;
+  std::uint64_t count = 0, hash = 1;
+};
+
+TEST(Conservative, SecondPhaseLpsHearFromOtherProcessesAtTheSendersInstant) {
+  const std::uint32_t workers = 12u * static_cast<std::uint32_t>(world_size()), collectors = 3;
+  const std::uint32_t n = workers + collectors;
+  auto run_all = [&](SimTime reply_after) {
+    std::vector<Hub> lps;
+    lps.reserve(n);
+    // Workers in blocks over the processes, collectors on process 0: every collector hears
+    // from every process.
+    std::vector<std::uint32_t> owner(n, 0u);
+    for (std::uint32_t w = 0; w < workers; ++w)
+      owner[w] = w * static_cast<std::uint32_t>(world_size()) / workers;
+    ConservativeConfig config;
+    config.lookahead = reply_after;
+    config.second_phase.assign(n, 0);
+    for (std::uint32_t c = workers; c < n; ++c) config.second_phase[c] = 1;
+    ConservativeEngine engine(
+        MPI_COMM_WORLD, owner,
+        [&](LpId id) -> LogicalProcess* {
+          return &lps.emplace_back(id, workers, collectors, reply_after);
+        },
+        config);
+    const ConservativeStats total = engine.total(engine.run());
+    std::uint64_t local = 0, sum = 0;
+    for (const Hub& h : lps) local += h.hash * (h.id + 1);
+    MPI_Allreduce(&local, &sum, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+    return std::pair{sum, total.events_processed};
+  };
+  for (const SimTime reply_after : {1, 5, 40}) {
+    std::vector<Hub> seq;
+    seq.reserve(n);
+    std::vector<LogicalProcess*> ptrs;
+    for (LpId id = 0; id < n; ++id)
+      ptrs.push_back(&seq.emplace_back(id, workers, collectors, reply_after));
+    SequentialEngine reference(ptrs);
+    const EngineStats stats = reference.run();
+    std::uint64_t expected = 0;
+    for (const Hub& h : seq) expected += h.hash * (h.id + 1);
+    const auto [sum, events] = run_all(reply_after);
+    EXPECT_EQ(sum, expected) << "reply after " << reply_after;
+    EXPECT_EQ(events, stats.events_committed) << "reply after " << reply_after;
+  }
 }
 
 TEST(Conservative, AZeroLookaheadIsRefused) {
