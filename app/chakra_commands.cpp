@@ -150,9 +150,7 @@ int run_chakra(const MpiWorld& mpi, const graph::SlicedGraph& g,
   opt.partition = c.run.partition;
   opt.class_durations = io::resolve_durations(g, durations, costs.compute);
   opt.eager_p2p = c.run.p2p == "eager";
-  if (optimistic)
-    opt.engine = c.run.engine == "conservative" ? emu::EngineKind::Conservative
-                                                : emu::EngineKind::Optimistic;
+  opt.engine = emu::engine_kind(c.run.engine);
   emu::RunResults r;
   try {
     r = optimistic ? emu::emulate_parallel(g, costs, opt, MPI_COMM_WORLD)

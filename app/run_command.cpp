@@ -67,10 +67,9 @@ int run_command(const MpiWorld& mpi, const std::string& config_path, const std::
     if (c.run.sandbox_ranks.empty()) c.run.sandbox_ranks = stored_ranks;
   }
   if (mpi.rank() == 0) check_output_dir(c.run.output);
-  // A parallel engine over MPI: optimistic (Time Warp) or conservative (windows).
+  // A parallel engine over MPI: optimistic (Time Warp), conservative (windows) or auto.
   const bool optimistic = c.run.engine != "sequential";
-  const emu::EngineKind parallel_kind =
-      c.run.engine == "conservative" ? emu::EngineKind::Conservative : emu::EngineKind::Optimistic;
+  const emu::EngineKind parallel_kind = emu::engine_kind(c.run.engine);
   if (!optimistic && mpi.size() > 1)
     throw_input(
         "{}: run.engine=sequential runs on one process, but {} were started; use "

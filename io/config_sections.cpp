@@ -416,7 +416,7 @@ workload::TrainingSpec build_training(const Section& s) {
 RunSpec build_run(const Section& s) {
   RunSpec run;
   const Reader r(s, "run");
-  run.engine = r.choice("engine", {"sequential", "optimistic", "conservative"}, run.engine);
+  run.engine = r.choice("engine", {"sequential", "optimistic", "conservative", "auto"}, run.engine);
   if (const Value* v = r.find("trace_ranks")) {
     const auto rank = [&](const YAML::Node& n) {
       const auto x = detail::read_int(Value{n, v->origin}, r.key("trace_ranks"));

@@ -562,8 +562,8 @@ DistributedResults emulate_distributed(const graph::SlicedGraph& g, const Costs&
   pdes::OptimisticConfig config = options.optimistic;
   config.progress = options.progress;
   std::vector<SimTime> comm_gap(g.comms.size(), kTimeInfinity);
-  const bool conservative = options.engine == EngineKind::Conservative;
-  if (size > 1 && (conservative || config.lookahead == 0)) {
+  const bool windows_asked = options.engine != EngineKind::Optimistic;  // conservative or auto
+  if (size > 1 && (windows_asked || config.lookahead == 0)) {
     const RoleOps ops = role_ops(inst.data);
     for (std::uint32_t c = 0; c < g.comms.size(); ++c)
       if (const std::int32_t i = inst.index[g.world_size + c]; i >= 0)  // mine and replayed
@@ -573,17 +573,16 @@ DistributedResults emulate_distributed(const graph::SlicedGraph& g, const Costs&
   }
   pdes::OptimisticStats local, total;
   std::vector<pdes::OptimisticStats> per_process;
-  if (conservative) {
-    // Windows of the least gap out of the communicators that hear from another process (they
-    // run in each window's second phase: their ARRIVEs cross at the senders' instants); every
-    // other edge between processes is such a communicator's COMPLETE (a rank sends only to its
-    // communicators and itself, and a communicator whose members are all on its process sends
-    // only there). Nothing crosses processes: one window.
-    pdes::ConservativeConfig cc;
-    cc.progress = options.progress;
+  // Windows of the least gap out of the communicators that hear from another process (they run
+  // in each window's second phase: their ARRIVEs cross at the senders' instants); every other
+  // edge between processes is such a communicator's COMPLETE (a rank sends only to its
+  // communicators and itself, and a communicator whose members are all on its process sends
+  // only there). Nothing crosses processes: one window.
+  pdes::ConservativeConfig cc;
+  SimTime window = kTimeInfinity;
+  std::uint32_t tightest = 0;
+  if (windows_asked) {
     cc.second_phase.assign(owner.size(), 0);
-    SimTime window = kTimeInfinity;
-    std::uint32_t tightest = 0;
     for (std::uint32_t c = 0; c < g.comms.size(); ++c) {
       const std::uint32_t at = owner[g.world_size + c];
       if (std::none_of(g.comms.members_begin(c), g.comms.members_end(c),
@@ -595,17 +594,24 @@ DistributedResults emulate_distributed(const graph::SlicedGraph& g, const Costs&
         tightest = c;
       }
     }
-    if (cost.fabric != nullptr && size > 1)
-      throw_input(
-          "run.engine: conservative does not run the flow model across processes (the fabric "
-          "answers a transfer at its own instant); use run.engine: optimistic");
-    // Below a microsecond, two exchanges per window would cost more than the events in it.
-    constexpr SimTime kLeastWindow = 1000;
-    if (window < kLeastWindow)
-      throw_input(
-          "run.engine: conservative: communicator {} spans processes and completes {} ns after "
-          "its last arrival, so windows would be {} ns long; use run.engine: optimistic",
-          tightest, window, window);
+  }
+  // Below a microsecond, two exchanges per window would cost more than the events in it.
+  constexpr SimTime kLeastWindow = 1000;
+  const bool flow_across = cost.fabric != nullptr && size > 1;
+  if (options.engine == EngineKind::Conservative && flow_across)
+    throw_input(
+        "run.engine: conservative does not run the flow model across processes (the fabric "
+        "answers a transfer at its own instant); use run.engine: optimistic");
+  if (options.engine == EngineKind::Conservative && window < kLeastWindow)
+    throw_input(
+        "run.engine: conservative: communicator {} spans processes and completes {} ns after "
+        "its last arrival, so windows would be {} ns long; use run.engine: optimistic",
+        tightest, window, window);
+  // run.engine: auto takes the windows wherever they are allowed and at least a microsecond
+  // long (docs/architecture.md, "Which engine, and why"), Time Warp elsewhere.
+  const bool conservative = windows_asked && !flow_across && window >= kLeastWindow;
+  if (conservative) {
+    cc.progress = options.progress;
     cc.lookahead = window;
     pdes::ConservativeEngine engine(
         comm, owner, [&](pdes::LpId id) { return inst.lp(id); }, cc);

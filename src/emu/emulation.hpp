@@ -19,8 +19,16 @@ namespace scalescope::emu {
 
 /// Sequential: one process. Optimistic: Time Warp with per-LP lookahead over MPI. Conservative:
 /// synchronous windows over MPI (pdes::ConservativeEngine), where the communicators that span
-/// processes complete at least a microsecond after their last arrival.
-enum class EngineKind : std::uint8_t { Sequential, Optimistic, Conservative };
+/// processes complete at least a microsecond after their last arrival (else an InputError).
+/// Auto: conservative where it is allowed, optimistic elsewhere.
+enum class EngineKind : std::uint8_t { Sequential, Optimistic, Conservative, Auto };
+/// The engine a `run.engine` value names (io/config_sections.cpp admits only these).
+inline EngineKind engine_kind(const std::string& run_engine) {
+  return run_engine == "optimistic"     ? EngineKind::Optimistic
+         : run_engine == "conservative" ? EngineKind::Conservative
+         : run_engine == "auto"         ? EngineKind::Auto
+                                        : EngineKind::Sequential;
+}
 
 struct EmulationOptions {
   bool coalesce_local_ops = true;          ///< false: one event per compute op (reference)

@@ -104,6 +104,9 @@ for exp in quickstart llama3-8b-hf gpt3-175b-1024 llama3-405b-16k llama3-405b-8k
       fi
     done
   done
+  # run.engine: auto (windows where allowed, Time Warp under the flow model).
+  mpirun -np 2 "$bin" run "$cfg" -o "$tmp/$exp-2-auto" --quiet "${set_small[@]}" ${whatif[@]+"${whatif[@]}"} \
+    --set run.engine=auto
   "$bin" graph "$cfg" -o "$tmp/$exp.h5" "${set_small[@]}" >/dev/null
   for run in 2-block 4-block 2-metis; do
     mpirun -np ${run%%-*} "$bin" run --graph "$tmp/$exp.h5" -o "$tmp/$exp-$run-graph" --quiet ${whatif[@]+"${whatif[@]}"} \
