@@ -626,18 +626,14 @@ DistributedResults emulate_distributed(const graph::SlicedGraph& g, const Costs&
     local.gvt_s = mine.exchange_s;
     per_process.resize(static_cast<std::size_t>(size));
     MPI_Allgather(&local, sizeof local, MPI_BYTE, per_process.data(), sizeof local, MPI_BYTE, comm);
+    // The engine's own reduction (events summed, times the largest).
+    const pdes::ConservativeStats all = engine.total(mine);
     total = local;
     total.events_processed = total.events_committed = total.committed_at_execution =
-        total.remote_messages = 0;
-    total.wall_s = total.gvt_s = 0;
-    for (const pdes::OptimisticStats& p : per_process) {
-      total.events_processed += p.events_processed;
-      total.events_committed += p.events_committed;
-      total.committed_at_execution += p.committed_at_execution;
-      total.remote_messages += p.remote_messages;
-      total.wall_s = std::max(total.wall_s, p.wall_s);
-      total.gvt_s = std::max(total.gvt_s, p.gvt_s);
-    }
+        all.events_processed;
+    total.remote_messages = all.remote_messages;
+    total.wall_s = all.wall_s;
+    total.gvt_s = all.exchange_s;
   } else {
     // The model's lookahead graph: a rank sends ARRIVE to its communicators at once (gap 0), a
     // communicator sends COMPLETE to its members at least its least wire time after the ARRIVE
