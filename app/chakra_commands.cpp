@@ -138,19 +138,21 @@ int run_chakra(const MpiWorld& mpi, const graph::SlicedGraph& g,
   if (g.world_size != static_cast<std::uint32_t>(c.parallel.world()))
     throw_input("{}: the trace has {} ranks but the configuration has {} GPUs", c.path,
                 g.world_size, c.parallel.world());
-  const bool optimistic = c.run.engine != "sequential";  // a parallel engine over MPI
+  // A parallel engine over MPI (run.engine: auto, the default, is sequential on one process).
+  const emu::EngineKind kind = emu::engine_kind(c.run.engine, mpi.size());
+  const bool optimistic = kind != emu::EngineKind::Sequential;
   if (!optimistic && mpi.size() > 1)
-    throw_input("{}: run.engine=sequential runs on one process; use --set run.engine=optimistic",
-                c.path);
+    throw_input("{}: run.engine=sequential runs on one process; use --set run.engine=auto", c.path);
   cost::CostModel cost(c.cluster, c.network);
   const emu::Costs costs = emu::costs_of(cost);
   emu::EmulationOptions opt;
   opt.coalesce_local_ops = c.run.coalesce_local_ops;
   opt.trace_ranks = c.run.trace_ranks;
   opt.partition = c.run.partition;
+  opt.optimistic.optimism_window = window_ns(c.run.optimism_window_us);
   opt.class_durations = io::resolve_durations(g, durations, costs.compute);
   opt.eager_p2p = c.run.p2p == "eager";
-  opt.engine = emu::engine_kind(c.run.engine);
+  opt.engine = kind;
   emu::RunResults r;
   try {
     r = optimistic ? emu::emulate_parallel(g, costs, opt, MPI_COMM_WORLD)

@@ -5,6 +5,7 @@
 
 #include <mpi.h>
 
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -67,6 +68,11 @@ emu::Summary template_memory(const io::ExperimentConfig& c, const graph::SlicedG
 /// signature is in it, the roofline model elsewhere.
 emu::Costs costs_with_profile(emu::Costs costs, const cost::Profile* profile);
 
+/// run.optimism_window_us in simulated ns; 0 (the key unset): unbounded.
+inline SimTime window_ns(double us) {
+  return us > 0 ? static_cast<SimTime>(std::llround(us * 1e3)) : kTimeInfinity;
+}
+
 /// What a replay of configuration `c` takes: its cost model, cost.profile's measurements (if
 /// any) over it, and the emulation options the run keys ask for (engine and traced ranks are
 /// the caller's). Not copyable: `costs` refers to the model and the profile.
@@ -78,6 +84,7 @@ struct ReplaySetup {
         costs(costs_with_profile(emu::costs_of(model), profile ? &*profile : nullptr)) {
     options.coalesce_local_ops = c.run.coalesce_local_ops;
     options.partition = c.run.partition;
+    options.optimistic.optimism_window = window_ns(c.run.optimism_window_us);
     options.eager_p2p = c.run.p2p == "eager";
     options.representative_replicas = c.run.replicas == "representative";
   }

@@ -67,13 +67,14 @@ int run_command(const MpiWorld& mpi, const std::string& config_path, const std::
     if (c.run.sandbox_ranks.empty()) c.run.sandbox_ranks = stored_ranks;
   }
   if (mpi.rank() == 0) check_output_dir(c.run.output);
-  // A parallel engine over MPI: optimistic (Time Warp), conservative (windows) or auto.
-  const bool optimistic = c.run.engine != "sequential";
-  const emu::EngineKind parallel_kind = emu::engine_kind(c.run.engine);
+  // A parallel engine over MPI: optimistic (Time Warp), conservative (windows) or auto (the
+  // default: the sequential engine on one process).
+  const emu::EngineKind parallel_kind = emu::engine_kind(c.run.engine, mpi.size());
+  const bool optimistic = parallel_kind != emu::EngineKind::Sequential;
   if (!optimistic && mpi.size() > 1)
     throw_input(
         "{}: run.engine=sequential runs on one process, but {} were started; use "
-        "--set run.engine=optimistic under mpirun",
+        "--set run.engine=auto under mpirun",
         c.path, mpi.size());
   std::optional<graph::SlicedGraph> graph;
   if (!graph_path.empty() && optimistic) {

@@ -15,12 +15,15 @@
 namespace scalescope::io {
 
 struct RunSpec {
-  std::string engine = "sequential";          ///< sequential | optimistic (later issue)
+  /// sequential | optimistic | conservative | auto (the engine each means: emu::engine_kind)
+  std::string engine = "auto";
   std::vector<std::uint32_t> trace_ranks{0};  ///< ranks whose timeline and memory are recorded
   std::string output = "out";                 ///< output directory
   bool coalesce_local_ops = true;             ///< advance local compute chains inside one event
   std::string partition = "block";            ///< optimistic engine: block | metis
-  std::string on_oom = "warn";                ///< capacity check fails: warn | fail
+  /// Optimistic engine: no event runs more than this past GVT (simulated µs); 0: unbounded.
+  double optimism_window_us = 0;
+  std::string on_oom = "warn";  ///< capacity check fails: warn | fail
   /// Send/recv: rendezvous (NCCL's P2P: a transfer starts when both ends are posted) | eager
   /// (ASTRA-sim's: a send completes after its transfer; the default for foreign Chakra traces).
   std::string p2p = "rendezvous";

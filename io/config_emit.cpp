@@ -298,6 +298,8 @@ std::string emit(const ExperimentConfig& c, const ModelSources& sources) {
   out << YAML::Key << "coalesce_local_ops" << YAML::Value << r.coalesce_local_ops;
   out << YAML::Key << "p2p" << YAML::Value << r.p2p;
   if (r.replicas != "all") out << YAML::Key << "replicas" << YAML::Value << r.replicas;
+  if (r.optimism_window_us > 0)
+    out << YAML::Key << "optimism_window_us" << YAML::Value << num(r.optimism_window_us);
   if (!r.sandbox_ranks.empty()) {
     out << YAML::Key << "sandbox_ranks" << YAML::Value << YAML::Flow << r.sandbox_ranks;
     out << YAML::Key << "sandbox_backend" << YAML::Value << r.sandbox_backend;

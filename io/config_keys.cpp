@@ -123,10 +123,19 @@ const Keys kTopologyKeys = {"rail_optimized",         "nodes_per_leaf",
                             "cores_per_plane",        "leaf_oversubscription",
                             "spine_oversubscription", "spine_latency_us",
                             "core_latency_us",        "routing"};
-const Keys kRunKeys = {
-    "engine", "trace_ranks",   "output",          "coalesce_local_ops", "partition",
-    "on_oom", "sandbox_ranks", "sandbox_backend", "sandbox_op_scale",   "calibrate_from_sandbox",
-    "p2p",    "replicas"};
+const Keys kRunKeys = {"engine",
+                       "trace_ranks",
+                       "output",
+                       "coalesce_local_ops",
+                       "partition",
+                       "on_oom",
+                       "sandbox_ranks",
+                       "sandbox_backend",
+                       "sandbox_op_scale",
+                       "calibrate_from_sandbox",
+                       "p2p",
+                       "replicas",
+                       "optimism_window_us"};
 
 /// Short names accepted in `parallel:` (Megatron's own --tp/--pp style abbreviations).
 const std::vector<std::pair<std::string_view, std::string_view>> kParallelAliases = {

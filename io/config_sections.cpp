@@ -438,6 +438,11 @@ RunSpec build_run(const Section& s) {
   r.text("output", run.output);
   r.flag("coalesce_local_ops", run.coalesce_local_ops);
   run.partition = r.choice("partition", {"block", "metis"}, run.partition);
+  // Up to an hour of simulated time; a key the other engines would silently ignore is refused.
+  r.number("optimism_window_us", run.optimism_window_us, 0.0, true, 3.6e9);
+  if (run.optimism_window_us > 0 && run.engine != "optimistic")
+    fail(*r.find("optimism_window_us"), r.key("optimism_window_us"),
+         fmt::format("bounds the optimistic engine's run-ahead, but run.engine is {}", run.engine));
   run.on_oom = r.choice("on_oom", {"warn", "fail"}, run.on_oom);
   run.p2p = r.choice("p2p", {"rendezvous", "eager"}, run.p2p);
   run.replicas = r.choice("replicas", {"all", "representative"}, run.replicas);

@@ -277,6 +277,7 @@ void write_engine(const h5::Group& root, const emu::EngineStats& e, const Share&
   g.set_attribute("gvt_rounds", e.gvt_rounds);
   g.set_attribute("committed_at_execution", e.committed_at_execution);
   g.set_attribute("fossil_visits", e.fossil_visits);
+  g.set_attribute("max_run_ahead_s", ns_to_seconds(e.max_run_ahead));
   g.set_attribute("wall_s", e.wall_s);
   g.set_attribute("gvt_s", e.gvt_s);
   g.set_attribute("idle_s", e.idle_s);

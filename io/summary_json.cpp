@@ -197,6 +197,7 @@ void write_summary_json(const emu::RunResults& r, const std::string& path) {
                      {"gvt_rounds", e.gvt_rounds},
                      {"committed_at_execution", e.committed_at_execution},
                      {"fossil_visits", e.fossil_visits},
+                     {"max_run_ahead_s", ns_to_seconds(e.max_run_ahead)},
                      {"committed_events_per_s", committed_per_s(e)},
                      {"events_per_virtual_rank", e.events_per_rank},
                      {"lp_state_bytes_per_virtual_rank", e.lp_bytes_per_rank},

@@ -40,9 +40,10 @@ ENGINE_KEYS = ("kind", "processes", "events_processed", "events_committed", "eve
                "remote_messages", "gvt_rounds", "wall_s", "events_per_virtual_rank",
                "lp_state_bytes_per_virtual_rank")
 # Written since session 16 (files of earlier versions lack them; replicas since session 17,
-# fossil_visits since session 28).
+# fossil_visits since session 28, max_run_ahead_s since session 29).
 ENGINE_KEYS_NEWER = ("rollbacks", "anti_messages", "committed_at_execution", "gvt_s", "idle_s",
-                     "replicas", "replica_count", "replayed_ranks", "fossil_visits")
+                     "replicas", "replica_count", "replayed_ranks", "fossil_visits",
+                     "max_run_ahead_s")
 # /engine/process_<field> datasets of an optimistic run, one row per process, in summary.json's
 # per_process order (efficiency is derived).
 ENGINE_PROCESS_FIELDS = ("events_processed", "events_committed", "events_rolled_back",

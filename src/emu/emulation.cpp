@@ -48,8 +48,8 @@ void check_replay_memory(std::uint64_t bytes, std::uint64_t room, std::uint32_t 
   throw_input(
       "the replay needs {:.1f} GiB for the state of {} ranks{} (a time slot per op of each "
       "rank's program), but {:.1f} GiB is available: replay one replica of each group "
-      "(run.replicas: representative), or spread the ranks over more processes (run.engine: "
-      "optimistic under mpirun)",
+      "(run.replicas: representative), or spread the ranks over more processes (mpirun -np N; "
+      "run.engine: auto)",
       static_cast<double>(bytes) / kGiB, ranks,
       processes > 1 ? fmt::format(" on one of {} processes", processes) : std::string(),
       static_cast<double>(room) / kGiB);
@@ -622,6 +622,7 @@ DistributedResults emulate_distributed(const graph::SlicedGraph& g, const Costs&
     local.remote_messages = mine.remote_messages;
     local.gvt_rounds = mine.windows;
     local.end_time = mine.end_time;
+    local.max_run_ahead = window == kTimeInfinity ? mine.end_time : window;  // one window: all
     local.wall_s = mine.wall_s;
     local.gvt_s = mine.exchange_s;
     per_process.resize(static_cast<std::size_t>(size));
@@ -704,6 +705,7 @@ DistributedResults emulate_distributed(const graph::SlicedGraph& g, const Costs&
   out.engine.anti_messages = total.anti_messages;
   out.engine.committed_at_execution = total.committed_at_execution;
   out.engine.fossil_visits = total.fossil_visits;
+  out.engine.max_run_ahead = total.max_run_ahead;
   out.engine.wall_s = total.wall_s;
   out.engine.gvt_s = total.gvt_s;
   out.engine.idle_s = total.idle_s;

@@ -22,12 +22,14 @@ namespace scalescope::emu {
 /// processes complete at least a microsecond after their last arrival (else an InputError).
 /// Auto: conservative where it is allowed, optimistic elsewhere.
 enum class EngineKind : std::uint8_t { Sequential, Optimistic, Conservative, Auto };
-/// The engine a `run.engine` value names (io/config_sections.cpp admits only these).
-inline EngineKind engine_kind(const std::string& run_engine) {
+/// The engine a `run.engine` value names (io/config_sections.cpp admits only these) at
+/// `processes` MPI processes: `auto` (the default) is the sequential engine on one process,
+/// where nothing can be gained from windows or speculation, and Auto over several.
+inline EngineKind engine_kind(const std::string& run_engine, int processes) {
   return run_engine == "optimistic"     ? EngineKind::Optimistic
          : run_engine == "conservative" ? EngineKind::Conservative
-         : run_engine == "auto"         ? EngineKind::Auto
-                                        : EngineKind::Sequential;
+         : run_engine == "auto" ? (processes > 1 ? EngineKind::Auto : EngineKind::Sequential)
+                                : EngineKind::Sequential;
 }
 
 struct EmulationOptions {

@@ -55,6 +55,9 @@ struct OptimisticStats {
   /// LPs fossil collection looked at (one per LP holding processed events, per round): its
   /// cost beside what it commits
   std::uint64_t fossil_visits = 0;
+  /// The furthest past GVT (the last round's) that an event was executed, in simulated ns: the
+  /// run-ahead that `optimism_window` bounds (largest over processes in `total`)
+  SimTime max_run_ahead = 0;
   SimTime end_time = 0;
   double wall_s = 0;
   double gvt_s = 0;   ///< wall time in the GVT protocol and fossil collection

@@ -282,7 +282,10 @@ OptimisticStats OptimisticEngine::Impl::total(const OptimisticStats& s) const {
   t.committed_at_execution = sum[6];
   t.fossil_visits = sum[7];
   t.gvt_rounds = s.gvt_rounds;  // every process takes part in every round
-  MPI_Allreduce(&s.end_time, &t.end_time, 1, MPI_INT64_T, MPI_MAX, comm_);
+  std::array<SimTime, 2> late{s.end_time, s.max_run_ahead}, latest{};
+  MPI_Allreduce(late.data(), latest.data(), 2, MPI_INT64_T, MPI_MAX, comm_);
+  t.end_time = latest[0];
+  t.max_run_ahead = latest[1];
   std::array<double, 3> times{s.wall_s, s.gvt_s, s.idle_s}, most{};
   MPI_Allreduce(times.data(), most.data(), 3, MPI_DOUBLE, MPI_MAX, comm_);
   t.wall_s = most[0];

@@ -104,9 +104,11 @@ for exp in quickstart llama3-8b-hf gpt3-175b-1024 llama3-405b-16k llama3-405b-8k
       fi
     done
   done
-  # run.engine: auto (windows where allowed, Time Warp under the flow model).
-  mpirun -np 2 "$bin" run "$cfg" -o "$tmp/$exp-2-auto" --quiet "${set_small[@]}" ${whatif[@]+"${whatif[@]}"} \
-    --set run.engine=auto
+  # Time Warp with its run-ahead bounded in simulated time (run.optimism_window_us).
+  [ "$exp" = quickstart ] && mpirun -np 2 "$bin" run "$cfg" -o "$tmp/$exp-2-window" --quiet "${set_small[@]}" \
+    --set run.engine=optimistic --set run.optimism_window_us=50
+  # run.engine: auto, the default (windows where allowed, Time Warp under the flow model).
+  mpirun -np 2 "$bin" run "$cfg" -o "$tmp/$exp-2-auto" --quiet "${set_small[@]}" ${whatif[@]+"${whatif[@]}"}
   "$bin" graph "$cfg" -o "$tmp/$exp.h5" "${set_small[@]}" >/dev/null
   for run in 2-block 4-block 2-metis; do
     mpirun -np ${run%%-*} "$bin" run --graph "$tmp/$exp.h5" -o "$tmp/$exp-$run-graph" --quiet ${whatif[@]+"${whatif[@]}"} \
@@ -146,6 +148,13 @@ for exp in exps:
         print(f"{name:28s} identical={same} processes={engine['processes']} "
               f"efficiency={engine['efficiency']:.4f} rolled_back={engine['events_rolled_back']}")
         bad += not same
+        if name.endswith("window"):  # no event ran more than 50 us past GVT
+            print(f"{'':28s} max run-ahead {engine['max_run_ahead_s'] * 1e6:.1f} us (window 50 us)")
+            bad += not 0 < engine["max_run_ahead_s"] <= 50e-6
+        if name.endswith("auto"):  # the default at np 2: the engine auto chose, by its rule
+            want = "optimistic" if exp.endswith("-flow") else "conservative"
+            print(f"{'':28s} auto ran {engine['kind']} (want {want})")
+            bad += engine["kind"] != want
         if name.endswith("rep"):  # one replica replayed, said so
             rep_ok = engine["replicas"] == "representative" and \
                 engine["replayed_ranks"] * engine["replica_count"] == s["world_size"]

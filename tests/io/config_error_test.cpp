@@ -108,6 +108,11 @@ TEST(ConfigError, EveryBadInputNamesFileAndKey) {
       {Yaml().set("training", "precision", "fp8"), "training.precision=fp8"},
       {Yaml().set("training", "attention", "sdpa"), "training.attention"},
       {Yaml().set("run", "engine", "parallel"), "run.engine"},
+      // The window bounds the optimistic engine only (auto, the default, may run windows), and
+      // is a positive time.
+      {Yaml().set("run", "optimism_window_us", "100"), "run.optimism_window_us"},
+      {Yaml().set("run", "engine", "optimistic").set("run", "optimism_window_us", "0"),
+       "run.optimism_window_us"},
       {Yaml().set("run", "trace_ranks", "[0, 8]"), "run.trace_ranks"},
       {Yaml().set("run", "trace_ranks", "[-1]"), "run.trace_ranks"},
       {Yaml().set("run", "trace_ranks", "{a: 1}"), "run.trace_ranks"},

@@ -322,7 +322,7 @@ TEST(Config, DefaultsAndDerivedSizes) {
   EXPECT_EQ(c.parallel.schedule, workload::Schedule::OneFOneB);
   EXPECT_EQ(c.training.precision, workload::Precision::Bf16);
   EXPECT_EQ(c.training.attention, workload::AttentionBackend::Flash);
-  EXPECT_EQ(c.run.engine, "sequential");
+  EXPECT_EQ(c.run.engine, "auto");
   EXPECT_EQ(
       load_experiment((dir / "e.yaml").string(), {"training.attention=flash2"}).training.attention,
       workload::AttentionBackend::Flash2);
@@ -379,6 +379,15 @@ TEST(Config, ResolvedYamlIsCanonicalDeterministicAndLoadsBack) {
 
   const auto g = load_experiment(repo("inputs/experiments/gpt3-175b-1024.yaml"));
   EXPECT_NE(g.resolved_yaml.find("hidden_dropout: 0.1\n"), std::string::npos) << g.resolved_yaml;
+
+  // run.optimism_window_us is emitted where set (and read back: 2.5 ms past GVT, in ns).
+  const auto w = load_experiment(repo("inputs/experiments/quickstart.yaml"),
+                                 {"run.engine=optimistic", "run.optimism_window_us=2500"});
+  EXPECT_DOUBLE_EQ(w.run.optimism_window_us, 2500);
+  EXPECT_NE(w.resolved_yaml.find("optimism_window_us: 2500"), std::string::npos) << w.resolved_yaml;
+  EXPECT_EQ(y.find("optimism_window_us"), std::string::npos) << y;
+  write(dir / "window.yaml", w.resolved_yaml);
+  EXPECT_DOUBLE_EQ(load_experiment((dir / "window.yaml").string()).run.optimism_window_us, 2500);
 }
 
 // ---------------------------------------------------------------- overrides
