@@ -2,7 +2,8 @@
 # Scaling benchmark: Llama 3 405B (inputs/experiments/llama3-405b-16k.yaml) at 1,024 … 131,072
 # GPUs — TP 8, PP 16 fixed, DP = N/128, global batch 16·DP so every pipeline runs the same 16
 # micro-batches — on the sequential engine (also with run.replicas: representative, which must
-# give the same summary) and the optimistic engine at np 1, 2 and 4. Records wall
+# give the same summary) and the parallel engines (conservative and optimistic; ENGINES) at np
+# 1, 2 and 4. Records wall
 # time, peak RSS (largest process), committed events, committed events/s, efficiency, graph.h5
 # size and graph build time into bench/results/scaling.csv and draws bench/results/scaling.png.
 #
@@ -11,7 +12,7 @@
 # interference only ever slows a run down.
 #
 #   bench/scaling.sh [BUILD_DIR]      (env SIZES="1024 2048" to run fewer sizes, REPEATS=1,
-#                                      NPS="1 2" for fewer process counts)
+#                                      NPS="1 2" for fewer process counts, ENGINES=optimistic)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${1:-$root/build}"
@@ -20,6 +21,7 @@ sizes="${SIZES:-1024 2048 4096 8192 16384 32768 65536 131072}"
 small_repeats="${REPEATS:-3}"
 big_repeats="${BIG_REPEATS:-1}"
 nps="${NPS:-1 2 4}"
+engines="${ENGINES:-conservative optimistic}"
 cfg="$root/inputs/experiments/llama3-405b-16k.yaml"
 results="$root/bench/results"
 mkdir -p "$results"
@@ -77,15 +79,17 @@ import json,sys
 a=json.load(open('$tmp/seq/summary.json')); b=json.load(open('$tmp/rep/summary.json'))
 a.pop('engine'); b.pop('engine'); sys.exit(0 if a==b else 'representative differs at $n GPUs')"
   for np in $nps; do
-    best "$tmp/opt$np" "$tmp/t" mpirun -np $np "$exe" run "$cfg" -q "${sets[@]}" \
-      --set run.engine=optimistic
-    row "$n" optimistic "$np" "$tmp/t" "$tmp/opt$np" "$gbytes" "$gsec"
-    # Determinism: the optimistic results equal the sequential ones.
-    /usr/bin/python3 -c "
+    for engine in $engines; do
+      best "$tmp/$engine$np" "$tmp/t" mpirun -np $np "$exe" run "$cfg" -q "${sets[@]}" \
+        --set run.engine=$engine
+      row "$n" $engine "$np" "$tmp/t" "$tmp/$engine$np" "$gbytes" "$gsec"
+      # Determinism: the parallel engine's results equal the sequential ones.
+      /usr/bin/python3 -c "
 import json,sys
-a=json.load(open('$tmp/seq/summary.json')); b=json.load(open('$tmp/opt$np/summary.json'))
-a.pop('engine'); b.pop('engine'); sys.exit(0 if a==b else 'optimistic np $np differs at $n GPUs')"
+a=json.load(open('$tmp/seq/summary.json')); b=json.load(open('$tmp/$engine$np/summary.json'))
+a.pop('engine'); b.pop('engine'); sys.exit(0 if a==b else '$engine np $np differs at $n GPUs')"
+    done
   done
-  tail -n $((2 + $(wc -w <<<"$nps"))) "$csv"
+  tail -n $((2 + $(wc -w <<<"$nps") * $(wc -w <<<"$engines"))) "$csv"
 done
 /usr/bin/python3 "$root/bench/plot_scaling.py" "$csv" "$results/scaling.png"

@@ -38,6 +38,10 @@ struct OptimisticConfig {
   /// the global minimum. A send off the declared graph, or closer than its bound, is refused.
   /// `lookahead` must then be 0. Called on every process (each keeps what concerns it).
   std::function<void(const std::function<void(LpId src, LpId dst, SimTime gap)>&)> lookahead_edges;
+  /// With `lookahead_edges` and no `optimism_window`: the window is the largest finite per-LP
+  /// lookahead over all processes (past it no event can commit at execution); none where every
+  /// bound is 0 or infinite.
+  bool window_at_lookahead = true;
   /// Called on process 0 after a GVT round, at most once per interval.
   ProgressReporter progress;
 };

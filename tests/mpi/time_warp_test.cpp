@@ -225,6 +225,11 @@ TEST_P(PholdRegimes, KeepTheSequentialHistoryAndRollBack) {
   // np 4 and 2, and failed here).
   if (g.window != kTimeInfinity) {
     EXPECT_LE(r.total.max_run_ahead, g.window) << g.name;
+  } else if (g.per_lp && world_size() > 1) {
+    // No window given, per-LP lookahead declared: the window is the largest finite per-LP bound
+    // (a non-hub's gap, p.lookahead; a hub's is 0), past which nothing commits at execution.
+    EXPECT_LE(r.total.max_run_ahead, p.lookahead) << g.name;
+    EXPECT_GT(r.total.max_run_ahead, SimTime{0}) << g.name;
   } else if (world_size() > 1) {
     EXPECT_GT(r.total.max_run_ahead, SimTime{0}) << g.name;
   }
