@@ -126,6 +126,33 @@ PholdParams make_params(const Options& o, int processes) {
   return p;
 }
 
+/// This process's PHOLD LPs, made as a parallel engine places them, and their checksum over all
+/// processes. Reserved up front: the engine keeps pointers to the LPs, so the vector never moves.
+class OwnedLps {
+ public:
+  OwnedLps(const PholdParams& params, const std::vector<std::uint32_t>& owner, int rank)
+      : params_(params) {
+    for (std::uint32_t p : owner) owned_ += p == static_cast<std::uint32_t>(rank) ? 1 : 0;
+    lps_.reserve(owned_);
+  }
+  LogicalProcess* make(LpId id) {
+    SCALESCOPE_EXPECTS(lps_.size() < owned_);
+    return &lps_.emplace_back(id, params_);
+  }
+  /// Unsigned addition wraps mod 2^64 in every process order: the sum is order-independent.
+  std::uint64_t checksum() const {
+    const std::uint64_t mine = phold_checksum(lps_);
+    std::uint64_t all = 0;
+    MPI_Allreduce(&mine, &all, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+    return all;
+  }
+
+ private:
+  PholdParams params_;
+  std::size_t owned_ = 0;
+  std::vector<PholdLP> lps_;
+};
+
 Report run_sequential(const Options& o) {
   const int processes = world_size();
   if (processes != 1)
@@ -173,19 +200,9 @@ Report run_optimistic(const Options& o) {
   }
   std::vector<std::uint32_t> owner =
       partitioner->assign(params.num_lps, static_cast<std::uint32_t>(processes), &graph);
-  std::size_t owned = 0;
-  for (std::uint32_t p : owner) owned += p == static_cast<std::uint32_t>(rank) ? 1 : 0;
-
-  // Reserved up front: the engine keeps pointers to the LPs, so the vector must never move.
-  std::vector<PholdLP> lps;
-  lps.reserve(owned);
+  OwnedLps lps(params, owner, rank);
   OptimisticEngine engine(
-      MPI_COMM_WORLD, owner,
-      [&](LpId id) -> LogicalProcess* {
-        SCALESCOPE_EXPECTS(lps.size() < owned);
-        return &lps.emplace_back(id, params);
-      },
-      config);
+      MPI_COMM_WORLD, owner, [&](LpId id) { return lps.make(id); }, config);
   const OptimisticStats local = engine.run(end);
   const OptimisticStats total = engine.total(local);
   const std::array<double, kPerProcess> mine{static_cast<double>(local.events_processed),
@@ -213,9 +230,7 @@ Report run_optimistic(const Options& o) {
   r.wall_s = total.wall_s;
   r.gvt_s = total.gvt_s;
   r.idle_s = total.idle_s;
-  const std::uint64_t local_sum = phold_checksum(lps);
-  // Unsigned addition wraps mod 2^64 in every process order: the sum is order-independent.
-  MPI_Allreduce(&local_sum, &r.checksum, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+  r.checksum = lps.checksum();
   r.processes = processes;
   r.per_process = std::move(per_process);
   r.engine = "optimistic";
@@ -235,19 +250,11 @@ Report run_conservative(const Options& o) {
     throw_input("--partition {}: the conservative engine runs PHOLD on blocks of LPs", o.partition);
   std::vector<std::uint32_t> owner =
       BlockPartitioner{}.assign(params.num_lps, static_cast<std::uint32_t>(processes), nullptr);
-  std::size_t owned = 0;
-  for (std::uint32_t p : owner) owned += p == static_cast<std::uint32_t>(rank) ? 1 : 0;
-  std::vector<PholdLP> lps;
-  lps.reserve(owned);
+  OwnedLps lps(params, owner, rank);
   ConservativeConfig config;
   config.lookahead = std::max<SimTime>(1, params.lookahead);
   ConservativeEngine engine(
-      MPI_COMM_WORLD, owner,
-      [&](LpId id) -> LogicalProcess* {
-        SCALESCOPE_EXPECTS(lps.size() < owned);
-        return &lps.emplace_back(id, params);
-      },
-      config);
+      MPI_COMM_WORLD, owner, [&](LpId id) { return lps.make(id); }, config);
   const ConservativeStats total = engine.total(engine.run(end));
   Report r;
   r.committed = r.processed = total.events_processed;
@@ -255,8 +262,7 @@ Report run_conservative(const Options& o) {
   r.gvt_rounds = total.windows;
   r.wall_s = total.wall_s;
   r.gvt_s = total.exchange_s;
-  const std::uint64_t local_sum = phold_checksum(lps);
-  MPI_Allreduce(&local_sum, &r.checksum, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+  r.checksum = lps.checksum();
   r.processes = processes;
   r.engine = "conservative";
   r.partition = "block";
