@@ -300,13 +300,15 @@ std::string format_summary_table(const emu::RunResults& r) {
                     "collectives across them); the others copy their counterparts",
                     e.replayed_ranks, s.world_size, e.replica_count));
   if (e.kind == "conservative")
-    row("windows", fmt::format("{} synchronous windows; the busiest process {:.3f} s exchanging",
-                               e.gvt_rounds, e.gvt_s));
+    row("windows", fmt::format("{} synchronous windows of {:.3f} ms; the busiest process {:.3f} s "
+                               "exchanging",
+                               e.gvt_rounds, ns_to_seconds(e.max_run_ahead) * 1e3, e.gvt_s));
   if (e.kind == "optimistic")
     row("time warp",
-        fmt::format("{} rolled back, {} anti-messages, {} GVT rounds; the busiest "
-                    "process {:.3f} s in GVT, {:.3f} s idle",
-                    e.events_rolled_back, e.anti_messages, e.gvt_rounds, e.gvt_s, e.idle_s));
+        fmt::format("{} rolled back, {} anti-messages, {} GVT rounds, at most {:.3f} ms past GVT; "
+                    "the busiest process {:.3f} s in GVT, {:.3f} s idle",
+                    e.events_rolled_back, e.anti_messages, e.gvt_rounds,
+                    ns_to_seconds(e.max_run_ahead) * 1e3, e.gvt_s, e.idle_s));
 
   if (!s.whatif.empty()) {
     fmt::format_to(std::back_inserter(out), "\nwhat-if (the same run without them: baseline)\n");
