@@ -185,7 +185,8 @@ int run_command(const MpiWorld& mpi, const std::string& config_path, const std::
                                      cost.fabric() != nullptr ? c.cluster.gpus_per_node : 0,
                                      reps ? &reps->active : nullptr);
   if (rollback_check && optimistic)
-    throw_input("--rollback-check runs on the sequential engine; drop run.engine={}", c.run.engine);
+    throw_input("--rollback-check runs on the sequential engine, on one process (run.engine={})",
+                c.run.engine);
   if (optimistic) opt.engine = parallel_kind;
   // Hybrid run: the sandbox ranks' kernels are measured (or replayed) before the replay, and the
   // job is also replayed without them, whose iteration time the outputs give beside the hybrid

@@ -299,7 +299,9 @@ std::string format_summary_table(const emu::RunResults& r) {
         fmt::format("representative: {} of {} ranks replayed (one of {} identical replicas and the "
                     "collectives across them); the others copy their counterparts",
                     e.replayed_ranks, s.world_size, e.replica_count));
-  if (e.kind == "conservative")
+  if (e.kind == "conservative" && e.max_run_ahead == 0)
+    row("windows", "one window: no event crosses processes");
+  else if (e.kind == "conservative")
     row("windows", fmt::format("{} synchronous windows of {:.3f} ms; the busiest process {:.3f} s "
                                "exchanging",
                                e.gvt_rounds, ns_to_seconds(e.max_run_ahead) * 1e3, e.gvt_s));

@@ -561,6 +561,10 @@ DistributedResults emulate_distributed(const graph::SlicedGraph& g, const Costs&
                 });
   pdes::OptimisticConfig config = options.optimistic;
   config.progress = options.progress;
+  // Below a microsecond, two exchanges per window would cost more than the events in it; nor is
+  // Time Warp's run-ahead bounded by default at less (an eager pipeline pair's gap is 1 ns).
+  constexpr SimTime kLeastWindow = 1000;
+  config.least_default_window = kLeastWindow;
   std::vector<SimTime> comm_gap(g.comms.size(), kTimeInfinity);
   const bool windows_asked = options.engine != EngineKind::Optimistic;  // conservative or auto
   if (size > 1 && (windows_asked || config.lookahead == 0)) {
@@ -595,8 +599,6 @@ DistributedResults emulate_distributed(const graph::SlicedGraph& g, const Costs&
       }
     }
   }
-  // Below a microsecond, two exchanges per window would cost more than the events in it.
-  constexpr SimTime kLeastWindow = 1000;
   const bool flow_across = cost.fabric != nullptr && size > 1;
   if (options.engine == EngineKind::Conservative && flow_across)
     throw_input(
@@ -622,7 +624,7 @@ DistributedResults emulate_distributed(const graph::SlicedGraph& g, const Costs&
     local.remote_messages = mine.remote_messages;
     local.gvt_rounds = mine.windows;
     local.end_time = mine.end_time;
-    local.max_run_ahead = window == kTimeInfinity ? mine.end_time : window;  // one window: all
+    local.max_run_ahead = window == kTimeInfinity ? 0 : window;  // 0: one window ran everything
     local.wall_s = mine.wall_s;
     local.gvt_s = mine.exchange_s;
     per_process.resize(static_cast<std::size_t>(size));

@@ -86,7 +86,8 @@ struct EngineStats {
   std::uint64_t committed_at_execution = 0;  ///< below GVT + lookahead: never kept for rollback
   std::uint64_t fossil_visits = 0;           ///< LPs fossil collection looked at, over its rounds
   /// Optimistic: the furthest past GVT any event ran (run.optimism_window_us bounds it);
-  /// conservative: the window (no event runs further past its window's start); sequential: 0
+  /// conservative: the window (no event runs further past its window's start), 0 where one
+  /// window ran everything (nothing crosses processes); sequential: 0
   SimTime max_run_ahead = 0;
   double wall_s = 0;
   double gvt_s = 0;                             ///< largest over processes

@@ -121,16 +121,17 @@ void OptimisticEngine::Impl::build_lookahead() {
     }
   }
   // The run-ahead bound in simulated time, unless one was given: an event commits at execution
-  // only below bound_ + its LP's lookahead, and bound_ ≤ GVT, so nothing past GVT + the largest
-  // finite lookahead of any LP can; speculation beyond it is all Time Warp state and rollback
-  // risk (Llama 3 405B at 131,072 GPUs np 2: a 25 ms window against drifts of 29-50 ms, the
-  // same wall time within the noise; docs/engine.md "Issue 42").
+  // only below bound_ + its LP's lookahead, and bound_ ≤ GVT, so past GVT + the largest finite
+  // lookahead only the LPs no other process can reach (infinite bound) could; everything else
+  // run there is Time Warp state and rollback risk (Llama 3 405B at 131,072 GPUs np 2: a 25 ms
+  // window against drifts of 29-50 ms, the same wall time within the noise; docs/engine.md
+  // "Issue 42"). Not below least_default_window: a window of a few ns would run in lockstep.
   if (config_.window_at_lookahead && config_.optimism_window == kTimeInfinity) {
     SimTime most = 0;
     for (LpId id = 0; id < n; ++id)
       if (is_local(id) && lookahead_[id] < kTimeInfinity) most = std::max(most, lookahead_[id]);
     MPI_Allreduce(MPI_IN_PLACE, &most, 1, MPI_INT64_T, MPI_MAX, comm_);
-    if (most > 0) config_.optimism_window = most;
+    if (most >= std::max<SimTime>(1, config_.least_default_window)) config_.optimism_window = most;
   }
 }
 

@@ -39,9 +39,10 @@ struct OptimisticConfig {
   /// `lookahead` must then be 0. Called on every process (each keeps what concerns it).
   std::function<void(const std::function<void(LpId src, LpId dst, SimTime gap)>&)> lookahead_edges;
   /// With `lookahead_edges` and no `optimism_window`: the window is the largest finite per-LP
-  /// lookahead over all processes (past it no event can commit at execution); none where every
-  /// bound is 0 or infinite.
+  /// lookahead over all processes (past it no event of an LP that another process can reach can
+  /// commit at execution), where that is at least `least_default_window`; else none.
   bool window_at_lookahead = true;
+  SimTime least_default_window = 1;  ///< the replay: 1 µs (a window of ns would be lockstep)
   /// Called on process 0 after a GVT round, at most once per interval.
   ProgressReporter progress;
 };

@@ -176,6 +176,7 @@ struct Regime {
   bool declare_lookahead = false;  ///< tell the engine PHOLD's lookahead (commit at execution)
   /// Every fourth LP a hub of lookahead 0, and the engine told each LP's (lookahead_edges).
   bool per_lp = false;
+  bool default_window = true;  ///< per_lp: the engine's default window at the largest lookahead
 };
 
 class PholdRegimes : public ::testing::TestWithParam<Regime> {};
@@ -202,6 +203,7 @@ TEST_P(PholdRegimes, KeepTheSequentialHistoryAndRollBack) {
   config.delay_every = g.delay_every;
   if (g.declare_lookahead) config.lookahead = p.lookahead;
   if (g.per_lp) config.lookahead_edges = [&p](const auto& edge) { phold_lookahead_edges(p, edge); };
+  config.window_at_lookahead = g.default_window;
   const PholdResult r = run_phold(p, end, config);
   EXPECT_EQ(r.checksum, reference.checksum) << g.name;
   EXPECT_EQ(r.total.events_committed, reference.stats.events_committed) << g.name;
@@ -225,9 +227,9 @@ TEST_P(PholdRegimes, KeepTheSequentialHistoryAndRollBack) {
   // np 4 and 2, and failed here).
   if (g.window != kTimeInfinity) {
     EXPECT_LE(r.total.max_run_ahead, g.window) << g.name;
-  } else if (g.per_lp && world_size() > 1) {
+  } else if (g.per_lp && g.default_window && world_size() > 1) {
     // No window given, per-LP lookahead declared: the window is the largest finite per-LP bound
-    // (a non-hub's gap, p.lookahead; a hub's is 0), past which nothing commits at execution.
+    // (a non-hub's gap, p.lookahead; a hub's is 1 tick), past which nothing commits at execution.
     EXPECT_LE(r.total.max_run_ahead, p.lookahead) << g.name;
     EXPECT_GT(r.total.max_run_ahead, SimTime{0}) << g.name;
   } else if (world_size() > 1) {
@@ -241,7 +243,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Regime{"window", 20, 1u << 19, 2}, Regime{"memory cap", kTimeInfinity, 96, 2},
                       Regime{"window and cap", 12, 64, 3},
                       Regime{"lookahead", kTimeInfinity, 1u << 19, 2, true},
-                      Regime{"per LP lookahead", kTimeInfinity, 1u << 19, 2, false, true}),
+                      Regime{"per LP lookahead", kTimeInfinity, 1u << 19, 2, false, true},
+                      Regime{"per LP lookahead unbounded", kTimeInfinity, 1u << 19, 2, false, true,
+                             false}),
     [](const ::testing::TestParamInfo<Regime>& param) {
       std::string s = param.param.name;
       for (char& c : s)
