@@ -68,6 +68,9 @@ MUTATIONS = [
     ("the per-LP bound ignores the local edges (each LP only its entry gap)",
      "      lookahead_[e.dst] = at + e.gap;\n      queue.emplace(at + e.gap, e.dst);",
      "      continue;"),
+    ("the optimism window (run-ahead in simulated time) is ignored",
+     "if (top.time > horizon) break;",
+     "if (top.time > end + 0 * horizon) break;"),
 ]
 
 
