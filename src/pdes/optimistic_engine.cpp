@@ -453,7 +453,6 @@ OptimisticStats OptimisticEngine::Impl::run(SimTime end) {
         parked_.push_back(n);
         continue;
       }
-      stats_.max_run_ahead = std::max(stats_.max_run_ahead, n->ev.key.time - gvt_);
       execute(n);
       prefetch_ahead();
       progressed = true;

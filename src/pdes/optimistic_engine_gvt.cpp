@@ -179,6 +179,11 @@ bool OptimisticEngine::Impl::round_done(bool wait) {
   // event that is not itself held is final: no rollback can undo it any more.
   if (vote_in_.min_fault < vote_in_.min_time) report_fault();
   committed_everywhere_ = static_cast<std::uint64_t>(vote_in_.committed);
+  // How far past GVT this process ran since the last round: GVT changes only here and never
+  // falls, and high_water_ (the furthest event executed) never falls, so its gap to the GVT
+  // ending now is the largest any event executed meanwhile had (and no more than an earlier
+  // round's gap where the furthest event is older): the run-ahead, off the event loop.
+  if (executed_any_) stats_.max_run_ahead = std::max(stats_.max_run_ahead, high_water_.time - gvt_);
   gvt_ = std::min(vote_in_.min_time, vote_in_.min_parked);
   // Every white event has arrived, and an event still to come is sent by an event not yet
   // processed (at or after GVT) or is a red one already sent, whose sender is at or after the
