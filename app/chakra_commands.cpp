@@ -139,19 +139,13 @@ int run_chakra(const MpiWorld& mpi, const graph::SlicedGraph& g,
     throw_input("{}: the trace has {} ranks but the configuration has {} GPUs", c.path,
                 g.world_size, c.parallel.world());
   // A parallel engine over MPI (run.engine: auto, the default, is sequential on one process).
-  const emu::EngineKind kind = emu::engine_kind(c.run.engine, mpi.size());
+  const emu::EngineKind kind = engine_for(c, mpi.size());
   const bool optimistic = kind != emu::EngineKind::Sequential;
-  if (!optimistic && mpi.size() > 1)
-    throw_input("{}: run.engine=sequential runs on one process; use --set run.engine=auto", c.path);
   cost::CostModel cost(c.cluster, c.network);
   const emu::Costs costs = emu::costs_of(cost);
-  emu::EmulationOptions opt;
-  opt.coalesce_local_ops = c.run.coalesce_local_ops;
+  emu::EmulationOptions opt = run_options(c.run);
   opt.trace_ranks = c.run.trace_ranks;
-  opt.partition = c.run.partition;
-  opt.optimistic.optimism_window = window_ns(c.run.optimism_window_us);
   opt.class_durations = io::resolve_durations(g, durations, costs.compute);
-  opt.eager_p2p = c.run.p2p == "eager";
   opt.engine = kind;
   emu::RunResults r;
   try {

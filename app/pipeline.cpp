@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 
 #include <algorithm>
 #include <charconv>
@@ -296,6 +297,27 @@ void complete_summary(emu::DistributedResults& d, const io::ExperimentConfig& c,
   auto& transient = d.local.summary.peak_transient_bytes_by_pp_stage;
   MPI_Allreduce(MPI_IN_PLACE, transient.data(), static_cast<int>(transient.size()), MPI_INT64_T,
                 MPI_MAX, comm);
+}
+
+emu::EngineKind engine_for(const io::ExperimentConfig& c, int processes) {
+  const emu::EngineKind kind = emu::engine_kind(c.run.engine, processes);
+  if (kind == emu::EngineKind::Sequential && processes > 1)
+    throw_input(
+        "{}: run.engine=sequential runs on one process, but {} were started; use "
+        "--set run.engine=auto under mpirun",
+        c.path, processes);
+  return kind;
+}
+
+emu::EmulationOptions run_options(const io::RunSpec& r) {
+  emu::EmulationOptions o;
+  o.coalesce_local_ops = r.coalesce_local_ops;
+  o.partition = r.partition;
+  // run.optimism_window_us in simulated ns; 0 (the key unset): the engine's default.
+  if (r.optimism_window_us > 0)
+    o.optimistic.optimism_window = static_cast<SimTime>(std::llround(r.optimism_window_us * 1e3));
+  o.eager_p2p = r.p2p == "eager";
+  return o;
 }
 
 /// cost.profile: the cost functions use the profile's measurement wherever an op's kernel

@@ -5,7 +5,6 @@
 
 #include <mpi.h>
 
-#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -68,10 +67,13 @@ emu::Summary template_memory(const io::ExperimentConfig& c, const graph::SlicedG
 /// signature is in it, the roofline model elsewhere.
 emu::Costs costs_with_profile(emu::Costs costs, const cost::Profile* profile);
 
-/// run.optimism_window_us in simulated ns; 0 (the key unset): unbounded.
-inline SimTime window_ns(double us) {
-  return us > 0 ? static_cast<SimTime>(std::llround(us * 1e3)) : kTimeInfinity;
-}
+/// The engine run.engine asks for at `processes` MPI processes (emu::engine_kind); the
+/// sequential engine under mpirun is a one-line error naming the configuration.
+emu::EngineKind engine_for(const io::ExperimentConfig& c, int processes);
+
+/// The emulation options every replay takes from the run keys (coalescing, partition, the
+/// optimism window, send/recv semantics); engine, traced ranks and replicas are the caller's.
+emu::EmulationOptions run_options(const io::RunSpec& r);
 
 /// What a replay of configuration `c` takes: its cost model, cost.profile's measurements (if
 /// any) over it, and the emulation options the run keys ask for (engine and traced ranks are
@@ -82,10 +84,7 @@ struct ReplaySetup {
         profile(c.cost.profile.empty() ? std::nullopt
                                        : std::optional(io::read_profile_h5(c.cost.profile))),
         costs(costs_with_profile(emu::costs_of(model), profile ? &*profile : nullptr)) {
-    options.coalesce_local_ops = c.run.coalesce_local_ops;
-    options.partition = c.run.partition;
-    options.optimistic.optimism_window = window_ns(c.run.optimism_window_us);
-    options.eager_p2p = c.run.p2p == "eager";
+    options = run_options(c.run);
     options.representative_replicas = c.run.replicas == "representative";
   }
   ReplaySetup(const ReplaySetup&) = delete;

@@ -69,13 +69,8 @@ int run_command(const MpiWorld& mpi, const std::string& config_path, const std::
   if (mpi.rank() == 0) check_output_dir(c.run.output);
   // A parallel engine over MPI: optimistic (Time Warp), conservative (windows) or auto (the
   // default: the sequential engine on one process).
-  const emu::EngineKind parallel_kind = emu::engine_kind(c.run.engine, mpi.size());
+  const emu::EngineKind parallel_kind = engine_for(c, mpi.size());
   const bool optimistic = parallel_kind != emu::EngineKind::Sequential;
-  if (!optimistic && mpi.size() > 1)
-    throw_input(
-        "{}: run.engine=sequential runs on one process, but {} were started; use "
-        "--set run.engine=auto under mpirun",
-        c.path, mpi.size());
   std::optional<graph::SlicedGraph> graph;
   if (!graph_path.empty() && optimistic) {
     // Each process reads only the templates of its LPs under block partitioning (computed from

@@ -126,33 +126,6 @@ PholdParams make_params(const Options& o, int processes) {
   return p;
 }
 
-/// This process's PHOLD LPs, made as a parallel engine places them, and their checksum over all
-/// processes. Reserved up front: the engine keeps pointers to the LPs, so the vector never moves.
-class OwnedLps {
- public:
-  OwnedLps(const PholdParams& params, const std::vector<std::uint32_t>& owner, int rank)
-      : params_(params) {
-    for (std::uint32_t p : owner) owned_ += p == static_cast<std::uint32_t>(rank) ? 1 : 0;
-    lps_.reserve(owned_);
-  }
-  LogicalProcess* make(LpId id) {
-    SCALESCOPE_EXPECTS(lps_.size() < owned_);
-    return &lps_.emplace_back(id, params_);
-  }
-  /// Unsigned addition wraps mod 2^64 in every process order: the sum is order-independent.
-  std::uint64_t checksum() const {
-    const std::uint64_t mine = phold_checksum(lps_);
-    std::uint64_t all = 0;
-    MPI_Allreduce(&mine, &all, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
-    return all;
-  }
-
- private:
-  PholdParams params_;
-  std::size_t owned_ = 0;
-  std::vector<PholdLP> lps_;
-};
-
 Report run_sequential(const Options& o) {
   const int processes = world_size();
   if (processes != 1)
@@ -200,7 +173,7 @@ Report run_optimistic(const Options& o) {
   }
   std::vector<std::uint32_t> owner =
       partitioner->assign(params.num_lps, static_cast<std::uint32_t>(processes), &graph);
-  OwnedLps lps(params, owner, rank);
+  PholdLps lps(params, owner, rank);
   OptimisticEngine engine(
       MPI_COMM_WORLD, owner, [&](LpId id) { return lps.make(id); }, config);
   const OptimisticStats local = engine.run(end);
@@ -230,7 +203,7 @@ Report run_optimistic(const Options& o) {
   r.wall_s = total.wall_s;
   r.gvt_s = total.gvt_s;
   r.idle_s = total.idle_s;
-  r.checksum = lps.checksum();
+  r.checksum = lps.checksum(MPI_COMM_WORLD);
   r.processes = processes;
   r.per_process = std::move(per_process);
   r.engine = "optimistic";
@@ -250,7 +223,7 @@ Report run_conservative(const Options& o) {
     throw_input("--partition {}: the conservative engine runs PHOLD on blocks of LPs", o.partition);
   std::vector<std::uint32_t> owner =
       BlockPartitioner{}.assign(params.num_lps, static_cast<std::uint32_t>(processes), nullptr);
-  OwnedLps lps(params, owner, rank);
+  PholdLps lps(params, owner, rank);
   ConservativeConfig config;
   config.lookahead = std::max<SimTime>(1, params.lookahead);
   ConservativeEngine engine(
@@ -262,7 +235,7 @@ Report run_conservative(const Options& o) {
   r.gvt_rounds = total.windows;
   r.wall_s = total.wall_s;
   r.gvt_s = total.exchange_s;
-  r.checksum = lps.checksum();
+  r.checksum = lps.checksum(MPI_COMM_WORLD);
   r.processes = processes;
   r.engine = "conservative";
   r.partition = "block";

@@ -134,6 +134,24 @@ std::uint64_t phold_checksum(std::span<const PholdLP> lps) {
   return sum;
 }
 
+PholdLps::PholdLps(const PholdParams& params, const std::vector<std::uint32_t>& owner, int rank)
+    : params_(params) {
+  for (std::uint32_t p : owner) owned_ += p == static_cast<std::uint32_t>(rank) ? 1 : 0;
+  lps_.reserve(owned_);
+}
+
+LogicalProcess* PholdLps::make(LpId id) {
+  SCALESCOPE_EXPECTS(lps_.size() < owned_);
+  return &lps_.emplace_back(id, params_);
+}
+
+std::uint64_t PholdLps::checksum(MPI_Comm comm) const {
+  const std::uint64_t mine = phold_checksum(lps_);
+  std::uint64_t all = 0;
+  MPI_Allreduce(&mine, &all, 1, MPI_UINT64_T, MPI_SUM, comm);
+  return all;
+}
+
 std::vector<PholdLP> make_phold_lps(const PholdParams& params) {
   std::vector<PholdLP> lps;
   lps.reserve(params.num_lps);

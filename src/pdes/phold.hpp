@@ -7,6 +7,8 @@
 /// Random numbers come from a counter-based generator (SplitMix64 of seed, LP id and a per-LP
 /// draw counter), so an LP's draws depend only on how many events it has processed: they are the
 /// same under every engine, and reverse() undoes them by decrementing the counter.
+#include <mpi.h>
+
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -83,6 +85,24 @@ std::uint64_t phold_checksum(std::span<const PholdLP> lps);
 
 /// One LP per id in [0, params.num_lps).
 std::vector<PholdLP> make_phold_lps(const PholdParams& params);
+
+/// The PHOLD LPs one process of a parallel engine owns, made as the engine places them (`make`
+/// is its make_lp), and the run's checksum over the processes. Reserved up front: the engine
+/// keeps pointers to the LPs, so the vector never moves.
+class PholdLps {
+ public:
+  /// `owner[i]`: the process (rank in the engine's communicator) that owns LP i.
+  PholdLps(const PholdParams& params, const std::vector<std::uint32_t>& owner, int rank);
+  LogicalProcess* make(LpId id);
+  /// phold_checksum over every process of `comm` (collective; unsigned addition wraps mod 2^64
+  /// in every order, so the sum does not depend on the partition).
+  std::uint64_t checksum(MPI_Comm comm) const;
+
+ private:
+  PholdParams params_;
+  std::size_t owned_ = 0;
+  std::vector<PholdLP> lps_;
+};
 
 struct PholdRun {
   EngineStats stats;

@@ -18,6 +18,7 @@
 namespace scalescope::pdes {
 namespace {
 
+using emu::mpitest::world_rank;
 using emu::mpitest::world_size;
 
 struct Result {
@@ -28,17 +29,14 @@ struct Result {
 Result run_conservative(const PholdParams& params, SimTime end, SimTime lookahead) {
   const auto owner =
       BlockPartitioner{}.assign(params.num_lps, static_cast<std::uint32_t>(world_size()), nullptr);
-  std::vector<PholdLP> lps;
-  lps.reserve(params.num_lps);
+  PholdLps lps(params, owner, world_rank());
   ConservativeConfig config;
   config.lookahead = lookahead;
   ConservativeEngine engine(
-      MPI_COMM_WORLD, owner,
-      [&](LpId id) -> LogicalProcess* { return &lps.emplace_back(id, params); }, config);
+      MPI_COMM_WORLD, owner, [&](LpId id) { return lps.make(id); }, config);
   Result r;
   r.total = engine.total(engine.run(end));
-  const std::uint64_t local = phold_checksum(lps);
-  MPI_Allreduce(&local, &r.checksum, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+  r.checksum = lps.checksum(MPI_COMM_WORLD);
   return r;
 }
 

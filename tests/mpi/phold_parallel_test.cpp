@@ -43,21 +43,15 @@ TEST_P(PholdParallel, ChecksumEqualsSequential) {
   }
   const auto owner = make_partitioner(c.partition)
                          ->assign(params.num_lps, static_cast<std::uint32_t>(size), &graph);
-  std::size_t owned = 0;
-  for (std::uint32_t p : owner) owned += p == static_cast<std::uint32_t>(me);
-  std::vector<PholdLP> lps;
-  lps.reserve(owned);
+  PholdLps lps(params, owner, me);
   OptimisticConfig config;
   config.gvt_interval = 256;
   config.batch_events = c.delay_every ? 2 : 64;
   config.delay_every = c.delay_every;
   OptimisticEngine engine(
-      MPI_COMM_WORLD, owner,
-      [&](LpId id) -> LogicalProcess* { return &lps.emplace_back(id, params); }, config);
+      MPI_COMM_WORLD, owner, [&](LpId id) { return lps.make(id); }, config);
   const OptimisticStats total = engine.total(engine.run(end));
-  std::uint64_t local = phold_checksum(lps), checksum = 0;
-  MPI_Allreduce(&local, &checksum, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
-  EXPECT_EQ(checksum, reference.checksum);
+  EXPECT_EQ(lps.checksum(MPI_COMM_WORLD), reference.checksum);
   EXPECT_EQ(total.events_committed, reference.stats.events_committed);
   EXPECT_EQ(total.events_processed, total.events_committed + total.events_rolled_back);
   if (size > 1 && c.delay_every > 0) {
