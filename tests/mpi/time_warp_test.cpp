@@ -220,9 +220,9 @@ TEST_P(PholdRegimes, KeepTheSequentialHistoryAndRollBack) {
     EXPECT_GT(r.total.committed_at_execution, 0u) << g.name;
   else
     EXPECT_EQ(r.total.committed_at_execution, 0u) << g.name;
-  // The window bounds run-ahead in simulated time: no event ran further past GVT (measured per
-  // event; with the horizon check removed the "window" regime ran 25 and 33 ticks past GVT at
-  // np 4 and 2, and failed here).
+  // The window bounds run-ahead in simulated time: no event ran further past GVT (the furthest
+  // event executed against each round's GVT; with the horizon check removed the "window" regime ran
+  // 25 and 33 ticks past GVT at np 4 and 2, and failed here).
   if (g.window != kTimeInfinity) {
     EXPECT_LE(r.total.max_run_ahead, g.window) << g.name;
   } else if (g.per_lp && g.default_window && world_size() > 1) {
